@@ -1,0 +1,166 @@
+//! The validated cluster configuration: what the rest of herd sees after `config::load`.
+//! Every value here has passed validation; nodes are already hostlist-expanded, in rank order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file this came from (as given on the command line).
+    pub path: PathBuf,
+    pub ssh: SshSettings,
+    /// One entry per host after hostlist expansion, in rank order (file order, then expansion order).
+    pub nodes: Vec<Node>,
+    pub job: Job,
+    /// `[env]`: exported on every node.
+    pub env: BTreeMap<String, String>,
+    pub rendezvous: Rendezvous,
+    pub logs: Logs,
+    pub restart: Restart,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshSettings {
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    /// As written (a leading `~/` is expanded by the transport, not here).
+    pub identity_file: Option<String>,
+    pub known_hosts: KnownHostsPolicy,
+    /// Optional known_hosts file used instead of the user's (`UserKnownHostsFile`).
+    pub known_hosts_file: Option<String>,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownHostsPolicy {
+    Strict,
+    AcceptNew,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub host: String,
+    /// Address other nodes use to reach this one (MASTER_ADDR when it is master).
+    pub addr: Option<String>,
+    /// Per-node override of `job.nproc_per_node`.
+    pub nproc: Option<u32>,
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LauncherKind {
+    Torchrun,
+    Deepspeed,
+    Command,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub launcher: LauncherKind,
+    pub script: String,
+    pub args: Vec<String>,
+    pub module: bool,
+    /// `None`: the launching shell's cwd (resolved by the plan, not here).
+    pub workdir: Option<String>,
+    pub nproc_per_node: u32,
+    pub setup: Option<String>,
+    pub launcher_args: Vec<String>,
+    /// Names or globs (`HF_*`) copied from the launching environment.
+    pub forward_env: Vec<String>,
+    /// Interpreter used for `module = true` and the deepspeed launcher. Default "python3".
+    pub python: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSpec {
+    Auto,
+    Fixed(u16),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendezvous {
+    /// Host name of the master node; `None`: rank 0.
+    pub master: Option<String>,
+    pub port: PortSpec,
+    /// Inclusive range used by `port = "auto"`.
+    pub port_range: (u16, u16),
+    pub interface: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logs {
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    pub max_restarts: u32,
+    pub on: Vec<FailureClass>,
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    pub grace_period: Duration,
+    pub hang_timeout: Option<Duration>,
+    pub progress_pattern: Option<String>,
+    pub node_wait: Duration,
+    pub heartbeat_timeout: Duration,
+    pub rules: Vec<RuleSpec>,
+}
+
+/// A user rule from `[[restart.rules]]`: a regex over log lines and the class it implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub pattern: String,
+    pub class: FailureClass,
+}
+
+/// Why an attempt failed. Ordered by how the classifier reports them, not by severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureClass {
+    Comm,
+    NodeLost,
+    Hang,
+    Port,
+    Crash,
+    Oom,
+    User,
+    Launch,
+}
+
+impl FailureClass {
+    pub const ALL: [FailureClass; 8] = [
+        FailureClass::Comm,
+        FailureClass::NodeLost,
+        FailureClass::Hang,
+        FailureClass::Port,
+        FailureClass::Crash,
+        FailureClass::Oom,
+        FailureClass::User,
+        FailureClass::Launch,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Comm => "comm",
+            FailureClass::NodeLost => "node-lost",
+            FailureClass::Hang => "hang",
+            FailureClass::Port => "port",
+            FailureClass::Crash => "crash",
+            FailureClass::Oom => "oom",
+            FailureClass::User => "user",
+            FailureClass::Launch => "launch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FailureClass> {
+        FailureClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

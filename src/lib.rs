@@ -1,0 +1,33 @@
+//! herd: launch multi-node PyTorch training over SSH from one cluster TOML.
+//!
+//! The data path: `cli` → `config` (validated TOML) → `plan` (a pure launch plan) →
+//! `supervisor` (connects through `transport`, runs the `remote` agent on every node, emits
+//! `events`) → `output` (prefixed lines, log files, events.jsonl, summary).
+
+pub mod app;
+pub mod classify;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod launcher;
+pub mod lines;
+pub mod output;
+pub mod plan;
+pub mod port;
+pub mod remote;
+pub mod supervisor;
+pub mod transport;
+
+/// Diagnostics on stderr: warnings by default, more with -v, fewer with -q; RUST_LOG wins.
+pub fn init_tracing(verbose: u8, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("herd={level},warn")));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
