@@ -1,0 +1,132 @@
+//! From parsed arguments to an exit code: load the config, build the plan, and either print
+//! it or hand it to the supervisor with a reporter attached.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use tokio::sync::mpsc;
+
+use crate::cli::{Cli, Command, PlanArgs, RunArgs};
+use crate::error::{exit, Error};
+use crate::events::RunStatus;
+use crate::output::{self, Sinks};
+use crate::plan::{self, LaunchPlan, PlanInputs};
+use crate::{config, supervisor};
+
+pub fn run(cli: Cli) -> Result<u8, Error> {
+    match cli.command {
+        Command::Plan(args) => plan_command(args),
+        Command::Run(args) => run_command(args),
+    }
+}
+
+fn load_plan(path: &Path, extra_args: &[String]) -> Result<LaunchPlan, Error> {
+    let mut config = config::load(path)?;
+    config.job.args.extend(extra_args.iter().cloned());
+    let inputs = PlanInputs {
+        cwd: std::env::current_dir()
+            .map_err(Error::io("cannot read the current directory"))?
+            .display()
+            .to_string(),
+        env: std::env::vars().collect(),
+    };
+    let plan = plan::build(&config, &inputs);
+    for name in &plan.missing_forwarded {
+        tracing::warn!("forward_env names {name}, which is not set here: it will not be exported");
+    }
+    Ok(plan)
+}
+
+fn plan_command(args: PlanArgs) -> Result<u8, Error> {
+    let plan = load_plan(&args.config.config, &args.extra_args)?;
+    let text = if args.json { output::plan_view::json(&plan) } else { output::plan_view::text(&plan) };
+    print!("{text}");
+    Ok(exit::OK)
+}
+
+fn run_command(args: RunArgs) -> Result<u8, Error> {
+    let plan = load_plan(&args.config.config, &args.extra_args)?;
+    let run_id = new_run_id();
+    let color = output::prefix::use_color(
+        std::io::stdout().is_terminal(),
+        std::env::var("NO_COLOR").ok().as_deref(),
+        std::env::var("TERM").ok().as_deref(),
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Error::io("cannot start the async runtime"))?;
+
+    let (events_tx, events_rx) = mpsc::channel(1024);
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let log_root = plan.logs_dir.clone();
+    let reporter_run_id = run_id.clone();
+    let reporter = std::thread::spawn(move || {
+        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), color };
+        output::report(&log_root, &reporter_run_id, hosts, events_rx, sinks)
+    });
+
+    let outcome = runtime.block_on(async {
+        let interrupts = forward_signals();
+        supervisor::run(&plan, &run_id, events_tx, interrupts).await
+    });
+    let report = reporter
+        .join()
+        .expect("reporter thread panicked")
+        .map_err(Error::io(format!("cannot write the run's logs under {}", plan.logs_dir.display())))?;
+    let outcome = outcome?;
+
+    Ok(match outcome.status {
+        RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted => exit::INTERRUPTED,
+        RunStatus::Failed => {
+            if let Some(first) = &outcome.first_failure {
+                let log = output::node_log_path(&report.run_dir, outcome.attempts - 1, first.node_rank, &first.host);
+                eprintln!("herd: {}", output::summary::failure(first, &log.display().to_string()));
+            }
+            exit::JOB_FAILED
+        }
+    })
+}
+
+/// Every SIGINT and SIGTERM becomes one interrupt; the supervisor decides what each means.
+fn forward_signals() -> supervisor::Interrupts {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = mpsc::unbounded_channel();
+    for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
+        let tx = tx.clone();
+        match signal(kind) {
+            Ok(mut stream) => {
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() {
+                        if tx.send(()).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
+        }
+    }
+    rx
+}
+
+/// Sortable by start time, unique enough for two runs started in the same second.
+fn new_run_id() -> String {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
+    format!("{}-{}-{:04x}", &stamp[..8], &stamp[8..14], rand::random::<u16>())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn run_ids_start_with_the_utc_time() {
+        let id = super::new_run_id();
+        assert_eq!(id.len(), "20261130-105803-abcd".len(), "{id}");
+        assert!(id.starts_with("20"), "{id}");
+        assert_eq!(&id[8..9], "-");
+    }
+}

@@ -1,0 +1,92 @@
+//! The command line, as clap derive definitions. Nothing here acts.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Launch multi-node PyTorch training (torchrun, deepspeed or any command) over SSH from one
+/// cluster TOML: consistent ranks, a free master port, env on every node, named logs, and no
+/// process left behind.
+#[derive(Debug, Parser)]
+#[command(name = "herd", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// More diagnostics on stderr (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only warnings and errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the job on every node and stream its output, prefixed with rank and host.
+    ///
+    /// Connects to all nodes in parallel, picks a free master port on the master node,
+    /// exports the env and starts the launcher on every node. When one node fails, every
+    /// other node is stopped. Ctrl-C stops all nodes gracefully; a second Ctrl-C kills them.
+    Run(RunArgs),
+    /// Show the resolved launch without contacting any node: ranks, env and exact commands.
+    ///
+    /// The output is the same, byte for byte, for the same config and environment, so it
+    /// can be committed and diffed.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// The cluster file.
+    #[arg(short, long, value_name = "FILE", default_value = "cluster.toml")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// Extra arguments for the training script, appended to job.args.
+    #[arg(last = true, value_name = "ARGS")]
+    pub extra_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Extra arguments for the training script, as `herd run -- ARGS` would append them.
+    #[arg(last = true, value_name = "ARGS")]
+    pub extra_args: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_extra_args_after_double_dash() {
+        let cli = Cli::parse_from(["herd", "run", "-c", "x.toml", "--", "--lr", "0.1"]);
+        match cli.command {
+            Command::Run(a) => {
+                assert_eq!(a.config.config, PathBuf::from("x.toml"));
+                assert_eq!(a.extra_args, ["--lr", "0.1"]);
+            }
+            _ => panic!("not run"),
+        }
+    }
+}

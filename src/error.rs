@@ -1,0 +1,48 @@
+//! The one error type the command line renders, and the exit code of each.
+
+use crate::config::ConfigError;
+use crate::supervisor::RunError;
+
+/// Exit codes, documented in the README.
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// The job failed: a node exited non-zero, was killed, or was lost.
+    pub const JOB_FAILED: u8 = 1;
+    /// Bad config or usage; nothing was contacted.
+    pub const CONFIG: u8 = 2;
+    /// herd could not start the job (a node unreachable, no free port); nothing was left running.
+    pub const START_FAILED: u8 = 4;
+    /// herd itself failed (cannot write its log files, no async runtime).
+    pub const INTERNAL: u8 = 5;
+    /// Interrupted by Ctrl-C or SIGTERM; every node was stopped.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot start the job: {0}")]
+    Start(#[from] RunError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Config(_) => exit::CONFIG,
+            Error::Start(_) => exit::START_FAILED,
+            Error::Io { .. } => exit::INTERNAL,
+        }
+    }
+
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}

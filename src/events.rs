@@ -1,0 +1,162 @@
+//! What happens during a run, as plain data. The supervisor emits these; the output side
+//! turns them into prefixed lines, log files and events.jsonl. Neither looks at the other.
+
+use serde::Serialize;
+
+use crate::lines::Line;
+
+/// How a node's launcher ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeExit {
+    /// It exited with this code.
+    ExitCode(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+    /// herd lost the node (SSH connection gone) before it reported an exit.
+    Lost(String),
+}
+
+impl NodeExit {
+    pub fn success(&self) -> bool {
+        matches!(self, NodeExit::ExitCode(0))
+    }
+
+    /// From the wait status a POSIX shell reports: 128+N means signal N.
+    pub fn from_shell_status(status: i32) -> NodeExit {
+        if (129..=128 + 64).contains(&status) {
+            NodeExit::Signal(status - 128)
+        } else {
+            NodeExit::ExitCode(status)
+        }
+    }
+}
+
+impl std::fmt::Display for NodeExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeExit::ExitCode(c) => write!(f, "exit code {c}"),
+            NodeExit::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
+            NodeExit::Lost(why) => write!(f, "connection lost ({why})"),
+        }
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Succeeded,
+    Failed,
+    Interrupted,
+}
+
+/// The node that failed first in an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FirstFailure {
+    pub node_rank: usize,
+    pub host: String,
+    pub exit: NodeExit,
+    /// Its last line that looks like an error, or its last line.
+    pub line: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted {
+        run_id: String,
+        config: String,
+        launcher: &'static str,
+        nnodes: usize,
+        world_size: u32,
+        hosts: Vec<String>,
+        log_dir: String,
+    },
+    NodeConnected {
+        node_rank: usize,
+        host: String,
+        millis: u64,
+    },
+    AttemptStarted {
+        attempt: u32,
+        master_addr: String,
+        master_port: u16,
+    },
+    NodeStarted {
+        attempt: u32,
+        node_rank: usize,
+        host: String,
+        pgid: u32,
+    },
+    /// Lines of a node's merged stdout/stderr, bytes exactly as they arrived.
+    #[serde(skip)]
+    NodeOutput {
+        node_rank: usize,
+        lines: Vec<Line>,
+    },
+    NodeExited {
+        attempt: u32,
+        node_rank: usize,
+        host: String,
+        #[serde(flatten)]
+        exit: NodeExit,
+    },
+    TeardownStarted {
+        attempt: u32,
+        reason: String,
+    },
+    AttemptFailed {
+        attempt: u32,
+        first_failure: FirstFailure,
+    },
+    AttemptSucceeded {
+        attempt: u32,
+    },
+    RunFinished {
+        status: RunStatus,
+        attempts: u32,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_status_above_128_is_a_signal() {
+        assert_eq!(NodeExit::from_shell_status(0), NodeExit::ExitCode(0));
+        assert_eq!(NodeExit::from_shell_status(1), NodeExit::ExitCode(1));
+        assert_eq!(NodeExit::from_shell_status(137), NodeExit::Signal(9));
+        assert_eq!(NodeExit::from_shell_status(143), NodeExit::Signal(15));
+        assert_eq!(NodeExit::from_shell_status(255), NodeExit::ExitCode(255));
+    }
+
+    #[test]
+    fn node_exited_serialises_flat() {
+        let e = Event::NodeExited { attempt: 0, node_rank: 1, host: "n2".into(), exit: NodeExit::Signal(9) };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"event":"node_exited","attempt":0,"node_rank":1,"host":"n2","signal":9}"#
+        );
+        let e = Event::NodeExited { attempt: 0, node_rank: 1, host: "n2".into(), exit: NodeExit::ExitCode(3) };
+        assert!(serde_json::to_string(&e).unwrap().ends_with(r#""exit_code":3}"#));
+    }
+}

@@ -1,0 +1,88 @@
+//! A run's files: `<dir>/<run-id>/attempt-<k>/node<rank>-<host>.log` with each node's raw
+//! output, and `<dir>/<run-id>/events.jsonl` with one event per line.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::events::Event;
+
+pub struct RunFiles {
+    run_dir: PathBuf,
+    events: BufWriter<File>,
+    hosts: Vec<String>,
+    node_logs: Vec<Option<BufWriter<File>>>,
+}
+
+#[derive(Serialize)]
+struct Stamped<'a> {
+    ts: String,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+impl RunFiles {
+    pub fn create(log_root: &Path, run_id: &str, hosts: Vec<String>) -> io::Result<RunFiles> {
+        let run_dir = log_root.join(run_id);
+        fs::create_dir_all(&run_dir)?;
+        let events = BufWriter::new(File::create(run_dir.join("events.jsonl"))?);
+        let node_logs = hosts.iter().map(|_| None).collect();
+        Ok(RunFiles { run_dir, events, hosts, node_logs })
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    fn node_log_path(&self, attempt: u32, node_rank: usize) -> PathBuf {
+        node_log_path(&self.run_dir, attempt, node_rank, &self.hosts[node_rank])
+    }
+
+    pub fn start_attempt(&mut self, attempt: u32) -> io::Result<()> {
+        self.flush_node_logs()?;
+        fs::create_dir_all(attempt_dir(&self.run_dir, attempt))?;
+        for rank in 0..self.hosts.len() {
+            self.node_logs[rank] = Some(BufWriter::new(File::create(self.node_log_path(attempt, rank))?));
+        }
+        Ok(())
+    }
+
+    pub fn write_node(&mut self, node_rank: usize, bytes: &[u8]) -> io::Result<()> {
+        match self.node_logs.get_mut(node_rank) {
+            Some(Some(log)) => log.write_all(bytes),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn flush_node(&mut self, node_rank: usize) -> io::Result<()> {
+        match self.node_logs.get_mut(node_rank) {
+            Some(Some(log)) => log.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn record(&mut self, event: &Event) -> io::Result<()> {
+        let ts = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+        serde_json::to_writer(&mut self.events, &Stamped { ts, event })?;
+        self.events.write_all(b"\n")?;
+        // Events are few and are what an operator reads after a crash: keep them on disk.
+        self.events.flush()
+    }
+
+    pub fn flush_node_logs(&mut self) -> io::Result<()> {
+        for log in self.node_logs.iter_mut().flatten() {
+            log.flush()?;
+        }
+        Ok(())
+    }
+}
+
+fn attempt_dir(run_dir: &Path, attempt: u32) -> PathBuf {
+    run_dir.join(format!("attempt-{attempt}"))
+}
+
+pub fn node_log_path(run_dir: &Path, attempt: u32, node_rank: usize, host: &str) -> PathBuf {
+    attempt_dir(run_dir, attempt).join(format!("node{node_rank}-{host}.log"))
+}

@@ -1,0 +1,142 @@
+//! `herd plan`: the launch plan as text for people or JSON for tools. Byte-identical for the
+//! same config and environment, so that a team can diff it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::PortSpec;
+use crate::plan::{LaunchPlan, NodePlan, SshTarget, Transport};
+
+#[derive(Serialize)]
+struct PlanJson<'a> {
+    config: String,
+    launcher: &'static str,
+    world_size: u32,
+    nnodes: usize,
+    master: MasterJson<'a>,
+    workdir: &'a str,
+    setup: Option<&'a str>,
+    logs_dir: String,
+    nodes: Vec<NodeJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct MasterJson<'a> {
+    node_rank: usize,
+    host: &'a str,
+    addr: &'a str,
+    /// A number, or "auto".
+    port: serde_json::Value,
+    port_range: [u16; 2],
+}
+
+#[derive(Serialize)]
+struct NodeJson<'a> {
+    rank: usize,
+    host: &'a str,
+    addr: &'a str,
+    nproc: u32,
+    global_ranks: [u32; 2],
+    transport: TransportJson<'a>,
+    env: BTreeMap<&'a str, &'a str>,
+    command: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum TransportJson<'a> {
+    Local,
+    Ssh(&'a SshTarget),
+}
+
+pub fn json(plan: &LaunchPlan) -> String {
+    let view = PlanJson {
+        config: plan.config_path.display().to_string(),
+        launcher: plan.launcher.as_str(),
+        world_size: plan.world_size,
+        nnodes: plan.nnodes(),
+        master: MasterJson {
+            node_rank: plan.master.node_rank,
+            host: &plan.master.host,
+            addr: &plan.master.addr,
+            port: match plan.master.port {
+                PortSpec::Auto => "auto".into(),
+                PortSpec::Fixed(p) => p.into(),
+            },
+            port_range: [plan.master.port_range.0, plan.master.port_range.1],
+        },
+        workdir: &plan.workdir,
+        setup: plan.setup.as_deref(),
+        logs_dir: plan.logs_dir.display().to_string(),
+        nodes: plan.nodes.iter().map(node_json).collect(),
+    };
+    let mut s = serde_json::to_string_pretty(&view).expect("plan serialises");
+    s.push('\n');
+    s
+}
+
+fn node_json(node: &NodePlan) -> NodeJson<'_> {
+    let r = node.global_ranks();
+    NodeJson {
+        rank: node.rank,
+        host: &node.host,
+        addr: &node.addr,
+        nproc: node.nproc,
+        global_ranks: [r.start, r.end - 1],
+        transport: match &node.transport {
+            Transport::Local => TransportJson::Local,
+            Transport::Ssh(t) => TransportJson::Ssh(t),
+        },
+        env: node.env.iter().map(|(k, v)| (k.as_str(), v.display())).collect(),
+        command: &node.command,
+    }
+}
+
+pub fn text(plan: &LaunchPlan) -> String {
+    let mut s = String::new();
+    let m = &plan.master;
+    let port = match m.port {
+        PortSpec::Auto => format!("auto, free port in {}-{} chosen on the master", m.port_range.0, m.port_range.1),
+        PortSpec::Fixed(p) => p.to_string(),
+    };
+    s += &format!("config      {}\n", plan.config_path.display());
+    s += &format!("launcher    {}\n", plan.launcher.as_str());
+    s += &format!("nodes       {}, world size {}\n", plan.nnodes(), plan.world_size);
+    s += &format!("master      node {} ({}), address {}\n", m.node_rank, m.host, m.addr);
+    s += &format!("port        {port}\n");
+    s += &format!("workdir     {}\n", plan.workdir);
+    if let Some(setup) = &plan.setup {
+        s += &format!("setup       {}\n", setup.replace('\n', "\n            "));
+    }
+    s += &format!("logs        {}/<run-id>/\n", plan.logs_dir.display());
+    for name in &plan.missing_forwarded {
+        s += &format!("warning     forward_env names {name}, which is not set here: it will not be exported\n");
+    }
+    for node in &plan.nodes {
+        let r = node.global_ranks();
+        let via = match &node.transport {
+            Transport::Local => "local".to_string(),
+            Transport::Ssh(t) => format!(
+                "ssh {}{}{}",
+                t.user.as_deref().map(|u| format!("{u}@")).unwrap_or_default(),
+                t.host,
+                t.port.map(|p| format!(":{p}")).unwrap_or_default()
+            ),
+        };
+        s += &format!(
+            "\nnode {}  {}  nproc {}  ranks {}-{}  via {}\n",
+            node.rank,
+            node.host,
+            node.nproc,
+            r.start,
+            r.end - 1,
+            via
+        );
+        for (k, v) in &node.env {
+            s += &format!("  env  {k}={}\n", v.display());
+        }
+        s += &format!("  run  {}\n", node.command);
+    }
+    s
+}

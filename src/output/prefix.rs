@@ -1,0 +1,53 @@
+//! The `[rank host] ` prefix put in front of every line a node prints. Pure.
+
+/// Whether to colour prefixes: only on a terminal, and never with NO_COLOR or TERM=dumb.
+pub fn use_color(stdout_is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> bool {
+    stdout_is_terminal && no_color.map_or(true, str::is_empty) && term != Some("dumb")
+}
+
+const PALETTE: [u8; 6] = [36, 33, 32, 35, 34, 31];
+
+/// Prefixes for all nodes, padded to one width so that the job's own text lines up.
+pub fn prefixes(nodes: &[(usize, String)], color: bool) -> Vec<Vec<u8>> {
+    let rank_w = nodes.iter().map(|(r, _)| r.to_string().len()).max().unwrap_or(1);
+    let host_w = nodes.iter().map(|(_, h)| h.len()).max().unwrap_or(0);
+    nodes
+        .iter()
+        .map(|(rank, host)| {
+            let plain = format!("[{rank:>rank_w$} {host:<host_w$}]");
+            let s = if color {
+                format!("\x1b[{}m{plain}\x1b[0m ", PALETTE[rank % PALETTE.len()])
+            } else {
+                format!("{plain} ")
+            };
+            s.into_bytes()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_that_wants_it() {
+        assert!(use_color(true, None, Some("xterm-256color")));
+        assert!(!use_color(false, None, Some("xterm")));
+        assert!(!use_color(true, Some("1"), Some("xterm")));
+        assert!(use_color(true, Some(""), None));
+        assert!(!use_color(true, None, Some("dumb")));
+    }
+
+    #[test]
+    fn prefixes_share_one_width() {
+        let nodes: Vec<(usize, String)> =
+            (0..11).map(|i| (i, if i == 3 { "gpu-long-03".into() } else { format!("g{i}") })).collect();
+        let p = prefixes(&nodes, false);
+        assert_eq!(p[0], b"[ 0 g0         ] ");
+        assert_eq!(p[3], b"[ 3 gpu-long-03] ");
+        assert_eq!(p[10], b"[10 g10        ] ");
+        assert!(p.iter().all(|x| x.len() == p[0].len()));
+        let c = prefixes(&nodes[..1], true);
+        assert_eq!(c[0], b"\x1b[36m[0 g0]\x1b[0m ");
+    }
+}

@@ -1,0 +1,296 @@
+//! The launch plan: everything `herd run` will do, resolved from the config and the launching
+//! environment into one plain value. Pure, deterministic, printable and diffable
+//! (`herd plan`); everything after it only executes it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::{self, Config, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
+use crate::launcher::{self, NodeLaunch};
+use crate::remote;
+
+/// What the plan takes from outside the config file.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInputs {
+    /// The launching shell's cwd: the workdir when the config gives none.
+    pub cwd: String,
+    /// The launching environment, for `forward_env`.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    pub config_path: PathBuf,
+    pub launcher: LauncherKind,
+    pub world_size: u32,
+    pub master: Master,
+    pub workdir: String,
+    pub setup: Option<String>,
+    pub nodes: Vec<NodePlan>,
+    pub logs_dir: PathBuf,
+    pub restart: Restart,
+    /// `forward_env` names (not globs) that are not set in the launching environment.
+    pub missing_forwarded: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Master {
+    pub node_rank: usize,
+    pub host: String,
+    pub addr: String,
+    pub port: PortSpec,
+    pub port_range: (u16, u16),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlan {
+    pub rank: usize,
+    pub host: String,
+    /// How other nodes reach it.
+    pub addr: String,
+    pub nproc: u32,
+    /// Global rank of its local rank 0.
+    pub first_global_rank: u32,
+    pub transport: Transport,
+    pub env: BTreeMap<String, EnvValue>,
+    /// The launcher's command line, as the node's shell runs it.
+    pub command: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// This machine: no SSH.
+    Local,
+    Ssh(SshTarget),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SshTarget {
+    pub host: String,
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    pub identity_file: Option<String>,
+    #[serde(serialize_with = "ser_known_hosts")]
+    pub known_hosts: KnownHostsPolicy,
+    pub known_hosts_file: Option<String>,
+    #[serde(serialize_with = "ser_duration")]
+    pub connect_timeout: Duration,
+}
+
+/// An exported value, or a placeholder for one known only at launch time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    Value(String),
+    /// Copied from the launching environment; never printed.
+    Secret(String),
+    MasterPort,
+    RunId,
+    Attempt,
+}
+
+/// The values only known when an attempt starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptValues<'a> {
+    pub run_id: &'a str,
+    pub attempt: u32,
+    pub master_port: u16,
+}
+
+/// Hosts that run through the local transport.
+pub fn is_local_host(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
+    let job = &config.job;
+    let nprocs: Vec<u32> = config.nodes.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
+    let world: Vec<(String, u32)> = config.nodes.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
+    let world_size: u32 = nprocs.iter().sum();
+    let addr_of = |i: usize| config.nodes[i].addr.clone().unwrap_or_else(|| config.nodes[i].host.clone());
+
+    let master_rank = match &config.rendezvous.master {
+        // The config checked that the master is one of the nodes.
+        Some(host) => config.nodes.iter().position(|n| &n.host == host).unwrap_or(0),
+        None => 0,
+    };
+    let master = Master {
+        node_rank: master_rank,
+        host: config.nodes[master_rank].host.clone(),
+        addr: addr_of(master_rank),
+        port: config.rendezvous.port,
+        port_range: config.rendezvous.port_range,
+    };
+
+    let (forwarded, missing_forwarded) = forwarded_env(&job.forward_env, &inputs.env);
+    let workdir = job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone());
+
+    let mut first_global_rank = 0;
+    let nodes = config
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, node)| {
+            let nproc = nprocs[rank];
+            let mut env: BTreeMap<String, EnvValue> = BTreeMap::new();
+            let mut set = |k: &str, v: EnvValue| {
+                env.insert(k.to_string(), v);
+            };
+            for (k, v) in config.env.iter().chain(&node.env) {
+                set(k, EnvValue::Value(v.clone()));
+            }
+            for (k, v) in &forwarded {
+                set(k, EnvValue::Secret(v.clone()));
+            }
+            if let Some(ifname) = &config.rendezvous.interface {
+                set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
+                set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
+            }
+            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
+            let mut set = |k: &str, v: EnvValue| {
+                env.insert(k.to_string(), v);
+            };
+            set("PYTHONUNBUFFERED", EnvValue::Value("1".into()));
+            set("MASTER_ADDR", EnvValue::Value(master.addr.clone()));
+            set(
+                "MASTER_PORT",
+                match master.port {
+                    PortSpec::Fixed(p) => EnvValue::Value(p.to_string()),
+                    PortSpec::Auto => EnvValue::MasterPort,
+                },
+            );
+            set("NNODES", EnvValue::Value(config.nodes.len().to_string()));
+            set("NODE_RANK", EnvValue::Value(rank.to_string()));
+            set("NPROC_PER_NODE", EnvValue::Value(nproc.to_string()));
+            set("WORLD_SIZE", EnvValue::Value(world_size.to_string()));
+            set("HERD_NODE", EnvValue::Value(node.host.clone()));
+            set("HERD_RUN_ID", EnvValue::RunId);
+            set("HERD_ATTEMPT", EnvValue::Attempt);
+            set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
+
+            let command = launcher::command_line(
+                job,
+                &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
+            );
+            let transport = if is_local_host(&node.host) {
+                Transport::Local
+            } else {
+                Transport::Ssh(SshTarget {
+                    host: node.host.clone(),
+                    user: node.user.clone().or_else(|| config.ssh.user.clone()),
+                    port: node.port.or(config.ssh.port),
+                    identity_file: config.ssh.identity_file.clone(),
+                    known_hosts: config.ssh.known_hosts,
+                    known_hosts_file: config.ssh.known_hosts_file.clone(),
+                    connect_timeout: config.ssh.connect_timeout,
+                })
+            };
+            let plan = NodePlan {
+                rank,
+                host: node.host.clone(),
+                addr: addr_of(rank),
+                nproc,
+                first_global_rank,
+                transport,
+                env,
+                command,
+            };
+            first_global_rank += nproc;
+            plan
+        })
+        .collect();
+
+    LaunchPlan {
+        config_path: config.path.clone(),
+        launcher: job.launcher,
+        world_size,
+        master,
+        workdir,
+        setup: job.setup.clone(),
+        nodes,
+        logs_dir: config.logs.dir.clone(),
+        restart: config.restart.clone(),
+        missing_forwarded,
+    }
+}
+
+/// Pick the launching environment's variables named by `forward_env` (exact names or a
+/// trailing-`*` prefix). Returns them sorted, and the exact names that were not set.
+fn forwarded_env(patterns: &[String], env: &BTreeMap<String, String>) -> (Vec<(String, String)>, Vec<String>) {
+    let mut picked = BTreeMap::new();
+    let mut missing = Vec::new();
+    for pattern in patterns {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                for (k, v) in env.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)) {
+                    if config::is_env_name(k) {
+                        picked.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            None => match env.get(pattern) {
+                Some(v) => {
+                    picked.insert(pattern.clone(), v.clone());
+                }
+                None => missing.push(pattern.clone()),
+            },
+        }
+    }
+    (picked.into_iter().collect(), missing)
+}
+
+impl LaunchPlan {
+    pub fn nnodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The job snippet each node's agent runs.
+    pub fn job_snippet(&self, node: &NodePlan) -> String {
+        remote::job_snippet(&self.workdir, self.setup.as_deref(), &node.command)
+    }
+}
+
+impl NodePlan {
+    /// The env to export for one attempt, placeholders filled in.
+    pub fn resolved_env(&self, values: &AttemptValues<'_>) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    EnvValue::Value(s) | EnvValue::Secret(s) => s.clone(),
+                    EnvValue::MasterPort => values.master_port.to_string(),
+                    EnvValue::RunId => values.run_id.to_string(),
+                    EnvValue::Attempt => values.attempt.to_string(),
+                };
+                (k.clone(), value)
+            })
+            .collect()
+    }
+
+    pub fn global_ranks(&self) -> std::ops::Range<u32> {
+        self.first_global_rank..self.first_global_rank + self.nproc
+    }
+}
+
+impl EnvValue {
+    /// How the plan shows it: secrets masked, launch-time values as placeholders.
+    pub fn display(&self) -> &str {
+        match self {
+            EnvValue::Value(s) => s,
+            EnvValue::Secret(_) => "<forwarded, hidden>",
+            EnvValue::MasterPort => "<auto>",
+            EnvValue::RunId => "<run-id>",
+            EnvValue::Attempt => "<attempt>",
+        }
+    }
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
+fn ser_known_hosts<S: serde::Serializer>(k: &KnownHostsPolicy, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(k.as_str())
+}

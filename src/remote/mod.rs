@@ -1,0 +1,297 @@
+//! What runs on a node: the agent script, the job snippet it starts, the env block it reads
+//! from stdin, and the messages it writes back. Pure: building strings and parsing lines.
+
+use std::fmt::Write as _;
+
+/// The node agent (POSIX sh). See the header of `agent.sh` for its protocol.
+pub const AGENT_SCRIPT: &str = include_str!("agent.sh");
+
+/// Name the agent runs under (`$0`), which also marks it in `ps`.
+pub const AGENT_NAME: &str = "herd-agent";
+
+/// Quote one word for a POSIX shell. Every byte arrives unchanged.
+pub fn quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return word.to_string();
+    }
+    let mut out = String::with_capacity(word.len() + 2);
+    out.push('\'');
+    for c in word.chars() {
+        if c == '\'' {
+            out.push_str(r#"'\''"#);
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// What the agent needs to start one node's job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInvocation {
+    /// Seconds between SIGTERM and SIGKILL when the group is torn down.
+    pub grace_secs: u64,
+    /// The job as a shell snippet (see [`job_snippet`]).
+    pub job: String,
+}
+
+impl AgentInvocation {
+    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE JOB`.
+    pub fn local_argv(&self) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            AGENT_SCRIPT.into(),
+            AGENT_NAME.into(),
+            self.grace_secs.to_string(),
+            self.job.clone(),
+        ]
+    }
+
+    /// The command string given to ssh, which the remote login shell runs with `-c`.
+    pub fn remote_command(&self) -> String {
+        self.local_argv()
+            .iter()
+            .map(|w| quote(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The job snippet: enter the workdir, run `setup`, then `exec` the launcher so that the
+/// launcher is the leader of the group the agent tears down.
+pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String {
+    let mut s = String::new();
+    let wd = quote(workdir);
+    let _ = writeln!(
+        s,
+        "cd -- {wd} || {{ echo \"herd: cannot enter workdir {wd} on $(hostname)\" >&2; exit 2; }}"
+    );
+    if let Some(setup) = setup {
+        // Braces on their own lines so that a setup ending in a comment still parses.
+        let _ = writeln!(s, "{{\n{setup}\n}} || {{ herd_rc=$?; echo \"herd: setup failed with exit $herd_rc\" >&2; exit $herd_rc; }}");
+    }
+    let _ = write!(s, "exec {command}");
+    s
+}
+
+/// The env block the agent reads from stdin: a line count, then `export NAME='value'` lines.
+/// Names must already be valid shell identifiers (the config checks them).
+pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
+    let mut body = String::new();
+    for (name, value) in vars {
+        debug_assert!(crate::config::is_env_name(name), "invalid env name {name:?}");
+        let _ = writeln!(body, "export {name}={}", quote(value));
+    }
+    let lines = body.bytes().filter(|&b| b == b'\n').count();
+    format!("{lines}\n{body}").into_bytes()
+}
+
+/// Control lines herd writes to the agent's stdin after the env block.
+pub const CONTROL_TERM: &[u8] = b"term\n";
+pub const CONTROL_KILL: &[u8] = b"kill\n";
+
+/// A line the agent wrote on its stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentMessage {
+    /// The job's process group id.
+    Started { pgid: u32 },
+    /// The launcher's wait status as the shell reports it (128+N for signal N).
+    Exited { status: i32 },
+    /// Anything else (a shell error from the agent itself): kept as output, never dropped.
+    Other(String),
+}
+
+pub fn parse_agent_line(line: &str) -> AgentMessage {
+    let parsed = line
+        .strip_prefix("herd-agent ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(key, value)| match key {
+            "pgid" => value.parse().ok().map(|pgid| AgentMessage::Started { pgid }),
+            "exit" => value.parse().ok().map(|status| AgentMessage::Exited { status }),
+            _ => None,
+        });
+    parsed.unwrap_or_else(|| AgentMessage::Other(line.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::process::{Command, Stdio};
+
+    fn sh_echo(words: &[String]) -> Vec<u8> {
+        let script = format!(
+            "printf '%s\\0' {}",
+            words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
+        );
+        Command::new("sh").arg("-c").arg(script).output().unwrap().stdout
+    }
+
+    #[test]
+    fn quote_keeps_plain_words_readable() {
+        assert_eq!(quote("train.py"), "train.py");
+        assert_eq!(quote("--nproc-per-node=8"), "--nproc-per-node=8");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r#"'it'\''s'"#);
+    }
+
+    #[test]
+    fn nasty_values_survive_the_shell() {
+        let words: Vec<String> = [
+            "a b", "'", "\"", "$HOME", "`id`", "\\", ";|&*", "x\ny", "\t", "$(id)", "-n", "é✓",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let out = sh_echo(&words);
+        let got: Vec<&[u8]> = out.split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
+        assert_eq!(got.len(), words.len());
+        for (g, w) in got.iter().zip(&words) {
+            assert_eq!(*g, w.as_bytes());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_string_round_trips_through_sh(s in "[^\u{0}]{0,40}") {
+            let out = sh_echo(&[s.clone()]);
+            prop_assert_eq!(out, [s.as_bytes(), b"\0"].concat());
+        }
+
+        #[test]
+        fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
+            let inv = AgentInvocation { grace_secs: 1, job: "printf '%s' \"$HERD_T\"".into() };
+            let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
+            prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
+        }
+    }
+
+    /// Run the agent here, feeding `input` and holding its stdin open until the job is done
+    /// (closing it early is the signal to tear the job down).
+    fn run_agent(inv: &AgentInvocation, input: &[u8]) -> std::process::Output {
+        use std::io::{Read, Write};
+        let argv = inv.local_argv();
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+        let mut stdout = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        drop(stdin);
+        let mut out = child.wait_with_output().unwrap();
+        out.stdout = stdout;
+        out
+    }
+
+    /// Live (not zombie) processes of a process group, from /proc.
+    fn live_members(pgid: u32) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+                let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn closing_stdin_tears_the_whole_group_down() {
+        use std::io::{BufRead, BufReader, Write};
+        // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
+        let inv = AgentInvocation { grace_secs: 1, job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into() };
+        let argv = inv.local_argv();
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        let AgentMessage::Started { pgid } = parse_agent_line(first.trim_end()) else {
+            panic!("expected a pgid line, got {first:?}")
+        };
+        let group_alive = || !live_members(pgid).is_empty();
+        assert!(group_alive());
+        let started = std::time::Instant::now();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(out.stdout.is_empty());
+        assert_eq!(live_members(pgid), Vec::<u32>::new(), "process group {pgid} outlived the agent");
+    }
+
+    #[test]
+    fn env_block_counts_physical_lines() {
+        let b = env_block([("A", "1"), ("B", "x\ny")]);
+        assert_eq!(String::from_utf8(b).unwrap(), "3\nexport A=1\nexport B='x\ny'\n");
+    }
+
+    #[test]
+    fn remote_command_is_one_shell_line_running_the_agent() {
+        let inv = AgentInvocation { grace_secs: 7, job: "exec echo 'hi there'".into() };
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(inv.remote_command())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::{Read, Write};
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stdout = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout, b"hi there\n");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
+    }
+
+    #[test]
+    fn job_snippet_reports_missing_workdir_and_failed_setup() {
+        let run = |snippet: String| {
+            Command::new("bash").arg("-c").arg(snippet).output().unwrap()
+        };
+        let out = run(job_snippet("/nonexistent dir", None, "true"));
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("herd: cannot enter workdir '/nonexistent dir'"));
+
+        let out = run(job_snippet("/", Some("false # trailing comment"), "true"));
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("herd: setup failed with exit 1"));
+
+        let out = run(job_snippet("/", Some("X=1"), "echo \"$X\" \"$PWD\""));
+        assert_eq!(out.stdout, b"1 /\n");
+    }
+
+    #[test]
+    fn agent_lines_parse() {
+        assert_eq!(parse_agent_line("herd-agent pgid 42"), AgentMessage::Started { pgid: 42 });
+        assert_eq!(parse_agent_line("herd-agent exit 137"), AgentMessage::Exited { status: 137 });
+        assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));
+        assert_eq!(parse_agent_line("herd-agent exit x"), AgentMessage::Other("herd-agent exit x".into()));
+    }
+}

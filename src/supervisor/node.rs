@@ -1,0 +1,168 @@
+//! One node during one attempt: start its agent, hand it the env, pump its output into
+//! events, pass on stop requests, and report how it ended.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, watch};
+
+use crate::events::{Event, NodeExit};
+use crate::lines::LineSplitter;
+use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::transport::{Connection, TransportExit};
+
+/// What the supervisor asks of every running node of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stop {
+    Run,
+    /// SIGTERM the job's process group.
+    Term,
+    /// SIGKILL it.
+    Kill,
+}
+
+/// The last lines a node printed, kept for the failure summary.
+pub const TAIL_LINES: usize = 40;
+const TAIL_LINE_CHARS: usize = 400;
+
+#[derive(Debug)]
+pub struct NodeResult {
+    pub node_rank: usize,
+    pub exit: NodeExit,
+    pub tail: Vec<String>,
+}
+
+pub struct NodeRun {
+    pub node_rank: usize,
+    pub host: String,
+    pub attempt: u32,
+    pub invocation: AgentInvocation,
+    pub env_block: Vec<u8>,
+}
+
+pub async fn run(
+    conn: Arc<Connection>,
+    node: NodeRun,
+    mut stop: watch::Receiver<Stop>,
+    events: mpsc::Sender<Event>,
+) -> NodeResult {
+    let rank = node.node_rank;
+    let result = |exit: NodeExit, tail: Vec<String>| NodeResult { node_rank: rank, exit, tail };
+    let process = match conn.spawn_agent(&node.invocation).await {
+        Ok(p) => p,
+        Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
+    };
+    let mut stdin = process.stdin;
+    let out_pump = tokio::spawn(pump_output(process.stdout, rank, events.clone()));
+    let err_pump = tokio::spawn(pump_agent(process.stderr, node.attempt, rank, node.host.clone(), events.clone()));
+
+    let wrote_env = async {
+        stdin.write_all(&node.env_block).await?;
+        stdin.flush().await
+    }
+    .await;
+    if let Err(e) = wrote_env {
+        tracing::debug!(node = rank, "writing env block: {e}");
+    }
+
+    let wait = process.handle.wait();
+    tokio::pin!(wait);
+    let mut sent = Stop::Run;
+    let transport_exit = loop {
+        tokio::select! {
+            exit = &mut wait => break exit,
+            changed = stop.changed() => {
+                if changed.is_err() {
+                    // The supervisor is gone: closing stdin tears the job down.
+                    continue;
+                }
+                let want = *stop.borrow_and_update();
+                if want > sent {
+                    sent = want;
+                    let line = if want == Stop::Kill { remote::CONTROL_KILL } else { remote::CONTROL_TERM };
+                    if let Err(e) = async { stdin.write_all(line).await?; stdin.flush().await }.await {
+                        tracing::debug!(node = rank, "sending {want:?}: {e}");
+                    }
+                }
+            }
+        }
+    };
+    let tail = out_pump.await.unwrap_or_default();
+    let agent_status = err_pump.await.unwrap_or(None);
+    drop(stdin);
+
+    let exit = match (agent_status, transport_exit) {
+        (Some(status), _) => NodeExit::from_shell_status(status),
+        (None, TransportExit::Disconnected(why)) => NodeExit::Lost(why),
+        (None, TransportExit::Code(code)) => NodeExit::Lost(format!("agent ended with exit code {code} before the job did")),
+        (None, TransportExit::Signal(sig)) => NodeExit::Lost(format!("agent killed by signal {sig}")),
+    };
+    let _ = events
+        .send(Event::NodeExited { attempt: node.attempt, node_rank: rank, host: node.host, exit: exit.clone() })
+        .await;
+    result(exit, tail)
+}
+
+/// Forward the job's output as lines; return the last few for the summary.
+async fn pump_output(mut stdout: impl AsyncRead + Unpin, rank: usize, events: mpsc::Sender<Event>) -> Vec<String> {
+    let mut splitter = LineSplitter::default();
+    let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut lines = Vec::new();
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                splitter.finish(&mut lines);
+                0
+            }
+            Ok(n) => {
+                splitter.push(&buf[..n], &mut lines);
+                n
+            }
+        };
+        for line in lines.iter().filter(|l| !l.text.is_empty()) {
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            let text = String::from_utf8_lossy(&line.text);
+            tail.push_back(text.chars().take(TAIL_LINE_CHARS).collect());
+        }
+        if !lines.is_empty() && events.send(Event::NodeOutput { node_rank: rank, lines }).await.is_err() {
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    tail.into()
+}
+
+/// Read the agent's own messages; anything that is not one is shown as node output.
+/// Returns the job's wait status if the agent reported one.
+async fn pump_agent(
+    stderr: impl AsyncRead + Unpin,
+    attempt: u32,
+    rank: usize,
+    host: String,
+    events: mpsc::Sender<Event>,
+) -> Option<i32> {
+    let mut reader = BufReader::new(stderr).split(b'\n');
+    let mut status = None;
+    while let Ok(Some(line)) = reader.next_segment().await {
+        let line = String::from_utf8_lossy(&line);
+        let event = match remote::parse_agent_line(&line) {
+            AgentMessage::Started { pgid } => Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid },
+            AgentMessage::Exited { status: s } => {
+                status = Some(s);
+                continue;
+            }
+            AgentMessage::Other(text) => Event::NodeOutput {
+                node_rank: rank,
+                lines: vec![crate::lines::Line { text: text.into_bytes(), end: crate::lines::LineEnd::Lf }],
+            },
+        };
+        let _ = events.send(event).await;
+    }
+    status
+}

@@ -1,0 +1,203 @@
+//! How herd reaches a node: one SSH master connection per node (ControlMaster, through the
+//! system OpenSSH client, so ~/.ssh/config, ssh-agent and ProxyJump keep working), with every
+//! later action multiplexed over it; or this machine directly, for `localhost`.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::config::KnownHostsPolicy;
+use crate::plan::{SshTarget, Transport};
+use crate::remote::AgentInvocation;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("cannot connect over ssh: {0}")]
+    Connect(String),
+    #[error("cannot start a command over ssh: {0}")]
+    Spawn(String),
+    #[error("cannot start a local command: {0}")]
+    Local(#[from] std::io::Error),
+}
+
+/// An open way to run commands on one node.
+pub enum Connection {
+    Local,
+    Ssh(Arc<Session>),
+}
+
+/// The running agent of one node: its pipes and a handle to wait on it.
+pub struct AgentProcess {
+    pub stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    pub stdout: Box<dyn AsyncRead + Send + Unpin>,
+    pub stderr: Box<dyn AsyncRead + Send + Unpin>,
+    pub handle: AgentHandle,
+}
+
+pub enum AgentHandle {
+    Local(tokio::process::Child),
+    Ssh(openssh::Child<Arc<Session>>),
+}
+
+/// How an agent process ended, as the transport sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportExit {
+    Code(i32),
+    Signal(i32),
+    /// The connection went away before an exit status arrived.
+    Disconnected(String),
+}
+
+/// Connect to a node. `alive_interval` sets SSH keepalives: the connection counts as lost
+/// after three unanswered ones.
+pub async fn connect(transport: &Transport, alive_interval: Duration) -> Result<Connection, TransportError> {
+    match transport {
+        Transport::Local => Ok(Connection::Local),
+        Transport::Ssh(target) => connect_ssh(target, alive_interval).await,
+    }
+}
+
+async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Connection, TransportError> {
+    let mut b = SessionBuilder::default();
+    b.known_hosts_check(match target.known_hosts {
+        KnownHostsPolicy::Strict => KnownHosts::Strict,
+        KnownHostsPolicy::AcceptNew => KnownHosts::Add,
+    })
+    .connect_timeout(target.connect_timeout)
+    .server_alive_interval(alive_interval.max(Duration::from_secs(1)))
+    // If herd dies without closing the master, it exits on its own once its sessions are gone.
+    .control_persist(ControlPersist::IdleFor(NonZeroUsize::new(30).expect("non-zero")));
+    if let Some(user) = &target.user {
+        b.user(user.clone());
+    }
+    if let Some(port) = target.port {
+        b.port(port);
+    }
+    if let Some(key) = &target.identity_file {
+        b.keyfile(expand_tilde(key));
+    }
+    if let Some(file) = &target.known_hosts_file {
+        b.user_known_hosts_file(expand_tilde(file));
+    }
+    let session = b
+        .connect_mux(&target.host)
+        .await
+        .map_err(|e| TransportError::Connect(error_chain(&e)))?;
+    Ok(Connection::Ssh(Arc::new(session)))
+}
+
+impl Connection {
+    /// Start the node agent with piped stdin, stdout and stderr.
+    pub async fn spawn_agent(&self, inv: &AgentInvocation) -> Result<AgentProcess, TransportError> {
+        match self {
+            Connection::Local => {
+                let argv = inv.local_argv();
+                let mut child = tokio::process::Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()?;
+                Ok(AgentProcess {
+                    stdin: Box::new(child.stdin.take().expect("piped")),
+                    stdout: Box::new(child.stdout.take().expect("piped")),
+                    stderr: Box::new(child.stderr.take().expect("piped")),
+                    handle: AgentHandle::Local(child),
+                })
+            }
+            Connection::Ssh(session) => {
+                let mut child = Session::to_raw_command(session.clone(), inv.remote_command())
+                    .stdin(openssh::Stdio::piped())
+                    .stdout(openssh::Stdio::piped())
+                    .stderr(openssh::Stdio::piped())
+                    .spawn()
+                    .await
+                    .map_err(|e| TransportError::Spawn(error_chain(&e)))?;
+                // Taken out here so that wait() cannot close stdin: it is the agent's lifeline.
+                let stdin = child.stdin().take().expect("piped");
+                let stdout = child.stdout().take().expect("piped");
+                let stderr = child.stderr().take().expect("piped");
+                Ok(AgentProcess {
+                    stdin: Box::new(stdin),
+                    stdout: Box::new(stdout),
+                    stderr: Box::new(stderr),
+                    handle: AgentHandle::Ssh(child),
+                })
+            }
+        }
+    }
+
+    /// Run a shell command on the node and collect its output.
+    pub async fn output(&self, shell: &str) -> Result<std::process::Output, TransportError> {
+        match self {
+            Connection::Local => Ok(tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(shell)
+                .stdin(Stdio::null())
+                .output()
+                .await?),
+            Connection::Ssh(session) => session
+                .raw_command(shell)
+                .stdin(openssh::Stdio::null())
+                .output()
+                .await
+                .map_err(|e| TransportError::Spawn(error_chain(&e))),
+        }
+    }
+
+    /// Close the master connection.
+    pub async fn close(self) {
+        if let Connection::Ssh(session) = self {
+            if let Ok(session) = Arc::try_unwrap(session) {
+                if let Err(e) = session.close().await {
+                    tracing::debug!("closing ssh master: {}", error_chain(&e));
+                }
+            }
+        }
+    }
+}
+
+impl AgentHandle {
+    pub async fn wait(self) -> TransportExit {
+        use std::os::unix::process::ExitStatusExt;
+        let status = match self {
+            AgentHandle::Local(mut child) => child.wait().await.map_err(|e| e.to_string()),
+            AgentHandle::Ssh(child) => child.wait().await.map_err(|e| error_chain(&e)),
+        };
+        match status {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => TransportExit::Code(code),
+                (None, Some(sig)) => TransportExit::Signal(sig),
+                (None, None) => TransportExit::Disconnected("no exit status".into()),
+            },
+            Err(e) => TransportExit::Disconnected(e),
+        }
+    }
+}
+
+fn expand_tilde(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// An error and its sources on one line; ssh's own words are usually in the innermost one.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        let msg = inner.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(msg.trim());
+        }
+        cur = inner.source();
+    }
+    s
+}

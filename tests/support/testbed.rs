@@ -1,0 +1,757 @@
+//! A real multi-host test cluster made of Linux network namespaces, for integration tests.
+//!
+//! ```ignore
+//! mod support;
+//! use support::testbed::Testbed;
+//!
+//! let tb = Testbed::new(3);
+//! let node = &tb.nodes()[0];            // node index 0 is "node1" at 10.77.K.2
+//! let out = tb.ssh(0, "hostname");      // -> "node1\n"
+//! ```
+//!
+//! Layout of one testbed (K in 1..=250 is allocated across concurrent test processes):
+//! * bridge `herdbr<K>` in the root namespace, 10.77.K.1/24. No forwarding, NAT or default routes:
+//!   nodes can only talk on 10.77.K.0/24 (and the root namespace can reach them through the bridge).
+//! * node i (1-based in *names*): netns `herdt-K-i`, veth `hv<K>x<i>` (root side, on the bridge) and
+//!   `eth0` (10.77.K.(i+1)/24) inside the namespace, `lo` up.
+//! * `/etc/netns/herdt-K-i/hosts` maps `node<i>` to 127.0.0.1 (as on many real clusters).
+//! * one sshd per node, in the node's netns and in its own UTS namespace with hostname `node<i>`.
+//!
+//! **All `node: usize` arguments are 0-based indices into [`Testbed::nodes`]**: index 0 is `node1`.
+//!
+//! Requires root (CAP_NET_ADMIN / CAP_SYS_ADMIN), iproute2, util-linux and openssh-server.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Marker files `<K>.pid` ("<pid> <starttime>\n<testbed dir>\n") that own slot K.
+const MARKER_DIR: &str = "/run/herd-testbed";
+const MAX_K: u32 = 250;
+const MAX_NODES: usize = 200;
+/// How long `new` waits for every sshd to accept a real ssh login.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+static UNIQUE: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Clone)]
+pub struct TestNode {
+    /// Network namespace name, e.g. `herdt-12-1`.
+    pub netns: String,
+    /// Its address on the bridge, e.g. `10.77.12.2`.
+    pub addr: String,
+    /// UTS hostname seen by processes started through its sshd, e.g. `node1`.
+    pub hostname: String,
+    /// Root-namespace end of its veth pair (see [`Testbed::link_down`]).
+    pub veth_host: String,
+}
+
+pub struct Testbed {
+    k: u32,
+    bridge: String,
+    nodes: Vec<TestNode>,
+    sshds: Vec<Child>,
+    sshd_cmds: Vec<String>,
+    identity: PathBuf,
+    known_hosts: PathBuf,
+    marker: PathBuf,
+    marker_content: String,
+    // Declared last so it is removed after `Drop::drop` has torn everything down.
+    dir: tempfile::TempDir,
+}
+
+impl Testbed {
+    /// Builds an `n`-node cluster and returns once every node accepts a real ssh login.
+    /// Panics with a descriptive message on any failure (partially built state is cleaned up).
+    pub fn new(n: usize) -> Testbed {
+        assert!(
+            (1..=MAX_NODES).contains(&n),
+            "Testbed::new({n}): node count must be in 1..={MAX_NODES}"
+        );
+        preflight();
+        cleanup_stale();
+
+        let dir = tempfile::Builder::new()
+            .prefix("herd-testbed-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("testbed: cannot create temp dir: {e}"));
+        let (k, marker, marker_content) = allocate_slot(dir.path());
+        let mut tb = Testbed {
+            k,
+            bridge: format!("herdbr{k}"),
+            nodes: Vec::new(),
+            sshds: Vec::new(),
+            sshd_cmds: Vec::new(),
+            identity: dir.path().join("id_ed25519"),
+            known_hosts: dir.path().join("known_hosts"),
+            marker,
+            marker_content,
+            dir,
+        };
+        // From here on, a panic drops `tb`, whose Drop tears down whatever was created.
+        tb.setup(n);
+        tb
+    }
+
+    pub fn nodes(&self) -> &[TestNode] {
+        &self.nodes
+    }
+
+    /// The slot number K (the third octet of every address, the suffix of the bridge name).
+    pub fn k(&self) -> u32 {
+        self.k
+    }
+
+    /// Name of the root-namespace bridge (`herdbr<K>`), whose address is 10.77.K.1.
+    pub fn bridge(&self) -> &str {
+        &self.bridge
+    }
+
+    /// Private key accepted by every node's sshd for `root`.
+    pub fn identity_file(&self) -> &Path {
+        &self.identity
+    }
+
+    /// known_hosts listing every node's addr with its host key (StrictHostKeyChecking=yes works).
+    pub fn known_hosts_file(&self) -> &Path {
+        &self.known_hosts
+    }
+
+    /// A temp dir owned by the testbed (keys, sshd configs and logs live here); removed on drop.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `sh -c cmd` inside node's network namespace (and its /etc/netns bind mounts) via
+    /// `ip netns exec`, NOT via ssh. Not in the node's UTS namespace. Does not panic on a non-zero
+    /// exit status. Stdin is /dev/null; stdout/stderr are captured (so a background process that
+    /// keeps them open makes this block: redirect its output).
+    pub fn ns_exec(&self, node: usize, cmd: &str) -> Output {
+        let ns = &self.node(node).netns;
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, "sh", "-c", cmd]);
+        spawn_output(&mut c)
+    }
+
+    /// Runs `cmd` on the node through its sshd as root (ssh -F /dev/null, strict host keys,
+    /// BatchMode). Does not panic on a non-zero exit status.
+    pub fn ssh(&self, node: usize, cmd: &str) -> Output {
+        let mut c = self.ssh_command(node);
+        c.arg(cmd);
+        spawn_output(&mut c)
+    }
+
+    /// An `ssh ... root@<addr>` command (no remote command yet) using this testbed's key and
+    /// known_hosts; append the remote command with `.arg(..)`.
+    pub fn ssh_command(&self, node: usize) -> Command {
+        let addr = &self.node(node).addr;
+        let mut c = Command::new("ssh");
+        c.arg("-F").arg("/dev/null");
+        c.arg("-i").arg(&self.identity);
+        c.arg("-o").arg(opt("UserKnownHostsFile=", &self.known_hosts));
+        c.args([
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "LogLevel=ERROR",
+            // Much cheaper than the default sntrup761 hybrid on slow test machines.
+            "-o",
+            "KexAlgorithms=curve25519-sha256",
+        ]);
+        c.arg(format!("root@{addr}"));
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Cuts the node off the bridge (`ip link set <veth_host> down`).
+    pub fn link_down(&self, node: usize) {
+        let veth = &self.node(node).veth_host;
+        run(Command::new("ip").args(["link", "set", veth, "down"]));
+    }
+
+    /// Restores the node's link (`ip link set <veth_host> up`).
+    pub fn link_up(&self, node: usize) {
+        let veth = &self.node(node).veth_host;
+        run(Command::new("ip").args(["link", "set", veth, "up"]));
+    }
+
+    /// Pids (sorted) of live, non-zombie processes in the node's network namespace whose
+    /// environment contains exactly `key=value`.
+    pub fn processes_with_env(&self, node: usize, key: &str, value: &str) -> Vec<u32> {
+        let ns = &self.node(node).netns;
+        let Some(ns_id) = netns_id(ns) else {
+            panic!("testbed: network namespace {ns} does not exist (/run/netns/{ns})");
+        };
+        let wanted = format!("{key}={value}").into_bytes();
+        let mut pids: Vec<u32> = pids_in_netns(ns_id)
+            .into_iter()
+            .filter(|&pid| {
+                let mut buf = Vec::new();
+                let read = match fs::File::open(format!("/proc/{pid}/environ")) {
+                    Ok(mut f) => f.read_to_end(&mut buf).is_ok(),
+                    Err(_) => false,
+                };
+                read && buf.split(|&b| b == 0).any(|entry| entry == wanted.as_slice())
+            })
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// A `[ssh]` TOML table for herd's cluster file.
+    pub fn ssh_config_toml(&self) -> String {
+        format!(
+            "[ssh]\nuser = \"root\"\nidentity_file = {}\nknown_hosts = \"strict\"\nknown_hosts_file = {}\nconnect_timeout = \"5s\"\n",
+            toml_str(&self.identity),
+            toml_str(&self.known_hosts),
+        )
+    }
+
+    fn node(&self, node: usize) -> &TestNode {
+        self.nodes.get(node).unwrap_or_else(|| {
+            panic!(
+                "testbed: node index {node} out of range: this testbed has {} nodes and indices are \
+                 0-based (index 0 is node1)",
+                self.nodes.len()
+            )
+        })
+    }
+
+    fn setup(&mut self, n: usize) {
+        let start = Instant::now();
+        let k = self.k;
+        let dir = self.dir.path().to_path_buf();
+
+        // Keys: one user key, one host key per node; generated in parallel.
+        let mut keygens = Vec::new();
+        let mut keygen = |path: &Path| {
+            let mut c = Command::new("ssh-keygen");
+            c.args(["-q", "-N", "", "-t", "ed25519", "-C", "herd-testbed", "-f"]).arg(path);
+            let child = spawn_piped(&mut c);
+            keygens.push((c, child));
+        };
+        keygen(&self.identity);
+        for i in 1..=n {
+            keygen(&dir.join(format!("host{i}_ed25519")));
+        }
+        for (c, child) in keygens {
+            check(&c, wait_output(&c, child));
+        }
+        fs::copy(dir.join("id_ed25519.pub"), dir.join("authorized_keys"))
+            .unwrap_or_else(|e| panic!("testbed: cannot write authorized_keys: {e}"));
+
+        // Bridge (already created by allocate_slot, which uses it as the slot lock).
+        run(Command::new("ip").args(["addr", "add", &format!("10.77.{k}.1/24"), "dev", &self.bridge]));
+        run(Command::new("ip").args(["link", "set", &self.bridge, "up"]));
+
+        fs::create_dir_all("/run/sshd").unwrap_or_else(|e| panic!("testbed: cannot create /run/sshd: {e}"));
+        let mut known_hosts = String::new();
+        for i in 1..=n {
+            let node = TestNode {
+                netns: format!("herdt-{k}-{i}"),
+                addr: format!("10.77.{k}.{}", i + 1),
+                hostname: format!("node{i}"),
+                veth_host: format!("hv{k}x{i}"),
+            };
+            // Record before creating anything so Drop covers it (it also sweeps by name).
+            self.nodes.push(node.clone());
+
+            let etc = PathBuf::from(format!("/etc/netns/{}", node.netns));
+            fs::create_dir_all(&etc).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", etc.display()));
+            write_file(&etc.join("hosts"), &format!("127.0.0.1 localhost {}\n::1 localhost\n", node.hostname));
+            write_file(&etc.join("hostname"), &format!("{}\n", node.hostname));
+
+            run(Command::new("ip").args(["netns", "add", &node.netns]));
+            run(Command::new("ip").args([
+                "link", "add", &node.veth_host, "type", "veth", "peer", "name", "eth0", "netns", &node.netns,
+            ]));
+            run(Command::new("ip").args(["link", "set", &node.veth_host, "master", &self.bridge, "up"]));
+            run(Command::new("ip").args(["-n", &node.netns, "addr", "add", &format!("{}/24", node.addr), "dev", "eth0"]));
+            run(Command::new("ip").args(["-n", &node.netns, "link", "set", "eth0", "up"]));
+            run(Command::new("ip").args(["-n", &node.netns, "link", "set", "lo", "up"]));
+
+            let host_key = dir.join(format!("host{i}_ed25519"));
+            let cfg = dir.join(format!("sshd{i}.conf"));
+            write_file(
+                &cfg,
+                &format!(
+                    "ListenAddress {addr}\n\
+                     Port 22\n\
+                     HostKey {host_key}\n\
+                     PidFile none\n\
+                     AuthorizedKeysFile {auth}\n\
+                     PermitRootLogin prohibit-password\n\
+                     PubkeyAuthentication yes\n\
+                     PasswordAuthentication no\n\
+                     KbdInteractiveAuthentication no\n\
+                     UsePAM no\n\
+                     StrictModes no\n\
+                     MaxSessions 100\n\
+                     MaxStartups 200\n\
+                     LogLevel ERROR\n\
+                     PrintMotd no\n\
+                     Subsystem sftp internal-sftp\n",
+                    addr = node.addr,
+                    host_key = host_key.display(),
+                    auth = dir.join("authorized_keys").display(),
+                ),
+            );
+            let host_pub = fs::read_to_string(dir.join(format!("host{i}_ed25519.pub")))
+                .unwrap_or_else(|e| panic!("testbed: cannot read host key of node{i}: {e}"));
+            let mut fields = host_pub.split_whitespace();
+            let (kt, kb) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+            known_hosts.push_str(&format!("{} {kt} {kb}\n", node.addr));
+
+            let log_path = dir.join(format!("sshd{i}.log"));
+            let log = fs::File::create(&log_path)
+                .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", log_path.display()));
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &node.netns, "unshare", "--uts", "sh", "-c"]);
+            c.arg(format!(
+                "hostname {} && exec /usr/sbin/sshd -D -e -f {}",
+                node.hostname,
+                sh_quote(&cfg.to_string_lossy())
+            ));
+            c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+            // Own process group, so Drop can kill the whole group.
+            c.process_group(0);
+            let child = c
+                .spawn()
+                .unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(&c)));
+            self.sshds.push(child);
+            self.sshd_cmds.push(cmdline(&c));
+        }
+        write_file(&self.known_hosts, &known_hosts);
+
+        // Readiness 1: sshd listens on port 22 in the node's netns. Checked through
+        // /proc/<sshd pid>/net/tcp (that pid's netns) instead of probe connections, which sshd
+        // would log as errors.
+        let deadline = start + READY_TIMEOUT;
+        for i in 0..n {
+            loop {
+                self.check_sshd_alive(i);
+                if listening_on_22(self.sshds[i].id(), &self.nodes[i].addr) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    panic!(
+                        "testbed: sshd of {} ({}) not listening on port 22 after {READY_TIMEOUT:?}\n{}",
+                        self.nodes[i].hostname,
+                        self.nodes[i].addr,
+                        self.sshd_log_tail(i)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // Readiness 2: a real, strict ssh login to every node (in parallel, retried).
+        let mut pending: Vec<usize> = (0..n).collect();
+        loop {
+            let attempts: Vec<(usize, Command, Child)> = pending
+                .iter()
+                .map(|&i| {
+                    let mut c = self.ssh_command(i);
+                    c.arg("true");
+                    let child = spawn_piped(&mut c);
+                    (i, c, child)
+                })
+                .collect();
+            let mut failed = Vec::new();
+            for (i, c, child) in attempts {
+                let out = wait_output(&c, child);
+                if !out.status.success() {
+                    failed.push((i, c, out));
+                }
+            }
+            if failed.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let (i, c, out) = &failed[0];
+                panic!(
+                    "testbed: ssh login to {} ({}) still failing after {READY_TIMEOUT:?}\n`{}` exited with {}\nstderr: {}\n{}",
+                    self.nodes[*i].hostname,
+                    self.nodes[*i].addr,
+                    cmdline(c),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim_end(),
+                    self.sshd_log_tail(*i)
+                );
+            }
+            pending = failed.iter().map(|(i, _, _)| *i).collect();
+            for &i in &pending {
+                self.check_sshd_alive(i);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn check_sshd_alive(&mut self, i: usize) {
+        if let Ok(Some(status)) = self.sshds[i].try_wait() {
+            panic!(
+                "testbed: sshd of {} ({}) exited during startup with {status}\ncommand: {}\n{}",
+                self.nodes[i].hostname,
+                self.nodes[i].addr,
+                self.sshd_cmds[i],
+                self.sshd_log_tail(i)
+            );
+        }
+    }
+
+    fn sshd_log_tail(&self, i: usize) -> String {
+        let path = self.dir.path().join(format!("sshd{}.log", i + 1));
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        format!("--- tail of {} ---\n{tail}", path.display())
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        // Never panic here: every step ignores failures.
+        for child in &mut self.sshds {
+            let pgid = child.id();
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Kills everything left in the namespaces (ssh sessions, setsid'd jobs), deletes them,
+        // the veths, /etc/netns dirs and finally the bridge.
+        teardown_slot(self.k);
+        // Release the slot, unless somebody else's marker took its place.
+        if fs::read_to_string(&self.marker).ok().as_deref() == Some(self.marker_content.as_str()) {
+            let _ = fs::remove_file(&self.marker);
+        }
+    }
+}
+
+/// Removes leftovers of testbeds whose creating process no longer exists (per the marker files
+/// in /run/herd-testbed). Called at the start of [`Testbed::new`]. Never panics.
+pub fn cleanup_stale() {
+    let Ok(entries) = fs::read_dir(MARKER_DIR) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if let Some(rest) = name.strip_prefix(".tmp-") {
+            // Allocation temp files: ".tmp-<pid>-<n>".
+            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.map_or(true, |p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = fs::remove_file(&path);
+            }
+            continue;
+        }
+        let Some(k) = name.strip_suffix(".pid").and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(content) = fs::read_to_string(&path) else { continue };
+        if owner_alive(&content) {
+            continue;
+        }
+        // Claim the stale marker atomically so only one process reaps slot K.
+        let claimed = PathBuf::from(MARKER_DIR).join(format!(
+            ".reap-{k}-{}-{}",
+            std::process::id(),
+            UNIQUE.fetch_add(1, Ordering::Relaxed)
+        ));
+        if fs::rename(&path, &claimed).is_err() {
+            continue; // someone else is reaping it
+        }
+        let content = fs::read_to_string(&claimed).unwrap_or_default();
+        if owner_alive(&content) {
+            // Raced with a fresh allocation of K: put its marker back.
+            let _ = fs::hard_link(&claimed, &path);
+            let _ = fs::remove_file(&claimed);
+            continue;
+        }
+        teardown_slot(k);
+        if let Some(dir) = content.lines().nth(1) {
+            let dir = Path::new(dir);
+            let tmp = std::env::temp_dir();
+            let is_ours = dir.starts_with(&tmp)
+                && dir.file_name().is_some_and(|f| f.to_string_lossy().starts_with("herd-testbed-"));
+            if is_ours {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+        let _ = fs::remove_file(&claimed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slot allocation and teardown
+
+/// Claims a slot K: a marker file `<K>.pid` (created atomically with a hard link) plus the bridge
+/// `herdbr<K>` (`ip link add` fails if it exists, which moves us on to K+1).
+fn allocate_slot(dir: &Path) -> (u32, PathBuf, String) {
+    fs::create_dir_all(MARKER_DIR).unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
+    let me = std::process::id();
+    let content = format!("{me} {}\n{}\n", start_time(me).unwrap_or(0), dir.display());
+    let tmp = PathBuf::from(MARKER_DIR).join(format!(".tmp-{me}-{}", UNIQUE.fetch_add(1, Ordering::Relaxed)));
+    write_file(&tmp, &content);
+    let k0 = me % MAX_K; // 0-based start, derived from the pid
+    for off in 0..MAX_K {
+        let k = (k0 + off) % MAX_K + 1;
+        let marker = PathBuf::from(MARKER_DIR).join(format!("{k}.pid"));
+        match fs::hard_link(&tmp, &marker) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                panic!("testbed: cannot create marker {}: {e}", marker.display());
+            }
+        }
+        let mut c = Command::new("ip");
+        c.args(["link", "add", &format!("herdbr{k}"), "type", "bridge"]);
+        let out = spawn_output(&mut c);
+        if out.status.success() {
+            let _ = fs::remove_file(&tmp);
+            return (k, marker, content);
+        }
+        let _ = fs::remove_file(&marker);
+        if String::from_utf8_lossy(&out.stderr).contains("File exists") {
+            continue; // a bridge without (our) marker: leave it alone
+        }
+        let _ = fs::remove_file(&tmp);
+        check(&c, out);
+    }
+    let _ = fs::remove_file(&tmp);
+    panic!("testbed: no free slot: herdbr1..herdbr{MAX_K} are all taken (see {MARKER_DIR} and `ip link`)");
+}
+
+/// Best-effort removal of everything belonging to slot K. The bridge goes last: it is the lock
+/// that keeps another allocator from reusing K while we are still cleaning.
+fn teardown_slot(k: u32) {
+    let ns_prefix = format!("herdt-{k}-");
+    let namespaces = names_with_numeric_suffix("/run/netns", &ns_prefix);
+    // Kill everything in all namespaces first (their sshds may have sessions anywhere).
+    let ids: Vec<(u64, u64)> = namespaces.iter().filter_map(|ns| netns_id(ns)).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids: Vec<u32> = ids.iter().flat_map(|&id| pids_in_netns(id)).collect();
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(|p| p.to_string()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for ns in &namespaces {
+        quiet(Command::new("ip").args(["netns", "del", ns]));
+    }
+    // The veths normally vanish with their namespace's eth0 peer; delete any stragglers.
+    for link in names_with_numeric_suffix("/sys/class/net", &format!("hv{k}x")) {
+        quiet(Command::new("ip").args(["link", "del", &link]));
+    }
+    for d in names_with_numeric_suffix("/etc/netns", &ns_prefix) {
+        let _ = fs::remove_dir_all(Path::new("/etc/netns").join(d));
+    }
+    quiet(Command::new("ip").args(["link", "del", &format!("herdbr{k}")]));
+}
+
+/// Entries of `dir` named `<prefix><digits>`.
+fn names_with_numeric_suffix(dir: &str, prefix: &str) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            name.strip_prefix(prefix)
+                .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc helpers
+
+/// (st_dev, st_ino) identifying a named network namespace, or None if it does not exist.
+fn netns_id(ns: &str) -> Option<(u64, u64)> {
+    let path = format!("/run/netns/{ns}");
+    let own = fs::metadata("/proc/self/ns/net").ok()?;
+    let m = fs::metadata(&path).ok()?;
+    // A still-mounted netns file lives on nsfs (same st_dev as our own ns/net link target);
+    // an unmounted placeholder file would be on tmpfs and must not match anything.
+    if m.dev() != own.dev() {
+        return None;
+    }
+    Some((m.dev(), m.ino()))
+}
+
+/// Live, non-zombie processes whose network namespace is `id`.
+fn pids_in_netns(id: (u64, u64)) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(m) = fs::metadata(format!("/proc/{pid}/ns/net")) else { return false };
+            (m.dev(), m.ino()) == id && !is_zombie(pid)
+        })
+        .collect()
+}
+
+/// Fields of /proc/<pid>/stat after the `(comm)`: index 0 is the state (field 3).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether the network namespace of `pid` has a TCP socket listening on `addr`:22.
+fn listening_on_22(pid: u32, addr: &str) -> bool {
+    let Ok(ip) = addr.parse::<std::net::Ipv4Addr>() else { return false };
+    // /proc/net/tcp prints the raw network-order address as a native-endian %08X.
+    let local = format!("{:08X}:0016", u32::from_ne_bytes(ip.octets()));
+    let Ok(tcp) = fs::read_to_string(format!("/proc/{pid}/net/tcp")) else { return false };
+    tcp.lines().skip(1).any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        f.len() > 3 && f[1] == local && f[3] == "0A"
+    })
+}
+
+fn is_zombie(pid: u32) -> bool {
+    stat_fields(pid).map_or(true, |f| matches!(f.first().map(String::as_str), Some("Z") | Some("X")))
+}
+
+/// Process start time (field 22 of /proc/<pid>/stat), to tell a pid apart from its reuse.
+fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Marker content is "<pid> <starttime>\n<dir>\n".
+fn owner_alive(content: &str) -> bool {
+    let mut it = content.split_whitespace();
+    let (Some(pid), Some(start)) = (
+        it.next().and_then(|p| p.parse::<u32>().ok()),
+        it.next().and_then(|s| s.parse::<u64>().ok()),
+    ) else {
+        // Unparseable (e.g. a half-written marker): treat as alive, never reap.
+        return true;
+    };
+    !is_zombie(pid) && (start == 0 || start_time(pid) == Some(start))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command helpers
+
+fn preflight() {
+    let is_root = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false);
+    assert!(is_root, "Testbed needs root (network namespaces, bridges, sshd); run the tests as root");
+    assert!(Path::new("/usr/sbin/sshd").exists(), "Testbed needs /usr/sbin/sshd (install openssh-server)");
+}
+
+fn cmdline(cmd: &Command) -> String {
+    let mut s = sh_quote(&cmd.get_program().to_string_lossy());
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&sh_quote(&a.to_string_lossy()));
+    }
+    s
+}
+
+fn sh_quote(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b)) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn toml_str(p: &Path) -> String {
+    let s = p.to_string_lossy();
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn opt(prefix: &str, path: &Path) -> std::ffi::OsString {
+    let mut s = std::ffi::OsString::from(prefix);
+    s.push(path.as_os_str());
+    s
+}
+
+fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(cmd)))
+}
+
+fn wait_output(cmd: &Command, child: Child) -> Output {
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("testbed: failed to wait for `{}`: {e}", cmdline(cmd)))
+}
+
+/// Runs to completion, capturing output; panics only if it cannot be spawned.
+fn spawn_output(cmd: &mut Command) -> Output {
+    let child = spawn_piped(cmd);
+    wait_output(cmd, child)
+}
+
+/// Panics with command line, exit status and stderr unless `out` is a success.
+fn check(cmd: &Command, out: Output) -> Output {
+    if !out.status.success() {
+        panic!(
+            "testbed: `{}` failed with {}\nstderr: {}\nstdout: {}",
+            cmdline(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end(),
+            String::from_utf8_lossy(&out.stdout).trim_end()
+        );
+    }
+    out
+}
+
+/// Runs a command that must succeed (see [`check`]).
+fn run(cmd: &mut Command) -> Output {
+    let out = spawn_output(cmd);
+    check(cmd, out)
+}
+
+/// Runs a command, ignoring every failure (for teardown).
+fn quiet(cmd: &mut Command) {
+    let _ = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
+fn write_file(path: &Path, content: &str) {
+    let mut f = fs::File::create(path).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", path.display()));
+    f.write_all(content.as_bytes())
+        .unwrap_or_else(|e| panic!("testbed: cannot write {}: {e}", path.display()));
+}
