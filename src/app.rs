@@ -39,7 +39,11 @@ fn load_plan(path: &Path, extra_args: &[String]) -> Result<LaunchPlan, Error> {
 
 fn plan_command(args: PlanArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.extra_args)?;
-    let text = if args.json { output::plan_view::json(&plan) } else { output::plan_view::text(&plan) };
+    let text = if args.json {
+        output::plan_view::json(&plan)
+    } else {
+        output::plan_view::text(&plan)
+    };
     print!("{text}");
     Ok(exit::OK)
 }
@@ -64,7 +68,11 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     let log_root = plan.logs_dir.clone();
     let reporter_run_id = run_id.clone();
     let reporter = std::thread::spawn(move || {
-        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), color };
+        let sinks = Sinks {
+            stdout: Box::new(std::io::stdout()),
+            stderr: Box::new(std::io::stderr()),
+            color,
+        };
         output::report(&log_root, &reporter_run_id, hosts, events_rx, sinks)
     });
 
@@ -75,7 +83,10 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     let report = reporter
         .join()
         .expect("reporter thread panicked")
-        .map_err(Error::io(format!("cannot write the run's logs under {}", plan.logs_dir.display())))?;
+        .map_err(Error::io(format!(
+            "cannot write the run's logs under {}",
+            plan.logs_dir.display()
+        )))?;
     let outcome = outcome?;
 
     Ok(match outcome.status {
@@ -83,8 +94,16 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => {
             if let Some(first) = &outcome.first_failure {
-                let log = output::node_log_path(&report.run_dir, outcome.attempts - 1, first.node_rank, &first.host);
-                eprintln!("herd: {}", output::summary::failure(first, &log.display().to_string()));
+                let log = output::node_log_path(
+                    &report.run_dir,
+                    outcome.attempts - 1,
+                    first.node_rank,
+                    &first.host,
+                );
+                eprintln!(
+                    "herd: {}",
+                    output::summary::failure(first, &log.display().to_string())
+                );
             }
             exit::JOB_FAILED
         }
@@ -117,7 +136,12 @@ fn forward_signals() -> supervisor::Interrupts {
 fn new_run_id() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
-    format!("{}-{}-{:04x}", &stamp[..8], &stamp[8..14], rand::random::<u16>())
+    format!(
+        "{}-{}-{:04x}",
+        &stamp[..8],
+        &stamp[8..14],
+        rand::random::<u16>()
+    )
 }
 
 #[cfg(test)]

@@ -89,6 +89,11 @@ pub enum EnvValue {
     MasterPort,
     RunId,
     Attempt,
+    /// `HERD_MARKER`: `<config key>:<run id>:<node rank>`, which every job process inherits
+    /// and by which the agent finds processes that left the job's process group.
+    Marker {
+        config_key: String,
+    },
 }
 
 /// The values only known when an attempt starts.
@@ -99,6 +104,20 @@ pub struct AttemptValues<'a> {
     pub master_port: u16,
 }
 
+/// The variable that marks every process of a node's job.
+pub const MARKER_VAR: &str = "HERD_MARKER";
+
+/// Identifies a config file across runs (FNV-1a of its absolute path), so that leftovers of
+/// runs of the same config can be told from other jobs'.
+fn config_key(path: &std::path::Path, cwd: &str) -> String {
+    let abs = std::path::Path::new(cwd).join(path);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in abs.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// Hosts that run through the local transport.
 pub fn is_local_host(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
@@ -106,14 +125,32 @@ pub fn is_local_host(host: &str) -> bool {
 
 pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     let job = &config.job;
-    let nprocs: Vec<u32> = config.nodes.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
-    let world: Vec<(String, u32)> = config.nodes.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
+    let nprocs: Vec<u32> = config
+        .nodes
+        .iter()
+        .map(|n| n.nproc.unwrap_or(job.nproc_per_node))
+        .collect();
+    let world: Vec<(String, u32)> = config
+        .nodes
+        .iter()
+        .map(|n| n.host.clone())
+        .zip(nprocs.iter().copied())
+        .collect();
     let world_size: u32 = nprocs.iter().sum();
-    let addr_of = |i: usize| config.nodes[i].addr.clone().unwrap_or_else(|| config.nodes[i].host.clone());
+    let addr_of = |i: usize| {
+        config.nodes[i]
+            .addr
+            .clone()
+            .unwrap_or_else(|| config.nodes[i].host.clone())
+    };
 
     let master_rank = match &config.rendezvous.master {
         // The config checked that the master is one of the nodes.
-        Some(host) => config.nodes.iter().position(|n| &n.host == host).unwrap_or(0),
+        Some(host) => config
+            .nodes
+            .iter()
+            .position(|n| &n.host == host)
+            .unwrap_or(0),
         None => 0,
     };
     let master = Master {
@@ -125,6 +162,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     };
 
     let (forwarded, missing_forwarded) = forwarded_env(&job.forward_env, &inputs.env);
+    let config_key = config_key(&config.path, &inputs.cwd);
     let workdir = job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone());
 
     let mut first_global_rank = 0;
@@ -148,7 +186,8 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                 set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
                 set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
             }
-            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
+            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into())
+                .or_insert(EnvValue::Value("1".into()));
             let mut set = |k: &str, v: EnvValue| {
                 env.insert(k.to_string(), v);
             };
@@ -169,10 +208,21 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
             set("HERD_RUN_ID", EnvValue::RunId);
             set("HERD_ATTEMPT", EnvValue::Attempt);
             set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
+            set(
+                MARKER_VAR,
+                EnvValue::Marker {
+                    config_key: config_key.clone(),
+                },
+            );
 
             let command = launcher::command_line(
                 job,
-                &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
+                &NodeLaunch {
+                    node_rank: rank,
+                    nproc,
+                    master_addr: &master.addr,
+                    world: &world,
+                },
             );
             let transport = if is_local_host(&node.host) {
                 Transport::Local
@@ -218,13 +268,19 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
 
 /// Pick the launching environment's variables named by `forward_env` (exact names or a
 /// trailing-`*` prefix). Returns them sorted, and the exact names that were not set.
-fn forwarded_env(patterns: &[String], env: &BTreeMap<String, String>) -> (Vec<(String, String)>, Vec<String>) {
+fn forwarded_env(
+    patterns: &[String],
+    env: &BTreeMap<String, String>,
+) -> (Vec<(String, String)>, Vec<String>) {
     let mut picked = BTreeMap::new();
     let mut missing = Vec::new();
     for pattern in patterns {
         match pattern.strip_suffix('*') {
             Some(prefix) => {
-                for (k, v) in env.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)) {
+                for (k, v) in env
+                    .range(prefix.to_string()..)
+                    .take_while(|(k, _)| k.starts_with(prefix))
+                {
                     if config::is_env_name(k) {
                         picked.insert(k.clone(), v.clone());
                     }
@@ -263,10 +319,23 @@ impl NodePlan {
                     EnvValue::MasterPort => values.master_port.to_string(),
                     EnvValue::RunId => values.run_id.to_string(),
                     EnvValue::Attempt => values.attempt.to_string(),
+                    EnvValue::Marker { config_key } => {
+                        format!("{config_key}:{}:{}", values.run_id, self.rank)
+                    }
                 };
                 (k.clone(), value)
             })
             .collect()
+    }
+
+    /// The agent's `NAME=VALUE` marker line for one attempt.
+    pub fn marker(&self, values: &AttemptValues<'_>) -> String {
+        let value = self
+            .resolved_env(values)
+            .into_iter()
+            .find(|(k, _)| k == MARKER_VAR)
+            .map(|(_, v)| v);
+        format!("{MARKER_VAR}={}", value.unwrap_or_default())
     }
 
     pub fn global_ranks(&self) -> std::ops::Range<u32> {
@@ -276,13 +345,14 @@ impl NodePlan {
 
 impl EnvValue {
     /// How the plan shows it: secrets masked, launch-time values as placeholders.
-    pub fn display(&self) -> &str {
+    pub fn display(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            EnvValue::Value(s) => s,
-            EnvValue::Secret(_) => "<forwarded, hidden>",
-            EnvValue::MasterPort => "<auto>",
-            EnvValue::RunId => "<run-id>",
-            EnvValue::Attempt => "<attempt>",
+            EnvValue::Value(s) => s.into(),
+            EnvValue::Secret(_) => "<forwarded, hidden>".into(),
+            EnvValue::MasterPort => "<auto>".into(),
+            EnvValue::RunId => "<run-id>".into(),
+            EnvValue::Attempt => "<attempt>".into(),
+            EnvValue::Marker { config_key } => format!("{config_key}:<run-id>:<node-rank>").into(),
         }
     }
 }

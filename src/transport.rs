@@ -55,14 +55,20 @@ pub enum TransportExit {
 
 /// Connect to a node. `alive_interval` sets SSH keepalives: the connection counts as lost
 /// after three unanswered ones.
-pub async fn connect(transport: &Transport, alive_interval: Duration) -> Result<Connection, TransportError> {
+pub async fn connect(
+    transport: &Transport,
+    alive_interval: Duration,
+) -> Result<Connection, TransportError> {
     match transport {
         Transport::Local => Ok(Connection::Local),
         Transport::Ssh(target) => connect_ssh(target, alive_interval).await,
     }
 }
 
-async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Connection, TransportError> {
+async fn connect_ssh(
+    target: &SshTarget,
+    alive_interval: Duration,
+) -> Result<Connection, TransportError> {
     let mut b = SessionBuilder::default();
     b.known_hosts_check(match target.known_hosts {
         KnownHostsPolicy::Strict => KnownHosts::Strict,
@@ -71,7 +77,9 @@ async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Con
     .connect_timeout(target.connect_timeout)
     .server_alive_interval(alive_interval.max(Duration::from_secs(1)))
     // If herd dies without closing the master, it exits on its own once its sessions are gone.
-    .control_persist(ControlPersist::IdleFor(NonZeroUsize::new(30).expect("non-zero")));
+    .control_persist(ControlPersist::IdleFor(
+        NonZeroUsize::new(30).expect("non-zero"),
+    ));
     if let Some(user) = &target.user {
         b.user(user.clone());
     }

@@ -45,7 +45,10 @@ pub fn report(
     let nodes: Vec<(usize, String)> = hosts.iter().cloned().enumerate().collect();
     let prefixes = prefix::prefixes(&nodes, sinks.color);
     let mut files = RunFiles::create(log_root, run_id, hosts.clone())?;
-    let mut report = Report { run_dir: files.run_dir().to_path_buf(), ..Report::default() };
+    let mut report = Report {
+        run_dir: files.run_dir().to_path_buf(),
+        ..Report::default()
+    };
     let mut stdout = io::BufWriter::with_capacity(64 * 1024, sinks.stdout);
     let mut stdout_ok = true;
 

@@ -1,14 +1,20 @@
-# herd node agent: runs one node's job in its own process group and ties the group's
-# life to herd's connection. POSIX sh; needs setsid (util-linux) and kill.
+# herd node agent: runs one node's job in its own process group and ties the job's life to
+# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill.
 #
-# argv:  $1 grace seconds (SIGTERM -> SIGKILL), $2 the job as a shell snippet.
+# argv:  $1 grace seconds (SIGTERM -> SIGKILL)
+#        $2 the run marker, NAME=VALUE, which the env block also exports
+#        $3 the job as a shell snippet
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
-#        `term` / `kill` signal the job's group; EOF means herd is gone: TERM, grace, KILL.
+#        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
 # fd 2:  agent messages, one per line: `herd-agent pgid P`, `herd-agent exit S`.
+#
+# "The job" is its process group plus every process whose environment holds the marker:
+# torchrun starts each worker in a session of its own, out of reach of the group.
 grace=$1
-job=$2
+marker=$2
+job=$3
 
 IFS= read -r count || exit 70
 envs=
@@ -19,45 +25,53 @@ while [ "$i" -lt "$count" ]; do
 "
   i=$((i + 1))
 done
-eval "$envs"
 
 # Background lists get /dev/null as stdin unless told otherwise: keep ours on fd 3.
 exec 3<&0
 if command -v bash >/dev/null 2>&1; then jobsh=bash; else jobsh=sh; fi
 
-# A background child of a non-interactive shell is not a group leader, so setsid
-# does not fork: $! is the new session (and group) leader.
-setsid "$jobsh" -c "$job" </dev/null 3<&- 2>&1 &
+# The env is exported only in the job's subshell: the agent and its helpers (grep, sleep)
+# must not carry the marker, or they would find and kill themselves. setsid does not fork
+# here (a background child is not a group leader), so $! leads the job's new group.
+(eval "$envs" && exec setsid "$jobsh" -c "$job") </dev/null 3<&- 2>&1 &
 pg=$!
 echo "herd-agent pgid $pg" >&2
 
-# Kill the group: TERM, wait up to $1 seconds for it to go, then KILL.
-stop_group() {
-  kill -TERM "-$pg" 2>/dev/null || return 0
+strays() {
+  grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\([0-9]*\)/environ$,\1,'
+}
+
+signal_job() {
+  kill "-$1" "-$pg" 2>/dev/null
+  for p in $(strays); do kill "-$1" "$p" 2>/dev/null; done
+}
+
+# SIGTERM, up to $1 seconds for everything to go, then SIGKILL.
+stop_job() {
+  signal_job TERM
   t=0
-  while kill -0 "-$pg" 2>/dev/null && [ "$t" -lt "$(($1 * 10))" ]; do
+  while [ "$t" -lt "$(($1 * 10))" ] && { kill -0 "-$pg" 2>/dev/null || [ -n "$(strays)" ]; }; do
     sleep 0.1
     t=$((t + 1))
   done
-  kill -KILL "-$pg" 2>/dev/null
-  return 0
+  signal_job KILL
 }
 
 (
   while IFS= read -r cmd; do
     case $cmd in
-      term) kill -TERM "-$pg" 2>/dev/null ;;
-      kill) kill -KILL "-$pg" 2>/dev/null ;;
+      term) signal_job TERM ;;
+      kill) signal_job KILL ;;
     esac
   done
-  stop_group "$grace"
+  stop_job "$grace"
 ) <&3 >/dev/null 2>&1 &
 watcher=$!
 
-wait "$pg"
+wait "$pg" 2>/dev/null
 status=$?
-# The launcher is gone; whatever it left in its group goes too.
-stop_group "$grace"
+# The launcher is gone; whatever it started goes too.
+stop_job "$grace"
 kill "$watcher" 2>/dev/null
 echo "herd-agent exit $status" >&2
 exit "$status"

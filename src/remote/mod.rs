@@ -36,12 +36,14 @@ pub fn quote(word: &str) -> String {
 pub struct AgentInvocation {
     /// Seconds between SIGTERM and SIGKILL when the group is torn down.
     pub grace_secs: u64,
+    /// `NAME=VALUE` held in the environment of every job process (the env block sets it).
+    pub marker: String,
     /// The job as a shell snippet (see [`job_snippet`]).
     pub job: String,
 }
 
 impl AgentInvocation {
-    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE JOB`.
+    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE MARKER JOB`.
     pub fn local_argv(&self) -> Vec<String> {
         vec![
             "sh".into(),
@@ -49,6 +51,7 @@ impl AgentInvocation {
             AGENT_SCRIPT.into(),
             AGENT_NAME.into(),
             self.grace_secs.to_string(),
+            self.marker.clone(),
             self.job.clone(),
         ]
     }
@@ -85,7 +88,10 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
 pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
     let mut body = String::new();
     for (name, value) in vars {
-        debug_assert!(crate::config::is_env_name(name), "invalid env name {name:?}");
+        debug_assert!(
+            crate::config::is_env_name(name),
+            "invalid env name {name:?}"
+        );
         let _ = writeln!(body, "export {name}={}", quote(value));
     }
     let lines = body.bytes().filter(|&b| b == b'\n').count();
@@ -112,8 +118,14 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
         .strip_prefix("herd-agent ")
         .and_then(|rest| rest.split_once(' '))
         .and_then(|(key, value)| match key {
-            "pgid" => value.parse().ok().map(|pgid| AgentMessage::Started { pgid }),
-            "exit" => value.parse().ok().map(|status| AgentMessage::Exited { status }),
+            "pgid" => value
+                .parse()
+                .ok()
+                .map(|pgid| AgentMessage::Started { pgid }),
+            "exit" => value
+                .parse()
+                .ok()
+                .map(|status| AgentMessage::Exited { status }),
             _ => None,
         });
     parsed.unwrap_or_else(|| AgentMessage::Other(line.to_string()))
@@ -130,7 +142,12 @@ mod tests {
             "printf '%s\\0' {}",
             words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
         );
-        Command::new("sh").arg("-c").arg(script).output().unwrap().stdout
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .unwrap()
+            .stdout
     }
 
     #[test]
@@ -168,7 +185,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, job: "printf '%s' \"$HERD_T\"".into() };
+            let inv = AgentInvocation { grace_secs: 1, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into() };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -189,7 +206,12 @@ mod tests {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(input).unwrap();
         let mut stdout = Vec::new();
-        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
         drop(stdin);
         let mut out = child.wait_with_output().unwrap();
         out.stdout = stdout;
@@ -202,8 +224,12 @@ mod tests {
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
             .filter(|pid| {
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-                let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    return false;
+                };
+                let Some((_, rest)) = stat.rsplit_once(')') else {
+                    return false;
+                };
                 let fields: Vec<&str> = rest.split_whitespace().collect();
                 fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
             })
@@ -214,7 +240,11 @@ mod tests {
     fn closing_stdin_tears_the_whole_group_down() {
         use std::io::{BufRead, BufReader, Write};
         // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
-        let inv = AgentInvocation { grace_secs: 1, job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into() };
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            marker: "HERD_T_MARK=1".into(),
+            job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
+        };
         let argv = inv.local_argv();
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
@@ -236,20 +266,86 @@ mod tests {
         let started = std::time::Instant::now();
         drop(stdin);
         let out = child.wait_with_output().unwrap();
-        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(out.stdout.is_empty());
-        assert_eq!(live_members(pgid), Vec::<u32>::new(), "process group {pgid} outlived the agent");
+        assert_eq!(
+            live_members(pgid),
+            Vec::<u32>::new(),
+            "process group {pgid} outlived the agent"
+        );
+    }
+
+    fn processes_with_env(entry: &str) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|&b| b == 0).any(|e| e == entry.as_bytes()))
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn processes_that_leave_the_group_are_found_by_marker_and_stopped() {
+        use std::io::{BufRead, BufReader, Write};
+        let marker = format!("HERD_T_MARK=escape-{}", std::process::id());
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            marker: marker.clone(),
+            job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
+        };
+        let argv = inv.local_argv();
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (name, value) = marker.split_once('=').unwrap();
+        stdin.write_all(&env_block([(name, value)])).unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // The job's bash, its sleep, and the sleep that left for a session of its own.
+        while processes_with_env(&marker).len() < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(processes_with_env(&marker).len(), 3);
+        drop(stdin);
+        child.wait().unwrap();
+        assert_eq!(
+            processes_with_env(&marker),
+            Vec::<u32>::new(),
+            "a process outlived the agent"
+        );
     }
 
     #[test]
     fn env_block_counts_physical_lines() {
         let b = env_block([("A", "1"), ("B", "x\ny")]);
-        assert_eq!(String::from_utf8(b).unwrap(), "3\nexport A=1\nexport B='x\ny'\n");
+        assert_eq!(
+            String::from_utf8(b).unwrap(),
+            "3\nexport A=1\nexport B='x\ny'\n"
+        );
     }
 
     #[test]
     fn remote_command_is_one_shell_line_running_the_agent() {
-        let inv = AgentInvocation { grace_secs: 7, job: "exec echo 'hi there'".into() };
+        let inv = AgentInvocation {
+            grace_secs: 7,
+            marker: "HERD_T_MARK=1".into(),
+            job: "exec echo 'hi there'".into(),
+        };
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(inv.remote_command())
@@ -262,7 +358,12 @@ mod tests {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();
         let mut stdout = Vec::new();
-        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         assert_eq!(stdout, b"hi there\n");
@@ -273,11 +374,16 @@ mod tests {
     #[test]
     fn job_snippet_reports_missing_workdir_and_failed_setup() {
         let run = |snippet: String| {
-            Command::new("bash").arg("-c").arg(snippet).output().unwrap()
+            Command::new("bash")
+                .arg("-c")
+                .arg(snippet)
+                .output()
+                .unwrap()
         };
         let out = run(job_snippet("/nonexistent dir", None, "true"));
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("herd: cannot enter workdir '/nonexistent dir'"));
+        assert!(String::from_utf8_lossy(&out.stderr)
+            .contains("herd: cannot enter workdir '/nonexistent dir'"));
 
         let out = run(job_snippet("/", Some("false # trailing comment"), "true"));
         assert_eq!(out.status.code(), Some(1));
@@ -289,9 +395,21 @@ mod tests {
 
     #[test]
     fn agent_lines_parse() {
-        assert_eq!(parse_agent_line("herd-agent pgid 42"), AgentMessage::Started { pgid: 42 });
-        assert_eq!(parse_agent_line("herd-agent exit 137"), AgentMessage::Exited { status: 137 });
-        assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));
-        assert_eq!(parse_agent_line("herd-agent exit x"), AgentMessage::Other("herd-agent exit x".into()));
+        assert_eq!(
+            parse_agent_line("herd-agent pgid 42"),
+            AgentMessage::Started { pgid: 42 }
+        );
+        assert_eq!(
+            parse_agent_line("herd-agent exit 137"),
+            AgentMessage::Exited { status: 137 }
+        );
+        assert_eq!(
+            parse_agent_line("Terminated"),
+            AgentMessage::Other("Terminated".into())
+        );
+        assert_eq!(
+            parse_agent_line("herd-agent exit x"),
+            AgentMessage::Other("herd-agent exit x".into())
+        );
     }
 }

@@ -23,7 +23,11 @@ pub use node::Stop;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("node {node_rank} ({host}): {error}")]
-    Connect { node_rank: usize, host: String, error: TransportError },
+    Connect {
+        node_rank: usize,
+        host: String,
+        error: TransportError,
+    },
     #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
     PortProbe { host: String, detail: String },
     #[error("master node {host}: no free port in {lo}-{hi}")]
@@ -77,7 +81,16 @@ pub async fn run(
     };
 
     let attempt = 0;
-    let outcome = run_attempt(plan, run_id, attempt, master_port, &conns, &events, &mut interrupts).await;
+    let outcome = run_attempt(
+        plan,
+        run_id,
+        attempt,
+        master_port,
+        &conns,
+        &events,
+        &mut interrupts,
+    )
+    .await;
     close_all(conns).await;
 
     let status = match &outcome {
@@ -85,7 +98,11 @@ pub async fn run(
         AttemptOutcome::Failed(_) => RunStatus::Failed,
         AttemptOutcome::Interrupted => RunStatus::Interrupted,
     };
-    emit(Event::RunFinished { status, attempts: attempt + 1 }).await;
+    emit(Event::RunFinished {
+        status,
+        attempts: attempt + 1,
+    })
+    .await;
     Ok(RunOutcome {
         status,
         attempts: attempt + 1,
@@ -98,7 +115,10 @@ pub async fn run(
 
 /// One SSH master connection per node, all at once. Any failure closes the others: nothing
 /// is half-started.
-async fn connect_all(plan: &LaunchPlan, events: &mpsc::Sender<Event>) -> Result<Vec<Arc<Connection>>, RunError> {
+async fn connect_all(
+    plan: &LaunchPlan,
+    events: &mpsc::Sender<Event>,
+) -> Result<Vec<Arc<Connection>>, RunError> {
     let alive_interval = plan.restart.heartbeat_timeout / 3;
     let mut set = JoinSet::new();
     for node in &plan.nodes {
@@ -118,7 +138,11 @@ async fn connect_all(plan: &LaunchPlan, events: &mpsc::Sender<Event>) -> Result<
             Ok(c) => {
                 tracing::debug!(node = rank, %host, "connected in {took:?}");
                 let _ = events
-                    .send(Event::NodeConnected { node_rank: rank, host, millis: took.as_millis() as u64 })
+                    .send(Event::NodeConnected {
+                        node_rank: rank,
+                        host,
+                        millis: took.as_millis() as u64,
+                    })
                     .await;
                 conns[rank] = Some(c);
             }
@@ -129,7 +153,11 @@ async fn connect_all(plan: &LaunchPlan, events: &mpsc::Sender<Event>) -> Result<
                     _ => true,
                 };
                 if lower {
-                    failure = Some(RunError::Connect { node_rank: rank, host, error });
+                    failure = Some(RunError::Connect {
+                        node_rank: rank,
+                        host,
+                        error,
+                    });
                 }
             }
         }
@@ -138,7 +166,10 @@ async fn connect_all(plan: &LaunchPlan, events: &mpsc::Sender<Event>) -> Result<
         close_all(conns.into_iter().flatten().map(Arc::new).collect()).await;
         return Err(err);
     }
-    Ok(conns.into_iter().map(|c| Arc::new(c.expect("every node connected"))).collect())
+    Ok(conns
+        .into_iter()
+        .map(|c| Arc::new(c.expect("every node connected")))
+        .collect())
 }
 
 async fn close_all(conns: Vec<Arc<Connection>>) {
@@ -152,7 +183,11 @@ async fn close_all(conns: Vec<Arc<Connection>>) {
 }
 
 /// The master port for an attempt: the fixed one, or a free one on the master node itself.
-async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u16>) -> Result<u16, RunError> {
+async fn choose_port(
+    plan: &LaunchPlan,
+    master: &Connection,
+    avoid: &BTreeSet<u16>,
+) -> Result<u16, RunError> {
     let host = plan.master.host.clone();
     let range = plan.master.port_range;
     match plan.master.port {
@@ -164,7 +199,10 @@ async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u1
                     let out = master
                         .output(port::SOCKET_TABLES_COMMAND)
                         .await
-                        .map_err(|e| RunError::PortProbe { host: host.clone(), detail: e.to_string() })?;
+                        .map_err(|e| RunError::PortProbe {
+                            host: host.clone(),
+                            detail: e.to_string(),
+                        })?;
                     let tables = String::from_utf8_lossy(&out.stdout);
                     if !out.status.success() || tables.trim().is_empty() {
                         return Err(RunError::PortProbe {
@@ -180,7 +218,11 @@ async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u1
                     port::pick(range, avoid, |p| !used.contains(&p))
                 }
             };
-            picked.ok_or(RunError::NoFreePort { host, lo: range.0, hi: range.1 })
+            picked.ok_or(RunError::NoFreePort {
+                host,
+                lo: range.0,
+                hi: range.1,
+            })
         }
     }
 }
@@ -202,9 +244,17 @@ async fn run_attempt(
     interrupts: &mut Interrupts,
 ) -> AttemptOutcome {
     let _ = events
-        .send(Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port })
+        .send(Event::AttemptStarted {
+            attempt,
+            master_addr: plan.master.addr.clone(),
+            master_port,
+        })
         .await;
-    let values = AttemptValues { run_id, attempt, master_port };
+    let values = AttemptValues {
+        run_id,
+        attempt,
+        master_port,
+    };
     let grace_secs = grace_secs(plan.restart.grace_period);
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
@@ -214,10 +264,19 @@ async fn run_attempt(
             node_rank: node.rank,
             host: node.host.clone(),
             attempt,
-            invocation: AgentInvocation { grace_secs, job: plan.job_snippet(node) },
+            invocation: AgentInvocation {
+                grace_secs,
+                marker: node.marker(&values),
+                job: plan.job_snippet(node),
+            },
             env_block: remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
         };
-        set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
+        set.spawn(node::run(
+            conns[node.rank].clone(),
+            run,
+            stop_rx.clone(),
+            events.clone(),
+        ));
     }
 
     let mut first_failure: Option<FirstFailure> = None;
@@ -277,7 +336,12 @@ async fn run_attempt(
     }
     match first_failure {
         Some(f) => {
-            let _ = events.send(Event::AttemptFailed { attempt, first_failure: f.clone() }).await;
+            let _ = events
+                .send(Event::AttemptFailed {
+                    attempt,
+                    first_failure: f.clone(),
+                })
+                .await;
             AttemptOutcome::Failed(f)
         }
         None => {

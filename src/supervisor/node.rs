@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
@@ -21,6 +22,11 @@ pub enum Stop {
     /// SIGKILL it.
     Kill,
 }
+
+/// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
+const KILL_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a node's output may stay open after its agent exited.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The last lines a node printed, kept for the failure summary.
 pub const TAIL_LINES: usize = 40;
@@ -48,14 +54,24 @@ pub async fn run(
     events: mpsc::Sender<Event>,
 ) -> NodeResult {
     let rank = node.node_rank;
-    let result = |exit: NodeExit, tail: Vec<String>| NodeResult { node_rank: rank, exit, tail };
+    let result = |exit: NodeExit, tail: Vec<String>| NodeResult {
+        node_rank: rank,
+        exit,
+        tail,
+    };
     let process = match conn.spawn_agent(&node.invocation).await {
         Ok(p) => p,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let mut stdin = process.stdin;
     let out_pump = tokio::spawn(pump_output(process.stdout, rank, events.clone()));
-    let err_pump = tokio::spawn(pump_agent(process.stderr, node.attempt, rank, node.host.clone(), events.clone()));
+    let err_pump = tokio::spawn(pump_agent(
+        process.stderr,
+        node.attempt,
+        rank,
+        node.host.clone(),
+        events.clone(),
+    ));
 
     let wrote_env = async {
         stdin.write_all(&node.env_block).await?;
@@ -69,9 +85,24 @@ pub async fn run(
     let wait = process.handle.wait();
     tokio::pin!(wait);
     let mut sent = Stop::Run;
+    let mut give_up_at = None;
     let transport_exit = loop {
+        let give_up = async {
+            match give_up_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             exit = &mut wait => break exit,
+            () = give_up => {
+                // A node whose shell never reached the agent cannot act on `kill`; closing
+                // stdin (below) is all that is left, and the agent acts on that if it ever runs.
+                break TransportExit::Disconnected(format!(
+                    "no exit status {} s after SIGKILL was requested; stopped waiting for it",
+                    KILL_DEADLINE.as_secs()
+                ));
+            }
             changed = stop.changed() => {
                 if changed.is_err() {
                     // The supervisor is gone: closing stdin tears the job down.
@@ -80,6 +111,9 @@ pub async fn run(
                 let want = *stop.borrow_and_update();
                 if want > sent {
                     sent = want;
+                    if want == Stop::Kill {
+                        give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
+                    }
                     let line = if want == Stop::Kill { remote::CONTROL_KILL } else { remote::CONTROL_TERM };
                     if let Err(e) = async { stdin.write_all(line).await?; stdin.flush().await }.await {
                         tracing::debug!(node = rank, "sending {want:?}: {e}");
@@ -88,24 +122,54 @@ pub async fn run(
             }
         }
     };
-    let tail = out_pump.await.unwrap_or_default();
-    let agent_status = err_pump.await.unwrap_or(None);
     drop(stdin);
+    let tail = drain(out_pump, rank).await.unwrap_or_default();
+    let agent_status = drain(err_pump, rank).await.flatten();
 
     let exit = match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
         (None, TransportExit::Disconnected(why)) => NodeExit::Lost(why),
-        (None, TransportExit::Code(code)) => NodeExit::Lost(format!("agent ended with exit code {code} before the job did")),
-        (None, TransportExit::Signal(sig)) => NodeExit::Lost(format!("agent killed by signal {sig}")),
+        (None, TransportExit::Code(code)) => NodeExit::Lost(format!(
+            "agent ended with exit code {code} before the job did"
+        )),
+        (None, TransportExit::Signal(sig)) => {
+            NodeExit::Lost(format!("agent killed by signal {sig}"))
+        }
     };
     let _ = events
-        .send(Event::NodeExited { attempt: node.attempt, node_rank: rank, host: node.host, exit: exit.clone() })
+        .send(Event::NodeExited {
+            attempt: node.attempt,
+            node_rank: rank,
+            host: node.host,
+            exit: exit.clone(),
+        })
         .await;
     result(exit, tail)
 }
 
+/// Wait for a pump to reach end of stream, but not forever: a process that escaped every
+/// teardown could hold the pipe open.
+async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize) -> Option<T> {
+    match tokio::time::timeout(DRAIN_DEADLINE, &mut pump).await {
+        Ok(joined) => joined.ok(),
+        Err(_) => {
+            tracing::warn!(
+                node = rank,
+                "output still open {} s after the job ended; stopped reading it",
+                DRAIN_DEADLINE.as_secs()
+            );
+            pump.abort();
+            None
+        }
+    }
+}
+
 /// Forward the job's output as lines; return the last few for the summary.
-async fn pump_output(mut stdout: impl AsyncRead + Unpin, rank: usize, events: mpsc::Sender<Event>) -> Vec<String> {
+async fn pump_output(
+    mut stdout: impl AsyncRead + Unpin,
+    rank: usize,
+    events: mpsc::Sender<Event>,
+) -> Vec<String> {
     let mut splitter = LineSplitter::default();
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
     let mut buf = vec![0u8; 64 * 1024];
@@ -128,7 +192,15 @@ async fn pump_output(mut stdout: impl AsyncRead + Unpin, rank: usize, events: mp
             let text = String::from_utf8_lossy(&line.text);
             tail.push_back(text.chars().take(TAIL_LINE_CHARS).collect());
         }
-        if !lines.is_empty() && events.send(Event::NodeOutput { node_rank: rank, lines }).await.is_err() {
+        if !lines.is_empty()
+            && events
+                .send(Event::NodeOutput {
+                    node_rank: rank,
+                    lines,
+                })
+                .await
+                .is_err()
+        {
             break;
         }
         if n == 0 {
@@ -152,14 +224,22 @@ async fn pump_agent(
     while let Ok(Some(line)) = reader.next_segment().await {
         let line = String::from_utf8_lossy(&line);
         let event = match remote::parse_agent_line(&line) {
-            AgentMessage::Started { pgid } => Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid },
+            AgentMessage::Started { pgid } => Event::NodeStarted {
+                attempt,
+                node_rank: rank,
+                host: host.clone(),
+                pgid,
+            },
             AgentMessage::Exited { status: s } => {
                 status = Some(s);
                 continue;
             }
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
-                lines: vec![crate::lines::Line { text: text.into_bytes(), end: crate::lines::LineEnd::Lf }],
+                lines: vec![crate::lines::Line {
+                    text: text.into_bytes(),
+                    end: crate::lines::LineEnd::Lf,
+                }],
             },
         };
         let _ = events.send(event).await;

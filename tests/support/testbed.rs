@@ -154,7 +154,8 @@ impl Testbed {
         let mut c = Command::new("ssh");
         c.arg("-F").arg("/dev/null");
         c.arg("-i").arg(&self.identity);
-        c.arg("-o").arg(opt("UserKnownHostsFile=", &self.known_hosts));
+        c.arg("-o")
+            .arg(opt("UserKnownHostsFile=", &self.known_hosts));
         c.args([
             "-o",
             "GlobalKnownHostsFile=/dev/null",
@@ -205,7 +206,9 @@ impl Testbed {
                     Ok(mut f) => f.read_to_end(&mut buf).is_ok(),
                     Err(_) => false,
                 };
-                read && buf.split(|&b| b == 0).any(|entry| entry == wanted.as_slice())
+                read && buf
+                    .split(|&b| b == 0)
+                    .any(|entry| entry == wanted.as_slice())
             })
             .collect();
         pids.sort_unstable();
@@ -240,7 +243,8 @@ impl Testbed {
         let mut keygens = Vec::new();
         let mut keygen = |path: &Path| {
             let mut c = Command::new("ssh-keygen");
-            c.args(["-q", "-N", "", "-t", "ed25519", "-C", "herd-testbed", "-f"]).arg(path);
+            c.args(["-q", "-N", "", "-t", "ed25519", "-C", "herd-testbed", "-f"])
+                .arg(path);
             let child = spawn_piped(&mut c);
             keygens.push((c, child));
         };
@@ -255,10 +259,17 @@ impl Testbed {
             .unwrap_or_else(|e| panic!("testbed: cannot write authorized_keys: {e}"));
 
         // Bridge (already created by allocate_slot, which uses it as the slot lock).
-        run(Command::new("ip").args(["addr", "add", &format!("10.77.{k}.1/24"), "dev", &self.bridge]));
+        run(Command::new("ip").args([
+            "addr",
+            "add",
+            &format!("10.77.{k}.1/24"),
+            "dev",
+            &self.bridge,
+        ]));
         run(Command::new("ip").args(["link", "set", &self.bridge, "up"]));
 
-        fs::create_dir_all("/run/sshd").unwrap_or_else(|e| panic!("testbed: cannot create /run/sshd: {e}"));
+        fs::create_dir_all("/run/sshd")
+            .unwrap_or_else(|e| panic!("testbed: cannot create /run/sshd: {e}"));
         let mut known_hosts = String::new();
         for i in 1..=n {
             let node = TestNode {
@@ -271,16 +282,51 @@ impl Testbed {
             self.nodes.push(node.clone());
 
             let etc = PathBuf::from(format!("/etc/netns/{}", node.netns));
-            fs::create_dir_all(&etc).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", etc.display()));
-            write_file(&etc.join("hosts"), &format!("127.0.0.1 localhost {}\n::1 localhost\n", node.hostname));
+            fs::create_dir_all(&etc)
+                .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", etc.display()));
+            write_file(
+                &etc.join("hosts"),
+                &format!("127.0.0.1 localhost {}\n::1 localhost\n", node.hostname),
+            );
             write_file(&etc.join("hostname"), &format!("{}\n", node.hostname));
+            // Each host's root has its own empty home, as on a separate machine: the build
+            // machine's dotfiles (here a .bashrc that runs `pyenv rehash` under a lock) must
+            // not run, and serialise, on every ssh login.
+            let home = dir.join(format!("home{i}"));
+            fs::create_dir_all(&home)
+                .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", home.display()));
+            write_file(&etc.join("passwd"), &passwd_with_root_home(&home));
 
             run(Command::new("ip").args(["netns", "add", &node.netns]));
             run(Command::new("ip").args([
-                "link", "add", &node.veth_host, "type", "veth", "peer", "name", "eth0", "netns", &node.netns,
+                "link",
+                "add",
+                &node.veth_host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                &node.netns,
             ]));
-            run(Command::new("ip").args(["link", "set", &node.veth_host, "master", &self.bridge, "up"]));
-            run(Command::new("ip").args(["-n", &node.netns, "addr", "add", &format!("{}/24", node.addr), "dev", "eth0"]));
+            run(Command::new("ip").args([
+                "link",
+                "set",
+                &node.veth_host,
+                "master",
+                &self.bridge,
+                "up",
+            ]));
+            run(Command::new("ip").args([
+                "-n",
+                &node.netns,
+                "addr",
+                "add",
+                &format!("{}/24", node.addr),
+                "dev",
+                "eth0",
+            ]));
             run(Command::new("ip").args(["-n", &node.netns, "link", "set", "eth0", "up"]));
             run(Command::new("ip").args(["-n", &node.netns, "link", "set", "lo", "up"]));
 
@@ -447,8 +493,27 @@ impl Drop for Testbed {
 
 /// Removes leftovers of testbeds whose creating process no longer exists (per the marker files
 /// in /run/herd-testbed). Called at the start of [`Testbed::new`]. Never panics.
+/// /etc/passwd with root's home directory replaced.
+fn passwd_with_root_home(home: &Path) -> String {
+    let passwd = fs::read_to_string("/etc/passwd")
+        .unwrap_or_else(|e| panic!("testbed: cannot read /etc/passwd: {e}"));
+    passwd
+        .lines()
+        .map(|line| {
+            let mut fields: Vec<&str> = line.split(':').collect();
+            let home = home.to_str().expect("utf-8 path");
+            if fields.first() == Some(&"root") && fields.len() == 7 {
+                fields[5] = home;
+            }
+            fields.join(":") + "\n"
+        })
+        .collect()
+}
+
 pub fn cleanup_stale() {
-    let Ok(entries) = fs::read_dir(MARKER_DIR) else { return };
+    let Ok(entries) = fs::read_dir(MARKER_DIR) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
@@ -460,8 +525,15 @@ pub fn cleanup_stale() {
             }
             continue;
         }
-        let Some(k) = name.strip_suffix(".pid").and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(content) = fs::read_to_string(&path) else { continue };
+        let Some(k) = name
+            .strip_suffix(".pid")
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(content) = fs::read_to_string(&path) else {
+            continue;
+        };
         if owner_alive(&content) {
             continue;
         }
@@ -486,7 +558,9 @@ pub fn cleanup_stale() {
             let dir = Path::new(dir);
             let tmp = std::env::temp_dir();
             let is_ours = dir.starts_with(&tmp)
-                && dir.file_name().is_some_and(|f| f.to_string_lossy().starts_with("herd-testbed-"));
+                && dir
+                    .file_name()
+                    .is_some_and(|f| f.to_string_lossy().starts_with("herd-testbed-"));
             if is_ours {
                 let _ = fs::remove_dir_all(dir);
             }
@@ -501,10 +575,14 @@ pub fn cleanup_stale() {
 /// Claims a slot K: a marker file `<K>.pid` (created atomically with a hard link) plus the bridge
 /// `herdbr<K>` (`ip link add` fails if it exists, which moves us on to K+1).
 fn allocate_slot(dir: &Path) -> (u32, PathBuf, String) {
-    fs::create_dir_all(MARKER_DIR).unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
+    fs::create_dir_all(MARKER_DIR)
+        .unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
     let me = std::process::id();
     let content = format!("{me} {}\n{}\n", start_time(me).unwrap_or(0), dir.display());
-    let tmp = PathBuf::from(MARKER_DIR).join(format!(".tmp-{me}-{}", UNIQUE.fetch_add(1, Ordering::Relaxed)));
+    let tmp = PathBuf::from(MARKER_DIR).join(format!(
+        ".tmp-{me}-{}",
+        UNIQUE.fetch_add(1, Ordering::Relaxed)
+    ));
     write_file(&tmp, &content);
     let k0 = me % MAX_K; // 0-based start, derived from the pid
     for off in 0..MAX_K {
@@ -573,7 +651,9 @@ fn teardown_slot(k: u32) {
 
 /// Entries of `dir` named `<prefix><digits>`.
 fn names_with_numeric_suffix(dir: &str, prefix: &str) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
     entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -602,12 +682,16 @@ fn netns_id(ns: &str) -> Option<(u64, u64)> {
 
 /// Live, non-zombie processes whose network namespace is `id`.
 fn pids_in_netns(id: (u64, u64)) -> Vec<u32> {
-    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
-            let Ok(m) = fs::metadata(format!("/proc/{pid}/ns/net")) else { return false };
+            let Ok(m) = fs::metadata(format!("/proc/{pid}/ns/net")) else {
+                return false;
+            };
             (m.dev(), m.ino()) == id && !is_zombie(pid)
         })
         .collect()
@@ -622,10 +706,14 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 
 /// Whether the network namespace of `pid` has a TCP socket listening on `addr`:22.
 fn listening_on_22(pid: u32, addr: &str) -> bool {
-    let Ok(ip) = addr.parse::<std::net::Ipv4Addr>() else { return false };
+    let Ok(ip) = addr.parse::<std::net::Ipv4Addr>() else {
+        return false;
+    };
     // /proc/net/tcp prints the raw network-order address as a native-endian %08X.
     let local = format!("{:08X}:0016", u32::from_ne_bytes(ip.octets()));
-    let Ok(tcp) = fs::read_to_string(format!("/proc/{pid}/net/tcp")) else { return false };
+    let Ok(tcp) = fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
+        return false;
+    };
     tcp.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         f.len() > 3 && f[1] == local && f[3] == "0A"
@@ -633,7 +721,9 @@ fn listening_on_22(pid: u32, addr: &str) -> bool {
 }
 
 fn is_zombie(pid: u32) -> bool {
-    stat_fields(pid).map_or(true, |f| matches!(f.first().map(String::as_str), Some("Z") | Some("X")))
+    stat_fields(pid).map_or(true, |f| {
+        matches!(f.first().map(String::as_str), Some("Z") | Some("X"))
+    })
 }
 
 /// Process start time (field 22 of /proc/<pid>/stat), to tell a pid apart from its reuse.
@@ -666,8 +756,14 @@ fn preflight() {
                 .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
         })
         .unwrap_or(false);
-    assert!(is_root, "Testbed needs root (network namespaces, bridges, sshd); run the tests as root");
-    assert!(Path::new("/usr/sbin/sshd").exists(), "Testbed needs /usr/sbin/sshd (install openssh-server)");
+    assert!(
+        is_root,
+        "Testbed needs root (network namespaces, bridges, sshd); run the tests as root"
+    );
+    assert!(
+        Path::new("/usr/sbin/sshd").exists(),
+        "Testbed needs /usr/sbin/sshd (install openssh-server)"
+    );
 }
 
 fn cmdline(cmd: &Command) -> String {
@@ -680,7 +776,10 @@ fn cmdline(cmd: &Command) -> String {
 }
 
 fn sh_quote(s: &str) -> String {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b)) {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b))
+    {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
@@ -709,8 +808,11 @@ fn opt(prefix: &str, path: &Path) -> std::ffi::OsString {
 }
 
 fn spawn_piped(cmd: &mut Command) -> Child {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.spawn().unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(cmd)))
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(cmd)))
 }
 
 fn wait_output(cmd: &Command, child: Child) -> Output {
@@ -747,11 +849,16 @@ fn run(cmd: &mut Command) -> Output {
 
 /// Runs a command, ignoring every failure (for teardown).
 fn quiet(cmd: &mut Command) {
-    let _ = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 fn write_file(path: &Path, content: &str) {
-    let mut f = fs::File::create(path).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", path.display()));
+    let mut f = fs::File::create(path)
+        .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", path.display()));
     f.write_all(content.as_bytes())
         .unwrap_or_else(|e| panic!("testbed: cannot write {}: {e}", path.display()));
 }

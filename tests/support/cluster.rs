@@ -1,0 +1,72 @@
+//! A testbed plus the torch virtualenv, and the cluster file that points herd at it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::herd;
+use super::testbed::Testbed;
+
+/// Generous: a 2-core machine running six torch ranks plus launchers is slow to start.
+pub const LIMIT: Duration = Duration::from_secs(180);
+
+pub struct Cluster {
+    pub tb: Testbed,
+    pub venv: PathBuf,
+}
+
+impl Cluster {
+    pub fn new(n: usize) -> Cluster {
+        let venv = herd::torch_venv();
+        Cluster {
+            tb: Testbed::new(n),
+            venv,
+        }
+    }
+
+    pub fn hostlist(&self) -> String {
+        let k = self.tb.k();
+        format!("10.77.{k}.[2-{}]", self.tb.nodes().len() + 1)
+    }
+
+    pub fn addr(&self, node: usize) -> &str {
+        &self.tb.nodes()[node].addr
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.tb.dir().join("logs")
+    }
+
+    /// Write cluster.toml: the testbed's [ssh], all its hosts, the given [job] body, and
+    /// anything else after it.
+    pub fn write_config(&self, job: &str, extra: &str) -> PathBuf {
+        let text = format!(
+            "{ssh}\n[[nodes]]\nhost = \"{hosts}\"\n\n[job]\nworkdir = \"{wd}\"\nsetup = \"source {venv}/bin/activate\"\n{job}\n\n\
+             [rendezvous]\ninterface = \"eth0\"\n\n[logs]\ndir = \"{logs}\"\n\n{extra}\n",
+            ssh = self.tb.ssh_config_toml(),
+            hosts = self.hostlist(),
+            wd = herd::fixtures().display(),
+            venv = self.venv.display(),
+            logs = self.logs().display(),
+        );
+        let path = self.tb.dir().join("cluster.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    pub fn run(&self) -> herd::Finished {
+        herd::run(self.tb.dir(), &["run"], LIMIT)
+    }
+
+    /// Live processes on any node whose environment holds KEY=VALUE.
+    pub fn leftovers(&self, key: &str, value: &str) -> Vec<(usize, u32)> {
+        (0..self.tb.nodes().len())
+            .flat_map(|i| {
+                self.tb
+                    .processes_with_env(i, key, value)
+                    .into_iter()
+                    .map(move |p| (i, p))
+            })
+            .collect()
+    }
+}

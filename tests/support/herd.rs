@@ -1,0 +1,185 @@
+//! Running the real `herd` binary from tests: write a cluster file, run a subcommand with a
+//! hard timeout, and read back its output, exit code, logs and events.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
+
+/// The cached torch + deepspeed virtualenv (scripts/torch-venv.sh). Tests that need torch
+/// fail, not skip, when it is missing: the test command creates it first.
+pub fn torch_venv() -> PathBuf {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/torch-venv.sh"
+    ))
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("run scripts/torch-venv.sh");
+    assert!(out.status.success(), "scripts/torch-venv.sh failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl Finished {
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "herd exited {:?}, wanted {code}\n{self}",
+            self.code
+        );
+        self
+    }
+
+    /// Lines of stdout that a node printed, without the prefix, for the prefix given.
+    pub fn node_lines(&self, prefix: &str) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+/// A started herd process.
+pub struct Running {
+    child: Child,
+    started: Instant,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "kill -{sig} herd");
+    }
+
+    /// Wait for herd to exit, killing it (and failing) after `limit`.
+    pub fn wait(mut self, limit: Duration) -> Finished {
+        let mut out = self.child.stdout.take().unwrap();
+        let mut err = self.child.stderr.take().unwrap();
+        let out_reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = out.read_to_end(&mut s);
+            s
+        });
+        let err_reader = std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = err.read_to_end(&mut s);
+            s
+        });
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if self.started.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let stderr = String::from_utf8_lossy(&err_reader.join().unwrap()).into_owned();
+                panic!("herd did not finish within {limit:?}\n--- stderr ---\n{stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Finished {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&out_reader.join().unwrap()).into_owned(),
+            stderr: String::from_utf8_lossy(&err_reader.join().unwrap()).into_owned(),
+            took: self.started.elapsed(),
+        }
+    }
+}
+
+/// `herd <args>` started in `dir`, with stdout and stderr captured.
+pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut cmd = Command::new(HERD);
+    cmd.args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Running {
+        child: cmd.spawn().expect("start herd"),
+        started: Instant::now(),
+    }
+}
+
+pub fn run(dir: &Path, args: &[&str], limit: Duration) -> Finished {
+    start(dir, args, &[]).wait(limit)
+}
+
+/// The single run directory under a logs dir.
+pub fn only_run_dir(logs: &Path) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(logs)
+        .unwrap_or_else(|e| panic!("read {}: {e}", logs.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        runs.len(),
+        1,
+        "expected one run under {}: {runs:?}",
+        logs.display()
+    );
+    runs.into_iter().next().unwrap()
+}
+
+/// events.jsonl of a run, parsed.
+pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line {l:?}: {e}")))
+        .collect()
+}
+
+pub fn event_names(events: &[serde_json::Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Poll `cond` every 50 ms for up to `limit`.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
