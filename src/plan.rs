@@ -345,14 +345,16 @@ impl NodePlan {
 
 impl EnvValue {
     /// How the plan shows it: secrets masked, launch-time values as placeholders.
-    pub fn display(&self) -> std::borrow::Cow<'_, str> {
+    pub fn display(&self) -> &str {
         match self {
-            EnvValue::Value(s) => s.into(),
-            EnvValue::Secret(_) => "<forwarded, hidden>".into(),
-            EnvValue::MasterPort => "<auto>".into(),
-            EnvValue::RunId => "<run-id>".into(),
-            EnvValue::Attempt => "<attempt>".into(),
-            EnvValue::Marker { config_key } => format!("{config_key}:<run-id>:<node-rank>").into(),
+            EnvValue::Value(s) => s,
+            EnvValue::Secret(_) => "<forwarded, hidden>",
+            EnvValue::MasterPort => "<auto>",
+            EnvValue::RunId => "<run-id>",
+            EnvValue::Attempt => "<attempt>",
+            // The key hashes the config's absolute path: left out, so plans diff cleanly
+            // across checkouts.
+            EnvValue::Marker { .. } => "<config-key>:<run-id>:<node-rank>",
         }
     }
 }

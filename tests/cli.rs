@@ -249,3 +249,12 @@ fn help_reads_well() {
         "{out}"
     );
 }
+
+#[test]
+fn the_example_cluster_file_is_valid() {
+    let out = herd::run(&herd::repo_root(), &["plan", "--json", "-c", "cluster.example.toml"], LIMIT);
+    out.assert_code(0);
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["world_size"], 20);
+    assert_eq!(plan["nodes"][2]["host"], "gpu-03");
+}

@@ -67,7 +67,7 @@ fn assert_run_files(c: &Cluster, attempts: u32) -> PathBuf {
 fn torchrun_all_reduce_on_three_nodes_with_two_ranks_each() {
     let c = Cluster::new(3);
     c.write_config(
-        "launcher = \"torchrun\"\nscript = \"allreduce.py\"\nargs = [\"--tag\", \"it's a $tag; `x`\"]\nnproc_per_node = 2",
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--tag\", \"it's a $tag; `x`\"]\nnproc_per_node = 2",
         "",
     );
     let out = c.run();
@@ -115,7 +115,7 @@ fn torchrun_all_reduce_on_three_nodes_with_two_ranks_each() {
 fn deepspeed_all_reduce_on_three_nodes_with_two_ranks_each() {
     let c = Cluster::new(3);
     c.write_config(
-        "launcher = \"deepspeed\"\nscript = \"allreduce.py\"\nargs = [\"--deepspeed\", \"--tag\", \"ds\"]\nnproc_per_node = 2",
+        "launcher = \"deepspeed\"\nscript = \"examples/allreduce.py\"\nargs = [\"--deepspeed\", \"--tag\", \"ds\"]\nnproc_per_node = 2",
         &format!("[env]\nTORCH_EXTENSIONS_DIR = \"{}/torch_extensions\"\n", c.venv.display()),
     );
     let out = c.run();
@@ -373,7 +373,7 @@ fn output_keeps_every_byte_in_logs_and_every_line_on_stdout() {
     let c = Cluster::new(3);
     c.write_config(
         &format!(
-            "launcher = \"command\"\nscript = \"python3\"\nargs = [\"chatter.py\", \"{LINES}\"]"
+            "launcher = \"command\"\nscript = \"python3\"\nargs = [\"tests/fixtures/chatter.py\", \"{LINES}\"]"
         ),
         "",
     );
@@ -421,5 +421,29 @@ fn output_keeps_every_byte_in_logs_and_every_line_on_stdout() {
             expected_tail,
             "node {node}"
         );
+    }
+}
+
+/// The README's first command runs this file: two nodes on the local transport, no sshd.
+#[test]
+fn the_readme_demo_runs_on_the_local_transport() {
+    let venv = herd::torch_venv();
+    let logs = tempfile::tempdir().unwrap();
+    let root = herd::repo_root();
+    let config = std::fs::read_to_string(root.join("examples/local.toml"))
+        .unwrap()
+        .replace("dir = \"herd-logs\"", &format!("dir = \"{}\"", logs.path().display()));
+    let path = logs.path().join("local.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = herd::start(&root, &["run", "-c", path.to_str().unwrap()], &[("HERD_VENV", venv.to_str().unwrap())])
+        .wait(support::cluster::LIMIT);
+    out.assert_code(0);
+    for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
+        let results: Vec<&str> = out
+            .node_lines(&format!("[{node} {host:<9}] "))
+            .into_iter()
+            .filter(|l| l.starts_with("result ") && l.ends_with(" ok") && l.contains(" world=4 "))
+            .collect();
+        assert_eq!(results.len(), 2, "node {node}\n{out}");
     }
 }

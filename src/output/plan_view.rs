@@ -39,7 +39,7 @@ struct NodeJson<'a> {
     nproc: u32,
     global_ranks: [u32; 2],
     transport: TransportJson<'a>,
-    env: BTreeMap<&'a str, std::borrow::Cow<'a, str>>,
+    env: BTreeMap<&'a str, &'a str>,
     command: &'a str,
 }
 

@@ -45,7 +45,7 @@ impl Cluster {
              [rendezvous]\ninterface = \"eth0\"\n\n[logs]\ndir = \"{logs}\"\n\n{extra}\n",
             ssh = self.tb.ssh_config_toml(),
             hosts = self.hostlist(),
-            wd = herd::fixtures().display(),
+            wd = herd::repo_root().display(),
             venv = self.venv.display(),
             logs = self.logs().display(),
         );

@@ -23,8 +23,10 @@ pub fn torch_venv() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+/// The repository root: the workdir of test jobs, so scripts are `examples/...` and
+/// `tests/fixtures/...`.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 #[derive(Debug)]
