@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use crate::cli::{Cli, Command, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::RunStatus;
-use crate::output::{self, Sinks};
+use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
 use crate::{config, supervisor};
 
@@ -39,11 +39,7 @@ fn load_plan(path: &Path, extra_args: &[String]) -> Result<LaunchPlan, Error> {
 
 fn plan_command(args: PlanArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.extra_args)?;
-    let text = if args.json {
-        output::plan_view::json(&plan)
-    } else {
-        output::plan_view::text(&plan)
-    };
+    let text = if args.json { output::plan_view::json(&plan) } else { output::plan_view::text(&plan) };
     print!("{text}");
     Ok(exit::OK)
 }
@@ -63,30 +59,27 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         .build()
         .map_err(Error::io("cannot start the async runtime"))?;
 
-    let (events_tx, events_rx) = mpsc::channel(1024);
+    // The run's files exist before any node is contacted: a run that cannot keep its logs
+    // does not start.
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
-    let log_root = plan.logs_dir.clone();
-    let reporter_run_id = run_id.clone();
+    let files = RunFiles::create(&plan.logs_dir, &run_id, hosts).map_err(Error::io(format!(
+        "cannot create the run's log directory under {}",
+        plan.logs_dir.display()
+    )))?;
+    let run_dir = files.run_dir().to_path_buf();
+
+    let (events_tx, events_rx) = mpsc::channel(1024);
     let reporter = std::thread::spawn(move || {
-        let sinks = Sinks {
-            stdout: Box::new(std::io::stdout()),
-            stderr: Box::new(std::io::stderr()),
-            color,
-        };
-        output::report(&log_root, &reporter_run_id, hosts, events_rx, sinks)
+        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), color };
+        output::report(files, events_rx, sinks)
     });
 
     let outcome = runtime.block_on(async {
         let interrupts = forward_signals();
         supervisor::run(&plan, &run_id, events_tx, interrupts).await
     });
-    let report = reporter
-        .join()
-        .expect("reporter thread panicked")
-        .map_err(Error::io(format!(
-            "cannot write the run's logs under {}",
-            plan.logs_dir.display()
-        )))?;
+    // The reporter has already warned about any file it could not write.
+    let _report = reporter.join().expect("reporter thread panicked");
     let outcome = outcome?;
 
     Ok(match outcome.status {
@@ -94,16 +87,8 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => {
             if let Some(first) = &outcome.first_failure {
-                let log = output::node_log_path(
-                    &report.run_dir,
-                    outcome.attempts - 1,
-                    first.node_rank,
-                    &first.host,
-                );
-                eprintln!(
-                    "herd: {}",
-                    output::summary::failure(first, &log.display().to_string())
-                );
+                let log = output::node_log_path(&run_dir, outcome.attempts - 1, first.node_rank, &first.host);
+                eprintln!("herd: {}", output::summary::failure(first, &log.display().to_string()));
             }
             exit::JOB_FAILED
         }
@@ -136,12 +121,7 @@ fn forward_signals() -> supervisor::Interrupts {
 fn new_run_id() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
-    format!(
-        "{}-{}-{:04x}",
-        &stamp[..8],
-        &stamp[8..14],
-        rand::random::<u16>()
-    )
+    format!("{}-{}-{:04x}", &stamp[..8], &stamp[8..14], rand::random::<u16>())
 }
 
 #[cfg(test)]

@@ -42,18 +42,12 @@ mod tests {
             "",
             "[2026-11-30 10:00:00] torch.distributed.elastic: exiting",
         ]);
-        assert_eq!(
-            last_error_line(&tail).as_deref(),
-            Some("SyntaxError: invalid syntax")
-        );
+        assert_eq!(last_error_line(&tail).as_deref(), Some("SyntaxError: invalid syntax"));
     }
 
     #[test]
     fn falls_back_to_the_last_line() {
-        assert_eq!(
-            last_error_line(&lines(&["a", "b", "  "])).as_deref(),
-            Some("b")
-        );
+        assert_eq!(last_error_line(&lines(&["a", "b", "  "])).as_deref(), Some("b"));
         assert_eq!(last_error_line(&[]), None);
     }
 }

@@ -151,24 +151,13 @@ mod tests {
 
     #[test]
     fn node_exited_serialises_flat() {
-        let e = Event::NodeExited {
-            attempt: 0,
-            node_rank: 1,
-            host: "n2".into(),
-            exit: NodeExit::Signal(9),
-        };
+        let e = Event::NodeExited { attempt: 0, node_rank: 1, host: "n2".into(), exit: NodeExit::Signal(9) };
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
             r#"{"event":"node_exited","attempt":0,"node_rank":1,"host":"n2","signal":9}"#
         );
-        let e = Event::NodeExited {
-            attempt: 0,
-            node_rank: 1,
-            host: "n2".into(),
-            exit: NodeExit::ExitCode(3),
-        };
-        assert!(serde_json::to_string(&e)
-            .unwrap()
-            .ends_with(r#""exit_code":3}"#));
+        let e =
+            Event::NodeExited { attempt: 0, node_rank: 1, host: "n2".into(), exit: NodeExit::ExitCode(3) };
+        assert!(serde_json::to_string(&e).unwrap().ends_with(r#""exit_code":3}"#));
     }
 }

@@ -50,11 +50,7 @@ pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
         LauncherKind::Deepspeed => {
             // The per-node launcher that `deepspeed` itself runs on every host through pdsh;
             // herd starts it on each node directly instead.
-            words.extend([
-                quote(&job.python),
-                "-m".into(),
-                "deepspeed.launcher.launch".into(),
-            ]);
+            words.extend([quote(&job.python), "-m".into(), "deepspeed.launcher.launch".into()]);
             words.push(quote(&format!("--world_info={}", world_info(node.world))));
             words.push(quote(&format!("--node_rank={}", node.node_rank)));
             words.push(quote(&format!("--master_addr={}", node.master_addr)));
@@ -83,11 +79,7 @@ pub fn world_info(world: &[(String, u32)]) -> String {
             json.push_str(", ");
         }
         let ids: Vec<String> = (0..*nproc).map(|d| d.to_string()).collect();
-        json.push_str(&format!(
-            "{}: [{}]",
-            serde_json::to_string(host).expect("string"),
-            ids.join(", ")
-        ));
+        json.push_str(&format!("{}: [{}]", serde_json::to_string(host).expect("string"), ids.join(", ")));
     }
     json.push('}');
     base64::engine::general_purpose::URL_SAFE.encode(json)
@@ -121,12 +113,7 @@ mod tests {
         let w = world();
         let line = command_line(
             &job(LauncherKind::Torchrun),
-            &NodeLaunch {
-                node_rank: 1,
-                nproc: 4,
-                master_addr: "10.0.0.1",
-                world: &w,
-            },
+            &NodeLaunch { node_rank: 1, nproc: 4, master_addr: "10.0.0.1", world: &w },
         );
         assert_eq!(
             line,
@@ -140,24 +127,11 @@ mod tests {
         let w = world();
         let line = command_line(
             &job(LauncherKind::Deepspeed),
-            &NodeLaunch {
-                node_rank: 0,
-                nproc: 2,
-                master_addr: "n1",
-                world: &w,
-            },
+            &NodeLaunch { node_rank: 0, nproc: 2, master_addr: "n1", world: &w },
         );
-        let decoded = base64::engine::general_purpose::URL_SAFE
-            .decode(world_info(&w))
-            .unwrap();
-        assert_eq!(
-            String::from_utf8(decoded).unwrap(),
-            r#"{"n1": [0, 1], "n2": [0, 1, 2, 3]}"#
-        );
-        assert!(
-            line.starts_with("python3 -m deepspeed.launcher.launch --world_info="),
-            "{line}"
-        );
+        let decoded = base64::engine::general_purpose::URL_SAFE.decode(world_info(&w)).unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), r#"{"n1": [0, 1], "n2": [0, 1, 2, 3]}"#);
+        assert!(line.starts_with("python3 -m deepspeed.launcher.launch --world_info="), "{line}");
         assert!(
             line.contains("--node_rank=0 --master_addr=n1 --master_port=\"$MASTER_PORT\" train.py"),
             "{line}"
@@ -167,16 +141,8 @@ mod tests {
     #[test]
     fn command_and_module_forms() {
         let w = world();
-        let n = NodeLaunch {
-            node_rank: 0,
-            nproc: 1,
-            master_addr: "n1",
-            world: &w,
-        };
-        assert_eq!(
-            command_line(&job(LauncherKind::Command), &n),
-            "train.py --name 'a b'"
-        );
+        let n = NodeLaunch { node_rank: 0, nproc: 1, master_addr: "n1", world: &w };
+        assert_eq!(command_line(&job(LauncherKind::Command), &n), "train.py --name 'a b'");
         let mut j = job(LauncherKind::Command);
         j.module = true;
         j.script = "pkg.main".into();
@@ -184,7 +150,6 @@ mod tests {
         let mut j = job(LauncherKind::Torchrun);
         j.module = true;
         j.launcher_args = vec!["--log-dir".into(), "/tmp/x".into()];
-        assert!(command_line(&j, &n)
-            .ends_with("--max-restarts 0 --log-dir /tmp/x -m train.py --name 'a b'"));
+        assert!(command_line(&j, &n).ends_with("--max-restarts 0 --log-dir /tmp/x -m train.py --name 'a b'"));
     }
 }

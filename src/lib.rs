@@ -28,8 +28,8 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         (false, 1) => "debug",
         (false, _) => "trace",
     };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("herd={level},warn")));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("herd={level},warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

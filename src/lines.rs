@@ -60,10 +60,7 @@ impl LineSplitter {
             } else {
                 LineEnd::Cr
             };
-            out.push(Line {
-                text: std::mem::take(&mut self.pending),
-                end,
-            });
+            out.push(Line { text: std::mem::take(&mut self.pending), end });
         }
         while !chunk.is_empty() {
             let room = MAX_LINE - self.pending.len();
@@ -72,21 +69,11 @@ impl LineSplitter {
                 Some(i) => {
                     self.pending.extend_from_slice(&window[..i]);
                     if window[i] == b'\n' {
-                        out.push(Line {
-                            text: std::mem::take(&mut self.pending),
-                            end: LineEnd::Lf,
-                        });
+                        out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Lf });
                         chunk = &chunk[i + 1..];
                     } else if i + 1 < chunk.len() {
-                        let end = if chunk[i + 1] == b'\n' {
-                            LineEnd::CrLf
-                        } else {
-                            LineEnd::Cr
-                        };
-                        out.push(Line {
-                            text: std::mem::take(&mut self.pending),
-                            end,
-                        });
+                        let end = if chunk[i + 1] == b'\n' { LineEnd::CrLf } else { LineEnd::Cr };
+                        out.push(Line { text: std::mem::take(&mut self.pending), end });
                         chunk = &chunk[i + end.bytes().len()..];
                     } else {
                         self.pending_cr = true;
@@ -97,10 +84,7 @@ impl LineSplitter {
                     self.pending.extend_from_slice(window);
                     chunk = &chunk[window.len()..];
                     if self.pending.len() == MAX_LINE {
-                        out.push(Line {
-                            text: std::mem::take(&mut self.pending),
-                            end: LineEnd::Cut,
-                        });
+                        out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Cut });
                     }
                 }
             }
@@ -110,15 +94,9 @@ impl LineSplitter {
     pub fn finish(&mut self, out: &mut Vec<Line>) {
         if self.pending_cr {
             self.pending_cr = false;
-            out.push(Line {
-                text: std::mem::take(&mut self.pending),
-                end: LineEnd::Cr,
-            });
+            out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Cr });
         } else if !self.pending.is_empty() {
-            out.push(Line {
-                text: std::mem::take(&mut self.pending),
-                end: LineEnd::Eof,
-            });
+            out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Eof });
         }
     }
 }
@@ -139,10 +117,7 @@ mod tests {
     }
 
     fn texts(lines: &[Line]) -> Vec<(String, LineEnd)> {
-        lines
-            .iter()
-            .map(|l| (String::from_utf8_lossy(&l.text).into_owned(), l.end))
-            .collect()
+        lines.iter().map(|l| (String::from_utf8_lossy(&l.text).into_owned(), l.end)).collect()
     }
 
     #[test]
@@ -162,10 +137,7 @@ mod tests {
 
     #[test]
     fn unterminated_tail_and_trailing_cr_are_kept() {
-        assert_eq!(
-            texts(&split(&[b"x\ny"])),
-            vec![("x".into(), LineEnd::Lf), ("y".into(), LineEnd::Eof)]
-        );
+        assert_eq!(texts(&split(&[b"x\ny"])), vec![("x".into(), LineEnd::Lf), ("y".into(), LineEnd::Eof)]);
         assert_eq!(texts(&split(&[b"p\r"])), vec![("p".into(), LineEnd::Cr)]);
         assert!(split(&[b""]).is_empty());
     }

@@ -125,32 +125,15 @@ pub fn is_local_host(host: &str) -> bool {
 
 pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     let job = &config.job;
-    let nprocs: Vec<u32> = config
-        .nodes
-        .iter()
-        .map(|n| n.nproc.unwrap_or(job.nproc_per_node))
-        .collect();
-    let world: Vec<(String, u32)> = config
-        .nodes
-        .iter()
-        .map(|n| n.host.clone())
-        .zip(nprocs.iter().copied())
-        .collect();
+    let nprocs: Vec<u32> = config.nodes.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
+    let world: Vec<(String, u32)> =
+        config.nodes.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
     let world_size: u32 = nprocs.iter().sum();
-    let addr_of = |i: usize| {
-        config.nodes[i]
-            .addr
-            .clone()
-            .unwrap_or_else(|| config.nodes[i].host.clone())
-    };
+    let addr_of = |i: usize| config.nodes[i].addr.clone().unwrap_or_else(|| config.nodes[i].host.clone());
 
     let master_rank = match &config.rendezvous.master {
         // The config checked that the master is one of the nodes.
-        Some(host) => config
-            .nodes
-            .iter()
-            .position(|n| &n.host == host)
-            .unwrap_or(0),
+        Some(host) => config.nodes.iter().position(|n| &n.host == host).unwrap_or(0),
         None => 0,
     };
     let master = Master {
@@ -186,8 +169,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                 set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
                 set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
             }
-            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into())
-                .or_insert(EnvValue::Value("1".into()));
+            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
             let mut set = |k: &str, v: EnvValue| {
                 env.insert(k.to_string(), v);
             };
@@ -208,21 +190,11 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
             set("HERD_RUN_ID", EnvValue::RunId);
             set("HERD_ATTEMPT", EnvValue::Attempt);
             set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
-            set(
-                MARKER_VAR,
-                EnvValue::Marker {
-                    config_key: config_key.clone(),
-                },
-            );
+            set(MARKER_VAR, EnvValue::Marker { config_key: config_key.clone() });
 
             let command = launcher::command_line(
                 job,
-                &NodeLaunch {
-                    node_rank: rank,
-                    nproc,
-                    master_addr: &master.addr,
-                    world: &world,
-                },
+                &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
             );
             let transport = if is_local_host(&node.host) {
                 Transport::Local
@@ -277,10 +249,7 @@ fn forwarded_env(
     for pattern in patterns {
         match pattern.strip_suffix('*') {
             Some(prefix) => {
-                for (k, v) in env
-                    .range(prefix.to_string()..)
-                    .take_while(|(k, _)| k.starts_with(prefix))
-                {
+                for (k, v) in env.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)) {
                     if config::is_env_name(k) {
                         picked.insert(k.clone(), v.clone());
                     }
@@ -330,11 +299,7 @@ impl NodePlan {
 
     /// The agent's `NAME=VALUE` marker line for one attempt.
     pub fn marker(&self, values: &AttemptValues<'_>) -> String {
-        let value = self
-            .resolved_env(values)
-            .into_iter()
-            .find(|(k, _)| k == MARKER_VAR)
-            .map(|(_, v)| v);
+        let value = self.resolved_env(values).into_iter().find(|(k, _)| k == MARKER_VAR).map(|(_, v)| v);
         format!("{MARKER_VAR}={}", value.unwrap_or_default())
     }
 

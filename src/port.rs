@@ -25,17 +25,11 @@ pub fn ports_in_use(tables: &str) -> BTreeSet<u16> {
 /// A random port in `range` (inclusive) for which `usable` holds and which is not in `avoid`
 /// (ports earlier attempts of this run used). Random so that two runs starting at once, or
 /// an attempt after a port clash, do not keep landing on the same port.
-pub fn pick(
-    range: (u16, u16),
-    avoid: &BTreeSet<u16>,
-    mut usable: impl FnMut(u16) -> bool,
-) -> Option<u16> {
+pub fn pick(range: (u16, u16), avoid: &BTreeSet<u16>, mut usable: impl FnMut(u16) -> bool) -> Option<u16> {
     let (lo, hi) = range;
     let span = u32::from(hi) - u32::from(lo) + 1;
     let start = rand::thread_rng().gen_range(0..span);
-    (0..span)
-        .map(|i| (lo as u32 + (start + i) % span) as u16)
-        .find(|&p| !avoid.contains(&p) && usable(p))
+    (0..span).map(|i| (lo as u32 + (start + i) % span) as u16).find(|&p| !avoid.contains(&p) && usable(p))
 }
 
 #[cfg(test)]
@@ -62,23 +56,16 @@ mod tests {
         let used = BTreeSet::from([20000, 20001]);
         let avoid = BTreeSet::from([20002]);
         for _ in 0..50 {
-            assert_eq!(
-                pick((20000, 20003), &avoid, |p| !used.contains(&p)),
-                Some(20003)
-            );
+            assert_eq!(pick((20000, 20003), &avoid, |p| !used.contains(&p)), Some(20003));
         }
         assert_eq!(pick((20000, 20001), &avoid, |p| !used.contains(&p)), None);
-        assert_eq!(
-            pick((65535, 65535), &BTreeSet::new(), |_| true),
-            Some(65535)
-        );
+        assert_eq!(pick((65535, 65535), &BTreeSet::new(), |_| true), Some(65535));
     }
 
     #[test]
     fn pick_spreads_over_the_range() {
-        let seen: BTreeSet<u16> = (0..200)
-            .filter_map(|_| pick((1000, 1009), &BTreeSet::new(), |_| true))
-            .collect();
+        let seen: BTreeSet<u16> =
+            (0..200).filter_map(|_| pick((1000, 1009), &BTreeSet::new(), |_| true)).collect();
         assert!(seen.len() > 5, "{seen:?}");
     }
 }

@@ -55,20 +55,14 @@ pub enum TransportExit {
 
 /// Connect to a node. `alive_interval` sets SSH keepalives: the connection counts as lost
 /// after three unanswered ones.
-pub async fn connect(
-    transport: &Transport,
-    alive_interval: Duration,
-) -> Result<Connection, TransportError> {
+pub async fn connect(transport: &Transport, alive_interval: Duration) -> Result<Connection, TransportError> {
     match transport {
         Transport::Local => Ok(Connection::Local),
         Transport::Ssh(target) => connect_ssh(target, alive_interval).await,
     }
 }
 
-async fn connect_ssh(
-    target: &SshTarget,
-    alive_interval: Duration,
-) -> Result<Connection, TransportError> {
+async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Connection, TransportError> {
     let mut b = SessionBuilder::default();
     b.known_hosts_check(match target.known_hosts {
         KnownHostsPolicy::Strict => KnownHosts::Strict,
@@ -77,9 +71,7 @@ async fn connect_ssh(
     .connect_timeout(target.connect_timeout)
     .server_alive_interval(alive_interval.max(Duration::from_secs(1)))
     // If herd dies without closing the master, it exits on its own once its sessions are gone.
-    .control_persist(ControlPersist::IdleFor(
-        NonZeroUsize::new(30).expect("non-zero"),
-    ));
+    .control_persist(ControlPersist::IdleFor(NonZeroUsize::new(30).expect("non-zero")));
     if let Some(user) = &target.user {
         b.user(user.clone());
     }
@@ -92,10 +84,7 @@ async fn connect_ssh(
     if let Some(file) = &target.known_hosts_file {
         b.user_known_hosts_file(expand_tilde(file));
     }
-    let session = b
-        .connect_mux(&target.host)
-        .await
-        .map_err(|e| TransportError::Connect(error_chain(&e)))?;
+    let session = b.connect_mux(&target.host).await.map_err(|e| TransportError::Connect(error_chain(&e)))?;
     Ok(Connection::Ssh(Arc::new(session)))
 }
 

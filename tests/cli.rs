@@ -58,36 +58,16 @@ fn bad_configs_exit_2_with_the_location() {
             "[[nodes]]\nhost = \"a[1-2]\"\n[[nodes]]\nhost = \"a2\"\n[job]\nscript = \"t.py\"\n",
             "duplicate host \"a2\"",
         ),
-        (
-            "empty nodes",
-            "nodes = []\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:1:9",
-        ),
-        (
-            "nproc < 1",
-            "[[nodes]]\nhost = \"a\"\nnproc = 0\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:3:9",
-        ),
+        ("empty nodes", "nodes = []\n[job]\nscript = \"t.py\"\n", "cluster.toml:1:9"),
+        ("nproc < 1", "[[nodes]]\nhost = \"a\"\nnproc = 0\n[job]\nscript = \"t.py\"\n", "cluster.toml:3:9"),
         (
             "unknown launcher",
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\nlauncher = \"mpirun\"\n",
             "cluster.toml:5:12",
         ),
-        (
-            "descending range",
-            "[[nodes]]\nhost = \"n[3-1]\"\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:2:8",
-        ),
-        (
-            "unclosed bracket",
-            "[[nodes]]\nhost = \"n[1-\"\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:2:8",
-        ),
-        (
-            "not a number",
-            "[[nodes]]\nhost = \"n[x]\"\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:2:8",
-        ),
+        ("descending range", "[[nodes]]\nhost = \"n[3-1]\"\n[job]\nscript = \"t.py\"\n", "cluster.toml:2:8"),
+        ("unclosed bracket", "[[nodes]]\nhost = \"n[1-\"\n[job]\nscript = \"t.py\"\n", "cluster.toml:2:8"),
+        ("not a number", "[[nodes]]\nhost = \"n[x]\"\n[job]\nscript = \"t.py\"\n", "cluster.toml:2:8"),
         (
             "option injection",
             "[[nodes]]\nhost = \"-oProxyCommand=x\"\n[job]\nscript = \"t.py\"\n",
@@ -98,11 +78,7 @@ fn bad_configs_exit_2_with_the_location() {
             "[[nodes]]\nhost = \"a;reboot\"\n[job]\nscript = \"t.py\"\n",
             "cluster.toml:2:8",
         ),
-        (
-            "whitespace",
-            "[[nodes]]\nhost = \"a b\"\n[job]\nscript = \"t.py\"\n",
-            "cluster.toml:2:8",
-        ),
+        ("whitespace", "[[nodes]]\nhost = \"a b\"\n[job]\nscript = \"t.py\"\n", "cluster.toml:2:8"),
         (
             "master not a node",
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[rendezvous]\nmaster = \"b\"\n",
@@ -113,11 +89,7 @@ fn bad_configs_exit_2_with_the_location() {
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[rendezvous]\nport = 70000\n",
             "cluster.toml:6:8",
         ),
-        (
-            "syntax error",
-            "[[nodes]\nhost = \"a\"\n",
-            "cluster.toml:1:",
-        ),
+        ("syntax error", "[[nodes]\nhost = \"a\"\n", "cluster.toml:1:"),
         (
             "reserved env",
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[env]\nMASTER_PORT = \"1\"\n",
@@ -129,22 +101,10 @@ fn bad_configs_exit_2_with_the_location() {
         write(dir.path(), text);
         for cmd in ["plan", "run"] {
             let out = herd::run(dir.path(), &[cmd], LIMIT);
-            assert_eq!(
-                out.code,
-                Some(2),
-                "{what}: herd {cmd} exited {:?}\n{out}",
-                out.code
-            );
-            assert!(
-                out.stderr.contains(needle),
-                "{what}: herd {cmd}: {needle:?} not in\n{}",
-                out.stderr
-            );
+            assert_eq!(out.code, Some(2), "{what}: herd {cmd} exited {:?}\n{out}", out.code);
+            assert!(out.stderr.contains(needle), "{what}: herd {cmd}: {needle:?} not in\n{}", out.stderr);
             assert!(out.stdout.is_empty(), "{what}: nothing on stdout\n{out}");
-            assert!(
-                !dir.path().join("herd-logs").exists(),
-                "{what}: herd {cmd} started a run"
-            );
+            assert!(!dir.path().join("herd-logs").exists(), "{what}: herd {cmd} started a run");
         }
     }
 }
@@ -154,28 +114,17 @@ fn missing_config_file_exits_2_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = herd::run(dir.path(), &["run", "-c", "nope.toml"], LIMIT);
     out.assert_code(2);
-    assert!(
-        out.stderr.contains("nope.toml: cannot read config file"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("nope.toml: cannot read config file"), "{}", out.stderr);
 }
 
 #[test]
 fn plan_shows_ranks_env_and_commands_and_hides_secrets() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), GOOD);
-    let env = [
-        ("WANDB_API_KEY", "very-secret"),
-        ("HF_TOKEN", "hf-secret"),
-        ("HF_HOME", "/hf"),
-    ];
+    let env = [("WANDB_API_KEY", "very-secret"), ("HF_TOKEN", "hf-secret"), ("HF_HOME", "/hf")];
     let out = herd::start(dir.path(), &["plan", "--json"], &env).wait(LIMIT);
     out.assert_code(0);
-    assert!(
-        !out.stdout.contains("very-secret") && !out.stdout.contains("hf-secret"),
-        "{out}"
-    );
+    assert!(!out.stdout.contains("very-secret") && !out.stdout.contains("hf-secret"), "{out}");
     let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(plan["world_size"], 13);
     assert_eq!(plan["master"]["host"], "gpu-02");
@@ -189,19 +138,13 @@ fn plan_shows_ranks_env_and_commands_and_hides_secrets() {
         assert_eq!(node["env"]["GLOO_SOCKET_IFNAME"], "eth0");
         assert_eq!(node["env"]["WANDB_API_KEY"], "<forwarded, hidden>");
         assert_eq!(node["env"]["HF_TOKEN"], "<forwarded, hidden>");
-        assert!(node["command"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("--node-rank {i} ")));
+        assert!(node["command"].as_str().unwrap().contains(&format!("--node-rank {i} ")));
     }
     assert_eq!(nodes[3]["nproc"], 1);
     assert_eq!(nodes[3]["global_ranks"], serde_json::json!([12, 12]));
     assert_eq!(nodes[3]["env"]["NCCL_IB_HCA"], "mlx5_0");
     assert!(nodes[0]["env"].get("NCCL_IB_HCA").is_none());
-    assert!(
-        out.stderr.contains("NOT_SET_ANYWHERE"),
-        "missing forwarded var is warned about\n{out}"
-    );
+    assert!(out.stderr.contains("NOT_SET_ANYWHERE"), "missing forwarded var is warned about\n{out}");
 
     // Same file, same environment: the same bytes, so a team can diff plans.
     let again = herd::start(dir.path(), &["plan", "--json"], &env).wait(LIMIT);
@@ -224,11 +167,7 @@ fn plan_text_is_a_stable_snapshot() {
 fn extra_args_after_double_dash_reach_the_command() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), GOOD);
-    let out = herd::run(
-        dir.path(),
-        &["plan", "--json", "--", "--lr", "0.1 0.2"],
-        LIMIT,
-    );
+    let out = herd::run(dir.path(), &["plan", "--json", "--", "--lr", "0.1 0.2"], LIMIT);
     let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert!(plan["nodes"][0]["command"]
         .as_str()
@@ -257,4 +196,21 @@ fn the_example_cluster_file_is_valid() {
     let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(plan["world_size"], 20);
     assert_eq!(plan["nodes"][2]["host"], "gpu-03");
+}
+
+#[test]
+fn a_log_directory_that_cannot_be_created_stops_the_run_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("job-ran");
+    write(
+        dir.path(),
+        &format!(
+            "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"touch\"\nargs = [\"{}\"]\n[logs]\ndir = \"/dev/null/logs\"\n",
+            marker.display()
+        ),
+    );
+    let out = herd::run(dir.path(), &["run"], LIMIT);
+    out.assert_code(5);
+    assert!(out.stderr.contains("cannot create the run's log directory under /dev/null/logs"), "{out}");
+    assert!(!marker.exists(), "the job ran although its logs could not be kept");
 }

@@ -18,34 +18,16 @@ fn assert_all_reduce(c: &Cluster, out: &herd::Finished, nproc: usize, extra_tag:
     let mut seen = BTreeSet::new();
     for node in 0..n {
         let prefix = format!("[{node} {:<host_w$}] ", c.addr(node));
-        for line in out
-            .node_lines(&prefix)
-            .into_iter()
-            .filter(|l| l.starts_with("result "))
-        {
+        for line in out.node_lines(&prefix).into_iter().filter(|l| l.starts_with("result ")) {
             assert!(line.ends_with(" ok"), "bad result line: {line}\n{out}");
             assert!(line.contains(&format!(" world={world} ")), "{line}");
             assert!(line.contains(&format!(" node_rank={node} ")), "{line}");
             assert!(line.contains(&format!(" host=node{} ", node + 1)), "{line}");
-            assert!(
-                line.contains(&format!(" sum={} ", world * (world + 1) / 2)),
-                "{line}"
-            );
+            assert!(line.contains(&format!(" sum={} ", world * (world + 1) / 2)), "{line}");
             assert!(line.contains(extra_tag), "{line}");
-            let rank: usize = line
-                .split(" rank=")
-                .nth(1)
-                .unwrap()
-                .split(' ')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert_eq!(
-                rank / nproc,
-                node,
-                "global rank {rank} printed by node {node}: {line}"
-            );
+            let rank: usize =
+                line.split(" rank=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+            assert_eq!(rank / nproc, node, "global rank {rank} printed by node {node}: {line}");
             assert!(seen.insert(rank), "rank {rank} reported twice\n{out}");
         }
     }
@@ -75,27 +57,15 @@ fn torchrun_all_reduce_on_three_nodes_with_two_ranks_each() {
     assert_all_reduce(&c, &out, 2, "tag=\"it's a $tag; `x`\"");
 
     let run_dir = assert_run_files(&c, 1);
-    let log = std::fs::read_to_string(run_dir.join(format!("attempt-0/node1-{}.log", c.addr(1))))
-        .unwrap();
-    assert!(
-        log.contains("result rank=2 ") && log.contains("result rank=3 "),
-        "{log}"
-    );
-    assert!(
-        !log.contains("[1 "),
-        "log files hold raw output, without prefixes"
-    );
+    let log = std::fs::read_to_string(run_dir.join(format!("attempt-0/node1-{}.log", c.addr(1)))).unwrap();
+    assert!(log.contains("result rank=2 ") && log.contains("result rank=3 "), "{log}");
+    assert!(!log.contains("[1 "), "log files hold raw output, without prefixes");
 
     let ev = events(&run_dir);
     let names = event_names(&ev);
     assert_eq!(names.first().map(String::as_str), Some("run_started"));
     assert_eq!(names.last().map(String::as_str), Some("run_finished"));
-    for name in [
-        "attempt_started",
-        "node_started",
-        "node_exited",
-        "attempt_succeeded",
-    ] {
+    for name in ["attempt_started", "node_started", "node_exited", "attempt_succeeded"] {
         assert!(names.iter().any(|n| n == name), "no {name} in {names:?}");
     }
     assert!(ev.iter().all(|e| e["ts"].is_string()));
@@ -104,10 +74,7 @@ fn torchrun_all_reduce_on_three_nodes_with_two_ranks_each() {
     let port = started["master_port"].as_u64().unwrap();
     assert!((20000..=40000).contains(&port), "port {port}");
     assert_eq!(names.iter().filter(|n| *n == "node_exited").count(), 3);
-    assert!(ev
-        .iter()
-        .filter(|e| e["event"] == "node_exited")
-        .all(|e| e["exit_code"] == 0));
+    assert!(ev.iter().filter(|e| e["event"] == "node_exited").all(|e| e["exit_code"] == 0));
     assert_eq!(ev.last().unwrap()["status"], "succeeded");
 }
 
@@ -131,10 +98,7 @@ fn mark(c: &Cluster) -> String {
 
 fn command_job(c: &Cluster, script: &str, extra: &str) {
     c.write_config(
-        &format!(
-            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]",
-            toml_str(script)
-        ),
+        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]", toml_str(script)),
         &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n{extra}", mark(c)),
     );
 }
@@ -155,43 +119,19 @@ fn a_failing_node_stops_the_others_and_is_named_as_first_failure() {
     out.assert_code(1);
     assert!(out.took < Duration::from_secs(30), "took {:?}", out.took);
     let who = format!("node 1 ({})", c.addr(1));
-    assert!(
-        out.stderr
-            .contains(&format!("first failure: {who}: exit code 7")),
-        "{out}"
-    );
-    assert!(
-        out.stderr
-            .contains(&format!("last error line: fatal: boom on {}", c.addr(1))),
-        "{out}"
-    );
-    assert!(
-        out.stderr.contains("attempt-0/node1-"),
-        "names the log file\n{out}"
-    );
-    assert_eq!(
-        c.leftovers("HERD_TEST_MARK", &mark(&c)),
-        vec![],
-        "job processes left behind"
-    );
+    assert!(out.stderr.contains(&format!("first failure: {who}: exit code 7")), "{out}");
+    assert!(out.stderr.contains(&format!("last error line: fatal: boom on {}", c.addr(1))), "{out}");
+    assert!(out.stderr.contains("attempt-0/node1-"), "names the log file\n{out}");
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![], "job processes left behind");
 
     let ev = events(&only_run_dir(&c.logs()));
-    let failed = ev
-        .iter()
-        .find(|e| e["event"] == "attempt_failed")
-        .expect("attempt_failed");
+    let failed = ev.iter().find(|e| e["event"] == "attempt_failed").expect("attempt_failed");
     assert_eq!(failed["first_failure"]["node_rank"], 1);
     assert_eq!(failed["first_failure"]["exit"]["exit_code"], 7);
     assert!(event_names(&ev).contains(&"teardown_started".to_string()));
-    let others: Vec<_> = ev
-        .iter()
-        .filter(|e| e["event"] == "node_exited" && e["node_rank"] != 1)
-        .collect();
+    let others: Vec<_> = ev.iter().filter(|e| e["event"] == "node_exited" && e["node_rank"] != 1).collect();
     assert_eq!(others.len(), 2);
-    assert!(
-        others.iter().all(|e| e["signal"] == 15),
-        "others were stopped with SIGTERM: {others:?}"
-    );
+    assert!(others.iter().all(|e| e["signal"] == 15), "others were stopped with SIGTERM: {others:?}");
     assert_eq!(ev.last().unwrap()["status"], "failed");
 }
 
@@ -201,8 +141,7 @@ fn sleepers(c: &Cluster) -> usize {
     c.leftovers("HERD_TEST_MARK", &mark(c))
         .into_iter()
         .filter(|(_, pid)| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim() == "sleep")
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "sleep")
         })
         .count()
 }
@@ -219,11 +158,7 @@ fn start_long_job(c: &Cluster, trap_term: bool, grace: &str) -> herd::Running {
     let running = herd::start(c.tb.dir(), &["run"], &[]);
     let want = 2 * c.tb.nodes().len();
     let up = wait_until(Duration::from_secs(60), || sleepers(c) == want);
-    assert!(
-        up,
-        "job processes did not come up: {:?}",
-        c.leftovers("HERD_TEST_MARK", &mark(c))
-    );
+    assert!(up, "job processes did not come up: {:?}", c.leftovers("HERD_TEST_MARK", &mark(c)));
     running
 }
 
@@ -233,18 +168,9 @@ fn sigkill_of_herd_leaves_no_job_process_on_any_node() {
     let running = start_long_job(&c, false, "2s");
     running.signal("KILL");
     let killed = Instant::now();
-    let gone = wait_until(Duration::from_secs(5), || {
-        c.leftovers("HERD_TEST_MARK", &mark(&c)).is_empty()
-    });
-    assert!(
-        gone,
-        "left after 5 s: {:?}",
-        c.leftovers("HERD_TEST_MARK", &mark(&c))
-    );
-    eprintln!(
-        "all job processes gone {:?} after SIGKILL of herd",
-        killed.elapsed()
-    );
+    let gone = wait_until(Duration::from_secs(5), || c.leftovers("HERD_TEST_MARK", &mark(&c)).is_empty());
+    assert!(gone, "left after 5 s: {:?}", c.leftovers("HERD_TEST_MARK", &mark(&c)));
+    eprintln!("all job processes gone {:?} after SIGKILL of herd", killed.elapsed());
     let _ = running.wait(Duration::from_secs(10));
 }
 
@@ -300,12 +226,7 @@ fn an_unreachable_node_fails_the_start_and_nothing_runs() {
     assert!(out.took < Duration::from_secs(30), "{:?}", out.took);
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
     let ev = events(&only_run_dir(&c.logs()));
-    assert!(
-        !event_names(&ev)
-            .iter()
-            .any(|n| n == "node_started" || n == "attempt_started"),
-        "{ev:?}"
-    );
+    assert!(!event_names(&ev).iter().any(|n| n == "node_started" || n == "attempt_started"), "{ev:?}");
 }
 
 #[test]
@@ -326,18 +247,11 @@ fn env_values_arrive_byte_identical_and_secrets_never_touch_argv() {
     std::fs::write(&path, text).unwrap();
 
     let running = herd::start(c.tb.dir(), &["run"], &[("MY_SECRET", &secret)]);
-    assert!(wait_until(Duration::from_secs(60), || c
-        .leftovers("HERD_TEST_MARK", &mark(&c))
-        .len()
-        == 2));
+    assert!(wait_until(Duration::from_secs(60), || c.leftovers("HERD_TEST_MARK", &mark(&c)).len() == 2));
     let leaks = processes_with_arg_containing(&secret);
     let out = running.wait(Duration::from_secs(60));
     out.assert_code(0);
-    assert_eq!(
-        leaks,
-        Vec::<u32>::new(),
-        "the secret is visible in some process's argv"
-    );
+    assert_eq!(leaks, Vec::<u32>::new(), "the secret is visible in some process's argv");
     for (node, per_node) in [(0, "zero"), (1, "one")] {
         let prefix = format!("[{node} {}] ", c.addr(node));
         let lines = out.node_lines(&prefix);
@@ -349,10 +263,7 @@ fn env_values_arrive_byte_identical_and_secrets_never_touch_argv() {
         !out.stdout.contains(&secret) || out.stdout.matches(&secret).count() == 2,
         "only the job printed it"
     );
-    assert!(
-        !out.stderr.contains(&secret),
-        "herd never prints a forwarded value"
-    );
+    assert!(!out.stderr.contains(&secret), "herd never prints a forwarded value");
 }
 
 fn processes_with_arg_containing(needle: &str) -> Vec<u32> {
@@ -388,8 +299,7 @@ fn output_keeps_every_byte_in_logs_and_every_line_on_stdout() {
         expected.extend_from_slice(b"progress 1\rprogress 2\rprogress 3\r\n");
         expected.extend_from_slice(&[b'x'; 200_000]);
         expected.extend_from_slice(b"\nbad \xff\xfe utf8\nend without newline");
-        let log = std::fs::read(run_dir.join(format!("attempt-0/node{node}-{}.log", c.addr(node))))
-            .unwrap();
+        let log = std::fs::read(run_dir.join(format!("attempt-0/node{node}-{}.log", c.addr(node)))).unwrap();
         assert!(
             log == expected,
             "node {node}: log differs from what the node wrote ({} vs {} bytes)",
@@ -399,10 +309,7 @@ fn output_keeps_every_byte_in_logs_and_every_line_on_stdout() {
 
         let prefix = format!("[{node} {}] ", c.addr(node));
         let lines = out.node_lines(&prefix);
-        let numbered = lines
-            .iter()
-            .filter(|l| l.starts_with(&format!("node {node} line ")))
-            .count();
+        let numbered = lines.iter().filter(|l| l.starts_with(&format!("node {node} line "))).count();
         assert_eq!(numbered, LINES, "node {node}: lines lost on stdout");
         let x = |n: usize| "x".repeat(n);
         let expected_tail = [
@@ -416,11 +323,7 @@ fn output_keeps_every_byte_in_logs_and_every_line_on_stdout() {
             "bad \u{fffd}\u{fffd} utf8".into(),
             "end without newline".into(),
         ];
-        assert_eq!(
-            lines[lines.len() - expected_tail.len()..],
-            expected_tail,
-            "node {node}"
-        );
+        assert_eq!(lines[lines.len() - expected_tail.len()..], expected_tail, "node {node}");
     }
 }
 
@@ -435,8 +338,9 @@ fn the_readme_demo_runs_on_the_local_transport() {
         .replace("dir = \"herd-logs\"", &format!("dir = \"{}\"", logs.path().display()));
     let path = logs.path().join("local.toml");
     std::fs::write(&path, config).unwrap();
-    let out = herd::start(&root, &["run", "-c", path.to_str().unwrap()], &[("HERD_VENV", venv.to_str().unwrap())])
-        .wait(support::cluster::LIMIT);
+    let out =
+        herd::start(&root, &["run", "-c", path.to_str().unwrap()], &[("HERD_VENV", venv.to_str().unwrap())])
+            .wait(support::cluster::LIMIT);
     out.assert_code(0);
     for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
         let results: Vec<&str> = out

@@ -23,10 +23,7 @@ pub enum ConfigError {
     /// The file could not be read. (The I/O error is part of the message, so it is not also
     /// reported as `source()`.)
     #[error("{}: cannot read config file: {error}", path.display())]
-    Read {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    Read { path: PathBuf, error: std::io::Error },
     /// The file was read but is not a valid config.
     #[error("{}", render(path, message, location.as_deref()))]
     Invalid {
@@ -49,11 +46,7 @@ impl ConfigError {
 
     /// An error about the file as a whole.
     pub fn whole_file(path: &Path, message: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message: message.into(),
-            location: None,
-        }
+        ConfigError::Invalid { path: path.to_path_buf(), message: message.into(), location: None }
     }
 
     pub fn path(&self) -> &Path {
@@ -106,9 +99,8 @@ impl Location {
         let end = floor_char_boundary(text, span.end.max(start));
         let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
         let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-        let source_line = text[line_start..line_end]
-            .strip_suffix('\r')
-            .unwrap_or(&text[line_start..line_end]);
+        let source_line =
+            text[line_start..line_end].strip_suffix('\r').unwrap_or(&text[line_start..line_end]);
         let (line, col) = line_col(text, start);
         let visible_end = (line_start + source_line.len()).max(start);
         let covered = &text[start..end.min(visible_end)];
@@ -156,25 +148,15 @@ fn write_rendered(
     let Some(loc) = location else {
         return write!(out, "{}: {message}", path.display());
     };
-    writeln!(
-        out,
-        "{}:{}:{}: {message}",
-        path.display(),
-        loc.line,
-        loc.col
-    )?;
+    writeln!(out, "{}:{}:{}: {message}", path.display(), loc.line, loc.col)?;
     let number = loc.line.to_string();
     let pad = " ".repeat(number.len());
     writeln!(out, " {pad} |")?;
     let source = format!(" {number} | {}", loc.source_line);
     writeln!(out, "{}", source.trim_end())?;
     // Keep tabs so the carets line up under the span however the terminal renders tabs.
-    let indent: String = loc
-        .source_line
-        .chars()
-        .take(loc.col - 1)
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
-        .collect();
+    let indent: String =
+        loc.source_line.chars().take(loc.col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
     write!(out, " {pad} | {indent}{}", "^".repeat(loc.width))
 }
 
@@ -220,20 +202,14 @@ mod tests {
         assert_eq!(loc.source_line, "\tkey = [");
         assert_eq!(loc.width, 1);
         let err = ConfigError::at(Path::new("c.toml"), text, 14..19, "bad");
-        assert_eq!(
-            err.to_string(),
-            "c.toml:2:8: bad\n   |\n 2 | \tkey = [\n   | \t      ^"
-        );
+        assert_eq!(err.to_string(), "c.toml:2:8: bad\n   |\n 2 | \tkey = [\n   | \t      ^");
     }
 
     #[test]
     fn gutter_grows_with_line_number() {
         let text = format!("{}x = 1\n", "\n".repeat(11));
         let err = ConfigError::at(Path::new("c.toml"), &text, 15..16, "bad");
-        assert_eq!(
-            err.to_string(),
-            "c.toml:12:5: bad\n    |\n 12 | x = 1\n    |     ^"
-        );
+        assert_eq!(err.to_string(), "c.toml:12:5: bad\n    |\n 12 | x = 1\n    |     ^");
     }
 
     #[test]
@@ -241,10 +217,7 @@ mod tests {
         let text = "a = ";
         let err = ConfigError::at(Path::new("c.toml"), text, 4..5, "bad");
         assert_eq!(err.line_col(), Some((1, 5)));
-        assert_eq!(
-            err.to_string(),
-            "c.toml:1:5: bad\n   |\n 1 | a =\n   |     ^"
-        );
+        assert_eq!(err.to_string(), "c.toml:1:5: bad\n   |\n 1 | a =\n   |     ^");
     }
 
     #[test]
@@ -256,8 +229,6 @@ mod tests {
             path: "cluster.toml".into(),
             error: std::io::Error::from(std::io::ErrorKind::NotFound),
         };
-        assert!(err
-            .to_string()
-            .starts_with("cluster.toml: cannot read config file: "));
+        assert!(err.to_string().starts_with("cluster.toml: cannot read config file: "));
     }
 }

@@ -31,10 +31,7 @@ pub struct HostlistError {
 
 impl HostlistError {
     fn new(offset: usize, message: impl Into<String>) -> Self {
-        HostlistError {
-            message: message.into(),
-            offset,
-        }
+        HostlistError { message: message.into(), offset }
     }
 }
 
@@ -55,10 +52,7 @@ struct Range {
 
 impl Range {
     fn len(self) -> usize {
-        usize::try_from(self.hi - self.lo)
-            .ok()
-            .and_then(|n| n.checked_add(1))
-            .unwrap_or(usize::MAX)
+        usize::try_from(self.hi - self.lo).ok().and_then(|n| n.checked_add(1)).unwrap_or(usize::MAX)
     }
 }
 
@@ -87,10 +81,7 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
         });
         total = total.saturating_add(count);
         if total > MAX_HOSTS {
-            return Err(HostlistError::new(
-                start,
-                format!("expands to more than {MAX_HOSTS} hosts"),
-            ));
+            return Err(HostlistError::new(start, format!("expands to more than {MAX_HOSTS} hosts")));
         }
         patterns.push(segments);
     }
@@ -169,10 +160,7 @@ fn parse_ranges(inner: &str, base: usize) -> Result<Vec<Range>, HostlistError> {
         let at = base + start;
         start += part.len() + 1;
         if part.is_empty() {
-            return Err(HostlistError::new(
-                at,
-                "empty element in brackets (stray ',')",
-            ));
+            return Err(HostlistError::new(at, "empty element in brackets (stray ',')"));
         }
         let (lo_s, hi_s) = match part.split_once('-') {
             Some((lo, hi)) => (lo, Some(hi)),
@@ -193,10 +181,7 @@ fn parse_ranges(inner: &str, base: usize) -> Result<Vec<Range>, HostlistError> {
         let range = Range { lo, hi, width };
         count = count.saturating_add(range.len());
         if count > MAX_HOSTS {
-            return Err(HostlistError::new(
-                at,
-                format!("expands to more than {MAX_HOSTS} hosts"),
-            ));
+            return Err(HostlistError::new(at, format!("expands to more than {MAX_HOSTS} hosts")));
         }
         ranges.push(range);
     }
@@ -208,13 +193,9 @@ fn parse_number(s: &str, at: usize) -> Result<u64, HostlistError> {
         return Err(HostlistError::new(at, "expected a number, found nothing"));
     }
     if let Some((i, _)) = s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        return Err(HostlistError::new(
-            at + i,
-            format!("expected a number, found {s:?}"),
-        ));
+        return Err(HostlistError::new(at + i, format!("expected a number, found {s:?}")));
     }
-    s.parse::<u64>()
-        .map_err(|_| HostlistError::new(at, format!("number {s} is too large")))
+    s.parse::<u64>().map_err(|_| HostlistError::new(at, format!("number {s} is too large")))
 }
 
 fn emit(segments: &[Segment<'_>], prefix: &mut String, out: &mut Vec<String>) {
@@ -311,18 +292,9 @@ mod tests {
         assert_eq!(err("n]"), ("unmatched ']'".into(), 1));
         assert_eq!(err("n[1[2]]"), ("nested '[' is not allowed".into(), 3));
         assert_eq!(err(""), ("empty hostlist expression".into(), 0));
-        assert_eq!(
-            err("a,,b"),
-            (
-                "empty host name (two ',' in a row or a leading ',')".into(),
-                2
-            )
-        );
+        assert_eq!(err("a,,b"), ("empty host name (two ',' in a row or a leading ',')".into(), 2));
         assert_eq!(err("a,"), ("trailing ',' (empty host name)".into(), 2));
-        assert_eq!(
-            err("n[1,]"),
-            ("empty element in brackets (stray ',')".into(), 4)
-        );
+        assert_eq!(err("n[1,]"), ("empty element in brackets (stray ',')".into(), 4));
         assert_eq!(
             err("n[99999999999999999999999]"),
             ("number 99999999999999999999999 is too large".into(), 2)
@@ -332,23 +304,11 @@ mod tests {
     #[test]
     fn cap_on_expansion() {
         assert_eq!(ok("n[1-100000]").len(), MAX_HOSTS);
-        assert_eq!(
-            err("n[1-100001]"),
-            ("expands to more than 100000 hosts".into(), 2)
-        );
+        assert_eq!(err("n[1-100001]"), ("expands to more than 100000 hosts".into(), 2));
         // Products and lists are capped too, without materialising them.
-        assert_eq!(
-            err("a[1-1000]b[1-1000]"),
-            ("expands to more than 100000 hosts".into(), 0)
-        );
-        assert_eq!(
-            err("a[1-60000],b[1-60000]"),
-            ("expands to more than 100000 hosts".into(), 11)
-        );
-        assert_eq!(
-            err("n[0-18446744073709551615]"),
-            ("expands to more than 100000 hosts".into(), 2)
-        );
+        assert_eq!(err("a[1-1000]b[1-1000]"), ("expands to more than 100000 hosts".into(), 0));
+        assert_eq!(err("a[1-60000],b[1-60000]"), ("expands to more than 100000 hosts".into(), 11));
+        assert_eq!(err("n[0-18446744073709551615]"), ("expands to more than 100000 hosts".into(), 2));
     }
 
     proptest! {

@@ -20,9 +20,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use raw::{
-    DurationText, EnvTable, RawConfig, RawJob, RawLogs, RawNode, RawRendezvous, RawRestart, RawSsh,
-};
+use raw::{DurationText, EnvTable, RawConfig, RawJob, RawLogs, RawNode, RawRendezvous, RawRestart, RawSsh};
 
 /// Environment variables herd sets on every node; they may not be set in `[env]` or `nodes.env`.
 pub const RESERVED_ENV: [&str; 12] = [
@@ -49,13 +47,8 @@ pub const DEFAULT_PORT_RANGE: (u16, u16) = (20000, 40000);
 /// `ssh.connect_timeout` when not given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `restart.on` when not given.
-pub const DEFAULT_RESTART_ON: [FailureClass; 5] = [
-    FailureClass::Comm,
-    FailureClass::NodeLost,
-    FailureClass::Hang,
-    FailureClass::Port,
-    FailureClass::Crash,
-];
+pub const DEFAULT_RESTART_ON: [FailureClass; 5] =
+    [FailureClass::Comm, FailureClass::NodeLost, FailureClass::Hang, FailureClass::Port, FailureClass::Crash];
 
 impl Default for SshSettings {
     fn default() -> Self {
@@ -72,20 +65,13 @@ impl Default for SshSettings {
 
 impl Default for Rendezvous {
     fn default() -> Self {
-        Rendezvous {
-            master: None,
-            port: PortSpec::Auto,
-            port_range: DEFAULT_PORT_RANGE,
-            interface: None,
-        }
+        Rendezvous { master: None, port: PortSpec::Auto, port_range: DEFAULT_PORT_RANGE, interface: None }
     }
 }
 
 impl Default for Logs {
     fn default() -> Self {
-        Logs {
-            dir: PathBuf::from(DEFAULT_LOGS_DIR),
-        }
+        Logs { dir: PathBuf::from(DEFAULT_LOGS_DIR) }
     }
 }
 
@@ -115,18 +101,13 @@ impl KnownHostsPolicy {
     }
 
     pub fn parse(s: &str) -> Option<KnownHostsPolicy> {
-        [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew]
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew].into_iter().find(|p| p.as_str() == s)
     }
 }
 
 impl LauncherKind {
-    pub const ALL: [LauncherKind; 3] = [
-        LauncherKind::Torchrun,
-        LauncherKind::Deepspeed,
-        LauncherKind::Command,
-    ];
+    pub const ALL: [LauncherKind; 3] =
+        [LauncherKind::Torchrun, LauncherKind::Deepspeed, LauncherKind::Command];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -144,10 +125,8 @@ impl LauncherKind {
 /// Reads and validates a config file. A missing or unreadable file is a [`ConfigError::Read`]
 /// naming the path.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
     parse(path, &text)
 }
 
@@ -167,13 +146,8 @@ pub fn check_host(host: &str) -> Result<(), String> {
     if host.starts_with('-') {
         return Err("a host may not start with '-'".to_string());
     }
-    match host
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '%' | '-')))
-    {
-        Some(c) => Err(format!(
-            "{c:?} is not allowed (only letters, digits and . _ : % - are)"
-        )),
+    match host.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '%' | '-'))) {
+        Some(c) => Err(format!("{c:?} is not allowed (only letters, digits and . _ : % - are)")),
         None => Ok(()),
     }
 }
@@ -225,16 +199,7 @@ impl Cx<'_> {
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes)?;
         let logs = self.logs(raw.logs)?;
         let restart = self.restart(raw.restart)?;
-        Ok(Config {
-            path: self.path.to_path_buf(),
-            ssh,
-            nodes,
-            job,
-            env,
-            rendezvous,
-            logs,
-            restart,
-        })
+        Ok(Config { path: self.path.to_path_buf(), ssh, nodes, job, env, rendezvous, logs, restart })
     }
 
     fn ssh(&self, raw: Option<RawSsh>) -> Result<SshSettings> {
@@ -256,10 +221,7 @@ impl Cx<'_> {
         Ok(SshSettings {
             user: raw.user.map(|u| self.user(u, "ssh.user")).transpose()?,
             port: raw.port.map(|p| self.port(&p, "ssh.port")).transpose()?,
-            identity_file: raw
-                .identity_file
-                .map(|f| self.non_empty(f, "ssh.identity_file"))
-                .transpose()?,
+            identity_file: raw.identity_file.map(|f| self.non_empty(f, "ssh.identity_file")).transpose()?,
             known_hosts,
             known_hosts_file: raw
                 .known_hosts_file
@@ -275,10 +237,7 @@ impl Cx<'_> {
     fn nodes(&self, raw: Option<Spanned<Vec<RawNode>>>) -> Result<Vec<Node>> {
         const HINT: &str = "add at least one [[nodes]] table with a `host`";
         let Some(raw) = raw else {
-            return Err(ConfigError::whole_file(
-                self.path,
-                format!("no nodes: {HINT}"),
-            ));
+            return Err(ConfigError::whole_file(self.path, format!("no nodes: {HINT}")));
         };
         if raw.get_ref().is_empty() {
             return Err(self.err(raw.span(), format!("`nodes` is empty: {HINT}")));
@@ -315,26 +274,16 @@ impl Cx<'_> {
                         ));
                     }
                     if let Err(why) = check_host(addr.get_ref()) {
-                        return Err(self.err(
-                            addr.span(),
-                            format!("invalid addr {:?}: {why}", addr.get_ref()),
-                        ));
+                        return Err(
+                            self.err(addr.span(), format!("invalid addr {:?}: {why}", addr.get_ref()))
+                        );
                     }
                     Some(addr.into_inner())
                 }
             };
-            let nproc = node
-                .nproc
-                .map(|n| self.count(&n, &format!("nodes[{i}].nproc")))
-                .transpose()?;
-            let user = node
-                .user
-                .map(|u| self.user(u, &format!("nodes[{i}].user")))
-                .transpose()?;
-            let port = node
-                .port
-                .map(|p| self.port(&p, &format!("nodes[{i}].port")))
-                .transpose()?;
+            let nproc = node.nproc.map(|n| self.count(&n, &format!("nodes[{i}].nproc"))).transpose()?;
+            let user = node.user.map(|u| self.user(u, &format!("nodes[{i}].user"))).transpose()?;
+            let port = node.port.map(|p| self.port(&p, &format!("nodes[{i}].port"))).transpose()?;
             let env = self.env_table(node.env, &format!("nodes[{i}].env"))?;
             for host in hosts {
                 if let Some(&first) = seen.get(&host) {
@@ -396,10 +345,7 @@ impl Cx<'_> {
             script: raw.script.into_inner(),
             args: raw.args.unwrap_or_default(),
             module: raw.module.unwrap_or(false),
-            workdir: raw
-                .workdir
-                .map(|w| self.non_empty(w, "job.workdir"))
-                .transpose()?,
+            workdir: raw.workdir.map(|w| self.non_empty(w, "job.workdir")).transpose()?,
             nproc_per_node: match &raw.nproc_per_node {
                 Some(n) => self.count(n, "job.nproc_per_node")?,
                 None => 1,
@@ -449,10 +395,7 @@ impl Cx<'_> {
                 }
             };
             if text.contains('\0') {
-                return Err(self.err(
-                    value.span(),
-                    format!("{key} in {section} contains a NUL character"),
-                ));
+                return Err(self.err(value.span(), format!("{key} in {section} contains a NUL character")));
             }
             env.insert(name.into_inner(), text);
         }
@@ -468,8 +411,7 @@ impl Cx<'_> {
             Some(m) => {
                 if !nodes.iter().any(|n| n.host == *m.get_ref()) {
                     const SHOWN: usize = 8;
-                    let mut hosts: Vec<&str> =
-                        nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
+                    let mut hosts: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
                     if nodes.len() > SHOWN {
                         hosts.push("...");
                     }
@@ -495,9 +437,7 @@ impl Cx<'_> {
                 toml::Value::String(s) => {
                     return Err(self.err(
                         p.span(),
-                        format!(
-                            "rendezvous.port must be \"auto\" or a port number 1-65535, found {s:?}"
-                        ),
+                        format!("rendezvous.port must be \"auto\" or a port number 1-65535, found {s:?}"),
                     ))
                 }
                 other => {
@@ -523,10 +463,8 @@ impl Cx<'_> {
                         ),
                     ));
                 };
-                let lo_port =
-                    self.port_number(*lo.get_ref(), lo.span(), "rendezvous.port_range")?;
-                let hi_port =
-                    self.port_number(*hi.get_ref(), hi.span(), "rendezvous.port_range")?;
+                let lo_port = self.port_number(*lo.get_ref(), lo.span(), "rendezvous.port_range")?;
+                let hi_port = self.port_number(*hi.get_ref(), hi.span(), "rendezvous.port_range")?;
                 if lo_port > hi_port {
                     return Err(self.err(
                         range.span(),
@@ -555,20 +493,13 @@ impl Cx<'_> {
                 Some(i.into_inner())
             }
         };
-        Ok(Rendezvous {
-            master,
-            port,
-            port_range,
-            interface,
-        })
+        Ok(Rendezvous { master, port, port_range, interface })
     }
 
     fn logs(&self, raw: Option<RawLogs>) -> Result<Logs> {
         match raw.and_then(|l| l.dir) {
             None => Ok(Logs::default()),
-            Some(dir) => Ok(Logs {
-                dir: PathBuf::from(self.non_empty(dir, "logs.dir")?),
-            }),
+            Some(dir) => Ok(Logs { dir: PathBuf::from(self.non_empty(dir, "logs.dir")?) }),
         }
     }
 
@@ -582,31 +513,22 @@ impl Cx<'_> {
             Some(n) => u32::try_from(*n.get_ref()).map_err(|_| {
                 self.err(
                     n.span(),
-                    format!(
-                        "restart.max_restarts must be between 0 and {}, found {}",
-                        u32::MAX,
-                        n.get_ref()
-                    ),
+                    format!("restart.max_restarts must be between 0 and {}, found {}", u32::MAX, n.get_ref()),
                 )
             })?,
         };
         let on = match raw.on {
             None => defaults.on,
-            Some(classes) => classes
-                .iter()
-                .map(|c| self.failure_class(c, "restart.on"))
-                .collect::<Result<_>>()?,
+            Some(classes) => {
+                classes.iter().map(|c| self.failure_class(c, "restart.on")).collect::<Result<_>>()?
+            }
         };
         let duration = |v: &Option<Spanned<DurationText>>, what: &str, default: Duration| match v {
             Some(d) => self.duration(d, what),
             None => Ok(default),
         };
         let backoff = duration(&raw.backoff, "restart.backoff", defaults.backoff)?;
-        let backoff_max = duration(
-            &raw.backoff_max,
-            "restart.backoff_max",
-            defaults.backoff_max,
-        )?;
+        let backoff_max = duration(&raw.backoff_max, "restart.backoff_max", defaults.backoff_max)?;
         if backoff > backoff_max {
             let message = format!(
                 "restart.backoff ({}) is longer than restart.backoff_max ({})",
@@ -633,27 +555,19 @@ impl Cx<'_> {
         let mut rules = Vec::new();
         for (i, rule) in raw.rules.unwrap_or_default().into_iter().enumerate() {
             if rule.pattern.get_ref().is_empty() {
-                return Err(self.err(
-                    rule.pattern.span(),
-                    format!("restart.rules[{i}].pattern must not be empty"),
-                ));
+                return Err(
+                    self.err(rule.pattern.span(), format!("restart.rules[{i}].pattern must not be empty"))
+                );
             }
             let class = self.failure_class(&rule.class, &format!("restart.rules[{i}].class"))?;
-            rules.push(RuleSpec {
-                pattern: rule.pattern.into_inner(),
-                class,
-            });
+            rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class });
         }
         Ok(Restart {
             max_restarts,
             on,
             backoff,
             backoff_max,
-            grace_period: duration(
-                &raw.grace_period,
-                "restart.grace_period",
-                defaults.grace_period,
-            )?,
+            grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
             hang_timeout,
             progress_pattern,
             node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
@@ -712,10 +626,7 @@ impl Cx<'_> {
     fn port_number(&self, n: i64, span: Range<usize>, what: &str) -> Result<u16> {
         match u16::try_from(n) {
             Ok(p) if p >= 1 => Ok(p),
-            _ => Err(self.err(
-                span,
-                format!("{what}: port {n} is out of range (expected 1-65535)"),
-            )),
+            _ => Err(self.err(span, format!("{what}: port {n} is out of range (expected 1-65535)"))),
         }
     }
 
@@ -723,10 +634,7 @@ impl Cx<'_> {
     fn count(&self, v: &Spanned<i64>, what: &str) -> Result<u32> {
         match u32::try_from(*v.get_ref()) {
             Ok(n) if n >= 1 => Ok(n),
-            _ => Err(self.err(
-                v.span(),
-                format!("{what} must be at least 1, found {}", v.get_ref()),
-            )),
+            _ => Err(self.err(v.span(), format!("{what} must be at least 1, found {}", v.get_ref()))),
         }
     }
 
@@ -735,9 +643,7 @@ impl Cx<'_> {
         humantime::parse_duration(text).map_err(|e| {
             self.err(
                 v.span(),
-                format!(
-                    "invalid duration {text:?} for {what}: {e} (write e.g. \"10s\", \"5m\", \"1h 30m\")"
-                ),
+                format!("invalid duration {text:?} for {what}: {e} (write e.g. \"10s\", \"5m\", \"1h 30m\")"),
             )
         })
     }
@@ -761,9 +667,7 @@ fn with_article(type_name: &str) -> String {
 /// Makes toml/serde messages read like the rest: one line, TOML words instead of Rust types.
 fn polish_toml_message(message: &str) -> String {
     let message = message.trim().replace('\n', ": ");
-    if message.starts_with("invalid type: string ")
-        && message.ends_with("expected a borrowed string")
-    {
+    if message.starts_with("invalid type: string ") && message.ends_with("expected a borrowed string") {
         // A dotted key (`port.x = 1`) made a table where a plain value belongs.
         return "expected a plain value here, found a dotted key (a table)".to_string();
     }
@@ -813,14 +717,7 @@ mod tests {
     }
 
     fn node(host: &str) -> Node {
-        Node {
-            host: host.to_string(),
-            addr: None,
-            nproc: None,
-            user: None,
-            port: None,
-            env: BTreeMap::new(),
-        }
+        Node { host: host.to_string(), addr: None, nproc: None, user: None, port: None, env: BTreeMap::new() }
     }
 
     const FULL: &str = r#"[ssh]
@@ -909,10 +806,7 @@ class = "user"
             nodes: vec![
                 gpu("gpu-01"),
                 gpu("gpu-02"),
-                Node {
-                    addr: Some("10.0.0.11".into()),
-                    ..node("head")
-                },
+                Node { addr: Some("10.0.0.11".into()), ..node("head") },
             ],
             job: Job {
                 launcher: LauncherKind::Deepspeed,
@@ -937,9 +831,7 @@ class = "user"
                 port_range: (30000, 31000),
                 interface: Some("eth0".into()),
             },
-            logs: Logs {
-                dir: PathBuf::from("/var/log/herd"),
-            },
+            logs: Logs { dir: PathBuf::from("/var/log/herd") },
             restart: Restart {
                 max_restarts: 5,
                 on: vec![FailureClass::Comm, FailureClass::Oom],
@@ -951,14 +843,8 @@ class = "user"
                 node_wait: Duration::from_secs(120),
                 heartbeat_timeout: Duration::from_secs(30),
                 rules: vec![
-                    RuleSpec {
-                        pattern: "my custom error".into(),
-                        class: FailureClass::Comm,
-                    },
-                    RuleSpec {
-                        pattern: "disk full".into(),
-                        class: FailureClass::User,
-                    },
+                    RuleSpec { pattern: "my custom error".into(), class: FailureClass::Comm },
+                    RuleSpec { pattern: "disk full".into(), class: FailureClass::User },
                 ],
             },
         };
@@ -1000,9 +886,7 @@ class = "user"
                     port_range: (20000, 40000),
                     interface: None,
                 },
-                logs: Logs {
-                    dir: PathBuf::from("herd-logs"),
-                },
+                logs: Logs { dir: PathBuf::from("herd-logs") },
                 restart: Restart {
                     max_restarts: 3,
                     on: vec![
@@ -1027,34 +911,24 @@ class = "user"
 
     #[test]
     fn empty_tables_get_defaults() {
-        let text = format!(
-            "[ssh]\n[[nodes]]\nhost = \"a\"\n{JOB}[env]\n[rendezvous]\n[logs]\n[restart]\n"
-        );
+        let text = format!("[ssh]\n[[nodes]]\nhost = \"a\"\n{JOB}[env]\n[rendezvous]\n[logs]\n[restart]\n");
         let config = parse_ok(&text);
         assert_eq!(config.ssh, SshSettings::default());
         assert_eq!(config.rendezvous, Rendezvous::default());
         assert_eq!(config.logs, Logs::default());
         assert_eq!(config.restart, Restart::default());
         // `[[restart.rules]]` alone creates `[restart]` implicitly.
-        let text = format!(
-            "[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"oom\"\n"
-        );
+        let text =
+            format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"oom\"\n");
         let restart = parse_ok(&text).restart;
         assert_eq!(restart.max_restarts, 3);
-        assert_eq!(
-            restart.rules,
-            [RuleSpec {
-                pattern: "x".into(),
-                class: FailureClass::Oom
-            }]
-        );
+        assert_eq!(restart.rules, [RuleSpec { pattern: "x".into(), class: FailureClass::Oom }]);
     }
 
     #[test]
     fn nodes_are_in_file_then_expansion_order() {
-        let text = format!(
-            "[[nodes]]\nhost = \"z[2,1]\"\n[[nodes]]\nhost = \"a-[01-02],10.0.0.[7-8]\"\n{JOB}"
-        );
+        let text =
+            format!("[[nodes]]\nhost = \"z[2,1]\"\n[[nodes]]\nhost = \"a-[01-02],10.0.0.[7-8]\"\n{JOB}");
         let hosts: Vec<String> = parse_ok(&text).nodes.into_iter().map(|n| n.host).collect();
         assert_eq!(hosts, ["z2", "z1", "a-01", "a-02", "10.0.0.7", "10.0.0.8"]);
         // Inline array form works too.
@@ -1076,22 +950,9 @@ class = "user"
     #[test]
     fn rendezvous_port_auto_and_fixed() {
         let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[rendezvous]\n");
-        assert_eq!(
-            parse_ok(&format!("{base}port = \"auto\"\n"))
-                .rendezvous
-                .port,
-            PortSpec::Auto
-        );
-        assert_eq!(
-            parse_ok(&format!("{base}port = 65535\n")).rendezvous.port,
-            PortSpec::Fixed(65535)
-        );
-        assert_eq!(
-            parse_ok(&format!("{base}port_range = [5, 5]\n"))
-                .rendezvous
-                .port_range,
-            (5, 5)
-        );
+        assert_eq!(parse_ok(&format!("{base}port = \"auto\"\n")).rendezvous.port, PortSpec::Auto);
+        assert_eq!(parse_ok(&format!("{base}port = 65535\n")).rendezvous.port, PortSpec::Fixed(65535));
+        assert_eq!(parse_ok(&format!("{base}port_range = [5, 5]\n")).rendezvous.port_range, (5, 5));
     }
 
     #[test]
@@ -1132,12 +993,7 @@ class = "user"
 
     #[test]
     fn toml_syntax_error() {
-        assert_err(
-            "[[nodes]]\nhost = \n",
-            2,
-            8,
-            "invalid string: expected `\"`, `'`",
-        );
+        assert_err("[[nodes]]\nhost = \n", 2, 8, "invalid string: expected `\"`, `'`");
         assert_err(
             "[job]\nscript = \"a\"\n[job]\n",
             3,
@@ -1194,26 +1050,13 @@ class = "user"
             8,
             "invalid type: string \"--x\", expected an array",
         );
-        assert_err(
-            "[[nodes]]\nport = 22\n",
-            1,
-            1,
-            "missing required key `host`",
-        );
-        assert_err(
-            "[[nodes]]\nhost = \"a\"\n[job]\nargs = []\n",
-            3,
-            1,
-            "missing required key `script`",
-        );
+        assert_err("[[nodes]]\nport = 22\n", 1, 1, "missing required key `host`");
+        assert_err("[[nodes]]\nhost = \"a\"\n[job]\nargs = []\n", 3, 1, "missing required key `script`");
     }
 
     #[test]
     fn nodes_missing_or_empty() {
-        assert_file_err(
-            JOB,
-            "no nodes: add at least one [[nodes]] table with a `host`",
-        );
+        assert_file_err(JOB, "no nodes: add at least one [[nodes]] table with a `host`");
         assert_err(
             &format!("nodes = []\n{JOB}"),
             1,
@@ -1228,12 +1071,7 @@ class = "user"
             "[[nodes]]\nhost = \"a\"\n",
             "missing [job] table: add [job] with at least `script = \"train.py\"`",
         );
-        assert_err(
-            "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"\"\n",
-            4,
-            10,
-            "job.script must not be empty",
-        );
+        assert_err("[[nodes]]\nhost = \"a\"\n[job]\nscript = \"\"\n", 4, 10, "job.script must not be empty");
     }
 
     #[test]
@@ -1246,10 +1084,7 @@ class = "user"
             ("n]", "unmatched ']'"),
             ("n[1[2]]", "nested '[' is not allowed"),
             ("", "empty hostlist expression"),
-            (
-                "a,,b",
-                "empty host name (two ',' in a row or a leading ',')",
-            ),
+            ("a,,b", "empty host name (two ',' in a row or a leading ',')"),
         ];
         for (expr, why) in cases {
             assert_err(
@@ -1273,12 +1108,7 @@ class = "user"
             ("ok,b d", "invalid host \"b d\" (from hostlist \"ok,b d\"): ' ' is not allowed (only letters, digits and . _ : % - are)"),
         ];
         for (expr, message) in cases {
-            assert_err(
-                &format!("[[nodes]]\nhost = \"{expr}\"\n{JOB}"),
-                2,
-                8,
-                message,
-            );
+            assert_err(&format!("[[nodes]]\nhost = \"{expr}\"\n{JOB}"), 2, 8, message);
         }
         // IPv6 literals and zone ids are fine.
         let text = format!("[[nodes]]\nhost = \"fe80::1%eth0\"\n{JOB}");
@@ -1382,8 +1212,7 @@ class = "user"
             10,
             "rendezvous.master \"x\" is not one of the nodes (n1, n2, n3, n4, n5, n6, n7, n8, ...)",
         );
-        let text =
-            format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-02\"\n");
+        let text = format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-02\"\n");
         assert_eq!(parse_ok(&text).rendezvous.master.as_deref(), Some("gpu-02"));
     }
 
@@ -1544,9 +1373,7 @@ class = "user"
             );
         }
         assert_err(
-            &format!(
-                "[[nodes]]\nhost = \"a\"\n[[nodes]]\nhost = \"b\"\nenv = {{ RANK = \"0\" }}\n{JOB}"
-            ),
+            &format!("[[nodes]]\nhost = \"a\"\n[[nodes]]\nhost = \"b\"\nenv = {{ RANK = \"0\" }}\n{JOB}"),
             5,
             9,
             "RANK is set by herd for every node; remove it from nodes[1].env",
@@ -1556,9 +1383,7 @@ class = "user"
     #[test]
     fn forward_env_patterns() {
         let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}");
-        let ok = parse_ok(&format!(
-            "{base}forward_env = [\"A\", \"_x1\", \"HF_*\", \"P*\"]\n"
-        ));
+        let ok = parse_ok(&format!("{base}forward_env = [\"A\", \"_x1\", \"HF_*\", \"P*\"]\n"));
         assert_eq!(ok.job.forward_env, ["A", "_x1", "HF_*", "P*"]);
         for bad in ["*", "HF-*", "*_TOKEN", "A**", "1A", ""] {
             assert_err(
@@ -1581,12 +1406,7 @@ class = "user"
                 &format!("invalid rendezvous.interface {bad:?}: expected a network interface name such as \"eth0\" (non-empty, no whitespace or '/')"),
             );
         }
-        assert_err(
-            &format!("{base}[logs]\ndir = \"\"\n"),
-            6,
-            7,
-            "logs.dir must not be empty",
-        );
+        assert_err(&format!("{base}[logs]\ndir = \"\"\n"), 6, 7, "logs.dir must not be empty");
         assert_err(
             &format!("[ssh]\nuser = \"-oProxyCommand=x\"\n{base}"),
             2,

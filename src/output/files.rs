@@ -29,12 +29,12 @@ impl RunFiles {
         fs::create_dir_all(&run_dir)?;
         let events = BufWriter::new(File::create(run_dir.join("events.jsonl"))?);
         let node_logs = hosts.iter().map(|_| None).collect();
-        Ok(RunFiles {
-            run_dir,
-            events,
-            hosts,
-            node_logs,
-        })
+        Ok(RunFiles { run_dir, events, hosts, node_logs })
+    }
+
+    /// `(node rank, host)` of every node.
+    pub fn nodes(&self) -> Vec<(usize, String)> {
+        self.hosts.iter().cloned().enumerate().collect()
     }
 
     pub fn run_dir(&self) -> &Path {
@@ -49,9 +49,7 @@ impl RunFiles {
         self.flush_node_logs()?;
         fs::create_dir_all(attempt_dir(&self.run_dir, attempt))?;
         for rank in 0..self.hosts.len() {
-            self.node_logs[rank] = Some(BufWriter::new(File::create(
-                self.node_log_path(attempt, rank),
-            )?));
+            self.node_logs[rank] = Some(BufWriter::new(File::create(self.node_log_path(attempt, rank))?));
         }
         Ok(())
     }

@@ -8,7 +8,6 @@ pub mod prefix;
 pub mod summary;
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
 
 use tokio::sync::mpsc;
 
@@ -28,36 +27,40 @@ pub struct Sinks {
 /// What the reporter knows at the end.
 #[derive(Debug, Default)]
 pub struct Report {
-    pub run_dir: PathBuf,
     pub lines_out: u64,
     pub bytes_out: u64,
+    /// The first error writing the run's files, after which they were no longer written.
+    pub file_error: Option<String>,
 }
 
-/// Consume events until the channel closes. Errors writing stdout (a closed pipe) stop the
-/// echo but never the log files: the job's output is never lost from disk.
-pub fn report(
-    log_root: &Path,
-    run_id: &str,
-    hosts: Vec<String>,
-    mut events: mpsc::Receiver<Event>,
-    mut sinks: Sinks,
-) -> io::Result<Report> {
-    let nodes: Vec<(usize, String)> = hosts.iter().cloned().enumerate().collect();
-    let prefixes = prefix::prefixes(&nodes, sinks.color);
-    let mut files = RunFiles::create(log_root, run_id, hosts.clone())?;
-    let mut report = Report {
-        run_dir: files.run_dir().to_path_buf(),
-        ..Report::default()
-    };
+/// Consume events until the channel closes. A closed stdout stops the echo but not the log
+/// files; a failing disk stops the files but not the echo. Neither stops reading events, so
+/// the run itself never stalls on its output.
+pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, mut sinks: Sinks) -> Report {
+    let prefixes = prefix::prefixes(&files.nodes(), sinks.color);
+    let mut report = Report::default();
     let mut stdout = io::BufWriter::with_capacity(64 * 1024, sinks.stdout);
     let mut stdout_ok = true;
+    let run_dir = files.run_dir().display().to_string();
+    let file_result = |report: &mut Report, result: io::Result<()>, stderr: &mut dyn Write| {
+        if let (Err(e), None) = (result, &report.file_error) {
+            let msg = format!("cannot write the run's files under {run_dir}: {e}");
+            let _ = writeln!(stderr, "herd: warning: {msg}; job output goes on, to stdout only");
+            report.file_error = Some(msg);
+        }
+    };
 
     while let Some(event) = events.blocking_recv() {
+        let files_ok = report.file_error.is_none();
         match &event {
             Event::NodeOutput { node_rank, lines } => {
                 for line in lines {
-                    files.write_node(*node_rank, &line.text)?;
-                    files.write_node(*node_rank, line.end.bytes())?;
+                    if files_ok {
+                        let written = files
+                            .write_node(*node_rank, &line.text)
+                            .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
+                        file_result(&mut report, written, &mut *sinks.stderr);
+                    }
                     report.lines_out += 1;
                     report.bytes_out += line.raw_len() as u64;
                     if stdout_ok {
@@ -71,13 +74,15 @@ pub fn report(
                 }
             }
             other => {
-                if let Event::AttemptStarted { attempt, .. } = other {
-                    files.start_attempt(*attempt)?;
+                if files_ok {
+                    let written = match other {
+                        Event::AttemptStarted { attempt, .. } => files.start_attempt(*attempt),
+                        Event::NodeExited { node_rank, .. } => files.flush_node(*node_rank),
+                        _ => Ok(()),
+                    }
+                    .and_then(|_| files.record(other));
+                    file_result(&mut report, written, &mut *sinks.stderr);
                 }
-                if let Event::NodeExited { node_rank, .. } = other {
-                    files.flush_node(*node_rank)?;
-                }
-                files.record(other)?;
                 if let Some(line) = summary::status_line(other) {
                     // Keep job output and status in order on a shared terminal.
                     if stdout_ok {
@@ -91,7 +96,8 @@ pub fn report(
             stdout_ok = stdout.flush().is_ok();
         }
     }
-    files.flush_node_logs()?;
+    let flushed = files.flush_node_logs();
+    file_result(&mut report, flushed, &mut *sinks.stderr);
     let _ = stdout.flush();
-    Ok(report)
+    report
 }

@@ -88,11 +88,7 @@ fn node_json(node: &NodePlan) -> NodeJson<'_> {
             Transport::Local => TransportJson::Local,
             Transport::Ssh(t) => TransportJson::Ssh(t),
         },
-        env: node
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.display()))
-            .collect(),
+        env: node.env.iter().map(|(k, v)| (k.as_str(), v.display())).collect(),
         command: &node.command,
     }
 }
@@ -101,23 +97,15 @@ pub fn text(plan: &LaunchPlan) -> String {
     let mut s = String::new();
     let m = &plan.master;
     let port = match m.port {
-        PortSpec::Auto => format!(
-            "auto, free port in {}-{} chosen on the master",
-            m.port_range.0, m.port_range.1
-        ),
+        PortSpec::Auto => {
+            format!("auto, free port in {}-{} chosen on the master", m.port_range.0, m.port_range.1)
+        }
         PortSpec::Fixed(p) => p.to_string(),
     };
     s += &format!("config      {}\n", plan.config_path.display());
     s += &format!("launcher    {}\n", plan.launcher.as_str());
-    s += &format!(
-        "nodes       {}, world size {}\n",
-        plan.nnodes(),
-        plan.world_size
-    );
-    s += &format!(
-        "master      node {} ({}), address {}\n",
-        m.node_rank, m.host, m.addr
-    );
+    s += &format!("nodes       {}, world size {}\n", plan.nnodes(), plan.world_size);
+    s += &format!("master      node {} ({}), address {}\n", m.node_rank, m.host, m.addr);
     s += &format!("port        {port}\n");
     s += &format!("workdir     {}\n", plan.workdir);
     if let Some(setup) = &plan.setup {
@@ -125,7 +113,9 @@ pub fn text(plan: &LaunchPlan) -> String {
     }
     s += &format!("logs        {}/<run-id>/\n", plan.logs_dir.display());
     for name in &plan.missing_forwarded {
-        s += &format!("warning     forward_env names {name}, which is not set here: it will not be exported\n");
+        s += &format!(
+            "warning     forward_env names {name}, which is not set here: it will not be exported\n"
+        );
     }
     for node in &plan.nodes {
         let r = node.global_ranks();
@@ -133,10 +123,7 @@ pub fn text(plan: &LaunchPlan) -> String {
             Transport::Local => "local".to_string(),
             Transport::Ssh(t) => format!(
                 "ssh {}{}{}",
-                t.user
-                    .as_deref()
-                    .map(|u| format!("{u}@"))
-                    .unwrap_or_default(),
+                t.user.as_deref().map(|u| format!("{u}@")).unwrap_or_default(),
                 t.host,
                 t.port.map(|p| format!(":{p}")).unwrap_or_default()
             ),

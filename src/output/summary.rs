@@ -5,29 +5,13 @@ use crate::events::{Event, FirstFailure, RunStatus};
 /// The stderr line for an event, if it deserves one.
 pub fn status_line(event: &Event) -> Option<String> {
     Some(match event {
-        Event::RunStarted {
-            run_id,
-            launcher,
-            nnodes,
-            world_size,
-            log_dir,
-            ..
-        } => {
+        Event::RunStarted { run_id, launcher, nnodes, world_size, log_dir, .. } => {
             format!("run {run_id}: {launcher} on {nnodes} nodes, world size {world_size}; logs in {log_dir}")
         }
-        Event::AttemptStarted {
-            attempt,
-            master_addr,
-            master_port,
-        } => {
+        Event::AttemptStarted { attempt, master_addr, master_port } => {
             format!("attempt {attempt}: master {master_addr}:{master_port}")
         }
-        Event::NodeExited {
-            node_rank,
-            host,
-            exit,
-            ..
-        } if !exit.success() => {
+        Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
             format!("node {node_rank} ({host}) ended: {exit}")
         }
         Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
@@ -52,10 +36,7 @@ fn plural(n: u32) -> &'static str {
 
 /// The closing words on a failed run: which node failed first, how, and its last error line.
 pub fn failure(first: &FirstFailure, log_path: &str) -> String {
-    let mut s = format!(
-        "first failure: node {} ({}): {}",
-        first.node_rank, first.host, first.exit
-    );
+    let mut s = format!("first failure: node {} ({}): {}", first.node_rank, first.host, first.exit);
     if let Some(line) = &first.line {
         s.push_str(&format!("\n  last error line: {line}"));
     }
@@ -85,12 +66,8 @@ mod tests {
     #[test]
     fn quiet_events_have_no_status_line() {
         assert!(status_line(&Event::AttemptSucceeded { attempt: 0 }).is_none());
-        let ok = Event::NodeExited {
-            attempt: 0,
-            node_rank: 0,
-            host: "a".into(),
-            exit: NodeExit::ExitCode(0),
-        };
+        let ok =
+            Event::NodeExited { attempt: 0, node_rank: 0, host: "a".into(), exit: NodeExit::ExitCode(0) };
         assert!(status_line(&ok).is_none());
     }
 }

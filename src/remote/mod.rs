@@ -11,11 +11,7 @@ pub const AGENT_NAME: &str = "herd-agent";
 
 /// Quote one word for a POSIX shell. Every byte arrives unchanged.
 pub fn quote(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
+    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)) {
         return word.to_string();
     }
     let mut out = String::with_capacity(word.len() + 2);
@@ -58,11 +54,7 @@ impl AgentInvocation {
 
     /// The command string given to ssh, which the remote login shell runs with `-c`.
     pub fn remote_command(&self) -> String {
-        self.local_argv()
-            .iter()
-            .map(|w| quote(w))
-            .collect::<Vec<_>>()
-            .join(" ")
+        self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
     }
 }
 
@@ -88,10 +80,7 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
 pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u8> {
     let mut body = String::new();
     for (name, value) in vars {
-        debug_assert!(
-            crate::config::is_env_name(name),
-            "invalid env name {name:?}"
-        );
+        debug_assert!(crate::config::is_env_name(name), "invalid env name {name:?}");
         let _ = writeln!(body, "export {name}={}", quote(value));
     }
     let lines = body.bytes().filter(|&b| b == b'\n').count();
@@ -114,19 +103,13 @@ pub enum AgentMessage {
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
-    let parsed = line
-        .strip_prefix("herd-agent ")
-        .and_then(|rest| rest.split_once(' '))
-        .and_then(|(key, value)| match key {
-            "pgid" => value
-                .parse()
-                .ok()
-                .map(|pgid| AgentMessage::Started { pgid }),
-            "exit" => value
-                .parse()
-                .ok()
-                .map(|status| AgentMessage::Exited { status }),
-            _ => None,
+    let parsed =
+        line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
+            match key {
+                "pgid" => value.parse().ok().map(|pgid| AgentMessage::Started { pgid }),
+                "exit" => value.parse().ok().map(|status| AgentMessage::Exited { status }),
+                _ => None,
+            }
         });
     parsed.unwrap_or_else(|| AgentMessage::Other(line.to_string()))
 }
@@ -138,16 +121,9 @@ mod tests {
     use std::process::{Command, Stdio};
 
     fn sh_echo(words: &[String]) -> Vec<u8> {
-        let script = format!(
-            "printf '%s\\0' {}",
-            words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
-        );
-        Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .output()
-            .unwrap()
-            .stdout
+        let script =
+            format!("printf '%s\\0' {}", words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "));
+        Command::new("sh").arg("-c").arg(script).output().unwrap().stdout
     }
 
     #[test]
@@ -161,12 +137,11 @@ mod tests {
 
     #[test]
     fn nasty_values_survive_the_shell() {
-        let words: Vec<String> = [
-            "a b", "'", "\"", "$HOME", "`id`", "\\", ";|&*", "x\ny", "\t", "$(id)", "-n", "é✓",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let words: Vec<String> =
+            ["a b", "'", "\"", "$HOME", "`id`", "\\", ";|&*", "x\ny", "\t", "$(id)", "-n", "é✓"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         let out = sh_echo(&words);
         let got: Vec<&[u8]> = out.split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
         assert_eq!(got.len(), words.len());
@@ -179,7 +154,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn any_string_round_trips_through_sh(s in "[^\u{0}]{0,40}") {
-            let out = sh_echo(&[s.clone()]);
+            let out = sh_echo(std::slice::from_ref(&s));
             prop_assert_eq!(out, [s.as_bytes(), b"\0"].concat());
         }
 
@@ -206,12 +181,7 @@ mod tests {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(input).unwrap();
         let mut stdout = Vec::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_end(&mut stdout)
-            .unwrap();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
         drop(stdin);
         let mut out = child.wait_with_output().unwrap();
         out.stdout = stdout;
@@ -266,17 +236,9 @@ mod tests {
         let started = std::time::Instant::now();
         drop(stdin);
         let out = child.wait_with_output().unwrap();
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
         assert!(out.stdout.is_empty());
-        assert_eq!(
-            live_members(pgid),
-            Vec::<u32>::new(),
-            "process group {pgid} outlived the agent"
-        );
+        assert_eq!(live_members(pgid), Vec::<u32>::new(), "process group {pgid} outlived the agent");
     }
 
     fn processes_with_env(entry: &str) -> Vec<u32> {
@@ -312,9 +274,7 @@ mod tests {
         let (name, value) = marker.split_once('=').unwrap();
         stdin.write_all(&env_block([(name, value)])).unwrap();
         let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         // The job's bash, its sleep, and the sleep that left for a session of its own.
         while processes_with_env(&marker).len() < 3 && std::time::Instant::now() < deadline {
@@ -323,20 +283,13 @@ mod tests {
         assert_eq!(processes_with_env(&marker).len(), 3);
         drop(stdin);
         child.wait().unwrap();
-        assert_eq!(
-            processes_with_env(&marker),
-            Vec::<u32>::new(),
-            "a process outlived the agent"
-        );
+        assert_eq!(processes_with_env(&marker), Vec::<u32>::new(), "a process outlived the agent");
     }
 
     #[test]
     fn env_block_counts_physical_lines() {
         let b = env_block([("A", "1"), ("B", "x\ny")]);
-        assert_eq!(
-            String::from_utf8(b).unwrap(),
-            "3\nexport A=1\nexport B='x\ny'\n"
-        );
+        assert_eq!(String::from_utf8(b).unwrap(), "3\nexport A=1\nexport B='x\ny'\n");
     }
 
     #[test]
@@ -358,12 +311,7 @@ mod tests {
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();
         let mut stdout = Vec::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_end(&mut stdout)
-            .unwrap();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         assert_eq!(stdout, b"hi there\n");
@@ -373,17 +321,12 @@ mod tests {
 
     #[test]
     fn job_snippet_reports_missing_workdir_and_failed_setup() {
-        let run = |snippet: String| {
-            Command::new("bash")
-                .arg("-c")
-                .arg(snippet)
-                .output()
-                .unwrap()
-        };
+        let run = |snippet: String| Command::new("bash").arg("-c").arg(snippet).output().unwrap();
         let out = run(job_snippet("/nonexistent dir", None, "true"));
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stderr)
-            .contains("herd: cannot enter workdir '/nonexistent dir'"));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("herd: cannot enter workdir '/nonexistent dir'")
+        );
 
         let out = run(job_snippet("/", Some("false # trailing comment"), "true"));
         assert_eq!(out.status.code(), Some(1));
@@ -395,21 +338,9 @@ mod tests {
 
     #[test]
     fn agent_lines_parse() {
-        assert_eq!(
-            parse_agent_line("herd-agent pgid 42"),
-            AgentMessage::Started { pgid: 42 }
-        );
-        assert_eq!(
-            parse_agent_line("herd-agent exit 137"),
-            AgentMessage::Exited { status: 137 }
-        );
-        assert_eq!(
-            parse_agent_line("Terminated"),
-            AgentMessage::Other("Terminated".into())
-        );
-        assert_eq!(
-            parse_agent_line("herd-agent exit x"),
-            AgentMessage::Other("herd-agent exit x".into())
-        );
+        assert_eq!(parse_agent_line("herd-agent pgid 42"), AgentMessage::Started { pgid: 42 });
+        assert_eq!(parse_agent_line("herd-agent exit 137"), AgentMessage::Exited { status: 137 });
+        assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));
+        assert_eq!(parse_agent_line("herd-agent exit x"), AgentMessage::Other("herd-agent exit x".into()));
     }
 }

@@ -23,11 +23,7 @@ pub use node::Stop;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("node {node_rank} ({host}): {error}")]
-    Connect {
-        node_rank: usize,
-        host: String,
-        error: TransportError,
-    },
+    Connect { node_rank: usize, host: String, error: TransportError },
     #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
     PortProbe { host: String, detail: String },
     #[error("master node {host}: no free port in {lo}-{hi}")]
@@ -69,28 +65,18 @@ pub async fn run(
     })
     .await;
 
-    let conns = connect_all(plan, &events).await?;
-    let master_conn = &conns[plan.master.node_rank];
-    let master_port = choose_port(plan, master_conn, &BTreeSet::new()).await;
-    let master_port = match master_port {
-        Ok(p) => p,
-        Err(e) => {
-            close_all(conns).await;
-            return Err(e);
-        }
+    // Nothing has started yet: an interrupt here just ends the run.
+    let prepared = tokio::select! {
+        prepared = prepare(plan, &events) => Some(prepared?),
+        _ = interrupts.recv() => None,
+    };
+    let Some((conns, master_port)) = prepared else {
+        emit(Event::RunFinished { status: RunStatus::Interrupted, attempts: 0 }).await;
+        return Ok(RunOutcome { status: RunStatus::Interrupted, attempts: 0, first_failure: None });
     };
 
     let attempt = 0;
-    let outcome = run_attempt(
-        plan,
-        run_id,
-        attempt,
-        master_port,
-        &conns,
-        &events,
-        &mut interrupts,
-    )
-    .await;
+    let outcome = run_attempt(plan, run_id, attempt, master_port, &conns, &events, &mut interrupts).await;
     close_all(conns).await;
 
     let status = match &outcome {
@@ -98,11 +84,7 @@ pub async fn run(
         AttemptOutcome::Failed(_) => RunStatus::Failed,
         AttemptOutcome::Interrupted => RunStatus::Interrupted,
     };
-    emit(Event::RunFinished {
-        status,
-        attempts: attempt + 1,
-    })
-    .await;
+    emit(Event::RunFinished { status, attempts: attempt + 1 }).await;
     Ok(RunOutcome {
         status,
         attempts: attempt + 1,
@@ -111,6 +93,21 @@ pub async fn run(
             _ => None,
         },
     })
+}
+
+/// Connections to every node and the first attempt's master port.
+async fn prepare(
+    plan: &LaunchPlan,
+    events: &mpsc::Sender<Event>,
+) -> Result<(Vec<Arc<Connection>>, u16), RunError> {
+    let conns = connect_all(plan, events).await?;
+    match choose_port(plan, &conns[plan.master.node_rank], &BTreeSet::new()).await {
+        Ok(port) => Ok((conns, port)),
+        Err(e) => {
+            close_all(conns).await;
+            Err(e)
+        }
+    }
 }
 
 /// One SSH master connection per node, all at once. Any failure closes the others: nothing
@@ -138,11 +135,7 @@ async fn connect_all(
             Ok(c) => {
                 tracing::debug!(node = rank, %host, "connected in {took:?}");
                 let _ = events
-                    .send(Event::NodeConnected {
-                        node_rank: rank,
-                        host,
-                        millis: took.as_millis() as u64,
-                    })
+                    .send(Event::NodeConnected { node_rank: rank, host, millis: took.as_millis() as u64 })
                     .await;
                 conns[rank] = Some(c);
             }
@@ -153,11 +146,7 @@ async fn connect_all(
                     _ => true,
                 };
                 if lower {
-                    failure = Some(RunError::Connect {
-                        node_rank: rank,
-                        host,
-                        error,
-                    });
+                    failure = Some(RunError::Connect { node_rank: rank, host, error });
                 }
             }
         }
@@ -166,10 +155,7 @@ async fn connect_all(
         close_all(conns.into_iter().flatten().map(Arc::new).collect()).await;
         return Err(err);
     }
-    Ok(conns
-        .into_iter()
-        .map(|c| Arc::new(c.expect("every node connected")))
-        .collect())
+    Ok(conns.into_iter().map(|c| Arc::new(c.expect("every node connected"))).collect())
 }
 
 async fn close_all(conns: Vec<Arc<Connection>>) {
@@ -183,11 +169,7 @@ async fn close_all(conns: Vec<Arc<Connection>>) {
 }
 
 /// The master port for an attempt: the fixed one, or a free one on the master node itself.
-async fn choose_port(
-    plan: &LaunchPlan,
-    master: &Connection,
-    avoid: &BTreeSet<u16>,
-) -> Result<u16, RunError> {
+async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u16>) -> Result<u16, RunError> {
     let host = plan.master.host.clone();
     let range = plan.master.port_range;
     match plan.master.port {
@@ -199,10 +181,7 @@ async fn choose_port(
                     let out = master
                         .output(port::SOCKET_TABLES_COMMAND)
                         .await
-                        .map_err(|e| RunError::PortProbe {
-                            host: host.clone(),
-                            detail: e.to_string(),
-                        })?;
+                        .map_err(|e| RunError::PortProbe { host: host.clone(), detail: e.to_string() })?;
                     let tables = String::from_utf8_lossy(&out.stdout);
                     if !out.status.success() || tables.trim().is_empty() {
                         return Err(RunError::PortProbe {
@@ -218,11 +197,7 @@ async fn choose_port(
                     port::pick(range, avoid, |p| !used.contains(&p))
                 }
             };
-            picked.ok_or(RunError::NoFreePort {
-                host,
-                lo: range.0,
-                hi: range.1,
-            })
+            picked.ok_or(RunError::NoFreePort { host, lo: range.0, hi: range.1 })
         }
     }
 }
@@ -244,17 +219,9 @@ async fn run_attempt(
     interrupts: &mut Interrupts,
 ) -> AttemptOutcome {
     let _ = events
-        .send(Event::AttemptStarted {
-            attempt,
-            master_addr: plan.master.addr.clone(),
-            master_port,
-        })
+        .send(Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port })
         .await;
-    let values = AttemptValues {
-        run_id,
-        attempt,
-        master_port,
-    };
+    let values = AttemptValues { run_id, attempt, master_port };
     let grace_secs = grace_secs(plan.restart.grace_period);
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
@@ -271,12 +238,7 @@ async fn run_attempt(
             },
             env_block: remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
         };
-        set.spawn(node::run(
-            conns[node.rank].clone(),
-            run,
-            stop_rx.clone(),
-            events.clone(),
-        ));
+        set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
 
     let mut first_failure: Option<FirstFailure> = None;
@@ -336,12 +298,7 @@ async fn run_attempt(
     }
     match first_failure {
         Some(f) => {
-            let _ = events
-                .send(Event::AttemptFailed {
-                    attempt,
-                    first_failure: f.clone(),
-                })
-                .await;
+            let _ = events.send(Event::AttemptFailed { attempt, first_failure: f.clone() }).await;
             AttemptOutcome::Failed(f)
         }
         None => {

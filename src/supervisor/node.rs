@@ -54,24 +54,15 @@ pub async fn run(
     events: mpsc::Sender<Event>,
 ) -> NodeResult {
     let rank = node.node_rank;
-    let result = |exit: NodeExit, tail: Vec<String>| NodeResult {
-        node_rank: rank,
-        exit,
-        tail,
-    };
+    let result = |exit: NodeExit, tail: Vec<String>| NodeResult { node_rank: rank, exit, tail };
     let process = match conn.spawn_agent(&node.invocation).await {
         Ok(p) => p,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let mut stdin = process.stdin;
     let out_pump = tokio::spawn(pump_output(process.stdout, rank, events.clone()));
-    let err_pump = tokio::spawn(pump_agent(
-        process.stderr,
-        node.attempt,
-        rank,
-        node.host.clone(),
-        events.clone(),
-    ));
+    let err_pump =
+        tokio::spawn(pump_agent(process.stderr, node.attempt, rank, node.host.clone(), events.clone()));
 
     let wrote_env = async {
         stdin.write_all(&node.env_block).await?;
@@ -129,12 +120,10 @@ pub async fn run(
     let exit = match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
         (None, TransportExit::Disconnected(why)) => NodeExit::Lost(why),
-        (None, TransportExit::Code(code)) => NodeExit::Lost(format!(
-            "agent ended with exit code {code} before the job did"
-        )),
-        (None, TransportExit::Signal(sig)) => {
-            NodeExit::Lost(format!("agent killed by signal {sig}"))
+        (None, TransportExit::Code(code)) => {
+            NodeExit::Lost(format!("agent ended with exit code {code} before the job did"))
         }
+        (None, TransportExit::Signal(sig)) => NodeExit::Lost(format!("agent killed by signal {sig}")),
     };
     let _ = events
         .send(Event::NodeExited {
@@ -192,16 +181,9 @@ async fn pump_output(
             let text = String::from_utf8_lossy(&line.text);
             tail.push_back(text.chars().take(TAIL_LINE_CHARS).collect());
         }
-        if !lines.is_empty()
-            && events
-                .send(Event::NodeOutput {
-                    node_rank: rank,
-                    lines,
-                })
-                .await
-                .is_err()
-        {
-            break;
+        // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
+        if !lines.is_empty() {
+            let _ = events.send(Event::NodeOutput { node_rank: rank, lines }).await;
         }
         if n == 0 {
             break;
@@ -224,22 +206,16 @@ async fn pump_agent(
     while let Ok(Some(line)) = reader.next_segment().await {
         let line = String::from_utf8_lossy(&line);
         let event = match remote::parse_agent_line(&line) {
-            AgentMessage::Started { pgid } => Event::NodeStarted {
-                attempt,
-                node_rank: rank,
-                host: host.clone(),
-                pgid,
-            },
+            AgentMessage::Started { pgid } => {
+                Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
+            }
             AgentMessage::Exited { status: s } => {
                 status = Some(s);
                 continue;
             }
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
-                lines: vec![crate::lines::Line {
-                    text: text.into_bytes(),
-                    end: crate::lines::LineEnd::Lf,
-                }],
+                lines: vec![crate::lines::Line { text: text.into_bytes(), end: crate::lines::LineEnd::Lf }],
             },
         };
         let _ = events.send(event).await;

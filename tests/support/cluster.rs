@@ -18,10 +18,7 @@ pub struct Cluster {
 impl Cluster {
     pub fn new(n: usize) -> Cluster {
         let venv = herd::torch_venv();
-        Cluster {
-            tb: Testbed::new(n),
-            venv,
-        }
+        Cluster { tb: Testbed::new(n), venv }
     }
 
     pub fn hostlist(&self) -> String {
@@ -61,12 +58,7 @@ impl Cluster {
     /// Live processes on any node whose environment holds KEY=VALUE.
     pub fn leftovers(&self, key: &str, value: &str) -> Vec<(usize, u32)> {
         (0..self.tb.nodes().len())
-            .flat_map(|i| {
-                self.tb
-                    .processes_with_env(i, key, value)
-                    .into_iter()
-                    .map(move |p| (i, p))
-            })
+            .flat_map(|i| self.tb.processes_with_env(i, key, value).into_iter().map(move |p| (i, p)))
             .collect()
     }
 }

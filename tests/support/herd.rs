@@ -12,13 +12,10 @@ pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
 /// The cached torch + deepspeed virtualenv (scripts/torch-venv.sh). Tests that need torch
 /// fail, not skip, when it is missing: the test command creates it first.
 pub fn torch_venv() -> PathBuf {
-    let out = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/torch-venv.sh"
-    ))
-    .stderr(Stdio::inherit())
-    .output()
-    .expect("run scripts/torch-venv.sh");
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/torch-venv.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/torch-venv.sh");
     assert!(out.status.success(), "scripts/torch-venv.sh failed");
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
@@ -39,31 +36,19 @@ pub struct Finished {
 
 impl Finished {
     pub fn assert_code(&self, code: i32) -> &Self {
-        assert_eq!(
-            self.code,
-            Some(code),
-            "herd exited {:?}, wanted {code}\n{self}",
-            self.code
-        );
+        assert_eq!(self.code, Some(code), "herd exited {:?}, wanted {code}\n{self}", self.code);
         self
     }
 
     /// Lines of stdout that a node printed, without the prefix, for the prefix given.
     pub fn node_lines(&self, prefix: &str) -> Vec<&str> {
-        self.stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix(prefix))
-            .collect()
+        self.stdout.lines().filter_map(|l| l.strip_prefix(prefix)).collect()
     }
 }
 
 impl std::fmt::Display for Finished {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.stdout, self.stderr
-        )
+        write!(f, "--- stdout ---\n{}\n--- stderr ---\n{}", self.stdout, self.stderr)
     }
 }
 
@@ -79,10 +64,8 @@ impl Running {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        let ok =
+            Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status().unwrap();
         assert!(ok.success(), "kill -{sig} herd");
     }
 
@@ -124,19 +107,12 @@ impl Running {
 /// `herd <args>` started in `dir`, with stdout and stderr captured.
 pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
     let mut cmd = Command::new(HERD);
-    cmd.args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Running {
-        child: cmd.spawn().expect("start herd"),
-        started: Instant::now(),
-    }
+    Running { child: cmd.spawn().expect("start herd"), started: Instant::now() }
 }
 
 pub fn run(dir: &Path, args: &[&str], limit: Duration) -> Finished {
@@ -149,12 +125,7 @@ pub fn only_run_dir(logs: &Path) -> PathBuf {
         .unwrap_or_else(|e| panic!("read {}: {e}", logs.display()))
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(
-        runs.len(),
-        1,
-        "expected one run under {}: {runs:?}",
-        logs.display()
-    );
+    assert_eq!(runs.len(), 1, "expected one run under {}: {runs:?}", logs.display());
     runs.into_iter().next().unwrap()
 }
 
@@ -168,10 +139,7 @@ pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
 }
 
 pub fn event_names(events: &[serde_json::Value]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| e["event"].as_str().unwrap().to_string())
-        .collect()
+    events.iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
 }
 
 /// Poll `cond` every 50 ms for up to `limit`.

@@ -70,10 +70,7 @@ impl Testbed {
     /// Builds an `n`-node cluster and returns once every node accepts a real ssh login.
     /// Panics with a descriptive message on any failure (partially built state is cleaned up).
     pub fn new(n: usize) -> Testbed {
-        assert!(
-            (1..=MAX_NODES).contains(&n),
-            "Testbed::new({n}): node count must be in 1..={MAX_NODES}"
-        );
+        assert!((1..=MAX_NODES).contains(&n), "Testbed::new({n}): node count must be in 1..={MAX_NODES}");
         preflight();
         cleanup_stale();
 
@@ -154,8 +151,7 @@ impl Testbed {
         let mut c = Command::new("ssh");
         c.arg("-F").arg("/dev/null");
         c.arg("-i").arg(&self.identity);
-        c.arg("-o")
-            .arg(opt("UserKnownHostsFile=", &self.known_hosts));
+        c.arg("-o").arg(opt("UserKnownHostsFile=", &self.known_hosts));
         c.args([
             "-o",
             "GlobalKnownHostsFile=/dev/null",
@@ -206,9 +202,7 @@ impl Testbed {
                     Ok(mut f) => f.read_to_end(&mut buf).is_ok(),
                     Err(_) => false,
                 };
-                read && buf
-                    .split(|&b| b == 0)
-                    .any(|entry| entry == wanted.as_slice())
+                read && buf.split(|&b| b == 0).any(|entry| entry == wanted.as_slice())
             })
             .collect();
         pids.sort_unstable();
@@ -243,8 +237,7 @@ impl Testbed {
         let mut keygens = Vec::new();
         let mut keygen = |path: &Path| {
             let mut c = Command::new("ssh-keygen");
-            c.args(["-q", "-N", "", "-t", "ed25519", "-C", "herd-testbed", "-f"])
-                .arg(path);
+            c.args(["-q", "-N", "", "-t", "ed25519", "-C", "herd-testbed", "-f"]).arg(path);
             let child = spawn_piped(&mut c);
             keygens.push((c, child));
         };
@@ -259,17 +252,10 @@ impl Testbed {
             .unwrap_or_else(|e| panic!("testbed: cannot write authorized_keys: {e}"));
 
         // Bridge (already created by allocate_slot, which uses it as the slot lock).
-        run(Command::new("ip").args([
-            "addr",
-            "add",
-            &format!("10.77.{k}.1/24"),
-            "dev",
-            &self.bridge,
-        ]));
+        run(Command::new("ip").args(["addr", "add", &format!("10.77.{k}.1/24"), "dev", &self.bridge]));
         run(Command::new("ip").args(["link", "set", &self.bridge, "up"]));
 
-        fs::create_dir_all("/run/sshd")
-            .unwrap_or_else(|e| panic!("testbed: cannot create /run/sshd: {e}"));
+        fs::create_dir_all("/run/sshd").unwrap_or_else(|e| panic!("testbed: cannot create /run/sshd: {e}"));
         let mut known_hosts = String::new();
         for i in 1..=n {
             let node = TestNode {
@@ -310,14 +296,7 @@ impl Testbed {
                 "netns",
                 &node.netns,
             ]));
-            run(Command::new("ip").args([
-                "link",
-                "set",
-                &node.veth_host,
-                "master",
-                &self.bridge,
-                "up",
-            ]));
+            run(Command::new("ip").args(["link", "set", &node.veth_host, "master", &self.bridge, "up"]));
             run(Command::new("ip").args([
                 "-n",
                 &node.netns,
@@ -375,9 +354,8 @@ impl Testbed {
             c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
             // Own process group, so Drop can kill the whole group.
             c.process_group(0);
-            let child = c
-                .spawn()
-                .unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(&c)));
+            let child =
+                c.spawn().unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(&c)));
             self.sshds.push(child);
             self.sshd_cmds.push(cmdline(&c));
         }
@@ -495,8 +473,8 @@ impl Drop for Testbed {
 /// in /run/herd-testbed). Called at the start of [`Testbed::new`]. Never panics.
 /// /etc/passwd with root's home directory replaced.
 fn passwd_with_root_home(home: &Path) -> String {
-    let passwd = fs::read_to_string("/etc/passwd")
-        .unwrap_or_else(|e| panic!("testbed: cannot read /etc/passwd: {e}"));
+    let passwd =
+        fs::read_to_string("/etc/passwd").unwrap_or_else(|e| panic!("testbed: cannot read /etc/passwd: {e}"));
     passwd
         .lines()
         .map(|line| {
@@ -525,10 +503,7 @@ pub fn cleanup_stale() {
             }
             continue;
         }
-        let Some(k) = name
-            .strip_suffix(".pid")
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(k) = name.strip_suffix(".pid").and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         let Ok(content) = fs::read_to_string(&path) else {
@@ -558,9 +533,7 @@ pub fn cleanup_stale() {
             let dir = Path::new(dir);
             let tmp = std::env::temp_dir();
             let is_ours = dir.starts_with(&tmp)
-                && dir
-                    .file_name()
-                    .is_some_and(|f| f.to_string_lossy().starts_with("herd-testbed-"));
+                && dir.file_name().is_some_and(|f| f.to_string_lossy().starts_with("herd-testbed-"));
             if is_ours {
                 let _ = fs::remove_dir_all(dir);
             }
@@ -575,14 +548,10 @@ pub fn cleanup_stale() {
 /// Claims a slot K: a marker file `<K>.pid` (created atomically with a hard link) plus the bridge
 /// `herdbr<K>` (`ip link add` fails if it exists, which moves us on to K+1).
 fn allocate_slot(dir: &Path) -> (u32, PathBuf, String) {
-    fs::create_dir_all(MARKER_DIR)
-        .unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
+    fs::create_dir_all(MARKER_DIR).unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
     let me = std::process::id();
     let content = format!("{me} {}\n{}\n", start_time(me).unwrap_or(0), dir.display());
-    let tmp = PathBuf::from(MARKER_DIR).join(format!(
-        ".tmp-{me}-{}",
-        UNIQUE.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp = PathBuf::from(MARKER_DIR).join(format!(".tmp-{me}-{}", UNIQUE.fetch_add(1, Ordering::Relaxed)));
     write_file(&tmp, &content);
     let k0 = me % MAX_K; // 0-based start, derived from the pid
     for off in 0..MAX_K {
@@ -721,9 +690,7 @@ fn listening_on_22(pid: u32, addr: &str) -> bool {
 }
 
 fn is_zombie(pid: u32) -> bool {
-    stat_fields(pid).map_or(true, |f| {
-        matches!(f.first().map(String::as_str), Some("Z") | Some("X"))
-    })
+    stat_fields(pid).map_or(true, |f| matches!(f.first().map(String::as_str), Some("Z") | Some("X")))
 }
 
 /// Process start time (field 22 of /proc/<pid>/stat), to tell a pid apart from its reuse.
@@ -734,10 +701,9 @@ fn start_time(pid: u32) -> Option<u64> {
 /// Marker content is "<pid> <starttime>\n<dir>\n".
 fn owner_alive(content: &str) -> bool {
     let mut it = content.split_whitespace();
-    let (Some(pid), Some(start)) = (
-        it.next().and_then(|p| p.parse::<u32>().ok()),
-        it.next().and_then(|s| s.parse::<u64>().ok()),
-    ) else {
+    let (Some(pid), Some(start)) =
+        (it.next().and_then(|p| p.parse::<u32>().ok()), it.next().and_then(|s| s.parse::<u64>().ok()))
+    else {
         // Unparseable (e.g. a half-written marker): treat as alive, never reap.
         return true;
     };
@@ -756,14 +722,8 @@ fn preflight() {
                 .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
         })
         .unwrap_or(false);
-    assert!(
-        is_root,
-        "Testbed needs root (network namespaces, bridges, sshd); run the tests as root"
-    );
-    assert!(
-        Path::new("/usr/sbin/sshd").exists(),
-        "Testbed needs /usr/sbin/sshd (install openssh-server)"
-    );
+    assert!(is_root, "Testbed needs root (network namespaces, bridges, sshd); run the tests as root");
+    assert!(Path::new("/usr/sbin/sshd").exists(), "Testbed needs /usr/sbin/sshd (install openssh-server)");
 }
 
 fn cmdline(cmd: &Command) -> String {
@@ -776,10 +736,7 @@ fn cmdline(cmd: &Command) -> String {
 }
 
 fn sh_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b))
-    {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b)) {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
@@ -808,17 +765,12 @@ fn opt(prefix: &str, path: &Path) -> std::ffi::OsString {
 }
 
 fn spawn_piped(cmd: &mut Command) -> Child {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(cmd)))
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(cmd)))
 }
 
 fn wait_output(cmd: &Command, child: Child) -> Output {
-    child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("testbed: failed to wait for `{}`: {e}", cmdline(cmd)))
+    child.wait_with_output().unwrap_or_else(|e| panic!("testbed: failed to wait for `{}`: {e}", cmdline(cmd)))
 }
 
 /// Runs to completion, capturing output; panics only if it cannot be spawned.
@@ -849,16 +801,12 @@ fn run(cmd: &mut Command) -> Output {
 
 /// Runs a command, ignoring every failure (for teardown).
 fn quiet(cmd: &mut Command) {
-    let _ = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let _ = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
 }
 
 fn write_file(path: &Path, content: &str) {
-    let mut f = fs::File::create(path)
-        .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", path.display()));
+    let mut f =
+        fs::File::create(path).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", path.display()));
     f.write_all(content.as_bytes())
         .unwrap_or_else(|e| panic!("testbed: cannot write {}: {e}", path.display()));
 }
