@@ -59,6 +59,10 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         .build()
         .map_err(Error::io("cannot start the async runtime"))?;
 
+    // One run of a config at a time: a new run sweeps the nodes for leftovers of earlier runs
+    // of this config, which must never hit a live one.
+    let _lock = lock_config(&plan)?;
+
     // The run's files exist before any node is contacted: a run that cannot keep its logs
     // does not start.
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
@@ -82,17 +86,33 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     let _report = reporter.join().expect("reporter thread panicked");
     let outcome = outcome?;
 
+    let closing = output::summary::closing(outcome.status, &outcome.attempts, &run_dir);
+    if !closing.is_empty() {
+        eprint!("herd: {closing}");
+    }
     Ok(match outcome.status {
         RunStatus::Succeeded => exit::OK,
         RunStatus::Interrupted => exit::INTERRUPTED,
-        RunStatus::Failed => {
-            if let Some(first) = &outcome.first_failure {
-                let log = output::node_log_path(&run_dir, outcome.attempts - 1, first.node_rank, &first.host);
-                eprintln!("herd: {}", output::summary::failure(first, &log.display().to_string()));
-            }
-            exit::JOB_FAILED
-        }
+        RunStatus::Failed => exit::JOB_FAILED,
     })
+}
+
+fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
+    let dir = &plan.logs_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(Error::io(format!("cannot create the log directory {}", dir.display())))?;
+    let path = dir.join(format!(".herd-{}.lock", plan.config_key));
+    let file =
+        std::fs::File::create(&path).map_err(Error::io(format!("cannot create {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Busy(format!(
+            "another herd run of {} is in progress (it holds {})",
+            plan.config_path.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(format!("cannot lock {}", path.display()))(e)),
+    }
 }
 
 /// Every SIGINT and SIGTERM becomes one interrupt; the supervisor decides what each means.

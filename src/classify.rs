@@ -1,4 +1,265 @@
-//! Reading failures out of what nodes printed. Pure.
+//! Why an attempt failed, from what every node printed and how it ended. Pure.
+//!
+//! Each node gets a class from the rule table (log lines) and its exit. The root cause is the
+//! earliest failure among nodes whose class is not `comm`: when one rank dies, its peers
+//! report closed connections, and those are consequences. Only when every failing node
+//! reports a communication error is the earliest of those the cause.
+
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Serialize;
+
+use crate::config::{FailureClass, RuleSpec};
+use crate::events::NodeExit;
+
+/// The built-in rules: a line matching the pattern points at the class. Strings from real
+/// PyTorch, NCCL, gloo, DeepSpeed and shell output.
+pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
+    (r"Address already in use|EADDRINUSE", FailureClass::Port),
+    (
+        r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|oom-kill|Out of memory: Killed process",
+        FailureClass::Oom,
+    ),
+    (r"herd: setup failed|herd: cannot enter workdir", FailureClass::Launch),
+    (
+        r"command not found|: not found$|can't open file .*No such file or directory|No module named torch\.distributed\.run",
+        FailureClass::Launch,
+    ),
+    (
+        r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*:\s*-\d+|Segmentation fault|core dumped|exits with return code = -\d+",
+        FailureClass::Crash,
+    ),
+    (
+        r"Connection closed by peer|Connection reset by peer|ncclRemoteError|ncclSystemError|unhandled system error|Watchdog caught collective operation timeout|NCCL communicator was aborted|DistNetworkError|TCP client failed to connect|The client socket has timed out|Broken pipe|recvValue failed|DistStoreError|RendezvousConnectionError|Socket Timeout|No route to host",
+        FailureClass::Comm,
+    ),
+    (
+        r"\b(SyntaxError|IndentationError|ImportError|ModuleNotFoundError|FileNotFoundError|NameError|AttributeError|TypeError|ValueError|KeyError|IndexError|AssertionError|ZeroDivisionError|NotImplementedError)\b",
+        FailureClass::User,
+    ),
+];
+
+/// When a node's lines point at several classes, the one that explains it best: a node
+/// whose rank crashed also shows its local peer's closed connection.
+const NODE_PRIORITY: [FailureClass; 7] = [
+    FailureClass::Port,
+    FailureClass::Oom,
+    FailureClass::Launch,
+    FailureClass::Crash,
+    FailureClass::User,
+    FailureClass::Hang,
+    FailureClass::Comm,
+];
+
+pub struct RuleTable {
+    rules: Vec<(Regex, FailureClass)>,
+}
+
+impl RuleTable {
+    /// The user's rules (already checked by the config) come before the built-in ones.
+    pub fn new(user: &[RuleSpec]) -> RuleTable {
+        let user = user.iter().filter_map(|r| Some((Regex::new(&r.pattern).ok()?, r.class)));
+        let builtin = BUILTIN_RULES.iter().map(|(p, c)| (Regex::new(p).expect("built-in rule compiles"), *c));
+        RuleTable { rules: user.chain(builtin).collect() }
+    }
+
+    pub fn class_of(&self, line: &str) -> Option<FailureClass> {
+        self.rules.iter().find(|(re, _)| re.is_match(line)).map(|(_, c)| *c)
+    }
+}
+
+/// A line as the supervisor received it, with its arrival time since the attempt started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedLine {
+    pub at: Duration,
+    pub text: String,
+}
+
+/// What the supervisor saw of one node in one attempt.
+#[derive(Debug, Clone)]
+pub struct NodeOutcome {
+    pub node_rank: usize,
+    pub host: String,
+    pub first_global_rank: u32,
+    pub exit: NodeExit,
+    pub ended_at: Duration,
+    /// When herd asked it to stop, if it was still running then.
+    pub stop_requested_at: Option<Duration>,
+    /// Its last lines.
+    pub lines: Vec<TimedLine>,
+}
+
+/// Why herd itself ended an attempt, when no node's exit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    NodeFailed,
+    /// No progress for `restart.hang_timeout`.
+    Hang,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RootCause {
+    /// Global rank of the failing process, when the launcher said which.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub node_rank: usize,
+    pub host: String,
+    #[serde(flatten)]
+    pub exit: NodeExit,
+    pub line: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consequence {
+    pub node_rank: usize,
+    pub host: String,
+    pub class: FailureClass,
+    #[serde(flatten)]
+    pub exit: NodeExit,
+    pub line: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub class: FailureClass,
+    pub root_cause: RootCause,
+    pub consequences: Vec<Consequence>,
+    pub hint: &'static str,
+}
+
+/// One node's failure as the rules and its exit explain it.
+struct NodeFailure<'a> {
+    node: &'a NodeOutcome,
+    class: FailureClass,
+    line: Option<String>,
+    at: Duration,
+}
+
+fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFailure<'a>> {
+    let matched: Vec<(FailureClass, &TimedLine)> =
+        node.lines.iter().filter_map(|l| rules.class_of(&l.text).map(|c| (c, l))).collect();
+    // Lines printed after herd asked the node to stop are the teardown's, not the failure's.
+    let stop_noise = |l: &TimedLine| node.stop_requested_at.is_some_and(|at| l.at >= at);
+    let best = NODE_PRIORITY
+        .iter()
+        .find_map(|class| matched.iter().find(|(c, l)| c == class && !stop_noise(l)))
+        .map(|(c, l)| (*c, Some(l.text.clone())));
+    let first_sign =
+        matched.iter().filter(|(_, l)| !stop_noise(l)).map(|(_, l)| l.at).min().unwrap_or(node.ended_at);
+    let (class, line) = match (&node.exit, best) {
+        (NodeExit::ExitCode(0), _) => return None,
+        (NodeExit::Lost(_), _) => (FailureClass::NodeLost, None),
+        (_, Some(found)) => found,
+        // Stopped by herd and nothing of its own to say: not a failure of its own.
+        _ if node.stop_requested_at.is_some() => return None,
+        (NodeExit::Signal(_), None) => (FailureClass::Crash, None),
+        (NodeExit::ExitCode(126 | 127), None) => (FailureClass::Launch, None),
+        (NodeExit::ExitCode(_), None) => (FailureClass::User, None),
+    };
+    let line =
+        line.or_else(|| last_error_line(&node.lines.iter().map(|l| l.text.clone()).collect::<Vec<_>>()));
+    let at = if class == FailureClass::NodeLost { node.ended_at } else { first_sign.min(node.ended_at) };
+    Some(NodeFailure { node, class, line, at })
+}
+
+/// Classify a failed attempt. `None` when no node failed and herd did not end it.
+pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> Option<Verdict> {
+    let failures: Vec<NodeFailure> = nodes.iter().filter_map(|n| node_failure(n, rules)).collect();
+    let root_index = if trigger == Trigger::Hang {
+        None
+    } else {
+        let primary = failures.iter().enumerate().filter(|(_, f)| f.class != FailureClass::Comm);
+        let earliest = |it: &mut dyn Iterator<Item = (usize, &NodeFailure)>| {
+            it.min_by_key(|(_, f)| (f.at, f.node.node_rank)).map(|(i, _)| i)
+        };
+        earliest(&mut primary.into_iter()).or_else(|| earliest(&mut failures.iter().enumerate()))
+    };
+
+    let (class, root_cause) = match root_index {
+        Some(i) => {
+            let f = &failures[i];
+            let (rank, local_rank, exit) = failing_rank(f.node);
+            (
+                f.class,
+                RootCause {
+                    rank,
+                    local_rank,
+                    node_rank: f.node.node_rank,
+                    host: f.node.host.clone(),
+                    exit: exit.unwrap_or_else(|| f.node.exit.clone()),
+                    line: f.line.clone(),
+                },
+            )
+        }
+        None if trigger == Trigger::Hang => {
+            // The node that went quiet first is the best lead.
+            let stalest = nodes.iter().min_by_key(|n| (n.lines.last().map(|l| l.at), n.node_rank))?;
+            (
+                FailureClass::Hang,
+                RootCause {
+                    rank: None,
+                    local_rank: None,
+                    node_rank: stalest.node_rank,
+                    host: stalest.host.clone(),
+                    exit: stalest.exit.clone(),
+                    line: stalest.lines.last().map(|l| l.text.clone()),
+                },
+            )
+        }
+        None => return None,
+    };
+    let consequences = failures
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != root_index)
+        .map(|(_, f)| Consequence {
+            node_rank: f.node.node_rank,
+            host: f.node.host.clone(),
+            class: f.class,
+            exit: f.node.exit.clone(),
+            line: f.line.clone(),
+        })
+        .collect();
+    Some(Verdict { class, root_cause, consequences, hint: hint(class) })
+}
+
+/// The failing rank as the launcher reported it: torchrun's "Root Cause" block, or the
+/// DeepSpeed launcher's "exits with return code" line.
+fn failing_rank(node: &NodeOutcome) -> (Option<u32>, Option<u32>, Option<NodeExit>) {
+    let torchrun_rank = Regex::new(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)").expect("compiles");
+    let torchrun_exit = Regex::new(r"exitcode\s*:\s*(-?\d+)").expect("compiles");
+    let deepspeed = Regex::new(r"--local_rank=(\d+).*exits with return code = (-?\d+)").expect("compiles");
+    let exit_of = |code: i32| if code < 0 { NodeExit::Signal(-code) } else { NodeExit::ExitCode(code) };
+
+    let root_block = node.lines.iter().rposition(|l| l.text.contains("Root Cause (first observed failure)"));
+    if let Some(start) = root_block {
+        let block = &node.lines[start..];
+        let rank = block.iter().find_map(|l| torchrun_rank.captures(&l.text));
+        let exit = block.iter().find_map(|l| torchrun_exit.captures(&l.text));
+        if let Some(r) = rank {
+            return (r[1].parse().ok(), r[2].parse().ok(), exit.and_then(|e| e[1].parse().ok()).map(exit_of));
+        }
+    }
+    if let Some(c) = node.lines.iter().find_map(|l| deepspeed.captures(&l.text)) {
+        let local: Option<u32> = c[1].parse().ok();
+        return (local.map(|l| node.first_global_rank + l), local, c[2].parse().ok().map(exit_of));
+    }
+    (None, None, None)
+}
+
+pub fn hint(class: FailureClass) -> &'static str {
+    match class {
+        FailureClass::Comm => "ranks lost each other: check that every node reaches MASTER_ADDR and its peers (firewall, routes), set rendezvous.interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) to the right network, and keep CUDA, NCCL and torch versions the same on every node",
+        FailureClass::NodeLost => "a node stopped answering over SSH (down, rebooted or partitioned): check that it is up and reachable; herd waits restart.node_wait for it before a restart",
+        FailureClass::Hang => "no progress for restart.hang_timeout: a rank is stuck outside collectives or deadlocked; dump its stack (py-spy dump) and rerun with NCCL_DEBUG=INFO",
+        FailureClass::Port => "the master port was already in use: free it, or use rendezvous.port = \"auto\" and let herd choose a new one for each attempt",
+        FailureClass::Crash => "a process was killed by a signal: check dmesg for the OOM killer or a segfault, and raise /dev/shm if data loader workers die",
+        FailureClass::Oom => "out of memory: lower the batch size or use activation checkpointing; check host RAM and /dev/shm",
+        FailureClass::User => "the training script raised an error: fix it and run again (herd does not restart user errors by default)",
+        FailureClass::Launch => "the job could not start: check workdir, setup, and that the launcher and script exist on every node",
+    }
+}
 
 /// Words that mark a line as the likely reason a process failed.
 const ERROR_MARKERS: &[&str] = &[
@@ -49,5 +310,48 @@ mod tests {
     fn falls_back_to_the_last_line() {
         assert_eq!(last_error_line(&lines(&["a", "b", "  "])).as_deref(), Some("b"));
         assert_eq!(last_error_line(&[]), None);
+    }
+
+    #[test]
+    fn every_listed_comm_string_is_comm() {
+        let rules = RuleTable::new(&[]);
+        for s in [
+            "Connection closed by peer",
+            "Connection reset by peer",
+            "ncclRemoteError",
+            "ncclSystemError",
+            "unhandled system error",
+            "Watchdog caught collective operation timeout",
+            "NCCL communicator was aborted",
+            "DistNetworkError",
+            "TCP client failed to connect",
+            "The client socket has timed out",
+            "Broken pipe",
+            "recvValue failed",
+            "DistStoreError",
+            "RendezvousConnectionError",
+            "Socket Timeout",
+            "No route to host",
+        ] {
+            assert_eq!(
+                rules.class_of(&format!("RuntimeError: [x] {s} (y)")),
+                Some(FailureClass::Comm),
+                "{s}"
+            );
+        }
+        assert_eq!(rules.class_of("OSError: [Errno 98] Address already in use"), Some(FailureClass::Port));
+        assert_eq!(rules.class_of("torch.OutOfMemoryError: CUDA out of memory."), Some(FailureClass::Oom));
+        assert_eq!(rules.class_of("sh: 1: torchrun: not found"), Some(FailureClass::Launch));
+        assert_eq!(rules.class_of("SyntaxError: invalid syntax"), Some(FailureClass::User));
+        assert_eq!(rules.class_of("step 3 rank 1 sum 21"), None);
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let rules = RuleTable::new(&[RuleSpec {
+            pattern: "Connection closed by peer".into(),
+            class: FailureClass::User,
+        }]);
+        assert_eq!(rules.class_of("Connection closed by peer"), Some(FailureClass::User));
     }
 }

@@ -10,7 +10,8 @@ pub mod exit {
     pub const JOB_FAILED: u8 = 1;
     /// Bad config or usage; nothing was contacted.
     pub const CONFIG: u8 = 2;
-    /// herd could not start the job (a node unreachable, no free port); nothing was left running.
+    /// herd could not start the job (a node unreachable, no free port, another run of the
+    /// same config in progress); nothing was left running.
     pub const START_FAILED: u8 = 4;
     /// herd itself failed (cannot write its log files, no async runtime).
     pub const INTERNAL: u8 = 5;
@@ -24,6 +25,8 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error("cannot start the job: {0}")]
     Start(#[from] RunError),
+    #[error("{0}")]
+    Busy(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -36,7 +39,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => exit::CONFIG,
-            Error::Start(_) => exit::START_FAILED,
+            Error::Start(_) | Error::Busy(_) => exit::START_FAILED,
             Error::Io { .. } => exit::INTERNAL,
         }
     }

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::classify::Verdict;
+use crate::config::FailureClass;
 use crate::lines::Line;
 
 /// How a node's launcher ended.
@@ -68,16 +70,6 @@ pub enum RunStatus {
     Interrupted,
 }
 
-/// The node that failed first in an attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FirstFailure {
-    pub node_rank: usize,
-    pub host: String,
-    pub exit: NodeExit,
-    /// Its last line that looks like an error, or its last line.
-    pub line: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
@@ -125,10 +117,34 @@ pub enum Event {
     },
     AttemptFailed {
         attempt: u32,
-        first_failure: FirstFailure,
+        millis: u64,
+        #[serde(flatten)]
+        verdict: Verdict,
+    },
+    /// A node could not be reached before a restart; herd keeps trying until restart.node_wait.
+    NodeWaiting {
+        node_rank: usize,
+        host: String,
+        error: String,
+    },
+    /// Processes of an earlier attempt or run that were still there, and were stopped.
+    LeftoversStopped {
+        node_rank: usize,
+        host: String,
+        pids: Vec<u32>,
+    },
+    /// A restart could not happen (a node did not come back); the run ends failed.
+    RestartAbandoned {
+        reason: String,
+    },
+    RestartScheduled {
+        attempt: u32,
+        delay_ms: u64,
+        class: FailureClass,
     },
     AttemptSucceeded {
         attempt: u32,
+        millis: u64,
     },
     RunFinished {
         status: RunStatus,

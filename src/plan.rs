@@ -34,6 +34,8 @@ pub struct LaunchPlan {
     pub restart: Restart,
     /// `forward_env` names (not globs) that are not set in the launching environment.
     pub missing_forwarded: Vec<String>,
+    /// Identifies the config file across runs; the first part of every HERD_MARKER.
+    pub config_key: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +237,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         logs_dir: config.logs.dir.clone(),
         restart: config.restart.clone(),
         missing_forwarded,
+        config_key,
     }
 }
 
@@ -269,6 +272,15 @@ fn forwarded_env(
 impl LaunchPlan {
     pub fn nnodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The start of the HERD_MARKER entry of every process of this config's runs, or of one
+    /// run: what a sweep for leftovers matches.
+    pub fn marker_prefix(&self, run_id: Option<&str>) -> String {
+        match run_id {
+            Some(run) => format!("{MARKER_VAR}={}:{run}:", self.config_key),
+            None => format!("{MARKER_VAR}={}:", self.config_key),
+        }
     }
 
     /// The job snippet each node's agent runs.

@@ -147,6 +147,16 @@ impl Connection {
         }
     }
 
+    /// Whether the connection still works.
+    pub async fn check(&self) -> Result<(), TransportError> {
+        match self {
+            Connection::Local => Ok(()),
+            Connection::Ssh(session) => {
+                session.check().await.map_err(|e| TransportError::Connect(error_chain(&e)))
+            }
+        }
+    }
+
     /// Close the master connection.
     pub async fn close(self) {
         if let Connection::Ssh(session) = self {

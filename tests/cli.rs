@@ -211,6 +211,6 @@ fn a_log_directory_that_cannot_be_created_stops_the_run_before_it_starts() {
     );
     let out = herd::run(dir.path(), &["run"], LIMIT);
     out.assert_code(5);
-    assert!(out.stderr.contains("cannot create the run's log directory under /dev/null/logs"), "{out}");
+    assert!(out.stderr.contains("cannot create the log directory /dev/null/logs"), "{out}");
     assert!(!marker.exists(), "the job ran although its logs could not be kept");
 }

@@ -108,7 +108,7 @@ fn toml_str(s: &str) -> String {
 }
 
 #[test]
-fn a_failing_node_stops_the_others_and_is_named_as_first_failure() {
+fn a_failing_node_stops_the_others_and_is_named_as_the_root_cause() {
     let c = Cluster::new(3);
     command_job(
         &c,
@@ -119,15 +119,19 @@ fn a_failing_node_stops_the_others_and_is_named_as_first_failure() {
     out.assert_code(1);
     assert!(out.took < Duration::from_secs(30), "took {:?}", out.took);
     let who = format!("node 1 ({})", c.addr(1));
-    assert!(out.stderr.contains(&format!("first failure: {who}: exit code 7")), "{out}");
-    assert!(out.stderr.contains(&format!("last error line: fatal: boom on {}", c.addr(1))), "{out}");
+    // No rule matches "fatal: boom": a plain non-zero exit is the user's, and is not restarted.
+    assert!(out.stderr.contains(&format!("root cause (user): {who}: exit code 7")), "{out}");
+    assert!(out.stderr.contains(&format!("line: fatal: boom on {}", c.addr(1))), "{out}");
     assert!(out.stderr.contains("attempt-0/node1-"), "names the log file\n{out}");
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![], "job processes left behind");
 
     let ev = events(&only_run_dir(&c.logs()));
     let failed = ev.iter().find(|e| e["event"] == "attempt_failed").expect("attempt_failed");
-    assert_eq!(failed["first_failure"]["node_rank"], 1);
-    assert_eq!(failed["first_failure"]["exit"]["exit_code"], 7);
+    assert_eq!(failed["class"], "user");
+    assert_eq!(failed["root_cause"]["node_rank"], 1);
+    assert_eq!(failed["root_cause"]["exit_code"], 7);
+    assert_eq!(failed["consequences"], serde_json::json!([]), "nodes herd stopped are not failures");
+    assert_eq!(event_names(&ev).iter().filter(|n| *n == "attempt_started").count(), 1);
     assert!(event_names(&ev).contains(&"teardown_started".to_string()));
     let others: Vec<_> = ev.iter().filter(|e| e["event"] == "node_exited" && e["node_rank"] != 1).collect();
     assert_eq!(others.len(), 2);

@@ -550,7 +550,11 @@ impl Cx<'_> {
             Some(p) if p.get_ref().is_empty() => {
                 return Err(self.err(p.span(), "restart.progress_pattern must not be empty"))
             }
-            p => p.map(Spanned::into_inner),
+            Some(p) => {
+                self.regex(&p, "restart.progress_pattern")?;
+                Some(p.into_inner())
+            }
+            None => None,
         };
         let mut rules = Vec::new();
         for (i, rule) in raw.rules.unwrap_or_default().into_iter().enumerate() {
@@ -559,6 +563,7 @@ impl Cx<'_> {
                     self.err(rule.pattern.span(), format!("restart.rules[{i}].pattern must not be empty"))
                 );
             }
+            self.regex(&rule.pattern, &format!("restart.rules[{i}].pattern"))?;
             let class = self.failure_class(&rule.class, &format!("restart.rules[{i}].class"))?;
             rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class });
         }
@@ -580,6 +585,14 @@ impl Cx<'_> {
     }
 
     // ---- leaf values ----
+
+    fn regex(&self, pattern: &Spanned<String>, what: &str) -> Result<(), ConfigError> {
+        regex::Regex::new(pattern.get_ref()).map(|_| ()).map_err(|e| {
+            let detail = e.to_string();
+            let last = detail.lines().last().unwrap_or("").trim().to_string();
+            self.err(pattern.span(), format!("{what} is not a valid regular expression: {last}"))
+        })
+    }
 
     fn failure_class(&self, v: &Spanned<String>, what: &str) -> Result<FailureClass> {
         FailureClass::parse(v.get_ref()).ok_or_else(|| {
@@ -1439,5 +1452,16 @@ class = "user"
             err.to_string(),
             "c.toml:2:8: malformed hostlist \"n[3-1]\": range 3-1 is descending\n   |\n 2 | host = \"n[3-1]\"\n   |        ^^^^^^^^"
         );
+    }
+
+    #[test]
+    fn invalid_regexes_are_config_errors() {
+        let text = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\nprogress_pattern = \"step (\"\n");
+        let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(err.contains("restart.progress_pattern is not a valid regular expression"), "{err}");
+        let text =
+            format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"[x\"\nclass = \"comm\"\n");
+        let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(err.contains("restart.rules[0].pattern is not a valid regular expression"), "{err}");
     }
 }

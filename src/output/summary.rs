@@ -1,6 +1,13 @@
-//! herd's own words about a run: one status line per notable event, and the closing summary.
+//! herd's own words about a run: one status line per notable event, and the closing
+//! summary with the table of attempts.
 
-use crate::events::{Event, FirstFailure, RunStatus};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::classify::{RootCause, Verdict};
+use crate::events::{Event, RunStatus};
+use crate::output::node_log_path;
+use crate::supervisor::AttemptSummary;
 
 /// The stderr line for an event, if it deserves one.
 pub fn status_line(event: &Event) -> Option<String> {
@@ -15,10 +22,21 @@ pub fn status_line(event: &Event) -> Option<String> {
             format!("node {node_rank} ({host}) ended: {exit}")
         }
         Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
+        Event::AttemptFailed { attempt, verdict, .. } => {
+            format!("attempt {attempt} failed: {}: {}", verdict.class, root_cause_words(&verdict.root_cause))
+        }
+        Event::RestartScheduled { attempt, delay_ms, class } => {
+            format!("restarting ({class}) as attempt {attempt} in {:.1} s", *delay_ms as f64 / 1000.0)
+        }
+        Event::NodeWaiting { node_rank, host, error } => {
+            format!("waiting for node {node_rank} ({host}) to come back: {error}")
+        }
+        Event::LeftoversStopped { node_rank, host, pids } => {
+            format!("stopped {} leftover process(es) of this config on node {node_rank} ({host})", pids.len())
+        }
+        Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
         Event::RunFinished { status, attempts } => match status {
-            RunStatus::Succeeded => {
-                format!("run succeeded ({attempts} attempt{})", plural(*attempts))
-            }
+            RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
         },
@@ -34,38 +52,139 @@ fn plural(n: u32) -> &'static str {
     }
 }
 
-/// The closing words on a failed run: which node failed first, how, and its last error line.
-pub fn failure(first: &FirstFailure, log_path: &str) -> String {
-    let mut s = format!("first failure: node {} ({}): {}", first.node_rank, first.host, first.exit);
-    if let Some(line) = &first.line {
-        s.push_str(&format!("\n  last error line: {line}"));
+/// `node 1 (gpu-02), rank 3 (local 1): signal 9 (SIGKILL)`
+pub fn root_cause_words(r: &RootCause) -> String {
+    let mut s = format!("node {} ({})", r.node_rank, r.host);
+    match (r.rank, r.local_rank) {
+        (Some(rank), Some(local)) => {
+            let _ = write!(s, ", rank {rank} (local {local})");
+        }
+        (Some(rank), None) => {
+            let _ = write!(s, ", rank {rank}");
+        }
+        _ => {}
     }
-    s.push_str(&format!("\n  full log: {log_path}"));
+    let _ = write!(s, ": {}", r.exit);
+    s
+}
+
+/// The closing words: a table of attempts when there were several, and for a failed run
+/// its root cause, the line that shows it, the hint, the consequences and the log to read.
+pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -> String {
+    let mut s = String::new();
+    if attempts.len() > 1 || attempts.iter().any(|a| a.verdict.is_some()) {
+        let _ = writeln!(s, "attempts:");
+        let _ = writeln!(s, "  {:>3}  {:>9}  {:<9}  {:<32}  line", "#", "duration", "class", "root cause");
+        for a in attempts {
+            let (class, cause, line) = match &a.verdict {
+                Some(v) => (
+                    v.class.to_string(),
+                    root_cause_words(&v.root_cause).split(':').next().unwrap_or_default().to_string(),
+                    v.root_cause.line.clone().unwrap_or_default(),
+                ),
+                None if status == RunStatus::Interrupted && a.attempt + 1 == attempts.len() as u32 => {
+                    ("interrupted".into(), String::new(), String::new())
+                }
+                None => ("ok".into(), String::new(), String::new()),
+            };
+            let _ = writeln!(
+                s,
+                "  {:>3}  {:>8.1}s  {:<9}  {:<32}  {}",
+                a.attempt,
+                a.duration.as_secs_f64(),
+                class,
+                cause,
+                line.chars().take(120).collect::<String>()
+            );
+        }
+    }
+    if status == RunStatus::Failed {
+        if let Some(last) = attempts.last() {
+            if let Some(v) = &last.verdict {
+                s += &failure(
+                    v,
+                    &node_log_path(run_dir, last.attempt, v.root_cause.node_rank, &v.root_cause.host),
+                );
+            }
+        }
+    }
+    s
+}
+
+/// How the last attempt failed, for people.
+pub fn failure(v: &Verdict, log: &Path) -> String {
+    let mut s = format!("root cause ({}): {}\n", v.class, root_cause_words(&v.root_cause));
+    if let Some(line) = &v.root_cause.line {
+        let _ = writeln!(s, "  line: {line}");
+    }
+    let _ = writeln!(s, "  hint: {}", v.hint);
+    for c in &v.consequences {
+        let _ = writeln!(s, "  then node {} ({}) failed too ({}): {}", c.node_rank, c.host, c.class, c.exit);
+    }
+    let _ = writeln!(s, "  full log: {}", log.display());
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::Consequence;
+    use crate::config::FailureClass;
     use crate::events::NodeExit;
+    use std::time::Duration;
+
+    fn verdict() -> Verdict {
+        Verdict {
+            class: FailureClass::Crash,
+            root_cause: RootCause {
+                rank: Some(3),
+                local_rank: Some(1),
+                node_rank: 1,
+                host: "gpu-02".into(),
+                exit: NodeExit::Signal(9),
+                line: Some("Signal 9 (SIGKILL) received by PID 7".into()),
+            },
+            consequences: vec![Consequence {
+                node_rank: 0,
+                host: "gpu-01".into(),
+                class: FailureClass::Comm,
+                exit: NodeExit::ExitCode(1),
+                line: None,
+            }],
+            hint: crate::classify::hint(FailureClass::Crash),
+        }
+    }
 
     #[test]
-    fn failure_names_node_exit_and_line() {
-        let f = FirstFailure {
-            node_rank: 2,
-            host: "gpu-03".into(),
-            exit: NodeExit::Signal(9),
-            line: Some("Killed".into()),
-        };
-        assert_eq!(
-            failure(&f, "herd-logs/r/attempt-0/node2-gpu-03.log"),
-            "first failure: node 2 (gpu-03): signal 9 (SIGKILL)\n  last error line: Killed\n  full log: herd-logs/r/attempt-0/node2-gpu-03.log"
+    fn failure_names_root_cause_line_hint_and_consequences() {
+        let text = failure(&verdict(), Path::new("logs/r/attempt-0/node1-gpu-02.log"));
+        assert!(
+            text.starts_with("root cause (crash): node 1 (gpu-02), rank 3 (local 1): signal 9 (SIGKILL)\n"),
+            "{text}"
         );
+        assert!(text.contains("  line: Signal 9 (SIGKILL) received by PID 7\n"));
+        assert!(text.contains("  hint: a process was killed by a signal"));
+        assert!(text.contains("  then node 0 (gpu-01) failed too (comm): exit code 1\n"));
+        assert!(text.ends_with("  full log: logs/r/attempt-0/node1-gpu-02.log\n"));
+    }
+
+    #[test]
+    fn the_table_lists_every_attempt() {
+        let attempts = vec![
+            AttemptSummary { attempt: 0, duration: Duration::from_millis(12_340), verdict: Some(verdict()) },
+            AttemptSummary { attempt: 1, duration: Duration::from_millis(9_000), verdict: None },
+        ];
+        let text = closing(RunStatus::Succeeded, &attempts, Path::new("r"));
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        assert!(rows[2].contains("0      12.3s  crash      node 1 (gpu-02), rank 3 (local 1)"), "{text}");
+        assert!(rows[2].ends_with("Signal 9 (SIGKILL) received by PID 7"), "{text}");
+        assert!(rows[3].contains("1       9.0s  ok"), "{text}");
     }
 
     #[test]
     fn quiet_events_have_no_status_line() {
-        assert!(status_line(&Event::AttemptSucceeded { attempt: 0 }).is_none());
+        assert!(status_line(&Event::AttemptSucceeded { attempt: 0, millis: 1 }).is_none());
         let ok =
             Event::NodeExited { attempt: 0, node_rank: 0, host: "a".into(), exit: NodeExit::ExitCode(0) };
         assert!(status_line(&ok).is_none());

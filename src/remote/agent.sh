@@ -2,19 +2,22 @@
 # herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill.
 #
 # argv:  $1 grace seconds (SIGTERM -> SIGKILL)
-#        $2 the run marker, NAME=VALUE, which the env block also exports
-#        $3 the job as a shell snippet
+#        $2 seconds between heartbeats
+#        $3 the run marker, NAME=VALUE, which the env block also exports
+#        $4 the job as a shell snippet
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
-# fd 2:  agent messages, one per line: `herd-agent pgid P`, `herd-agent exit S`.
+# fd 2:  agent messages, one per line: `herd-agent pgid P`, `herd-agent alive` (the
+#        heartbeat), `herd-agent exit S`.
 #
 # "The job" is its process group plus every process whose environment holds the marker:
 # torchrun starts each worker in a session of its own, out of reach of the group.
 grace=$1
-marker=$2
-job=$3
+beat=$2
+marker=$3
+job=$4
 
 IFS= read -r count || exit 70
 envs=
@@ -68,10 +71,14 @@ stop_job() {
 ) <&3 >/dev/null 2>&1 &
 watcher=$!
 
+# Only the subshell holds fd 2, never its sleep: killing it must close the pipe at once.
+(while sleep "$beat" >/dev/null 2>&1; do echo "herd-agent alive" >&2 || exit 0; done) </dev/null >/dev/null 3<&- &
+heart=$!
+
 wait "$pg" 2>/dev/null
 status=$?
 # The launcher is gone; whatever it started goes too.
 stop_job "$grace"
-kill "$watcher" 2>/dev/null
+kill "$watcher" "$heart" 2>/dev/null
 echo "herd-agent exit $status" >&2
 exit "$status"

@@ -32,6 +32,8 @@ pub fn quote(word: &str) -> String {
 pub struct AgentInvocation {
     /// Seconds between SIGTERM and SIGKILL when the group is torn down.
     pub grace_secs: u64,
+    /// Seconds between heartbeat lines.
+    pub heartbeat_secs: u64,
     /// `NAME=VALUE` held in the environment of every job process (the env block sets it).
     pub marker: String,
     /// The job as a shell snippet (see [`job_snippet`]).
@@ -39,7 +41,7 @@ pub struct AgentInvocation {
 }
 
 impl AgentInvocation {
-    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE MARKER JOB`.
+    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB`.
     pub fn local_argv(&self) -> Vec<String> {
         vec![
             "sh".into(),
@@ -47,6 +49,7 @@ impl AgentInvocation {
             AGENT_SCRIPT.into(),
             AGENT_NAME.into(),
             self.grace_secs.to_string(),
+            self.heartbeat_secs.to_string(),
             self.marker.clone(),
             self.job.clone(),
         ]
@@ -87,6 +90,26 @@ pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<
     format!("{lines}\n{body}").into_bytes()
 }
 
+/// A shell command that stops every process whose environment has an entry starting with
+/// `prefix` (SIGTERM, up to `grace_secs`, SIGKILL) and prints their pids. `prefix` holds only
+/// characters that mean themselves in a basic regular expression (a marker prefix does).
+pub fn sweep_command(prefix: &str, grace_secs: u64) -> String {
+    debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b)), "{prefix}");
+    let tenths = grace_secs * 10;
+    format!(
+        "p={}; pids() {{ grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\\([0-9]*\\)/environ$,\\1,'; }}; \
+         found=$(pids); [ -n \"$found\" ] || exit 0; echo $found; kill -TERM $found 2>/dev/null; t=0; \
+         while [ -n \"$(pids)\" ] && [ $t -lt {tenths} ]; do sleep 0.1; t=$((t + 1)); done; \
+         left=$(pids); [ -z \"$left\" ] || kill -KILL $left 2>/dev/null; exit 0",
+        quote(&format!("^{prefix}"))
+    )
+}
+
+/// The pids a sweep printed.
+pub fn parse_pids(out: &str) -> Vec<u32> {
+    out.split_whitespace().filter_map(|w| w.parse().ok()).collect()
+}
+
 /// Control lines herd writes to the agent's stdin after the env block.
 pub const CONTROL_TERM: &[u8] = b"term\n";
 pub const CONTROL_KILL: &[u8] = b"kill\n";
@@ -98,11 +121,16 @@ pub enum AgentMessage {
     Started { pgid: u32 },
     /// The launcher's wait status as the shell reports it (128+N for signal N).
     Exited { status: i32 },
+    /// The heartbeat.
+    Alive,
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
+    if line == "herd-agent alive" {
+        return AgentMessage::Alive;
+    }
     let parsed =
         line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
             match key {
@@ -160,7 +188,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into() };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into() };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -212,6 +240,7 @@ mod tests {
         // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
         let inv = AgentInvocation {
             grace_secs: 1,
+            heartbeat_secs: 60,
             marker: "HERD_T_MARK=1".into(),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
         };
@@ -259,6 +288,7 @@ mod tests {
         let marker = format!("HERD_T_MARK=escape-{}", std::process::id());
         let inv = AgentInvocation {
             grace_secs: 1,
+            heartbeat_secs: 60,
             marker: marker.clone(),
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
         };
@@ -287,6 +317,31 @@ mod tests {
     }
 
     #[test]
+    fn sweep_stops_only_processes_whose_marker_matches() {
+        let tag = format!("{}-{}", std::process::id(), rand_suffix());
+        let spawn = |marker: &str| {
+            Command::new("sleep").arg("63").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
+        };
+        let mut mine = spawn(&format!("k{tag}:run1:0"));
+        let mut other_run = spawn(&format!("k{tag}:run2:0"));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), 1))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(parse_pids(&String::from_utf8_lossy(&out.stdout)), vec![mine.id()]);
+        assert!(mine.wait().unwrap().code().is_none(), "killed by a signal");
+        assert!(other_run.try_wait().unwrap().is_none(), "another run's process was touched");
+        other_run.kill().unwrap();
+        let _ = other_run.wait();
+    }
+
+    fn rand_suffix() -> u32 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()
+    }
+
+    #[test]
     fn env_block_counts_physical_lines() {
         let b = env_block([("A", "1"), ("B", "x\ny")]);
         assert_eq!(String::from_utf8(b).unwrap(), "3\nexport A=1\nexport B='x\ny'\n");
@@ -296,6 +351,7 @@ mod tests {
     fn remote_command_is_one_shell_line_running_the_agent() {
         let inv = AgentInvocation {
             grace_secs: 7,
+            heartbeat_secs: 60,
             marker: "HERD_T_MARK=1".into(),
             job: "exec echo 'hi there'".into(),
         };
@@ -341,6 +397,7 @@ mod tests {
         assert_eq!(parse_agent_line("herd-agent pgid 42"), AgentMessage::Started { pgid: 42 });
         assert_eq!(parse_agent_line("herd-agent exit 137"), AgentMessage::Exited { status: 137 });
         assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));
+        assert_eq!(parse_agent_line("herd-agent alive"), AgentMessage::Alive);
         assert_eq!(parse_agent_line("herd-agent exit x"), AgentMessage::Other("herd-agent exit x".into()));
     }
 }

@@ -1,23 +1,29 @@
-//! Executes a launch plan: connect to every node, choose the master port, start every node
-//! as one gang, stop the whole gang when one node fails or the user interrupts, and report
-//! everything as events. It never prints.
+//! Executes a launch plan: connect to every node, then run attempts until one succeeds, the
+//! failure is not one to restart, or restarts run out. An attempt is all nodes together:
+//! when one fails, is lost, or the job stops making progress, every node is stopped, the
+//! failure is classified, and, if the policy says so, everything is checked and started
+//! again on a fresh port. Everything is reported as events; nothing here prints.
 
 mod node;
+pub mod policy;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use regex::Regex;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::classify::{self, NodeOutcome, RuleTable, Trigger, Verdict};
 use crate::config::PortSpec;
-use crate::events::{Event, FirstFailure, RunStatus};
+use crate::events::{Event, NodeExit, RunStatus};
 use crate::plan::{AttemptValues, LaunchPlan};
+use crate::port;
 use crate::remote::{self, AgentInvocation};
 use crate::transport::{self, Connection, TransportError};
-use crate::{classify, port};
 
+use node::Liveness;
 pub use node::Stop;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,17 +36,30 @@ pub enum RunError {
     NoFreePort { host: String, lo: u16, hi: u16 },
 }
 
+/// One attempt, for the closing table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptSummary {
+    pub attempt: u32,
+    pub duration: Duration,
+    /// `None`: it succeeded or was interrupted.
+    pub verdict: Option<Verdict>,
+}
+
 /// How the run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOutcome {
     pub status: RunStatus,
-    pub attempts: u32,
-    pub first_failure: Option<FirstFailure>,
+    pub attempts: Vec<AttemptSummary>,
 }
 
 /// Requests from outside the run: each one is a Ctrl-C / SIGTERM. The first stops the job
 /// gracefully, the second kills it.
 pub type Interrupts = mpsc::UnboundedReceiver<()>;
+
+/// How often the supervisor checks for hangs and silent nodes.
+const TICK: Duration = Duration::from_millis(250);
+/// How often an unreachable node is tried again before a restart.
+const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 
 pub async fn run(
     plan: &LaunchPlan,
@@ -64,49 +83,89 @@ pub async fn run(
         log_dir: plan.logs_dir.join(run_id).display().to_string(),
     })
     .await;
+    let finish = |status: RunStatus, attempts: Vec<AttemptSummary>| async move {
+        emit(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
+        Ok(RunOutcome { status, attempts })
+    };
 
     // Nothing has started yet: an interrupt here just ends the run.
-    let prepared = tokio::select! {
-        prepared = prepare(plan, &events) => Some(prepared?),
+    let connected = tokio::select! {
+        conns = connect_all(plan, &events) => Some(conns?),
         _ = interrupts.recv() => None,
     };
-    let Some((conns, master_port)) = prepared else {
-        emit(Event::RunFinished { status: RunStatus::Interrupted, attempts: 0 }).await;
-        return Ok(RunOutcome { status: RunStatus::Interrupted, attempts: 0, first_failure: None });
+    let Some(mut conns) = connected else {
+        return finish(RunStatus::Interrupted, vec![]).await;
     };
+    // Leftovers of earlier runs of this config (herd holds the config's run lock, so no other
+    // run of it is live): a node that was unreachable when its run ended is cleaned now.
+    sweep_all(plan, &conns, &plan.marker_prefix(None), &events).await;
 
-    let attempt = 0;
-    let outcome = run_attempt(plan, run_id, attempt, master_port, &conns, &events, &mut interrupts).await;
-    close_all(conns).await;
-
-    let status = match &outcome {
-        AttemptOutcome::Succeeded => RunStatus::Succeeded,
-        AttemptOutcome::Failed(_) => RunStatus::Failed,
-        AttemptOutcome::Interrupted => RunStatus::Interrupted,
-    };
-    emit(Event::RunFinished { status, attempts: attempt + 1 }).await;
-    Ok(RunOutcome {
-        status,
-        attempts: attempt + 1,
-        first_failure: match outcome {
-            AttemptOutcome::Failed(f) => Some(f),
-            _ => None,
-        },
-    })
-}
-
-/// Connections to every node and the first attempt's master port.
-async fn prepare(
-    plan: &LaunchPlan,
-    events: &mpsc::Sender<Event>,
-) -> Result<(Vec<Arc<Connection>>, u16), RunError> {
-    let conns = connect_all(plan, events).await?;
-    match choose_port(plan, &conns[plan.master.node_rank], &BTreeSet::new()).await {
-        Ok(port) => Ok((conns, port)),
-        Err(e) => {
+    let rules = RuleTable::new(&plan.restart.rules);
+    let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
+    let mut used_ports = BTreeSet::new();
+    let mut attempts = Vec::new();
+    let mut attempt = 0;
+    loop {
+        let port = match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
+            Ok(p) => p,
+            Err(e) => {
+                close_all(conns).await;
+                return Err(e);
+            }
+        };
+        used_ports.insert(port);
+        let started = Instant::now();
+        let ctx = AttemptContext { plan, run_id, rules: &rules, progress: progress.clone(), events: &events };
+        let outcome = run_attempt(&ctx, attempt, port, &conns, &mut interrupts).await;
+        let duration = started.elapsed();
+        let verdict = match outcome {
+            AttemptOutcome::Succeeded => {
+                attempts.push(AttemptSummary { attempt, duration, verdict: None });
+                close_all(conns).await;
+                return finish(RunStatus::Succeeded, attempts).await;
+            }
+            AttemptOutcome::Interrupted => {
+                attempts.push(AttemptSummary { attempt, duration, verdict: None });
+                close_all(conns).await;
+                return finish(RunStatus::Interrupted, attempts).await;
+            }
+            AttemptOutcome::Failed(v) => v,
+        };
+        emit(Event::AttemptFailed { attempt, millis: duration.as_millis() as u64, verdict: verdict.clone() })
+            .await;
+        let class = verdict.class;
+        attempts.push(AttemptSummary { attempt, duration, verdict: Some(verdict) });
+        if attempt >= plan.restart.max_restarts || !plan.restart.on.contains(&class) {
             close_all(conns).await;
-            Err(e)
+            return finish(RunStatus::Failed, attempts).await;
         }
+
+        let delay = policy::backoff(&plan.restart, attempt, rand::random::<f64>());
+        emit(Event::RestartScheduled { attempt: attempt + 1, delay_ms: delay.as_millis() as u64, class })
+            .await;
+        let ready = tokio::select! {
+            ready = async {
+                tokio::time::sleep(delay).await;
+                prepare_restart(plan, run_id, conns, &events).await
+            } => Some(ready),
+            _ = interrupts.recv() => None,
+        };
+        match ready {
+            Some(Ok(c)) => conns = c,
+            Some(Err((rank, c))) => {
+                close_all(c).await;
+                let reason = format!(
+                    "node {rank} ({}) did not come back within restart.node_wait ({})",
+                    plan.nodes[rank].host,
+                    humantime::format_duration(plan.restart.node_wait)
+                );
+                emit(Event::RestartAbandoned { reason }).await;
+                return finish(RunStatus::Failed, attempts).await;
+            }
+            // The connections were moved into the cancelled future; its drop closes them.
+            None => return finish(RunStatus::Interrupted, attempts).await,
+        }
+        attempt += 1;
     }
 }
 
@@ -116,7 +175,7 @@ async fn connect_all(
     plan: &LaunchPlan,
     events: &mpsc::Sender<Event>,
 ) -> Result<Vec<Arc<Connection>>, RunError> {
-    let alive_interval = plan.restart.heartbeat_timeout / 3;
+    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let transport = node.transport.clone();
@@ -168,7 +227,87 @@ async fn close_all(conns: Vec<Arc<Connection>>) {
     while set.join_next().await.is_some() {}
 }
 
-/// The master port for an attempt: the fixed one, or a free one on the master node itself.
+/// Before a restart: every node reachable again (a lost one is waited for, up to
+/// restart.node_wait), and nothing of this run left on any of them. On failure, returns the
+/// node that could not be reached.
+async fn prepare_restart(
+    plan: &LaunchPlan,
+    run_id: &str,
+    conns: Vec<Arc<Connection>>,
+    events: &mpsc::Sender<Event>,
+) -> Result<Vec<Arc<Connection>>, (usize, Vec<Arc<Connection>>)> {
+    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
+    let deadline = Instant::now() + plan.restart.node_wait;
+    let mut set = JoinSet::new();
+    for (node, conn) in plan.nodes.iter().zip(conns) {
+        let (transport, rank, host, events) =
+            (node.transport.clone(), node.rank, node.host.clone(), events.clone());
+        set.spawn(async move {
+            if conn.check().await.is_ok() {
+                return (rank, Some(conn));
+            }
+            drop(conn);
+            loop {
+                match transport::connect(&transport, alive_interval).await {
+                    Ok(c) => return (rank, Some(Arc::new(c))),
+                    Err(e) => {
+                        let _ = events
+                            .send(Event::NodeWaiting {
+                                node_rank: rank,
+                                host: host.clone(),
+                                error: e.to_string(),
+                            })
+                            .await;
+                        if Instant::now() + RECONNECT_EVERY > deadline {
+                            return (rank, None);
+                        }
+                        tokio::time::sleep(RECONNECT_EVERY).await;
+                    }
+                }
+            }
+        });
+    }
+    let mut slots: Vec<Option<Arc<Connection>>> = plan.nodes.iter().map(|_| None).collect();
+    let mut missing = None;
+    while let Some(joined) = set.join_next().await {
+        let (rank, conn) = joined.expect("reconnect task panicked");
+        match conn {
+            Some(c) => slots[rank] = Some(c),
+            None => missing = Some(missing.map_or(rank, |m: usize| m.min(rank))),
+        }
+    }
+    let conns: Vec<Arc<Connection>> = slots.iter().flatten().cloned().collect();
+    if let Some(rank) = missing {
+        return Err((rank, conns));
+    }
+    sweep_all(plan, &conns, &plan.marker_prefix(Some(run_id)), events).await;
+    Ok(conns)
+}
+
+/// Stop every process on every node whose HERD_MARKER starts with `prefix`.
+async fn sweep_all(plan: &LaunchPlan, conns: &[Arc<Connection>], prefix: &str, events: &mpsc::Sender<Event>) {
+    let command = remote::sweep_command(prefix, policy::grace_secs(plan.restart.grace_period));
+    let mut set = JoinSet::new();
+    for (node, conn) in plan.nodes.iter().zip(conns) {
+        let (conn, command, rank, host) = (conn.clone(), command.clone(), node.rank, node.host.clone());
+        set.spawn(async move { (rank, host, conn.output(&command).await) });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (node_rank, host, out) = joined.expect("sweep task panicked");
+        match out {
+            Ok(out) => {
+                let pids = remote::parse_pids(&String::from_utf8_lossy(&out.stdout));
+                if !pids.is_empty() {
+                    let _ = events.send(Event::LeftoversStopped { node_rank, host, pids }).await;
+                }
+            }
+            Err(e) => tracing::warn!(node = node_rank, %host, "cannot look for leftover processes: {e}"),
+        }
+    }
+}
+
+/// The master port for an attempt: the fixed one, or a free one on the master node itself
+/// that no earlier attempt of this run used.
 async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u16>) -> Result<u16, RunError> {
     let host = plan.master.host.clone();
     let range = plan.master.port_range;
@@ -204,25 +343,42 @@ async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u1
 
 enum AttemptOutcome {
     Succeeded,
-    Failed(FirstFailure),
+    Failed(Verdict),
     Interrupted,
 }
 
-/// Start every node, wait for all of them, and tear the gang down as soon as one fails.
+struct AttemptContext<'a> {
+    plan: &'a LaunchPlan,
+    run_id: &'a str,
+    rules: &'a RuleTable,
+    progress: Option<Arc<Regex>>,
+    events: &'a mpsc::Sender<Event>,
+}
+
+/// Why herd is stopping the attempt's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopping {
+    NodeFailed,
+    Hang,
+    Interrupted,
+}
+
+/// Start every node, wait for all of them, and stop the whole gang as soon as one fails,
+/// goes silent, or the job stops making progress.
 async fn run_attempt(
-    plan: &LaunchPlan,
-    run_id: &str,
+    ctx: &AttemptContext<'_>,
     attempt: u32,
     master_port: u16,
     conns: &[Arc<Connection>],
-    events: &mpsc::Sender<Event>,
     interrupts: &mut Interrupts,
 ) -> AttemptOutcome {
+    let plan = ctx.plan;
+    let events = ctx.events;
     let _ = events
         .send(Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port })
         .await;
-    let values = AttemptValues { run_id, attempt, master_port };
-    let grace_secs = grace_secs(plan.restart.grace_period);
+    let values = AttemptValues { run_id: ctx.run_id, attempt, master_port };
+    let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
@@ -232,19 +388,32 @@ async fn run_attempt(
             host: node.host.clone(),
             attempt,
             invocation: AgentInvocation {
-                grace_secs,
+                grace_secs: policy::grace_secs(plan.restart.grace_period),
+                heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
                 marker: node.marker(&values),
                 job: plan.job_snippet(node),
             },
             env_block: remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            liveness: liveness.clone(),
+            progress_pattern: ctx.progress.clone(),
         };
         set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
 
-    let mut first_failure: Option<FirstFailure> = None;
-    let mut interrupted = false;
+    let mut results: Vec<Option<node::NodeResult>> = plan.nodes.iter().map(|_| None).collect();
+    let mut stopping: Option<(Stopping, Duration)> = None;
+    let mut silent: BTreeSet<usize> = BTreeSet::new();
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut interrupts_open = true;
+    let mut tick = tokio::time::interval(TICK);
+    let stop_all = |why: Stopping, reason: String, stopping: &mut Option<(Stopping, Duration)>| {
+        if stopping.is_some() {
+            return None;
+        }
+        *stopping = Some((why, liveness.elapsed()));
+        let _ = stop_tx.send(Stop::Term);
+        Some(Event::TeardownStarted { attempt, reason })
+    };
     loop {
         let kill_timer = async {
             match kill_at {
@@ -252,38 +421,59 @@ async fn run_attempt(
                 None => std::future::pending().await,
             }
         };
+        let mut teardown = None;
         tokio::select! {
             joined = set.join_next() => {
                 let Some(joined) = joined else { break };
-                let result = joined.expect("node task panicked");
-                if !result.exit.success() && first_failure.is_none() && !interrupted {
-                    let host = plan.nodes[result.node_rank].host.clone();
+                let mut result = joined.expect("node task panicked");
+                if silent.contains(&result.node_rank) {
+                    let why = format!("no heartbeat for {}", humantime::format_duration(plan.restart.heartbeat_timeout));
+                    result.exit = NodeExit::Lost(why);
+                }
+                if !result.exit.success() {
+                    let host = &plan.nodes[result.node_rank].host;
                     let reason = format!("node {} ({host}) failed: {}", result.node_rank, result.exit);
-                    first_failure = Some(FirstFailure {
-                        node_rank: result.node_rank,
-                        host,
-                        line: classify::last_error_line(&result.tail),
-                        exit: result.exit,
-                    });
-                    if !set.is_empty() {
-                        let _ = events.send(Event::TeardownStarted { attempt, reason }).await;
-                        let _ = stop_tx.send(Stop::Term);
-                        kill_at = Some(tokio::time::Instant::now() + plan.restart.grace_period);
+                    teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
+                }
+                let rank = result.node_rank;
+                results[rank] = Some(result);
+            }
+            got = interrupts.recv(), if interrupts_open => {
+                match got {
+                    None => interrupts_open = false,
+                    Some(()) if stopping.is_some_and(|(why, _)| why == Stopping::Interrupted) => {
+                        let _ = stop_tx.send(Stop::Kill);
+                    }
+                    Some(()) => {
+                        // An interrupt overrides whatever else was stopping the attempt.
+                        stopping = None;
+                        teardown = stop_all(Stopping::Interrupted, "interrupted".into(), &mut stopping);
                     }
                 }
             }
-            got = interrupts.recv(), if interrupts_open => {
-                if got.is_none() {
-                    interrupts_open = false;
-                    continue;
+            _ = tick.tick() => {
+                if stopping.is_none() {
+                    if let Some(limit) = plan.restart.hang_timeout {
+                        let idle = liveness.since_progress();
+                        if idle >= limit {
+                            let reason = format!("no progress for {}", humantime::format_duration(round_secs(idle)));
+                            teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+                        }
+                    }
                 }
-                if !interrupted {
-                    interrupted = true;
-                    let _ = events.send(Event::TeardownStarted { attempt, reason: "interrupted".into() }).await;
-                    let _ = stop_tx.send(Stop::Term);
-                    kill_at.get_or_insert(tokio::time::Instant::now() + plan.restart.grace_period);
-                } else {
-                    let _ = stop_tx.send(Stop::Kill);
+                for node in &plan.nodes {
+                    if results[node.rank].is_none()
+                        && !silent.contains(&node.rank)
+                        && liveness.since_heard(node.rank) >= plan.restart.heartbeat_timeout
+                    {
+                        silent.insert(node.rank);
+                        let reason = format!("node {} ({}) is silent: no heartbeat", node.rank, node.host);
+                        if teardown.is_none() {
+                            teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
+                        }
+                        // It cannot act on `term`; stop waiting for it soon.
+                        let _ = stop_tx.send(Stop::Kill);
+                    }
                 }
             }
             () = kill_timer => {
@@ -291,24 +481,41 @@ async fn run_attempt(
                 let _ = stop_tx.send(Stop::Kill);
             }
         }
+        if let Some(event) = teardown {
+            let _ = events.send(event).await;
+            kill_at.get_or_insert(tokio::time::Instant::now() + plan.restart.grace_period);
+        }
     }
 
-    if interrupted {
+    let stop = stopping.map(|(why, at)| (why, at));
+    if matches!(stop, Some((Stopping::Interrupted, _))) {
         return AttemptOutcome::Interrupted;
     }
-    match first_failure {
-        Some(f) => {
-            let _ = events.send(Event::AttemptFailed { attempt, first_failure: f.clone() }).await;
-            AttemptOutcome::Failed(f)
-        }
+    let outcomes: Vec<NodeOutcome> = results
+        .into_iter()
+        .flatten()
+        .map(|r| NodeOutcome {
+            node_rank: r.node_rank,
+            host: plan.nodes[r.node_rank].host.clone(),
+            first_global_rank: plan.nodes[r.node_rank].first_global_rank,
+            stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
+            exit: r.exit,
+            ended_at: r.ended_at,
+            lines: r.tail,
+        })
+        .collect();
+    let trigger = if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
+    match classify::classify(&outcomes, trigger, ctx.rules) {
+        Some(verdict) => AttemptOutcome::Failed(verdict),
         None => {
-            let _ = events.send(Event::AttemptSucceeded { attempt }).await;
+            let _ = events
+                .send(Event::AttemptSucceeded { attempt, millis: liveness.elapsed().as_millis() as u64 })
+                .await;
             AttemptOutcome::Succeeded
         }
     }
 }
 
-/// Grace before SIGKILL as the agent takes it: whole seconds, at least one.
-fn grace_secs(d: Duration) -> u64 {
-    d.as_secs().max(1)
+fn round_secs(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
 }

@@ -2,12 +2,16 @@
 //! events, pass on stop requests, and report how it ended.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use regex::Regex;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
+use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
 use crate::lines::LineSplitter;
 use crate::remote::{self, AgentInvocation, AgentMessage};
@@ -36,7 +40,10 @@ const TAIL_LINE_CHARS: usize = 400;
 pub struct NodeResult {
     pub node_rank: usize,
     pub exit: NodeExit,
-    pub tail: Vec<String>,
+    /// Since the attempt started.
+    pub ended_at: Duration,
+    /// Its last lines, with their arrival times.
+    pub tail: Vec<TimedLine>,
 }
 
 pub struct NodeRun {
@@ -45,6 +52,51 @@ pub struct NodeRun {
     pub attempt: u32,
     pub invocation: AgentInvocation,
     pub env_block: Vec<u8>,
+    pub liveness: Arc<Liveness>,
+    /// Only lines matching it count as progress; `None`: every line does.
+    pub progress_pattern: Option<Arc<Regex>>,
+}
+
+/// When the attempt last made progress and when each node's agent was last heard from,
+/// shared between the node tasks that see it and the supervisor that judges it.
+pub struct Liveness {
+    start: Instant,
+    last_progress_ms: AtomicU64,
+    last_heard_ms: Vec<AtomicU64>,
+}
+
+impl Liveness {
+    pub fn new(nodes: usize) -> Liveness {
+        Liveness {
+            start: Instant::now(),
+            last_progress_ms: AtomicU64::new(0),
+            last_heard_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn progress(&self) {
+        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn heard(&self, rank: usize) {
+        self.last_heard_ms[rank].store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub fn since_progress(&self) -> Duration {
+        Duration::from_millis(self.now_ms().saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)))
+    }
+
+    pub fn since_heard(&self, rank: usize) -> Duration {
+        Duration::from_millis(self.now_ms().saturating_sub(self.last_heard_ms[rank].load(Ordering::Relaxed)))
+    }
 }
 
 pub async fn run(
@@ -54,15 +106,33 @@ pub async fn run(
     events: mpsc::Sender<Event>,
 ) -> NodeResult {
     let rank = node.node_rank;
-    let result = |exit: NodeExit, tail: Vec<String>| NodeResult { node_rank: rank, exit, tail };
+    let liveness = node.liveness.clone();
+    let result = |exit: NodeExit, tail: Vec<TimedLine>| NodeResult {
+        node_rank: rank,
+        exit,
+        ended_at: liveness.elapsed(),
+        tail,
+    };
     let process = match conn.spawn_agent(&node.invocation).await {
         Ok(p) => p,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let mut stdin = process.stdin;
-    let out_pump = tokio::spawn(pump_output(process.stdout, rank, events.clone()));
-    let err_pump =
-        tokio::spawn(pump_agent(process.stderr, node.attempt, rank, node.host.clone(), events.clone()));
+    let out_pump = tokio::spawn(pump_output(
+        process.stdout,
+        rank,
+        events.clone(),
+        node.liveness.clone(),
+        node.progress_pattern.clone(),
+    ));
+    let err_pump = tokio::spawn(pump_agent(
+        process.stderr,
+        node.attempt,
+        rank,
+        node.host.clone(),
+        events.clone(),
+        node.liveness.clone(),
+    ));
 
     let wrote_env = async {
         stdin.write_all(&node.env_block).await?;
@@ -158,9 +228,11 @@ async fn pump_output(
     mut stdout: impl AsyncRead + Unpin,
     rank: usize,
     events: mpsc::Sender<Event>,
-) -> Vec<String> {
+    liveness: Arc<Liveness>,
+    progress_pattern: Option<Arc<Regex>>,
+) -> Vec<TimedLine> {
     let mut splitter = LineSplitter::default();
-    let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+    let mut tail: VecDeque<TimedLine> = VecDeque::with_capacity(TAIL_LINES);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let mut lines = Vec::new();
@@ -174,12 +246,16 @@ async fn pump_output(
                 n
             }
         };
+        let at = liveness.elapsed();
         for line in lines.iter().filter(|l| !l.text.is_empty()) {
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            let text = String::from_utf8_lossy(&line.text);
-            tail.push_back(text.chars().take(TAIL_LINE_CHARS).collect());
+            let text: String = String::from_utf8_lossy(&line.text).chars().take(TAIL_LINE_CHARS).collect();
+            if progress_pattern.as_ref().is_none_or(|p| p.is_match(&text)) {
+                liveness.progress();
+            }
+            tail.push_back(TimedLine { at, text });
         }
         // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
         if !lines.is_empty() {
@@ -200,11 +276,13 @@ async fn pump_agent(
     rank: usize,
     host: String,
     events: mpsc::Sender<Event>,
+    liveness: Arc<Liveness>,
 ) -> Option<i32> {
     let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
     while let Ok(Some(line)) = reader.next_segment().await {
         let line = String::from_utf8_lossy(&line);
+        liveness.heard(rank);
         let event = match remote::parse_agent_line(&line) {
             AgentMessage::Started { pgid } => {
                 Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
@@ -213,6 +291,7 @@ async fn pump_agent(
                 status = Some(s);
                 continue;
             }
+            AgentMessage::Alive => continue,
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
                 lines: vec![crate::lines::Line { text: text.into_bytes(), end: crate::lines::LineEnd::Lf }],

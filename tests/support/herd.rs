@@ -124,6 +124,7 @@ pub fn only_run_dir(logs: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(logs)
         .unwrap_or_else(|e| panic!("read {}: {e}", logs.display()))
         .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert_eq!(runs.len(), 1, "expected one run under {}: {runs:?}", logs.display());
     runs.into_iter().next().unwrap()

@@ -1,0 +1,71 @@
+//! Timing policy as plain functions of the config: restart backoff, keepalives, heartbeats.
+
+use std::time::Duration;
+
+use crate::config::Restart;
+
+/// The delay before restart number `restarts_done + 1`: `backoff` doubling with every
+/// restart, up to `backoff_max`, times a jitter factor in [0.8, 1.2) (from `unit`, a random
+/// number in [0, 1)) so that many jobs failing together do not come back together.
+pub fn backoff(policy: &Restart, restarts_done: u32, unit: f64) -> Duration {
+    let doubled = policy.backoff.saturating_mul(1u32.checked_shl(restarts_done.min(30)).unwrap_or(u32::MAX));
+    let base = doubled.min(policy.backoff_max);
+    base.mul_f64(0.8 + 0.4 * unit.clamp(0.0, 1.0)).min(policy.backoff_max)
+}
+
+/// SSH keepalive interval, in whole seconds as OpenSSH takes it: the connection drops after
+/// 3 unanswered keepalives, so a quarter of the timeout detects a dead node within it.
+pub fn keepalive_interval(heartbeat_timeout: Duration) -> Duration {
+    Duration::from_secs((heartbeat_timeout.as_secs() / 4).max(1))
+}
+
+/// How often the agent says it is alive: several times per timeout.
+pub fn heartbeat_interval(heartbeat_timeout: Duration) -> Duration {
+    Duration::from_secs((heartbeat_timeout.as_secs() / 5).max(1))
+}
+
+/// Grace before SIGKILL as the agent takes it: whole seconds, at least one.
+pub fn grace_secs(d: Duration) -> u64 {
+    d.as_secs().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(backoff: u64, max: u64) -> Restart {
+        Restart {
+            backoff: Duration::from_secs(backoff),
+            backoff_max: Duration::from_secs(max),
+            ..Restart::default()
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum() {
+        let p = policy(10, 60);
+        let mid = |n| backoff(&p, n, 0.5);
+        assert_eq!(mid(0), Duration::from_secs(10));
+        assert_eq!(mid(1), Duration::from_secs(20));
+        assert_eq!(mid(2), Duration::from_secs(40));
+        assert_eq!(mid(3), Duration::from_secs(60));
+        assert_eq!(mid(40), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn jitter_stays_within_twenty_percent_and_under_the_maximum() {
+        let p = policy(10, 60);
+        assert_eq!(backoff(&p, 0, 0.0), Duration::from_secs(8));
+        assert!(backoff(&p, 0, 0.999) < Duration::from_secs(12));
+        assert_eq!(backoff(&p, 5, 0.999), Duration::from_secs(60));
+        assert_eq!(backoff(&policy(0, 0), 3, 0.7), Duration::ZERO);
+    }
+
+    #[test]
+    fn keepalives_and_heartbeats_fit_the_timeout() {
+        assert_eq!(keepalive_interval(Duration::from_secs(15)), Duration::from_secs(3));
+        assert_eq!(keepalive_interval(Duration::from_secs(2)), Duration::from_secs(1));
+        assert_eq!(heartbeat_interval(Duration::from_secs(15)), Duration::from_secs(3));
+        assert_eq!(heartbeat_interval(Duration::from_secs(3)), Duration::from_secs(1));
+    }
+}
