@@ -16,7 +16,7 @@ use crate::events::NodeExit;
 /// The built-in rules: a line matching the pattern points at the class. Strings from real
 /// PyTorch, NCCL, gloo, DeepSpeed and shell output.
 pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
-    (r"Address already in use|EADDRINUSE", FailureClass::Port),
+    (r"(?i)address already in use|EADDRINUSE", FailureClass::Port),
     (
         r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|oom-kill|Out of memory: Killed process",
         FailureClass::Oom,
@@ -81,7 +81,6 @@ pub struct TimedLine {
 pub struct NodeOutcome {
     pub node_rank: usize,
     pub host: String,
-    pub first_global_rank: u32,
     pub exit: NodeExit,
     pub ended_at: Duration,
     /// When herd asked it to stop, if it was still running then.
@@ -157,8 +156,11 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         (NodeExit::ExitCode(126 | 127), None) => (FailureClass::Launch, None),
         (NodeExit::ExitCode(_), None) => (FailureClass::User, None),
     };
-    let line =
-        line.or_else(|| last_error_line(&node.lines.iter().map(|l| l.text.clone()).collect::<Vec<_>>()));
+    // A lost node's last words are whatever it was doing; its exit says what happened.
+    let line = match class {
+        FailureClass::NodeLost => None,
+        _ => line.or_else(|| last_error_line(&node.lines.iter().map(|l| l.text.clone()).collect::<Vec<_>>())),
+    };
     let at = if class == FailureClass::NodeLost { node.ended_at } else { first_sign.min(node.ended_at) };
     Some(NodeFailure { node, class, line, at })
 }
@@ -193,8 +195,12 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
             )
         }
         None if trigger == Trigger::Hang => {
-            // The node that went quiet first is the best lead.
-            let stalest = nodes.iter().min_by_key(|n| (n.lines.last().map(|l| l.at), n.node_rank))?;
+            // The node that went quiet first is the best lead; what it printed while being
+            // stopped is not.
+            let last_before_stop = |n: &'_ NodeOutcome| {
+                n.lines.iter().rev().find(|l| n.stop_requested_at.is_none_or(|at| l.at < at)).cloned()
+            };
+            let stalest = nodes.iter().min_by_key(|n| (last_before_stop(n).map(|l| l.at), n.node_rank))?;
             (
                 FailureClass::Hang,
                 RootCause {
@@ -203,7 +209,7 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
                     node_rank: stalest.node_rank,
                     host: stalest.host.clone(),
                     exit: stalest.exit.clone(),
-                    line: stalest.lines.last().map(|l| l.text.clone()),
+                    line: last_before_stop(stalest).map(|l| l.text),
                 },
             )
         }
@@ -224,12 +230,15 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
     Some(Verdict { class, root_cause, consequences, hint: hint(class) })
 }
 
-/// The failing rank as the launcher reported it: torchrun's "Root Cause" block, or the
-/// DeepSpeed launcher's "exits with return code" line.
+/// The failing rank as the launcher reported it: torchrun's "Root Cause" block gives rank,
+/// local rank and exit code; the DeepSpeed launcher's "exits with return code" line only the
+/// exit code.
 fn failing_rank(node: &NodeOutcome) -> (Option<u32>, Option<u32>, Option<NodeExit>) {
     let torchrun_rank = Regex::new(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)").expect("compiles");
     let torchrun_exit = Regex::new(r"exitcode\s*:\s*(-?\d+)").expect("compiles");
-    let deepspeed = Regex::new(r"--local_rank=(\d+).*exits with return code = (-?\d+)").expect("compiles");
+    // DeepSpeed's launcher logs the exit code of the process that failed, but next to the
+    // command of the last process it started, whatever rank failed: only the code is usable.
+    let deepspeed = Regex::new(r"exits with return code = (-?\d+)").expect("compiles");
     let exit_of = |code: i32| if code < 0 { NodeExit::Signal(-code) } else { NodeExit::ExitCode(code) };
 
     let root_block = node.lines.iter().rposition(|l| l.text.contains("Root Cause (first observed failure)"));
@@ -242,8 +251,7 @@ fn failing_rank(node: &NodeOutcome) -> (Option<u32>, Option<u32>, Option<NodeExi
         }
     }
     if let Some(c) = node.lines.iter().find_map(|l| deepspeed.captures(&l.text)) {
-        let local: Option<u32> = c[1].parse().ok();
-        return (local.map(|l| node.first_global_rank + l), local, c[2].parse().ok().map(exit_of));
+        return (None, None, c[1].parse().ok().map(exit_of));
     }
     (None, None, None)
 }
@@ -353,5 +361,126 @@ mod tests {
             class: FailureClass::User,
         }]);
         assert_eq!(rules.class_of("Connection closed by peer"), Some(FailureClass::User));
+    }
+
+    /// Real node logs captured from herd runs on the namespace testbed (tests/fixtures/logs).
+    fn fixture(scenario: &str, node: usize) -> String {
+        let path = format!("{}/tests/fixtures/logs/{scenario}/node{node}.log", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// A node whose lines arrived one millisecond apart from `first_ms`.
+    fn node(
+        rank: usize,
+        text: &str,
+        exit: NodeExit,
+        first_ms: u64,
+        ended_ms: u64,
+        stop_ms: Option<u64>,
+    ) -> NodeOutcome {
+        NodeOutcome {
+            node_rank: rank,
+            host: format!("10.0.0.{}", rank + 1),
+            exit,
+            ended_at: Duration::from_millis(ended_ms),
+            stop_requested_at: stop_ms.map(Duration::from_millis),
+            lines: text
+                .lines()
+                .filter(|l| !l.is_empty())
+                .enumerate()
+                .map(|(i, l)| TimedLine {
+                    at: Duration::from_millis(first_ms + i as u64),
+                    text: l.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_killed_rank_is_the_root_cause_even_when_its_peers_complain_first() {
+        let rules = RuleTable::new(&[]);
+        // The peers' "Connection closed by peer" arrives before the dead rank's node reports.
+        let nodes = [
+            node(0, &fixture("torchrun-sigkill", 0), NodeExit::ExitCode(1), 0, 2_000, Some(1_500)),
+            node(1, &fixture("torchrun-sigkill", 1), NodeExit::ExitCode(1), 500, 1_500, None),
+            node(2, &fixture("torchrun-sigkill", 2), NodeExit::ExitCode(1), 100, 2_100, Some(1_500)),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Crash);
+        assert_eq!(v.root_cause.node_rank, 1);
+        assert_eq!((v.root_cause.rank, v.root_cause.local_rank), (Some(3), Some(1)));
+        assert_eq!(v.root_cause.exit, NodeExit::Signal(9));
+        let consequences: Vec<(usize, FailureClass)> =
+            v.consequences.iter().map(|c| (c.node_rank, c.class)).collect();
+        assert_eq!(consequences, [(0, FailureClass::Comm), (2, FailureClass::Comm)]);
+    }
+
+    #[test]
+    fn a_syntax_error_is_the_users_and_shows_the_error() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [
+            node(0, &fixture("torchrun-syntax-error", 0), NodeExit::Signal(15), 10, 900, Some(800)),
+            node(1, &fixture("torchrun-syntax-error", 1), NodeExit::ExitCode(1), 0, 800, None),
+            node(2, &fixture("torchrun-syntax-error", 2), NodeExit::Signal(15), 20, 950, Some(800)),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::User);
+        assert_eq!(v.root_cause.node_rank, 1);
+        assert!(v.root_cause.line.as_deref().unwrap().contains("SyntaxError"), "{v:?}");
+    }
+
+    #[test]
+    fn a_taken_master_port_is_port() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [
+            node(0, &fixture("torchrun-port-in-use", 0), NodeExit::ExitCode(1), 50, 1_000, None),
+            node(1, &fixture("torchrun-port-in-use", 1), NodeExit::Signal(15), 0, 1_200, Some(1_000)),
+            node(2, &fixture("torchrun-port-in-use", 2), NodeExit::Signal(15), 0, 1_200, Some(1_000)),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Port);
+        assert_eq!(v.root_cause.node_rank, 0);
+        assert!(v.root_cause.line.as_deref().unwrap().contains("EADDRINUSE"), "{v:?}");
+    }
+
+    #[test]
+    fn a_partitioned_node_is_lost_and_its_peers_are_consequences() {
+        let rules = RuleTable::new(&[]);
+        let lost = NodeExit::Lost("the remote process has terminated".into());
+        let nodes = [
+            node(0, &fixture("torchrun-link-down", 0), NodeExit::ExitCode(1), 0, 12_500, Some(12_000)),
+            node(1, &fixture("torchrun-link-down", 1), NodeExit::ExitCode(1), 0, 12_400, Some(12_000)),
+            node(2, &fixture("torchrun-link-down", 2), lost.clone(), 0, 12_000, None),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::NodeLost);
+        assert_eq!(v.root_cause.node_rank, 2);
+        assert_eq!(v.root_cause.exit, lost);
+        assert_eq!(v.root_cause.line, None);
+    }
+
+    #[test]
+    fn a_stalled_job_is_a_hang_and_teardown_noise_is_not_its_line() {
+        let rules = RuleTable::new(&[]);
+        // herd's SIGTERM reached each node where torchrun says "Received 15 death signal".
+        let nodes: Vec<NodeOutcome> = (0..3)
+            .map(|n| {
+                let text = fixture("torchrun-hang", n);
+                let stop =
+                    text.lines().filter(|l| !l.is_empty()).position(|l| l.contains("death signal")).unwrap();
+                node(n, &text, NodeExit::ExitCode(1), 0, 1_000, Some(stop as u64))
+            })
+            .collect();
+        let v = classify(&nodes, Trigger::Hang, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Hang);
+        let line = v.root_cause.line.unwrap();
+        assert!(!line.contains("signal") && !line.contains("Signal"), "{line}");
+    }
+
+    #[test]
+    fn a_clean_run_has_no_verdict() {
+        let rules = RuleTable::new(&[]);
+        let ok = [node(0, "step 1\nresult ok", NodeExit::ExitCode(0), 0, 10, None)];
+        assert_eq!(classify(&ok, Trigger::NodeFailed, &rules), None);
     }
 }

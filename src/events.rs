@@ -76,6 +76,8 @@ pub enum Event {
     RunStarted {
         run_id: String,
         config: String,
+        /// The first part of HERD_MARKER in every job process of this config's runs.
+        config_key: String,
         launcher: &'static str,
         nnodes: usize,
         world_size: u32,

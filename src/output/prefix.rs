@@ -2,7 +2,7 @@
 
 /// Whether to colour prefixes: only on a terminal, and never with NO_COLOR or TERM=dumb.
 pub fn use_color(stdout_is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> bool {
-    stdout_is_terminal && no_color.map_or(true, str::is_empty) && term != Some("dumb")
+    stdout_is_terminal && no_color.is_none_or(str::is_empty) && term != Some("dumb")
 }
 
 const PALETTE: [u8; 6] = [36, 33, 32, 35, 34, 31];

@@ -76,6 +76,7 @@ pub async fn run(
     emit(Event::RunStarted {
         run_id: run_id.to_string(),
         config: plan.config_path.display().to_string(),
+        config_key: plan.config_key.clone(),
         launcher: plan.launcher.as_str(),
         nnodes: plan.nnodes(),
         world_size: plan.world_size,
@@ -487,7 +488,7 @@ async fn run_attempt(
         }
     }
 
-    let stop = stopping.map(|(why, at)| (why, at));
+    let stop = stopping;
     if matches!(stop, Some((Stopping::Interrupted, _))) {
         return AttemptOutcome::Interrupted;
     }
@@ -497,7 +498,6 @@ async fn run_attempt(
         .map(|r| NodeOutcome {
             node_rank: r.node_rank,
             host: plan.nodes[r.node_rank].host.clone(),
-            first_global_rank: plan.nodes[r.node_rank].first_global_rank,
             stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
             exit: r.exit,
             ended_at: r.ended_at,

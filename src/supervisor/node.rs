@@ -32,8 +32,9 @@ const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a node's output may stay open after its agent exited.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 
-/// The last lines a node printed, kept for the failure summary.
-pub const TAIL_LINES: usize = 40;
+/// The last lines a node printed, kept for classification and the summary: enough to hold
+/// the failure itself behind torchrun's teardown traceback and summary.
+pub const TAIL_LINES: usize = 200;
 const TAIL_LINE_CHARS: usize = 400;
 
 #[derive(Debug)]

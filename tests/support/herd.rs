@@ -154,3 +154,21 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Live (not zombie) processes anywhere on this machine with an environment entry that
+/// starts with `prefix`, e.g. `HERD_MARKER=<config key>:`.
+pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+                .unwrap_or(true);
+            !zombie
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|&b| b == 0).any(|e| e.starts_with(prefix.as_bytes())))
+                    .unwrap_or(false)
+        })
+        .collect()
+}

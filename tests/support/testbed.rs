@@ -15,7 +15,8 @@
 //! * node i (1-based in *names*): netns `herdt-K-i`, veth `hv<K>x<i>` (root side, on the bridge) and
 //!   `eth0` (10.77.K.(i+1)/24) inside the namespace, `lo` up.
 //! * `/etc/netns/herdt-K-i/hosts` maps `node<i>` to 127.0.0.1 (as on many real clusters).
-//! * one sshd per node, in the node's netns and in its own UTS namespace with hostname `node<i>`.
+//! * one sshd per node, in the node's netns, in its own UTS namespace with hostname `node<i>`, and
+//!   in its own PID namespace with its own /proc.
 //!
 //! **All `node: usize` arguments are 0-based indices into [`Testbed::nodes`]**: index 0 is `node1`.
 //!
@@ -345,7 +346,21 @@ impl Testbed {
             let log = fs::File::create(&log_path)
                 .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", log_path.display()));
             let mut c = Command::new("ip");
-            c.args(["netns", "exec", &node.netns, "unshare", "--uts", "sh", "-c"]);
+            // Its own UTS namespace (hostname) and PID namespace with its own /proc, like a
+            // separate machine: a node's /proc shows only its own processes.
+            c.args([
+                "netns",
+                "exec",
+                &node.netns,
+                "unshare",
+                "--uts",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "sh",
+                "-c",
+            ]);
             c.arg(format!(
                 "hostname {} && exec /usr/sbin/sshd -D -e -f {}",
                 node.hostname,
@@ -498,7 +513,7 @@ pub fn cleanup_stale() {
         if let Some(rest) = name.strip_prefix(".tmp-") {
             // Allocation temp files: ".tmp-<pid>-<n>".
             let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            if pid.map_or(true, |p| !Path::new(&format!("/proc/{p}")).exists()) {
+            if pid.is_none_or(|p| !Path::new(&format!("/proc/{p}")).exists()) {
                 let _ = fs::remove_file(&path);
             }
             continue;
@@ -690,7 +705,7 @@ fn listening_on_22(pid: u32, addr: &str) -> bool {
 }
 
 fn is_zombie(pid: u32) -> bool {
-    stat_fields(pid).map_or(true, |f| matches!(f.first().map(String::as_str), Some("Z") | Some("X")))
+    stat_fields(pid).is_none_or(|f| matches!(f.first().map(String::as_str), Some("Z") | Some("X")))
 }
 
 /// Process start time (field 22 of /proc/<pid>/stat), to tell a pid apart from its reuse.

@@ -1,0 +1,258 @@
+//! The supervisor on the namespace testbed: failures of real torchrun and DeepSpeed jobs are
+//! classified, communication failures restart the whole job on a fresh port, and nothing is
+//! left behind. Faults are injected by examples/allreduce.py on the first attempt only.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::{Cluster, LIMIT};
+use support::herd::{self, event_names, events, only_run_dir, wait_until};
+
+/// Short backoffs for tests only; the defaults are 10 s and up.
+const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
+
+fn torchrun(args: &str) -> String {
+    format!(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\nnproc_per_node = 2"
+    )
+}
+
+fn all(ev: &[Value], name: &str) -> Vec<Value> {
+    ev.iter().filter(|e| e["event"] == name).cloned().collect()
+}
+
+/// Every rank printed a correct result on the given attempt.
+fn assert_results_on_attempt(out: &herd::Finished, world: usize, attempt: u32) {
+    let ok = out
+        .stdout
+        .lines()
+        .filter(|l| {
+            l.contains("result rank=") && l.contains(&format!(" attempt={attempt} ")) && l.ends_with(" ok")
+        })
+        .count();
+    assert_eq!(ok, world, "results of attempt {attempt}\n{out}");
+}
+
+#[test]
+fn a_rank_killed_on_attempt_0_restarts_on_a_new_port_and_completes() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"6\", \"--sleep\", \"0.3\", \"--die-rank\", \"3\", \"--fault-step\", \"2\""),
+        FAST_RESTART,
+    );
+    let out = c.run();
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+
+    let ev = events(&only_run_dir(&c.logs()));
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed.len(), 1, "{ev:?}");
+    let f = &failed[0];
+    assert_eq!(f["class"], "crash", "{f}");
+    let root = &f["root_cause"];
+    assert_eq!((root["node_rank"].as_u64(), root["host"].as_str()), (Some(1), Some(c.addr(1))), "{f}");
+    assert_eq!((root["rank"].as_u64(), root["local_rank"].as_u64()), (Some(3), Some(1)), "{f}");
+    assert_eq!(root["signal"], 9, "{f}");
+    assert!(f["consequences"].as_array().unwrap().iter().all(|c| c["node_rank"] != 1));
+    let scheduled = all(&ev, "restart_scheduled");
+    assert_eq!(scheduled.len(), 1);
+    assert!(scheduled[0]["delay_ms"].as_u64().unwrap() <= 2000);
+    let ports: Vec<u64> =
+        all(&ev, "attempt_started").iter().map(|e| e["master_port"].as_u64().unwrap()).collect();
+    assert_eq!(ports.len(), 2);
+    assert_ne!(ports[0], ports[1], "every attempt gets a fresh port");
+    assert!(only_run_dir(&c.logs()).join(format!("attempt-1/node0-{}.log", c.addr(0))).is_file());
+    assert!(out.stderr.contains("crash"), "the table of attempts names the class\n{out}");
+    assert_eq!(ev.last().unwrap()["status"], "succeeded");
+    assert_eq!(ev.last().unwrap()["attempts"], 2);
+}
+
+#[test]
+fn deepspeed_rank_killed_on_attempt_0_restarts_and_completes() {
+    let c = Cluster::new(3);
+    c.write_config(
+        "launcher = \"deepspeed\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 2\n\
+         args = [\"--deepspeed\", \"--steps\", \"6\", \"--sleep\", \"0.3\", \"--die-rank\", \"4\", \"--fault-step\", \"2\"]",
+        &format!("{FAST_RESTART}\n[env]\nTORCH_EXTENSIONS_DIR = \"{}/torch_extensions\"\n", c.venv.display()),
+    );
+    let out = c.run();
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+    let ev = events(&only_run_dir(&c.logs()));
+    let f = &all(&ev, "attempt_failed")[0];
+    assert_eq!(f["class"], "crash", "{f}");
+    assert_eq!(f["root_cause"]["node_rank"], 2, "{f}");
+    assert_eq!(f["root_cause"]["signal"], 9, "{f}");
+    // The DeepSpeed launcher does not say which of its ranks failed.
+    assert_eq!(f["root_cause"]["rank"], Value::Null, "{f}");
+}
+
+#[test]
+fn a_syntax_error_gets_exactly_one_attempt_and_is_shown() {
+    let c = Cluster::new(3);
+    c.write_config(
+        "launcher = \"torchrun\"\nscript = \"tests/fixtures/syntax_error.py\"\nnproc_per_node = 2",
+        FAST_RESTART,
+    );
+    let out = c.run();
+    out.assert_code(1);
+    assert!(out.stdout.contains("SyntaxError"), "the error is in the job output\n{out}");
+    assert!(out.stderr.contains("root cause (user)"), "{out}");
+    assert!(out.stderr.contains("line: SyntaxError"), "{out}");
+    let ev = events(&only_run_dir(&c.logs()));
+    assert_eq!(all(&ev, "attempt_started").len(), 1);
+    assert!(all(&ev, "restart_scheduled").is_empty());
+    assert_eq!(all(&ev, "attempt_failed")[0]["class"], "user");
+}
+
+#[test]
+fn a_taken_master_port_is_class_port_and_the_next_attempt_uses_another() {
+    let c = Cluster::new(3);
+    // On attempt 0 something else grabs the master port on the master right before torchrun.
+    let grab = "if [ \"$HERD_ATTEMPT\" = 0 ] && [ \"$NODE_RANK\" = 0 ]; then python3 -c \
+        \"import socket, time; s = socket.socket(); s.bind(('', $MASTER_PORT)); s.listen(); time.sleep(120)\" & \
+        sleep 0.5; fi";
+    let path = c.write_config(&torchrun("\"--steps\", \"2\""), FAST_RESTART);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let venv_setup = format!("setup = \"source {}/bin/activate\"", c.venv.display());
+    let setup = format!("setup = '''\nsource {}/bin/activate\n{grab}\n'''", c.venv.display());
+    std::fs::write(&path, text.replace(&venv_setup, &setup)).unwrap();
+
+    let out = c.run();
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+    let ev = events(&only_run_dir(&c.logs()));
+    let f = &all(&ev, "attempt_failed")[0];
+    assert_eq!(f["class"], "port", "{f}");
+    assert_eq!(f["root_cause"]["node_rank"], 0);
+    let ports: Vec<u64> =
+        all(&ev, "attempt_started").iter().map(|e| e["master_port"].as_u64().unwrap()).collect();
+    assert_eq!(ports.len(), 2);
+    assert_ne!(ports[0], ports[1]);
+}
+
+#[test]
+fn a_rank_that_stops_taking_part_is_a_hang() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"60\", \"--sleep\", \"0.2\", \"--hang-rank\", \"2\", \"--fault-step\", \"3\", \"--retry-steps\", \"3\""),
+        // Start-up takes about 10 s here with no step lines: the timeout must be longer.
+        &format!("{FAST_RESTART}hang_timeout = \"25s\"\nprogress_pattern = \"^step \"\n"),
+    );
+    let out = c.run();
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+    let ev = events(&only_run_dir(&c.logs()));
+    assert_eq!(all(&ev, "attempt_failed")[0]["class"], "hang");
+    assert!(all(&ev, "teardown_started")[0]["reason"].as_str().unwrap().starts_with("no progress for"));
+}
+
+/// Poll events.jsonl of the single run under `logs` until an event named `name` appears.
+fn wait_for_event(logs: &Path, name: &str, limit: Duration) -> Option<Value> {
+    let mut found = None;
+    wait_until(limit, || {
+        let Ok(dir) = std::fs::read_dir(logs) else { return false };
+        for run in dir.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')) {
+            if let Ok(text) = std::fs::read_to_string(run.path().join("events.jsonl")) {
+                found = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .find(|e| e["event"] == name);
+            }
+        }
+        found.is_some()
+    });
+    found
+}
+
+#[test]
+fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"200\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\""),
+        FAST_RESTART,
+    );
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    // Training is under way once node 3 has printed a few steps.
+    let trained = wait_until(Duration::from_secs(90), || {
+        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
+            std::fs::read_to_string(run.path().join(format!("attempt-0/node2-{}.log", c.addr(2))))
+                .is_ok_and(|log| log.contains("step 5 "))
+        })
+    });
+    assert!(trained, "training did not start");
+    c.tb.link_down(2);
+    let cut = Instant::now();
+    let detected = wait_for_event(&c.logs(), "teardown_started", Duration::from_secs(30));
+    let took = cut.elapsed();
+    assert!(detected.is_some(), "the cut was not detected");
+    eprintln!("link cut detected after {took:?}");
+    assert!(took <= Duration::from_secs(15), "detected only after {took:?}");
+    assert!(wait_for_event(&c.logs(), "attempt_failed", Duration::from_secs(30)).is_some());
+    std::thread::sleep(Duration::from_secs(3));
+    c.tb.link_up(2);
+
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+    let ev = events(&only_run_dir(&c.logs()));
+    let f = &all(&ev, "attempt_failed")[0];
+    assert_eq!(f["class"], "node-lost", "{f}");
+    assert_eq!(f["root_cause"]["node_rank"], 2, "{f}");
+    assert!(event_names(&ev).iter().any(|n| n == "node_waiting"), "herd waited for the node: {ev:?}");
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
+}
+
+#[test]
+fn leftovers_of_an_earlier_run_of_this_config_are_swept_and_other_jobs_are_not() {
+    let c = Cluster::new(2);
+    c.write_config("launcher = \"command\"\nscript = \"true\"", "");
+    let first = c.run();
+    first.assert_code(0);
+    let key = events(&only_run_dir(&c.logs()))[0]["config_key"].as_str().unwrap().to_string();
+
+    // A process of an earlier run of this config that nobody stopped, and one of another config.
+    let plant = |marker: &str| {
+        let out = c.tb.ssh(1, &format!("HERD_MARKER={marker} setsid sleep 300 </dev/null >/dev/null 2>&1 &"));
+        assert!(out.status.success());
+    };
+    plant(&format!("{key}:20000101-000000-dead:1"));
+    plant("0123456789abcdef:20000101-000000-beef:1");
+    assert!(wait_until(Duration::from_secs(10), || c
+        .tb
+        .processes_with_env(1, "HERD_MARKER", &format!("{key}:20000101-000000-dead:1"))
+        .len()
+        == 1));
+
+    std::fs::remove_dir_all(c.logs()).unwrap();
+    let second = c.run();
+    second.assert_code(0);
+    assert_eq!(
+        c.tb.processes_with_env(1, "HERD_MARKER", &format!("{key}:20000101-000000-dead:1")),
+        Vec::<u32>::new()
+    );
+    let other = c.tb.processes_with_env(1, "HERD_MARKER", "0123456789abcdef:20000101-000000-beef:1");
+    assert_eq!(other.len(), 1, "another config's job was touched");
+    let ev = events(&only_run_dir(&c.logs()));
+    let swept = all(&ev, "leftovers_stopped");
+    assert_eq!(swept.len(), 1, "{ev:?}");
+    assert_eq!(swept[0]["node_rank"], 1);
+    let _ = c.tb.ssh(1, "pkill -f 'sleep 300'");
+}
+
+#[test]
+fn a_second_run_of_the_same_config_is_refused_while_one_is_live() {
+    let c = Cluster::new(1);
+    c.write_config("launcher = \"command\"\nscript = \"sleep\"\nargs = [\"30\"]", "");
+    let first = herd::start(c.tb.dir(), &["run"], &[]);
+    assert!(wait_for_event(&c.logs(), "node_started", Duration::from_secs(30)).is_some());
+    let second = c.run();
+    second.assert_code(4);
+    assert!(second.stderr.contains("another herd run of"), "{second}");
+    first.signal("INT");
+    first.wait(Duration::from_secs(30)).assert_code(130);
+}
