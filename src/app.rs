@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{Cli, Command, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
-use crate::events::RunStatus;
+use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
 use crate::{config, supervisor};
@@ -17,6 +17,7 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
     match cli.command {
         Command::Plan(args) => plan_command(args),
         Command::Run(args) => run_command(args),
+        Command::Kill(args) => kill_command(&args.config),
     }
 }
 
@@ -53,11 +54,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         std::env::var("TERM").ok().as_deref(),
     );
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(Error::io("cannot start the async runtime"))?;
+    let runtime = runtime()?;
 
     // One run of a config at a time: a new run sweeps the nodes for leftovers of earlier runs
     // of this config, which must never hit a live one.
@@ -95,6 +92,35 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => exit::JOB_FAILED,
     })
+}
+
+fn kill_command(config: &Path) -> Result<u8, Error> {
+    let plan = load_plan(config, &[])?;
+    let _lock = lock_config(&plan)?;
+    let events = runtime()?.block_on(supervisor::kill_leftovers(&plan))?;
+    let mut stopped = 0;
+    for event in &events {
+        if let Event::LeftoversStopped { node_rank, host, pids } = event {
+            stopped += pids.len();
+            println!("node {node_rank} ({host}): stopped {} process(es): {pids:?}", pids.len());
+        }
+    }
+    if stopped == 0 {
+        println!(
+            "nothing left of earlier runs of {} on its {} nodes",
+            plan.config_path.display(),
+            plan.nnodes()
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Error::io("cannot start the async runtime"))
 }
 
 fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {

@@ -35,6 +35,11 @@ pub enum Command {
     /// The output is the same, byte for byte, for the same config and environment, so it
     /// can be committed and diffed.
     Plan(PlanArgs),
+    /// Stop every process left on any node by earlier runs of this config.
+    ///
+    /// Processes are found by the HERD_MARKER in their environment, never by name, so other
+    /// jobs are never touched. Refused while a run of this config is live.
+    Kill(ConfigArg),
 }
 
 #[derive(Debug, Args)]

@@ -256,3 +256,41 @@ fn a_second_run_of_the_same_config_is_refused_while_one_is_live() {
     first.signal("INT");
     first.wait(Duration::from_secs(30)).assert_code(130);
 }
+
+#[test]
+fn herd_kill_stops_leftovers_of_the_config_only_and_refuses_while_a_run_is_live() {
+    let c = Cluster::new(2);
+    c.write_config("launcher = \"command\"\nscript = \"sleep\"\nargs = [\"30\"]", "");
+    let live = herd::start(c.tb.dir(), &["run"], &[]);
+    let started = wait_for_event(&c.logs(), "run_started", Duration::from_secs(30)).expect("run_started");
+    let key = started["config_key"].as_str().unwrap().to_string();
+    let refused = herd::run(c.tb.dir(), &["kill"], LIMIT);
+    refused.assert_code(4);
+    assert!(refused.stderr.contains("another herd run of"), "{refused}");
+    live.signal("INT");
+    live.wait(Duration::from_secs(30)).assert_code(130);
+
+    let plant = |marker: &str| {
+        let out = c.tb.ssh(0, &format!("HERD_MARKER={marker} setsid sleep 300 </dev/null >/dev/null 2>&1 &"));
+        assert!(out.status.success());
+    };
+    let mine = format!("{key}:20000101-000000-dead:0");
+    let theirs = "0123456789abcdef:20000101-000000-beef:0";
+    plant(&mine);
+    plant(theirs);
+    assert!(
+        wait_until(Duration::from_secs(10), || c.tb.processes_with_env(0, "HERD_MARKER", &mine).len() == 1)
+    );
+    let out = herd::run(c.tb.dir(), &["kill"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains(&format!("node 0 ({}): stopped 1 process(es)", c.addr(0))), "{out}");
+    assert_eq!(c.tb.processes_with_env(0, "HERD_MARKER", &mine), Vec::<u32>::new());
+    assert_eq!(
+        c.tb.processes_with_env(0, "HERD_MARKER", theirs).len(),
+        1,
+        "another config's job was touched"
+    );
+    let again = herd::run(c.tb.dir(), &["kill"], LIMIT);
+    again.assert_code(0);
+    assert!(again.stdout.contains("nothing left of earlier runs"), "{again}");
+}

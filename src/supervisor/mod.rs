@@ -307,6 +307,28 @@ async fn sweep_all(plan: &LaunchPlan, conns: &[Arc<Connection>], prefix: &str, e
     }
 }
 
+/// `herd kill`: connect to every node and stop whatever is left of earlier runs of this
+/// config. The caller holds the config's run lock, so no run of it is live. Returns the
+/// events it produced (connections and stopped leftovers).
+pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
+    let (tx, mut rx) = mpsc::channel(plan.nnodes() * 2 + 16);
+    let collect = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(e) = rx.recv().await {
+            seen.push(e);
+        }
+        seen
+    });
+    let conns = connect_all(plan, &tx).await;
+    if let Ok(conns) = &conns {
+        sweep_all(plan, conns, &plan.marker_prefix(None), &tx).await;
+    }
+    drop(tx);
+    let seen = collect.await.expect("event collector");
+    close_all(conns?).await;
+    Ok(seen)
+}
+
 /// The master port for an attempt: the fixed one, or a free one on the master node itself
 /// that no earlier attempt of this run used.
 async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u16>) -> Result<u16, RunError> {
