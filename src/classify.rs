@@ -365,7 +365,7 @@ mod tests {
 
     /// Real node logs captured from herd runs on the namespace testbed (tests/fixtures/logs).
     fn fixture(scenario: &str, node: usize) -> String {
-        let path = format!("{}/tests/fixtures/logs/{scenario}/node{node}.log", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/tests/fixtures/logs/{scenario}/node{node}.txt", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
