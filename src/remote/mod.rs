@@ -194,18 +194,23 @@ mod tests {
         }
     }
 
-    /// Run the agent here, feeding `input` and holding its stdin open until the job is done
-    /// (closing it early is the signal to tear the job down).
-    fn run_agent(inv: &AgentInvocation, input: &[u8]) -> std::process::Output {
-        use std::io::{Read, Write};
+    /// The agent on this machine with all three pipes.
+    fn spawn_agent(inv: &AgentInvocation) -> std::process::Child {
         let argv = inv.local_argv();
-        let mut child = Command::new(&argv[0])
+        Command::new(&argv[0])
             .args(&argv[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Run the agent here, feeding `input` and holding its stdin open until the job is done
+    /// (closing it early is the signal to tear the job down).
+    fn run_agent(inv: &AgentInvocation, input: &[u8]) -> std::process::Output {
+        use std::io::{Read, Write};
+        let mut child = spawn_agent(inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(input).unwrap();
         let mut stdout = Vec::new();
@@ -244,14 +249,7 @@ mod tests {
             marker: "HERD_T_MARK=1".into(),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
         };
-        let argv = inv.local_argv();
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
@@ -292,14 +290,7 @@ mod tests {
             marker: marker.clone(),
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
         };
-        let argv = inv.local_argv();
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         let (name, value) = marker.split_once('=').unwrap();
         stdin.write_all(&env_block([(name, value)])).unwrap();
