@@ -6,18 +6,19 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, PlanArgs, RunArgs};
+use crate::cli::{Cli, Command, DoctorArgs, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
-use crate::{config, supervisor};
+use crate::{config, doctor, supervisor};
 
 pub fn run(cli: Cli) -> Result<u8, Error> {
     match cli.command {
         Command::Plan(args) => plan_command(args),
         Command::Run(args) => run_command(args),
         Command::Kill(args) => kill_command(&args.config),
+        Command::Doctor(args) => doctor_command(args),
     }
 }
 
@@ -77,10 +78,14 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
 
     let outcome = runtime.block_on(async {
         let interrupts = forward_signals();
-        supervisor::run(&plan, &run_id, events_tx, interrupts).await
+        let options = supervisor::RunOptions { preflight: !args.no_preflight };
+        supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
     // The reporter has already warned about any file it could not write.
     let _report = reporter.join().expect("reporter thread panicked");
+    if let Err(supervisor::RunError::Preflight(nodes)) = &outcome {
+        eprint!("{}", output::doctor_view::text(nodes, true));
+    }
     let outcome = outcome?;
 
     let closing = output::summary::closing(outcome.status, &outcome.attempts, &run_dir);
@@ -113,6 +118,26 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
         );
     }
     Ok(exit::OK)
+}
+
+fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
+    let plan = load_plan(&args.config.config, &[])?;
+    let report = runtime()?.block_on(async {
+        let (conns, ms, errors) = supervisor::connect_each(&plan).await;
+        let port = match &conns[plan.master.node_rank] {
+            Some(master) => supervisor::choose_port(&plan, master, &Default::default()).await.ok(),
+            None => None,
+        };
+        let report = doctor::diagnose(&plan, &conns, &ms, &errors, port, false).await;
+        supervisor::close_each(conns).await;
+        report
+    });
+    if args.json {
+        print!("{}", output::doctor_view::json(&report.nodes));
+    } else {
+        print!("{}", output::doctor_view::text(&report.nodes, false));
+    }
+    Ok(if report.ok() { exit::OK } else { exit::PREFLIGHT })
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {

@@ -35,6 +35,12 @@ pub enum Command {
     /// The output is the same, byte for byte, for the same config and environment, so it
     /// can be committed and diffed.
     Plan(PlanArgs),
+    /// Check every node before a run: SSH, workdir, setup, launcher, torch and its versions,
+    /// GPUs, hostname resolution, interface, master port reachability, /dev/shm, limits,
+    /// disk, clock skew and leftovers.
+    ///
+    /// Exits 0 when nothing fails, 3 when something does.
+    Doctor(DoctorArgs),
     /// Stop every process left on any node by earlier runs of this config.
     ///
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
@@ -54,9 +60,23 @@ pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArg,
 
+    /// Start without checking the nodes first (launcher, versions, interface, master port).
+    #[arg(long)]
+    pub no_preflight: bool,
+
     /// Extra arguments for the training script, appended to job.args.
     #[arg(last = true, value_name = "ARGS")]
     pub extra_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

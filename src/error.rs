@@ -10,6 +10,8 @@ pub mod exit {
     pub const JOB_FAILED: u8 = 1;
     /// Bad config or usage; nothing was contacted.
     pub const CONFIG: u8 = 2;
+    /// A preflight check failed (`herd doctor`, or `herd run` before it starts anything).
+    pub const PREFLIGHT: u8 = 3;
     /// herd could not start the job (a node unreachable, no free port, another run of the
     /// same config in progress); nothing was left running.
     pub const START_FAILED: u8 = 4;
@@ -39,6 +41,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => exit::CONFIG,
+            Error::Start(RunError::Preflight(_)) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,
             Error::Io { .. } => exit::INTERNAL,
         }

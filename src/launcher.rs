@@ -101,6 +101,7 @@ mod tests {
             launcher_args: vec![],
             forward_env: vec![],
             python: "python3".into(),
+            device: crate::config::Device::Cpu,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::{self, Config, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
+use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
 use crate::launcher::{self, NodeLaunch};
 use crate::remote;
 
@@ -36,6 +36,10 @@ pub struct LaunchPlan {
     pub missing_forwarded: Vec<String>,
     /// Identifies the config file across runs; the first part of every HERD_MARKER.
     pub config_key: String,
+    pub device: Device,
+    /// `rendezvous.interface`: a name, or "auto" (each node's route to the master).
+    pub interface: Option<String>,
+    pub python: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +95,9 @@ pub enum EnvValue {
     MasterPort,
     RunId,
     Attempt,
+    /// The interface that routes to the master on this node, found when the run starts
+    /// (`rendezvous.interface = "auto"`).
+    AutoInterface,
     /// `HERD_MARKER`: `<config key>:<run id>:<node rank>`, which every job process inherits
     /// and by which the agent finds processes that left the job's process group.
     Marker {
@@ -104,7 +111,12 @@ pub struct AttemptValues<'a> {
     pub run_id: &'a str,
     pub attempt: u32,
     pub master_port: u16,
+    /// Per node rank, for `rendezvous.interface = "auto"`; empty otherwise.
+    pub interfaces: &'a [String],
 }
+
+/// `rendezvous.interface` value that asks herd to find each node's interface.
+pub const AUTO_INTERFACE: &str = "auto";
 
 /// The variable that marks every process of a node's job.
 pub const MARKER_VAR: &str = "HERD_MARKER";
@@ -167,9 +179,16 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
             for (k, v) in &forwarded {
                 set(k, EnvValue::Secret(v.clone()));
             }
-            if let Some(ifname) = &config.rendezvous.interface {
-                set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
-                set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.clone()));
+            match config.rendezvous.interface.as_deref() {
+                Some(AUTO_INTERFACE) => {
+                    set("NCCL_SOCKET_IFNAME", EnvValue::AutoInterface);
+                    set("GLOO_SOCKET_IFNAME", EnvValue::AutoInterface);
+                }
+                Some(ifname) => {
+                    set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.to_string()));
+                    set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.to_string()));
+                }
+                None => {}
             }
             env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
             let mut set = |k: &str, v: EnvValue| {
@@ -238,6 +257,9 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         restart: config.restart.clone(),
         missing_forwarded,
         config_key,
+        device: job.device,
+        interface: config.rendezvous.interface.clone(),
+        python: job.python.clone(),
     }
 }
 
@@ -294,8 +316,12 @@ impl NodePlan {
     pub fn resolved_env(&self, values: &AttemptValues<'_>) -> Vec<(String, String)> {
         self.env
             .iter()
-            .map(|(k, v)| {
+            .filter_map(|(k, v)| {
                 let value = match v {
+                    // Not found (the probe did not run or saw no route): left to torch.
+                    EnvValue::AutoInterface => {
+                        values.interfaces.get(self.rank).filter(|i| !i.is_empty())?.clone()
+                    }
                     EnvValue::Value(s) | EnvValue::Secret(s) => s.clone(),
                     EnvValue::MasterPort => values.master_port.to_string(),
                     EnvValue::RunId => values.run_id.to_string(),
@@ -304,7 +330,7 @@ impl NodePlan {
                         format!("{config_key}:{}:{}", values.run_id, self.rank)
                     }
                 };
-                (k.clone(), value)
+                Some((k.clone(), value))
             })
             .collect()
     }
@@ -329,6 +355,7 @@ impl EnvValue {
             EnvValue::MasterPort => "<auto>",
             EnvValue::RunId => "<run-id>",
             EnvValue::Attempt => "<attempt>",
+            EnvValue::AutoInterface => "<auto: the interface that routes to the master>",
             // The key hashes the config's absolute path: left out, so plans diff cleanly
             // across checkouts.
             EnvValue::Marker { .. } => "<config-key>:<run-id>:<node-rank>",

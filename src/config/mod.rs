@@ -357,6 +357,19 @@ impl Cx<'_> {
                 Some(p) => self.non_empty(p, "job.python")?,
                 None => DEFAULT_PYTHON.to_string(),
             },
+            device: match &raw.device {
+                None => Device::Cuda,
+                Some(d) => match d.get_ref().as_str() {
+                    "cuda" => Device::Cuda,
+                    "cpu" => Device::Cpu,
+                    other => {
+                        return Err(self.err(
+                            d.span(),
+                            format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
+                        ))
+                    }
+                },
+            },
         })
     }
 
@@ -832,6 +845,7 @@ class = "user"
                 launcher_args: vec!["--no_local_rank".into()],
                 forward_env: vec!["WANDB_API_KEY".into(), "HF_*".into()],
                 python: "/opt/venv/bin/python".into(),
+                device: Device::Cuda,
             },
             env: [
                 ("NCCL_DEBUG".to_string(), "WARN".to_string()),
@@ -891,6 +905,7 @@ class = "user"
                     launcher_args: vec![],
                     forward_env: vec![],
                     python: "python3".into(),
+                    device: Device::Cuda,
                 },
                 env: BTreeMap::new(),
                 rendezvous: Rendezvous {
@@ -1039,7 +1054,7 @@ class = "user"
             &format!("[[nodes]]\nhost = \"a\"\n{JOB}scirpt = \"y\"\n"),
             5,
             1,
-            "unknown field `scirpt`, expected one of `launcher`, `script`, `args`, `module`, `workdir`, `nproc_per_node`, `setup`, `launcher_args`, `forward_env`, `python`",
+            "unknown field `scirpt`, expected one of `launcher`, `script`, `args`, `module`, `workdir`, `nproc_per_node`, `setup`, `launcher_args`, `forward_env`, `python`, `device`",
         );
         assert_err(
             &format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"comm\"\nklass = 1\n"),

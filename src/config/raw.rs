@@ -56,6 +56,7 @@ pub(crate) struct RawJob {
     pub launcher_args: Option<Vec<String>>,
     pub forward_env: Option<Vec<Spanned<String>>>,
     pub python: Option<Spanned<String>>,
+    pub device: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

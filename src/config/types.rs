@@ -72,6 +72,15 @@ pub struct Job {
     pub forward_env: Vec<String>,
     /// Interpreter used for `module = true` and the deepspeed launcher. Default "python3".
     pub python: String,
+    /// What the ranks compute on: GPUs (the default) or the CPU (gloo); `herd doctor` checks
+    /// for GPUs only in the first case.
+    pub device: Device,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cuda,
+    Cpu,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

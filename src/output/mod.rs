@@ -2,6 +2,7 @@
 //! lines on stderr, and the run's files. The reporter runs on its own thread and never touches
 //! a process; the supervisor never prints.
 
+pub mod doctor_view;
 mod files;
 pub mod plan_view;
 pub mod prefix;

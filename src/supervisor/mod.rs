@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 
 use crate::classify::{self, NodeOutcome, RuleTable, Trigger, Verdict};
 use crate::config::PortSpec;
+use crate::doctor;
 use crate::events::{Event, NodeExit, RunStatus};
 use crate::plan::{AttemptValues, LaunchPlan};
 use crate::port;
@@ -28,12 +29,31 @@ pub use node::Stop;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    #[error("preflight failed: {}", first_failure(.0))]
+    Preflight(Vec<doctor::NodeChecks>),
     #[error("node {node_rank} ({host}): {error}")]
     Connect { node_rank: usize, host: String, error: TransportError },
     #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
     PortProbe { host: String, detail: String },
     #[error("master node {host}: no free port in {lo}-{hi}")]
     NoFreePort { host: String, lo: u16, hi: u16 },
+}
+
+fn first_failure(nodes: &[doctor::NodeChecks]) -> String {
+    nodes
+        .iter()
+        .find_map(|n| {
+            let c = n.checks.iter().find(|c| c.status == doctor::Status::Fail)?;
+            Some(format!("node {} ({}): {}: {}", n.rank, n.host, c.name, c.detail))
+        })
+        .unwrap_or_default()
+}
+
+/// Choices for one run that are not in the config.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Check the nodes (launcher, versions, interface, master port reachable) before starting.
+    pub preflight: bool,
 }
 
 /// One attempt, for the closing table.
@@ -64,6 +84,7 @@ const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 pub async fn run(
     plan: &LaunchPlan,
     run_id: &str,
+    options: RunOptions,
     events: mpsc::Sender<Event>,
     mut interrupts: Interrupts,
 ) -> Result<RunOutcome, RunError> {
@@ -106,7 +127,10 @@ pub async fn run(
     let mut used_ports = BTreeSet::new();
     let mut attempts = Vec::new();
     let mut attempt = 0;
-    loop {
+    let mut next_port = None;
+    let mut interfaces = Vec::new();
+    let auto_interface = plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE);
+    if options.preflight || auto_interface {
         let port = match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
             Ok(p) => p,
             Err(e) => {
@@ -114,9 +138,45 @@ pub async fn run(
                 return Err(e);
             }
         };
+        let open: Vec<Option<Arc<Connection>>> = conns.iter().cloned().map(Some).collect();
+        let (none, zeros) = (vec![None; conns.len()], vec![0; conns.len()]);
+        let checked = tokio::select! {
+            report = doctor::diagnose(plan, &open, &zeros, &none, options.preflight.then_some(port), true) => Some(report),
+            _ = interrupts.recv() => None,
+        };
+        drop(open);
+        let Some(report) = checked else {
+            close_all(conns).await;
+            return finish(RunStatus::Interrupted, vec![]).await;
+        };
+        if options.preflight && !report.ok() {
+            close_all(conns).await;
+            return Err(RunError::Preflight(report.nodes));
+        }
+        interfaces = report.route_devs.into_iter().map(Option::unwrap_or_default).collect();
+        next_port = Some(port);
+    }
+    loop {
+        let port = match next_port.take() {
+            Some(p) => p,
+            None => match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
+                Ok(p) => p,
+                Err(e) => {
+                    close_all(conns).await;
+                    return Err(e);
+                }
+            },
+        };
         used_ports.insert(port);
         let started = Instant::now();
-        let ctx = AttemptContext { plan, run_id, rules: &rules, progress: progress.clone(), events: &events };
+        let ctx = AttemptContext {
+            plan,
+            run_id,
+            rules: &rules,
+            progress: progress.clone(),
+            interfaces: &interfaces,
+            events: &events,
+        };
         let outcome = run_attempt(&ctx, attempt, port, &conns, &mut interrupts).await;
         let duration = started.elapsed();
         let verdict = match outcome {
@@ -168,6 +228,39 @@ pub async fn run(
         }
         attempt += 1;
     }
+}
+
+/// One SSH master connection per node, all at once, keeping going past failures: for
+/// `herd doctor`, which reports every node. Per node: the connection, or the error, and the
+/// time it took.
+pub async fn connect_each(
+    plan: &LaunchPlan,
+) -> (Vec<Option<Arc<Connection>>>, Vec<u64>, Vec<Option<String>>) {
+    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
+    let mut set = JoinSet::new();
+    for node in &plan.nodes {
+        let (transport, rank) = (node.transport.clone(), node.rank);
+        set.spawn(async move {
+            let started = Instant::now();
+            let conn = transport::connect(&transport, alive_interval).await;
+            (rank, started.elapsed().as_millis() as u64, conn)
+        });
+    }
+    let n = plan.nnodes();
+    let (mut conns, mut ms, mut errors) = (vec![None; n], vec![0; n], vec![None; n]);
+    while let Some(joined) = set.join_next().await {
+        let (rank, took, conn) = joined.expect("connect task panicked");
+        ms[rank] = took;
+        match conn {
+            Ok(c) => conns[rank] = Some(Arc::new(c)),
+            Err(e) => errors[rank] = Some(e.to_string()),
+        }
+    }
+    (conns, ms, errors)
+}
+
+pub async fn close_each(conns: Vec<Option<Arc<Connection>>>) {
+    close_all(conns.into_iter().flatten().collect()).await;
 }
 
 /// One SSH master connection per node, all at once. Any failure closes the others: nothing
@@ -331,7 +424,11 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
 
 /// The master port for an attempt: the fixed one, or a free one on the master node itself
 /// that no earlier attempt of this run used.
-async fn choose_port(plan: &LaunchPlan, master: &Connection, avoid: &BTreeSet<u16>) -> Result<u16, RunError> {
+pub(crate) async fn choose_port(
+    plan: &LaunchPlan,
+    master: &Connection,
+    avoid: &BTreeSet<u16>,
+) -> Result<u16, RunError> {
     let host = plan.master.host.clone();
     let range = plan.master.port_range;
     match plan.master.port {
@@ -375,6 +472,7 @@ struct AttemptContext<'a> {
     run_id: &'a str,
     rules: &'a RuleTable,
     progress: Option<Arc<Regex>>,
+    interfaces: &'a [String],
     events: &'a mpsc::Sender<Event>,
 }
 
@@ -400,7 +498,7 @@ async fn run_attempt(
     let _ = events
         .send(Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port })
         .await;
-    let values = AttemptValues { run_id: ctx.run_id, attempt, master_port };
+    let values = AttemptValues { run_id: ctx.run_id, attempt, master_port, interfaces: ctx.interfaces };
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();

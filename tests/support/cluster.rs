@@ -38,7 +38,7 @@ impl Cluster {
     /// anything else after it.
     pub fn write_config(&self, job: &str, extra: &str) -> PathBuf {
         let text = format!(
-            "{ssh}\n[[nodes]]\nhost = \"{hosts}\"\n\n[job]\nworkdir = \"{wd}\"\nsetup = \"source {venv}/bin/activate\"\n{job}\n\n\
+            "{ssh}\n[[nodes]]\nhost = \"{hosts}\"\n\n[job]\nworkdir = \"{wd}\"\ndevice = \"cpu\"\nsetup = \"source {venv}/bin/activate\"\n{job}\n\n\
              [rendezvous]\ninterface = \"eth0\"\n\n[logs]\ndir = \"{logs}\"\n\n{extra}\n",
             ssh = self.tb.ssh_config_toml(),
             hosts = self.hostlist(),

@@ -1,0 +1,499 @@
+//! From the facts each node reported to pass / warn / fail checks with a detail and a fix.
+//! Pure: the facts come in as plain maps, the verdicts go out as plain data.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::{Device, LauncherKind};
+use crate::plan::LaunchPlan;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check { name, status: Status::Pass, detail: detail.into(), fix: None }
+    }
+    fn warn(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name, status: Status::Warn, detail: detail.into(), fix: Some(fix.into()) }
+    }
+    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { name, status: Status::Fail, detail: detail.into(), fix: Some(fix.into()) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeChecks {
+    pub rank: usize,
+    pub host: String,
+    pub checks: Vec<Check>,
+}
+
+/// What one node reported: `herd-fact name=value` lines, plus how the probe went.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// `None`: herd could not reach the node; the error.
+    pub unreachable: Option<String>,
+    pub connect_ms: u64,
+    pub values: BTreeMap<String, String>,
+    /// Lines that were not facts (errors of cd, setup, the probe itself).
+    pub other_lines: Vec<String>,
+    /// The node's clock minus herd's, in seconds (herd's clock taken halfway through the probe).
+    pub clock_offset: Option<f64>,
+}
+
+/// The result of connecting from every worker to a listener on the master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortReach {
+    /// Not tested (a node was unreachable, or only one node).
+    Skipped(String),
+    /// The listener could not start on the master.
+    NoListener(String),
+    /// Per node rank: `Ok` or the error.
+    Tested { port: u16, results: BTreeMap<usize, Result<(), String>> },
+}
+
+impl Facts {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str).filter(|v| !v.is_empty())
+    }
+}
+
+/// Parse `herd-fact name=value` lines; everything else is kept as other lines.
+pub fn parse_facts(stdout: &str) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut values = BTreeMap::new();
+    let mut other = Vec::new();
+    for line in stdout.lines() {
+        match line.strip_prefix("herd-fact ").and_then(|f| f.split_once('=')) {
+            Some((k, v)) => {
+                values.insert(k.to_string(), v.trim().to_string());
+            }
+            None if !line.trim().is_empty() => other.push(line.to_string()),
+            None => {}
+        }
+    }
+    (values, other)
+}
+
+const SHM_MIN_KB: u64 = 1024 * 1024;
+const NOFILE_MIN: u64 = 65536;
+const DISK_MIN_KB: u64 = 10 * 1024 * 1024;
+const CLOCK_SKEW_MAX: f64 = 1.0;
+
+/// Every check on every node. `fast`: only what `herd run` checks before it starts.
+pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool) -> Vec<NodeChecks> {
+    let consistency = version_consistency(plan, facts, fast);
+    let skew = clock_skew(facts);
+    plan.nodes
+        .iter()
+        .zip(facts)
+        .map(|(node, f)| {
+            let mut checks = Vec::new();
+            if let Some(err) = &f.unreachable {
+                checks.push(Check::fail(
+                    "ssh",
+                    err.clone(),
+                    "check that the host is up and that `ssh <host> true` works without a prompt",
+                ));
+                return NodeChecks { rank: node.rank, host: node.host.clone(), checks };
+            }
+            checks.push(Check::pass("ssh", format!("connected in {} ms", f.connect_ms)));
+            node_checks(plan, node.rank, f, fast, &mut checks);
+            if let Some(c) = consistency.get(&node.rank) {
+                checks.push(c.clone());
+            }
+            checks.push(port_check(plan, node.rank, port));
+            if !fast {
+                if let Some(c) = skew.get(&node.rank) {
+                    checks.push(c.clone());
+                }
+            }
+            NodeChecks { rank: node.rank, host: node.host.clone(), checks }
+        })
+        .collect()
+}
+
+fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &mut Vec<Check>) {
+    // The probe runs after `cd workdir` and `setup`: if either failed, nothing else is known.
+    if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: cannot enter workdir")) {
+        checks.push(Check::fail(
+            "workdir",
+            line.clone(),
+            "create the directory on this node, or fix job.workdir",
+        ));
+        return;
+    }
+    checks.push(Check::pass("workdir", plan.workdir.clone()));
+    if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: setup failed")) {
+        let why = f.other_lines.iter().rev().find(|l| !l.starts_with("herd: ")).cloned().unwrap_or_default();
+        checks.push(Check::fail("setup", format!("{line}: {why}"), "run job.setup by hand on this node"));
+        return;
+    }
+    if plan.setup.is_some() {
+        checks.push(Check::pass("setup", "ok"));
+    }
+    let launcher = match plan.launcher {
+        LauncherKind::Torchrun => "torchrun",
+        LauncherKind::Deepspeed | LauncherKind::Command => "python",
+    };
+    match f.get("launcher") {
+        Some(path) => checks.push(Check::pass("launcher", path)),
+        None => checks.push(Check::fail(
+            "launcher",
+            format!("{launcher} not found on PATH after setup"),
+            "install it, or make job.setup put it on PATH (e.g. activate the virtualenv)",
+        )),
+    }
+    if !fast {
+        match f.get("torch_import") {
+            Some("ok") => checks.push(Check::pass(
+                "torch",
+                format!("import torch works ({})", f.get("torch").unwrap_or("?")),
+            )),
+            Some(err) => checks.push(Check::fail(
+                "torch",
+                format!("import torch failed: {err}"),
+                "check the node's Python environment (PYTHONPATH, virtualenv)",
+            )),
+            None => checks.push(Check::fail(
+                "torch",
+                "no Python answered",
+                "make job.python run on this node after setup",
+            )),
+        }
+        let device = plan.device;
+        match (device, f.get("gpus").and_then(|g| g.parse::<u32>().ok())) {
+            (Device::Cpu, _) => checks.push(Check::pass("gpus", "job.device = \"cpu\": none needed")),
+            (Device::Cuda, Some(n)) if n >= plan.nodes[rank].nproc => checks.push(Check::pass("gpus", format!("{n} GPUs"))),
+            (Device::Cuda, n) => checks.push(Check::fail(
+                "gpus",
+                format!("{} GPUs for nproc {}", n.map_or("no".to_string(), |n| n.to_string()), plan.nodes[rank].nproc),
+                "check nvidia-smi on this node, lower nproc, or set job.device = \"cpu\" for a CPU (gloo) job",
+            )),
+        }
+        match (device, f.get("nccl_available")) {
+            (Device::Cpu, _) => {}
+            (Device::Cuda, Some("True")) => {
+                checks.push(Check::pass("nccl", "torch.distributed.is_nccl_available()"))
+            }
+            (Device::Cuda, _) => checks.push(Check::fail(
+                "nccl",
+                "NCCL is not available in this torch",
+                "install a CUDA build of torch",
+            )),
+        }
+        hostname_check(plan, f, checks);
+    }
+    interface_check(plan, f, checks);
+    if !fast {
+        resource_checks(plan, rank, f, checks);
+    }
+}
+
+fn hostname_check(plan: &LaunchPlan, f: &Facts, checks: &mut Vec<Check>) {
+    let host = f.get("hostname").unwrap_or("?");
+    match f.get("hostname_addr") {
+        Some(addr) if addr.starts_with("127.") || addr == "::1" => {
+            let detail = format!("hostname {host} resolves to {addr}");
+            if plan.interface.is_some() {
+                checks.push(Check::pass("hostname", format!("{detail}; rendezvous.interface is set")));
+            } else {
+                checks.push(Check::warn(
+                    "hostname",
+                    detail,
+                    "gloo and NCCL may bind to loopback: set rendezvous.interface (or \"auto\")",
+                ));
+            }
+        }
+        Some(addr) => checks.push(Check::pass("hostname", format!("{host} resolves to {addr}"))),
+        None => checks.push(Check::warn(
+            "hostname",
+            format!("hostname {host} does not resolve"),
+            "add it to /etc/hosts or DNS",
+        )),
+    }
+}
+
+fn interface_check(plan: &LaunchPlan, f: &Facts, checks: &mut Vec<Check>) {
+    let route = f.get("route_dev");
+    match plan.interface.as_deref() {
+        Some("auto") => match route {
+            Some(dev) => checks.push(Check::pass("interface", format!("auto: {dev} routes to the master"))),
+            None => checks.push(Check::fail(
+                "interface",
+                format!("auto: no route to the master address {}", plan.master.addr),
+                "check the network, or set rendezvous.interface to a name",
+            )),
+        },
+        Some(name) => match f.get("iface_exists") {
+            Some("yes") => checks.push(Check::pass(
+                "interface",
+                match route {
+                    Some(dev) if dev != name => format!("{name} exists (but {dev} routes to the master)"),
+                    _ => format!("{name} exists"),
+                },
+            )),
+            _ => checks.push(Check::fail(
+                "interface",
+                format!(
+                    "rendezvous.interface {name} does not exist on this node{}",
+                    route.map(|d| format!("; {d} routes to the master")).unwrap_or_default()
+                ),
+                "set rendezvous.interface to an interface of every node, or to \"auto\"",
+            )),
+        },
+        None => checks.push(Check::pass(
+            "interface",
+            route.map_or("not set".to_string(), |d| format!("not set; {d} routes to the master")),
+        )),
+    }
+}
+
+fn resource_checks(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<Check>) {
+    let num = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok());
+    match num("shm_kb") {
+        Some(kb) if kb >= SHM_MIN_KB => {
+            checks.push(Check::pass("shm", format!("/dev/shm {} MiB", kb / 1024)))
+        }
+        Some(kb) => checks.push(Check::warn(
+            "shm",
+            format!("/dev/shm only {} MiB", kb / 1024),
+            "raise it (docker: --shm-size; mount -o remount,size=16G /dev/shm)",
+        )),
+        None => checks.push(Check::warn("shm", "no /dev/shm", "mount a tmpfs on /dev/shm")),
+    }
+    match num("nofile") {
+        Some(n) if n >= NOFILE_MIN => checks.push(Check::pass("nofile", format!("open files {n}"))),
+        Some(n) => checks.push(Check::warn(
+            "nofile",
+            format!("open files limited to {n}"),
+            format!("raise it to {NOFILE_MIN} or more (ulimit -n, limits.conf)"),
+        )),
+        None => {}
+    }
+    match num("disk_free_kb") {
+        Some(kb) if kb >= DISK_MIN_KB => {
+            checks.push(Check::pass("disk", format!("{} GiB free in workdir", kb / 1024 / 1024)))
+        }
+        Some(kb) => checks.push(Check::warn(
+            "disk",
+            format!("only {} MiB free in workdir", kb / 1024),
+            "free space for checkpoints and logs",
+        )),
+        None => {}
+    }
+    match num("leftovers") {
+        Some(0) | None => checks.push(Check::pass("leftovers", "none")),
+        Some(n) => checks.push(Check::warn(
+            "leftovers",
+            format!("{n} process(es) of earlier runs of this config"),
+            "herd run sweeps them; or run herd kill",
+        )),
+    }
+    if rank == plan.master.node_rank {
+        if let Some(n) = num("port_in_use").filter(|n| *n > 0) {
+            checks.push(Check::fail(
+                "port",
+                format!("the fixed master port is already in use ({n} listener)"),
+                "free it, or use rendezvous.port = \"auto\"",
+            ));
+        }
+    }
+}
+
+/// Python, torch, CUDA and NCCL versions must be the same everywhere: fail the odd nodes.
+fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeMap<usize, Check> {
+    let keys: &[&str] = if fast { &["python", "torch"] } else { &["python", "torch", "cuda", "nccl"] };
+    let mut out = BTreeMap::new();
+    let reachable: Vec<(usize, &Facts)> =
+        facts.iter().enumerate().filter(|(_, f)| f.unreachable.is_none()).collect();
+    let mut odd: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    let mut summary = Vec::new();
+    for key in keys {
+        // Only nodes that know the value take part: a node where `import torch` failed has no
+        // CUDA version, and its own check says why.
+        let known: Vec<(usize, &str)> =
+            reachable.iter().filter_map(|(r, f)| Some((*r, f.get(key)?))).collect();
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, v) in &known {
+            *counts.entry(v).or_default() += 1;
+        }
+        // The most common value is the reference; ties go to the smallest rank's.
+        let Some(&max) = counts.values().max() else { continue };
+        let Some(reference) = known.iter().map(|(_, v)| *v).find(|v| counts[v] == max) else { continue };
+        summary.push(format!("{key} {reference}"));
+        for (rank, v) in &known {
+            if *v != reference {
+                odd.entry(*rank).or_default().push(format!("{key} {v}, others {reference}"));
+            }
+        }
+    }
+    for (rank, _) in &reachable {
+        let check = match odd.get(rank) {
+            Some(diffs) => Check::fail(
+                "versions",
+                diffs.join("; "),
+                "install the same Python, torch, CUDA and NCCL on every node",
+            ),
+            None => Check::pass("versions", summary.join(", ")),
+        };
+        out.insert(plan.nodes[*rank].rank, check);
+    }
+    out
+}
+
+fn clock_skew(facts: &[Facts]) -> BTreeMap<usize, Check> {
+    let offsets: Vec<(usize, f64)> =
+        facts.iter().enumerate().filter_map(|(i, f)| Some((i, f.clock_offset?))).collect();
+    let mut sorted: Vec<f64> = offsets.iter().map(|(_, o)| *o).collect();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let Some(median) = sorted.get(sorted.len() / 2).copied() else { return BTreeMap::new() };
+    offsets
+        .into_iter()
+        .map(|(i, o)| {
+            let skew = o - median;
+            let check = if skew.abs() > CLOCK_SKEW_MAX {
+                Check::warn(
+                    "clock",
+                    format!("{skew:+.2} s from the other nodes"),
+                    "run NTP / chrony on every node",
+                )
+            } else {
+                Check::pass("clock", format!("{skew:+.3} s"))
+            };
+            (i, check)
+        })
+        .collect()
+}
+
+fn port_check(plan: &LaunchPlan, rank: usize, port: &PortReach) -> Check {
+    let master = format!("{}:", plan.master.addr);
+    match port {
+        PortReach::Skipped(why) => Check::pass("port-reach", format!("not tested: {why}")),
+        PortReach::NoListener(err) if rank == plan.master.node_rank => Check::fail(
+            "port-reach",
+            format!("cannot listen on the master port: {err}"),
+            "free the port, or use rendezvous.port = \"auto\"",
+        ),
+        PortReach::NoListener(_) => {
+            Check::fail("port-reach", "the master could not listen", "see the master's row")
+        }
+        PortReach::Tested { port, results } => match results.get(&rank) {
+            None | Some(Ok(())) if rank == plan.master.node_rank => {
+                Check::pass("port-reach", format!("listening on {port}"))
+            }
+            Some(Ok(())) => Check::pass("port-reach", format!("reached {master}{port}")),
+            Some(Err(e)) => Check::fail(
+                "port-reach",
+                format!("cannot reach {master}{port}: {e}"),
+                "open the port range in the master's firewall and check the route to MASTER_ADDR",
+            ),
+            None => Check::pass("port-reach", "not tested"),
+        },
+    }
+}
+
+/// Count of checks by status, and whether anything failed.
+pub fn tally(nodes: &[NodeChecks]) -> (usize, usize, usize) {
+    let all = nodes.iter().flat_map(|n| &n.checks);
+    let count = |s: Status| all.clone().filter(|c| c.status == s).count();
+    (count(Status::Pass), count(Status::Warn), count(Status::Fail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{self, PlanInputs};
+    use std::path::Path;
+
+    fn plan() -> LaunchPlan {
+        let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n[rendezvous]\ninterface = \"eth0\"\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() })
+    }
+
+    fn facts(torch: &str, clock_offset: f64) -> Facts {
+        let text = format!(
+            "herd-fact launcher=/v/bin/torchrun\nherd-fact python=3.11.7\nherd-fact torch={torch}\n\
+             herd-fact torch_import=ok\nherd-fact cuda=None\nherd-fact hostname=n\nherd-fact hostname_addr=10.0.0.1\n\
+             herd-fact route_dev=eth0\nherd-fact iface_exists=yes\nherd-fact shm_kb=8000000\nherd-fact nofile=1048576\n\
+             herd-fact disk_free_kb=900000000\nherd-fact leftovers=0\n"
+        );
+        let (values, other_lines) = parse_facts(&text);
+        Facts { values, other_lines, clock_offset: Some(clock_offset), connect_ms: 5, unreachable: None }
+    }
+
+    fn status_of(nodes: &[NodeChecks], rank: usize, name: &str) -> Option<Status> {
+        nodes[rank].checks.iter().find(|c| c.name == name).map(|c| c.status)
+    }
+
+    #[test]
+    fn facts_and_other_lines_are_told_apart() {
+        let (values, other) =
+            parse_facts("herd-fact a=1\nherd: setup failed with exit 2\nherd-fact b=x=y\n\n");
+        assert_eq!(values.get("a").map(String::as_str), Some("1"));
+        assert_eq!(values.get("b").map(String::as_str), Some("x=y"));
+        assert_eq!(other, vec!["herd: setup failed with exit 2"]);
+    }
+
+    #[test]
+    fn the_odd_torch_version_fails_on_that_node_only() {
+        let p = plan();
+        let f = [facts("2.15.0", 0.0), facts("2.15.0", 0.0), facts("2.14.1", 0.0)];
+        let nodes = evaluate(&p, &f, &PortReach::Skipped("test".into()), false);
+        assert_eq!(status_of(&nodes, 0, "versions"), Some(Status::Pass));
+        assert_eq!(status_of(&nodes, 1, "versions"), Some(Status::Pass));
+        assert_eq!(status_of(&nodes, 2, "versions"), Some(Status::Fail));
+        let detail = &nodes[2].checks.iter().find(|c| c.name == "versions").unwrap().detail;
+        assert_eq!(detail, "torch 2.14.1, others 2.15.0");
+    }
+
+    #[test]
+    fn an_unreachable_node_gets_only_its_ssh_failure() {
+        let p = plan();
+        let down = Facts { unreachable: Some("Connection timed out".into()), ..Facts::default() };
+        let f = [facts("2.15.0", 0.0), down, facts("2.15.0", 0.0)];
+        let nodes = evaluate(&p, &f, &PortReach::Skipped("a node is unreachable".into()), false);
+        assert_eq!(nodes[1].checks.len(), 1);
+        assert_eq!(nodes[1].checks[0].status, Status::Fail);
+        assert_eq!(tally(&nodes).2, 1);
+    }
+
+    #[test]
+    fn clock_skew_over_a_second_warns() {
+        let p = plan();
+        let f = [facts("2.15.0", 0.1), facts("2.15.0", 0.2), facts("2.15.0", 2.5)];
+        let nodes = evaluate(&p, &f, &PortReach::Skipped("test".into()), false);
+        assert_eq!(status_of(&nodes, 0, "clock"), Some(Status::Pass));
+        assert_eq!(status_of(&nodes, 2, "clock"), Some(Status::Warn));
+    }
+
+    #[test]
+    fn a_worker_that_cannot_reach_the_master_port_fails() {
+        let p = plan();
+        let f = [facts("2.15.0", 0.0), facts("2.15.0", 0.0), facts("2.15.0", 0.0)];
+        let results = [(1, Ok(())), (2, Err("Connection refused".to_string()))].into_iter().collect();
+        let nodes = evaluate(&p, &f, &PortReach::Tested { port: 20001, results }, true);
+        assert_eq!(status_of(&nodes, 0, "port-reach"), Some(Status::Pass));
+        assert_eq!(status_of(&nodes, 1, "port-reach"), Some(Status::Pass));
+        assert_eq!(status_of(&nodes, 2, "port-reach"), Some(Status::Fail));
+        // The fast subset leaves out the slow and the advisory checks.
+        assert_eq!(status_of(&nodes, 0, "torch"), None);
+        assert_eq!(status_of(&nodes, 0, "clock"), None);
+    }
+}

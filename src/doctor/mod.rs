@@ -1,0 +1,310 @@
+//! Preflight checks across the cluster (`herd doctor`, and the fast subset `herd run` does
+//! before it starts anything). Each node is probed through the same agent that runs jobs, so
+//! the probe sees exactly what the job will: the workdir, `setup`, the env. The probe prints
+//! `herd-fact name=value` lines; `checks` turns them into verdicts.
+
+pub mod checks;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::task::JoinSet;
+
+use crate::config::LauncherKind;
+use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
+use crate::remote::{self, quote, AgentInvocation};
+use crate::transport::Connection;
+
+pub use checks::{evaluate, Check, Facts, NodeChecks, PortReach, Status};
+
+/// How long one probe may take (imports of torch included).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the workers may take to connect to the master's listener.
+const REACH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
+pub const DOCTOR_RUN_ID: &str = "doctor";
+
+/// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
+pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
+    let launcher = match plan.launcher {
+        LauncherKind::Torchrun => "torchrun".to_string(),
+        LauncherKind::Deepspeed | LauncherKind::Command => plan.python.clone(),
+    };
+    let py = format!(
+        r#"import platform
+print("herd-fact python=" + platform.python_version())
+try:
+    import importlib.metadata as m
+    print("herd-fact torch=" + m.version("torch"))
+except Exception:
+    print("herd-fact torch=")
+if {full}:
+    try:
+        import torch, torch.distributed as d
+        print("herd-fact torch_import=ok")
+        print("herd-fact cuda=" + str(torch.version.cuda))
+        try:
+            print("herd-fact nccl=" + ".".join(map(str, torch.cuda.nccl.version())))
+        except Exception:
+            print("herd-fact nccl=none")
+        print("herd-fact nccl_available=" + str(d.is_nccl_available()))
+    except Exception as e:
+        print("herd-fact torch_import=" + repr(e)[:300].replace("\n", " "))
+"#,
+        full = if fast { "False" } else { "True" }
+    );
+    let mut s = String::new();
+    s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(&launcher));
+    s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
+    s += "h=$(hostname); echo \"herd-fact hostname=$h\"\n";
+    s += "echo \"herd-fact hostname_addr=$(getent hosts \"$h\" 2>/dev/null | awk '{print $1; exit}')\"\n";
+    s += &format!(
+        "m={}; case $m in *[!0-9.]*) m=$(getent ahostsv4 \"$m\" 2>/dev/null | awk '{{print $1; exit}}');; esac\n",
+        quote(&plan.master.addr)
+    );
+    // On the master itself the route to its own address is via lo: take the interface that
+    // holds the address instead.
+    s += "d=$(ip -o addr show to \"$m\" 2>/dev/null | awk '{print $2; exit}')\n";
+    s += "[ -n \"$d\" ] || d=$(ip route get \"$m\" 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n 1)\n";
+    s += "echo \"herd-fact route_dev=$d\"\n";
+    if let Some(name) = plan.interface.as_deref().filter(|i| *i != "auto") {
+        s += &format!(
+            "if [ -e /sys/class/net/{0} ]; then echo herd-fact iface_exists=yes; else echo herd-fact iface_exists=no; fi\n",
+            quote(name)
+        );
+    }
+    if !fast {
+        s += "if command -v nvidia-smi >/dev/null 2>&1; then echo \"herd-fact gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')\"; else echo herd-fact gpus=0; fi\n";
+        s += "echo \"herd-fact shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $2}')\"\n";
+        s += "echo \"herd-fact nofile=$(ulimit -n)\"\n";
+        s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
+        let mine = plan.marker_prefix(None);
+        let doctor = plan.marker_prefix(Some(DOCTOR_RUN_ID));
+        s += &format!(
+            "a=$(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null | wc -l); b=$(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null | wc -l); echo \"herd-fact leftovers=$((a - b))\"\n",
+            quote(&format!("^{mine}")),
+            quote(&format!("^{doctor}"))
+        );
+        if let crate::config::PortSpec::Fixed(p) = plan.master.port {
+            s += &format!(
+                "echo \"herd-fact port_in_use=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:{p:04X}$/ && $4 == \"0A\"' | wc -l)\"\n"
+            );
+        }
+    }
+    s += "echo \"herd-fact clock=$(date +%s.%N)\"\n";
+    s
+}
+
+/// Run `command` (a shell snippet) on a node under the agent, after `cd workdir` and
+/// `setup`, with the node's env; collect everything it printed.
+pub async fn run_in_job_env(
+    conn: &Connection,
+    plan: &LaunchPlan,
+    node: &NodePlan,
+    values: &AttemptValues<'_>,
+    command: &str,
+    limit: Duration,
+) -> Result<String, String> {
+    let inv = AgentInvocation {
+        grace_secs: 1,
+        heartbeat_secs: 3600,
+        marker: node.marker(values),
+        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), &format!("sh -c {}", quote(command))),
+    };
+    let env = node.resolved_env(values);
+    let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
+    p.stdin
+        .write_all(&remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(limit, p.stdout.read_to_end(&mut out)).await;
+    drop(p.stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(5), p.handle.wait()).await;
+    match read {
+        Ok(Ok(_)) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    }
+}
+
+/// Probe every node at once.
+pub async fn probe_all(
+    plan: &LaunchPlan,
+    conns: &[Option<Arc<Connection>>],
+    connect_ms: &[u64],
+    connect_errors: &[Option<String>],
+    fast: bool,
+) -> Vec<Facts> {
+    let script = facts_script(plan, fast);
+    let mut set = JoinSet::new();
+    for node in &plan.nodes {
+        let Some(conn) = conns[node.rank].clone() else { continue };
+        let (plan, node, script) = (plan.clone(), node.clone(), script.clone());
+        set.spawn(async move {
+            let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: 0, interfaces: &[] };
+            let before = SystemTime::now();
+            let out = run_in_job_env(&conn, &plan, &node, &values, &script, PROBE_TIMEOUT).await;
+            let after = SystemTime::now();
+            (node.rank, before, after, out)
+        });
+    }
+    let mut facts: Vec<Facts> = plan
+        .nodes
+        .iter()
+        .map(|n| Facts {
+            unreachable: connect_errors[n.rank].clone(),
+            connect_ms: connect_ms[n.rank],
+            ..Facts::default()
+        })
+        .collect();
+    while let Some(joined) = set.join_next().await {
+        let (rank, before, after, out) = joined.expect("probe task panicked");
+        match out {
+            Ok(text) => {
+                let (values, other_lines) = checks::parse_facts(&text);
+                let midpoint = before + after.duration_since(before).unwrap_or_default() / 2;
+                let herd_clock =
+                    midpoint.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+                let clock_offset =
+                    values.get("clock").and_then(|c| c.parse::<f64>().ok()).map(|c| c - herd_clock);
+                facts[rank] = Facts { values, other_lines, clock_offset, ..facts[rank].clone() };
+            }
+            Err(e) => facts[rank].unreachable = Some(format!("probe failed: {e}")),
+        }
+    }
+    facts
+}
+
+/// Start a listener on the master at `port` and connect to it from every other node.
+pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], port: u16) -> PortReach {
+    if plan.nnodes() < 2 {
+        return PortReach::Skipped("one node".into());
+    }
+    if conns.iter().any(Option::is_none) {
+        return PortReach::Skipped("a node is unreachable".into());
+    }
+    let master = &plan.nodes[plan.master.node_rank];
+    let master_conn = conns[master.rank].clone().expect("checked");
+    let listen = format!(
+        "import socket, time\ns = socket.socket(socket.AF_INET6 if ':' in {addr} else socket.AF_INET)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('', {port}))\ns.listen(64)\n\
+         print('herd-listening', flush=True)\ns.settimeout(1)\nend = time.time() + {secs}\n\
+         while time.time() < end:\n    try:\n        c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n    except OSError:\n        pass\n",
+        addr = py_str(&plan.master.addr),
+        secs = REACH_TIMEOUT.as_secs() + 5,
+    );
+    let listen_cmd = format!("{} -c {}", quote(&plan.python), quote(&listen));
+    // The listener runs under the agent like everything else; it ends with its stdin.
+    let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+    let inv = AgentInvocation {
+        grace_secs: 1,
+        heartbeat_secs: 3600,
+        marker: master.marker(&values),
+        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), &listen_cmd),
+    };
+    let env = master.resolved_env(&values);
+    let mut listener = match master_conn.spawn_agent(&inv).await {
+        Ok(p) => p,
+        Err(e) => return PortReach::NoListener(e.to_string()),
+    };
+    let env_block = remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    if let Err(e) = listener.stdin.write_all(&env_block).await {
+        return PortReach::NoListener(e.to_string());
+    }
+    let mut lines = BufReader::new(&mut listener.stdout).lines();
+    let mut said = Vec::new();
+    let ready = tokio::time::timeout(PROBE_TIMEOUT, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line == "herd-listening" {
+                return true;
+            }
+            said.push(line);
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    if !ready {
+        drop(listener.stdin);
+        let why =
+            said.iter().rev().find(|l| !l.trim().is_empty()).cloned().unwrap_or_else(|| "no listener".into());
+        return PortReach::NoListener(why);
+    }
+
+    let connect = format!(
+        "import socket\ntry:\n    socket.create_connection(({}, {port}), timeout={}).close()\n    print('herd-reached')\n\
+         except OSError as e:\n    print('herd-unreached ' + str(e))\n",
+        py_str(&plan.master.addr),
+        REACH_TIMEOUT.as_secs()
+    );
+    let connect_cmd = format!("{} -c {}", quote(&plan.python), quote(&connect));
+    let mut set = JoinSet::new();
+    for node in plan.nodes.iter().filter(|n| n.rank != master.rank) {
+        let (conn, plan, node, cmd) =
+            (conns[node.rank].clone().expect("checked"), plan.clone(), node.clone(), connect_cmd.clone());
+        set.spawn(async move {
+            let values =
+                AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+            let out = run_in_job_env(&conn, &plan, &node, &values, &cmd, PROBE_TIMEOUT).await;
+            let result = match out {
+                Ok(text) if text.lines().any(|l| l == "herd-reached") => Ok(()),
+                Ok(text) => Err(text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("herd-unreached "))
+                    .unwrap_or_else(|| text.lines().last().unwrap_or("no answer"))
+                    .to_string()),
+                Err(e) => Err(e),
+            };
+            (node.rank, result)
+        });
+    }
+    let mut results = BTreeMap::new();
+    while let Some(joined) = set.join_next().await {
+        let (rank, r) = joined.expect("reach task panicked");
+        results.insert(rank, r);
+    }
+    drop(listener.stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(5), listener.handle.wait()).await;
+    PortReach::Tested { port, results }
+}
+
+fn py_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string")
+}
+
+/// Everything `herd doctor` (or `herd run`'s preflight) found.
+pub struct Report {
+    pub nodes: Vec<NodeChecks>,
+    /// Per node: the interface that routes to the master (for `interface = "auto"`).
+    pub route_devs: Vec<Option<String>>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.nodes.iter().all(|n| n.checks.iter().all(|c| c.status != Status::Fail))
+    }
+}
+
+/// Run the checks over open connections (`None` where connecting failed, with the error).
+pub async fn diagnose(
+    plan: &LaunchPlan,
+    conns: &[Option<Arc<Connection>>],
+    connect_ms: &[u64],
+    connect_errors: &[Option<String>],
+    port: Option<u16>,
+    fast: bool,
+) -> Report {
+    let started = Instant::now();
+    let facts = probe_all(plan, conns, connect_ms, connect_errors, fast).await;
+    let reach = match port {
+        Some(p) => port_reach(plan, conns, p).await,
+        None => PortReach::Skipped("no free port to test".into()),
+    };
+    tracing::debug!("preflight took {:?}", started.elapsed());
+    let nodes = evaluate(plan, &facts, &reach, fast);
+    let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
+    Report { nodes, route_devs }
+}

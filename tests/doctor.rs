@@ -1,0 +1,197 @@
+//! `herd doctor` and `herd run`'s preflight on the namespace testbed.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::cluster::{Cluster, LIMIT};
+use support::herd::{self, events, only_run_dir};
+
+fn doctor_json(c: &Cluster) -> (herd::Finished, Value) {
+    let out = herd::run(c.tb.dir(), &["doctor", "--json"], LIMIT);
+    let json: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("doctor --json: {e}\n{out}"));
+    (out, json)
+}
+
+/// `(node rank, check name)` of every failed check.
+fn failures(json: &Value) -> Vec<(u64, String)> {
+    json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| {
+            n["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["status"] == "fail")
+                .map(move |c| (n["rank"].as_u64().unwrap(), c["name"].as_str().unwrap().to_string()))
+        })
+        .collect()
+}
+
+fn torch_job() -> &'static str {
+    "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--steps\", \"2\"]\nnproc_per_node = 2"
+}
+
+#[test]
+fn a_healthy_cluster_passes_and_the_json_says_so() {
+    let c = Cluster::new(3);
+    c.write_config(torch_job(), "");
+    let (out, json) = doctor_json(&c);
+    out.assert_code(0);
+    assert_eq!(json["ok"], true);
+    assert_eq!(failures(&json), vec![]);
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(node["rank"], i);
+        assert_eq!(node["host"], c.addr(i));
+        let names: Vec<&str> =
+            node["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        for name in [
+            "ssh",
+            "workdir",
+            "setup",
+            "launcher",
+            "torch",
+            "versions",
+            "gpus",
+            "hostname",
+            "interface",
+            "port-reach",
+            "shm",
+            "clock",
+        ] {
+            assert!(names.contains(&name), "node {i} has no {name} check: {names:?}");
+        }
+        for check in node["checks"].as_array().unwrap() {
+            assert!(check["detail"].is_string(), "{check}");
+            assert!(["pass", "warn", "fail"].contains(&check["status"].as_str().unwrap()), "{check}");
+        }
+    }
+    // Every test host's name resolves to 127.0.0.1; with an interface set that is fine.
+    let hostname = nodes[1]["checks"].as_array().unwrap().iter().find(|c| c["name"] == "hostname").unwrap();
+    assert!(hostname["detail"].as_str().unwrap().contains("127.0.0.1"), "{hostname}");
+
+    let text = herd::run(c.tb.dir(), &["doctor"], LIMIT);
+    text.assert_code(0);
+    assert!(text.stdout.contains("3 nodes:") && text.stdout.contains(" 0 failures"), "{text}");
+}
+
+#[test]
+fn a_node_whose_torch_import_is_broken_is_named() {
+    let c = Cluster::new(3);
+    let fake = c.tb.dir().join("broken-python/torch");
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::write(fake.join("__init__.py"), "raise ImportError('broken on purpose')\n").unwrap();
+    let path = c.write_config(torch_job(), "");
+    // A per-node PYTHONPATH puts the broken torch first on node 1 only.
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!("[[nodes]]\nhost = \"{}\"", c.hostlist()),
+        &format!(
+            "[[nodes]]\nhost = \"{}\"\n[[nodes]]\nhost = \"{}\"\nenv = {{ PYTHONPATH = \"{}\" }}\n[[nodes]]\nhost = \"{}\"",
+            c.addr(0),
+            c.addr(1),
+            c.tb.dir().join("broken-python").display(),
+            c.addr(2)
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    assert_eq!(json["ok"], false);
+    assert_eq!(failures(&json), vec![(1, "torch".to_string())]);
+    let text = herd::run(c.tb.dir(), &["doctor"], LIMIT);
+    assert!(
+        text.stdout.contains(&format!(
+            "FAIL node 1 ({}) torch: import torch failed: ImportError('broken on purpose')",
+            c.addr(1)
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_blocked_master_port_fails_the_reachability_check() {
+    let c = Cluster::new(2);
+    let port = 29511;
+    // write_config writes [rendezvous] with the interface; the fixed port goes there too.
+    let path = c.write_config(torch_job(), "");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("[rendezvous]\n", &format!("[rendezvous]\nport = {port}\n"));
+    std::fs::write(&path, text).unwrap();
+    let holder = c.tb.ssh(
+        0,
+        &format!("HERD_TEST_HOLD=1 setsid python3 -c 'import socket, time; s = socket.socket(); s.bind((\"\", {port})); s.listen(); time.sleep(120)' </dev/null >/dev/null 2>&1 &"),
+    );
+    assert!(holder.status.success());
+    assert!(herd::wait_until(Duration::from_secs(10), || c
+        .tb
+        .processes_with_env(0, "HERD_TEST_HOLD", "1")
+        .len()
+        == 1));
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    let failed = failures(&json);
+    assert!(failed.contains(&(0, "port-reach".to_string())), "{failed:?}");
+    assert!(failed.contains(&(0, "port".to_string())), "the master's port is in use: {failed:?}");
+    assert!(failed.contains(&(1, "port-reach".to_string())), "{failed:?}");
+}
+
+#[test]
+fn a_wrong_interface_fails_doctor_and_stops_run_before_anything_starts() {
+    let c = Cluster::new(2);
+    let path = c.write_config(torch_job(), "");
+    let text = std::fs::read_to_string(&path).unwrap().replace("interface = \"eth0\"", "interface = \"ib0\"");
+    std::fs::write(&path, text).unwrap();
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    assert_eq!(failures(&json), vec![(0, "interface".to_string()), (1, "interface".to_string())]);
+
+    let run = c.run();
+    run.assert_code(3);
+    assert!(run.stderr.contains("interface: rendezvous.interface ib0 does not exist on this node"), "{run}");
+    let ev = events(&only_run_dir(&c.logs()));
+    assert!(!ev.iter().any(|e| e["event"] == "node_started" || e["event"] == "attempt_started"), "{ev:?}");
+    // --no-preflight skips it: a job that needs no interface then runs.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(torch_job(), "launcher = \"command\"\nscript = \"true\"");
+    std::fs::write(&path, text).unwrap();
+    std::fs::remove_dir_all(c.logs()).unwrap();
+    herd::run(c.tb.dir(), &["run"], LIMIT).assert_code(3);
+    std::fs::remove_dir_all(c.logs()).unwrap();
+    herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT).assert_code(0);
+}
+
+#[test]
+fn interface_auto_runs_a_real_gloo_job_with_no_other_network_setting() {
+    let c = Cluster::new(3);
+    let path = c.write_config(torch_job(), "");
+    let text =
+        std::fs::read_to_string(&path).unwrap().replace("interface = \"eth0\"", "interface = \"auto\"");
+    std::fs::write(&path, text).unwrap();
+    let out = c.run();
+    out.assert_code(0);
+    let ok = out.stdout.lines().filter(|l| l.contains("result rank=") && l.ends_with(" ok")).count();
+    assert_eq!(ok, 6, "{out}");
+    // Without it, the hostnames resolving to 127.0.0.1 make gloo bind to loopback.
+    let text = std::fs::read_to_string(&path).unwrap().replace("interface = \"auto\"\n", "");
+    std::fs::write(&path, text).unwrap();
+    std::fs::remove_dir_all(c.logs()).unwrap();
+    let (_, json) = doctor_json(&c);
+    let hostname = json["nodes"][1]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hostname")
+        .unwrap()
+        .clone();
+    assert_eq!(hostname["status"], "warn", "{hostname}");
+}
