@@ -10,10 +10,11 @@ pub mod exit {
     pub const JOB_FAILED: u8 = 1;
     /// Bad config or usage; nothing was contacted.
     pub const CONFIG: u8 = 2;
-    /// A preflight check failed (`herd doctor`, or `herd run` before it starts anything).
+    /// A preflight check failed, a node unreachable over SSH included (`herd doctor`, or
+    /// `herd run` before it starts anything).
     pub const PREFLIGHT: u8 = 3;
-    /// herd could not start the job (a node unreachable, no free port, another run of the
-    /// same config in progress); nothing was left running.
+    /// herd could not start the job (no free master port, another run of the same config in
+    /// progress); nothing was left running.
     pub const START_FAILED: u8 = 4;
     /// herd itself failed (cannot write its log files, no async runtime).
     pub const INTERNAL: u8 = 5;
@@ -41,7 +42,8 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => exit::CONFIG,
-            Error::Start(RunError::Preflight(_)) => exit::PREFLIGHT,
+            // Reaching every node over SSH is the first preflight check.
+            Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,
             Error::Io { .. } => exit::INTERNAL,
         }

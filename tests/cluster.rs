@@ -225,8 +225,9 @@ fn an_unreachable_node_fails_the_start_and_nothing_runs() {
     );
     std::fs::write(c.tb.dir().join("cluster.toml"), text).unwrap();
     let out = c.run();
-    out.assert_code(4);
-    assert!(out.stderr.contains(&format!("node 1 ({dead})")), "{out}");
+    out.assert_code(3);
+    assert!(out.stderr.contains(&format!("node 1 ({dead}): ssh: cannot connect over ssh")), "{out}");
+    assert!(out.stderr.contains("fix: check that the host is up"), "{out}");
     assert!(out.took < Duration::from_secs(30), "{:?}", out.took);
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
     let ev = events(&only_run_dir(&c.logs()));

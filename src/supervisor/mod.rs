@@ -31,7 +31,9 @@ pub use node::Stop;
 pub enum RunError {
     #[error("preflight failed: {}", first_failure(.0))]
     Preflight(Vec<doctor::NodeChecks>),
-    #[error("node {node_rank} ({host}): {error}")]
+    #[error(
+        "node {node_rank} ({host}): ssh: {error}\n  fix: check that the host is up and that `ssh <host> true` works without a prompt"
+    )]
     Connect { node_rank: usize, host: String, error: TransportError },
     #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
     PortProbe { host: String, detail: String },
