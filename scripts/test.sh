@@ -20,7 +20,7 @@ fi
 ./scripts/torch-venv.sh >/dev/null
 
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --all-targets "$@"
+  cargo nextest run --lib --bins --tests "$@"
 else
-  cargo test --all-targets "$@"
+  cargo test --lib --bins --tests "$@"
 fi
