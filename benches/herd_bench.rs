@@ -7,12 +7,12 @@
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
 
-#[path = "../tests/support/testbed.rs"]
-#[allow(dead_code)]
-mod testbed;
 #[path = "../tests/support/herd.rs"]
 #[allow(dead_code)]
 mod herd_support;
+#[path = "../tests/support/testbed.rs"]
+#[allow(dead_code)]
+mod testbed;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -49,7 +49,8 @@ fn secs(d: Duration) -> String {
 }
 
 fn row(name: &str, s: &Stats, baseline: Option<&Stats>) -> String {
-    let ratio = baseline.map_or("1.00".to_string(), |b| format!("{:.2}", s.median.as_secs_f64() / b.median.as_secs_f64()));
+    let ratio = baseline
+        .map_or("1.00".to_string(), |b| format!("{:.2}", s.median.as_secs_f64() / b.median.as_secs_f64()));
     format!("| {name} | {} | {}-{} | {ratio} |", secs(s.median), secs(s.min), secs(s.max))
 }
 
@@ -97,14 +98,20 @@ fn fanout() {
     const REPS: usize = 5;
     let tb = Testbed::new(64);
     let dir = tempfile::tempdir().unwrap();
-    println!("\n### Launch fan-out: `true` on N nodes, start to all exited ({REPS} runs each, alternating)\n");
+    println!(
+        "\n### Launch fan-out: `true` on N nodes, start to all exited ({REPS} runs each, alternating)\n"
+    );
     println!("| N | command | median s | spread s | ratio to pdsh |");
     println!("|---|---|---|---|---|");
     for n in [8usize, 32, 64] {
         let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
         let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
-        let mut results: Vec<(&str, Vec<Duration>)> =
-            vec![("pdsh -R ssh -f 64", vec![]), ("ssh & loop", vec![]), ("herd run --no-preflight", vec![]), ("herd run", vec![])];
+        let mut results: Vec<(&str, Vec<Duration>)> = vec![
+            ("pdsh -R ssh -f 64", vec![]),
+            ("ssh & loop", vec![]),
+            ("herd run --no-preflight", vec![]),
+            ("herd run", vec![]),
+        ];
         for _ in 0..REPS {
             let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
             results[0].1.push(timed(
@@ -144,8 +151,14 @@ fn kill_rank_and_time(mark: &str, cap: Duration) -> Option<Duration> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let victim = loop {
         let pids = herd_support::processes_with_env_prefix(mark);
-        if let Some(p) = pids.iter().find(|p| environ_has(**p, "RANK=3") && environ_has(**p, "LOCAL_RANK=1")) {
-            if pids.iter().filter(|p| environ_has(**p, "LOCAL_RANK=0") || environ_has(**p, "LOCAL_RANK=1")).count() >= 6 {
+        if let Some(p) = pids.iter().find(|p| environ_has(**p, "RANK=3") && environ_has(**p, "LOCAL_RANK=1"))
+        {
+            if pids
+                .iter()
+                .filter(|p| environ_has(**p, "LOCAL_RANK=0") || environ_has(**p, "LOCAL_RANK=1"))
+                .count()
+                >= 6
+            {
                 break *p;
             }
         }
@@ -178,7 +191,13 @@ fn teardown() {
          nproc_per_node = 2\nworkdir = \"{root}\"\nsetup = \"source {}/bin/activate\"",
         venv.display()
     );
-    let config = write_config(&tb, dir.path(), &hosts, &job, "[rendezvous]\ninterface = \"eth0\"\n\n[restart]\nmax_restarts = 0\n");
+    let config = write_config(
+        &tb,
+        dir.path(),
+        &hosts,
+        &job,
+        "[rendezvous]\ninterface = \"eth0\"\n\n[restart]\nmax_restarts = 0\n",
+    );
     let mut herd_t = Vec::new();
     let mut shell_t = Vec::new();
     let mut shell_hung = 0;
@@ -241,12 +260,19 @@ fn teardown() {
         println!("{}", row("ssh + torchrun shell loop", s, None));
     }
     if shell_hung > 0 {
-        println!("| ssh + torchrun shell loop | still running after {} s in {shell_hung} of {REPS} runs | | |", CAP.as_secs());
+        println!(
+            "| ssh + torchrun shell loop | still running after {} s in {shell_hung} of {REPS} runs | | |",
+            CAP.as_secs()
+        );
     }
     if !herd_t.is_empty() {
         println!("{}", row("herd run", &stats(herd_t.clone()), shell.as_ref()));
     }
     if herd_t.len() < REPS {
-        println!("| herd run | still running after {} s in {} of {REPS} runs | | |", CAP.as_secs(), REPS - herd_t.len());
+        println!(
+            "| herd run | still running after {} s in {} of {REPS} runs | | |",
+            CAP.as_secs(),
+            REPS - herd_t.len()
+        );
     }
 }

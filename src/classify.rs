@@ -26,8 +26,10 @@ pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
         r"command not found|: not found$|can't open file .*No such file or directory|No module named torch\.distributed\.run",
         FailureClass::Launch,
     ),
+    // Killed by a signal a launcher does not send itself: torchrun and DeepSpeed stop the
+    // other ranks with SIGTERM (-15), which is a consequence, never a crash.
     (
-        r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*:\s*-\d+|Segmentation fault|core dumped|exits with return code = -\d+",
+        r"Signal \d+ \(SIG(KILL|SEGV|ABRT|BUS|ILL|FPE)\) received by PID|exitcode\s*:\s*-(4|6|7|8|9|11)\b|Segmentation fault|core dumped|exits with return code = -(4|6|7|8|9|11)\b",
         FailureClass::Crash,
     ),
     (
@@ -352,6 +354,22 @@ mod tests {
         assert_eq!(rules.class_of("sh: 1: torchrun: not found"), Some(FailureClass::Launch));
         assert_eq!(rules.class_of("SyntaxError: invalid syntax"), Some(FailureClass::User));
         assert_eq!(rules.class_of("step 3 rank 1 sum 21"), None);
+    }
+
+    #[test]
+    fn a_launcher_stopping_its_own_ranks_with_sigterm_is_not_a_crash() {
+        let rules = RuleTable::new(&[]);
+        assert_eq!(rules.class_of("  exitcode  : -15 (pid: 70)  (SIGTERM)"), None);
+        assert_eq!(rules.class_of("  traceback : Signal 15 (SIGTERM) received by PID 70"), None);
+        assert_eq!(rules.class_of("  exitcode  : -9 (pid: 64)  (SIGKILL)"), Some(FailureClass::Crash));
+        assert_eq!(
+            rules.class_of("  traceback : Signal 11 (SIGSEGV) received by PID 64"),
+            Some(FailureClass::Crash)
+        );
+        assert_eq!(
+            rules.class_of("failed (exitcode: -9) local_rank: 1 (pid: 64)"),
+            Some(FailureClass::Crash)
+        );
     }
 
     #[test]

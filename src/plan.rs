@@ -98,8 +98,10 @@ pub enum EnvValue {
     /// The interface that routes to the master on this node, found when the run starts
     /// (`rendezvous.interface = "auto"`).
     AutoInterface,
-    /// `HERD_MARKER`: `<config key>:<run id>:<node rank>`, which every job process inherits
-    /// and by which the agent finds processes that left the job's process group.
+    /// `HERD_MARKER`: `<config key>:<run id>:<attempt>:<node rank>`, which every job process
+    /// inherits and by which the agent finds processes that left the job's process group. The
+    /// attempt is in it so that an agent of an earlier attempt, left on a node that was cut
+    /// off, can never stop the processes of a later one.
     Marker {
         config_key: String,
     },
@@ -327,7 +329,7 @@ impl NodePlan {
                     EnvValue::RunId => values.run_id.to_string(),
                     EnvValue::Attempt => values.attempt.to_string(),
                     EnvValue::Marker { config_key } => {
-                        format!("{config_key}:{}:{}", values.run_id, self.rank)
+                        format!("{config_key}:{}:{}:{}", values.run_id, values.attempt, self.rank)
                     }
                 };
                 Some((k.clone(), value))
@@ -358,7 +360,7 @@ impl EnvValue {
             EnvValue::AutoInterface => "<auto: the interface that routes to the master>",
             // The key hashes the config's absolute path: left out, so plans diff cleanly
             // across checkouts.
-            EnvValue::Marker { .. } => "<config-key>:<run-id>:<node-rank>",
+            EnvValue::Marker { .. } => "<config-key>:<run-id>:<attempt>:<node-rank>",
         }
     }
 }
@@ -369,4 +371,33 @@ fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Er
 
 fn ser_known_hosts<S: serde::Serializer>(k: &KnownHostsPolicy, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(k.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn plan() -> LaunchPlan {
+        let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        build(&config, &PlanInputs { cwd: "/w".into(), env: BTreeMap::new() })
+    }
+
+    #[test]
+    fn markers_name_config_run_attempt_and_node() {
+        let p = plan();
+        let values = |attempt| AttemptValues { run_id: "r1", attempt, master_port: 1, interfaces: &[] };
+        let m0 = p.nodes[1].marker(&values(0));
+        let m1 = p.nodes[1].marker(&values(1));
+        // An agent left over from attempt 0 sweeps only its own attempt's processes.
+        assert_ne!(m0, m1);
+        assert_eq!(m0, format!("HERD_MARKER={}:r1:0:1", p.config_key));
+        // Sweeps by run and by config still match every attempt and node.
+        for m in [&m0, &m1, &p.nodes[0].marker(&values(0))] {
+            assert!(m.starts_with(&p.marker_prefix(Some("r1"))), "{m}");
+            assert!(m.starts_with(&p.marker_prefix(None)), "{m}");
+        }
+        assert!(!m0.starts_with(&p.marker_prefix(Some("r10"))));
+    }
 }

@@ -214,3 +214,38 @@ fn a_log_directory_that_cannot_be_created_stops_the_run_before_it_starts() {
     assert!(out.stderr.contains("cannot create the log directory /dev/null/logs"), "{out}");
     assert!(!marker.exists(), "the job ran although its logs could not be kept");
 }
+
+/// A disk that fills up mid-run stops the log files with one warning, never the job or the
+/// echo: every line still reaches stdout.
+#[test]
+fn a_full_disk_mid_run_keeps_the_echo_and_warns_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "herd-test", logs.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a small tmpfs (needs root)");
+    let unmount = || {
+        let _ = std::process::Command::new("umount").arg(&logs).status();
+    };
+    write(
+        dir.path(),
+        &format!(
+            "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+             args = [\"-c\", \"i=0; while [ $i -lt 5000 ]; do echo line $i of the output; i=$((i+1)); done\"]\n\
+             [logs]\ndir = \"{}\"\n",
+            logs.display()
+        ),
+    );
+    let out = herd::run(dir.path(), &["run", "--no-preflight"], LIMIT);
+    unmount();
+    out.assert_code(0);
+    assert_eq!(
+        out.node_lines("[0 localhost] ").iter().filter(|l| l.starts_with("line ")).count(),
+        5000,
+        "lines lost"
+    );
+    assert_eq!(out.stderr.matches("warning: cannot write the run's files").count(), 1, "{}", out.stderr);
+}

@@ -356,3 +356,28 @@ fn the_readme_demo_runs_on_the_local_transport() {
         assert_eq!(results.len(), 2, "node {node}\n{out}");
     }
 }
+
+#[test]
+fn ctrl_c_while_connecting_ends_the_run_with_nothing_started() {
+    let c = Cluster::new(2);
+    let dead = format!("10.77.{}.250", c.tb.k());
+    let text = format!(
+        "{}\n[[nodes]]\nhost = \"{}\"\n[[nodes]]\nhost = \"{dead}\"\n\n\
+         [job]\nlauncher = \"command\"\nscript = \"sleep\"\nargs = [\"300\"]\n\n[env]\nHERD_TEST_MARK = \"{}\"\n\n[logs]\ndir = \"{}\"\n",
+        c.tb.ssh_config_toml().replace("connect_timeout = \"5s\"", "connect_timeout = \"20s\""),
+        c.addr(0),
+        mark(&c),
+        c.logs().display()
+    );
+    std::fs::write(c.tb.dir().join("cluster.toml"), text).unwrap();
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    running.signal("INT");
+    let out = running.wait(Duration::from_secs(15));
+    out.assert_code(130);
+    assert!(out.took < Duration::from_secs(10), "waited for the connect timeout: {:?}", out.took);
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    let ev = events(&only_run_dir(&c.logs()));
+    assert!(!event_names(&ev).iter().any(|n| n == "attempt_started"), "{ev:?}");
+    assert_eq!(ev.last().unwrap()["status"], "interrupted");
+}
