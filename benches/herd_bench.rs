@@ -8,10 +8,8 @@
 //! and the spread (min-max) and the ratio of medians against the baseline.
 
 #[path = "../tests/support/herd.rs"]
-#[allow(dead_code)]
 mod herd_support;
 #[path = "../tests/support/testbed.rs"]
-#[allow(dead_code)]
 mod testbed;
 
 use std::path::{Path, PathBuf};
