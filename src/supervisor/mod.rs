@@ -129,10 +129,8 @@ pub async fn run(
     let mut used_ports = BTreeSet::new();
     let mut attempts = Vec::new();
     let mut attempt = 0;
-    let mut next_port = None;
     let mut interfaces = Vec::new();
-    let auto_interface = plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE);
-    if options.preflight || auto_interface {
+    loop {
         let port = match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
             Ok(p) => p,
             Err(e) => {
@@ -140,35 +138,23 @@ pub async fn run(
                 return Err(e);
             }
         };
-        let open: Vec<Option<Arc<Connection>>> = conns.iter().cloned().map(Some).collect();
-        let (none, zeros) = (vec![None; conns.len()], vec![0; conns.len()]);
-        let checked = tokio::select! {
-            report = doctor::diagnose(plan, &open, &zeros, &none, options.preflight.then_some(port), true) => Some(report),
-            _ = interrupts.recv() => None,
-        };
-        drop(open);
-        let Some(report) = checked else {
-            close_all(conns).await;
-            return finish(RunStatus::Interrupted, vec![]).await;
-        };
-        if options.preflight && !report.ok() {
-            close_all(conns).await;
-            return Err(RunError::Preflight(report.nodes));
-        }
-        interfaces = report.route_devs.into_iter().map(Option::unwrap_or_default).collect();
-        next_port = Some(port);
-    }
-    loop {
-        let port = match next_port.take() {
-            Some(p) => p,
-            None => match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
-                Ok(p) => p,
-                Err(e) => {
+        if attempt == 0 {
+            let checked = tokio::select! {
+                checked = preflight(plan, &conns, options, port) => Some(checked),
+                _ = interrupts.recv() => None,
+            };
+            match checked {
+                Some(Ok(found)) => interfaces = found,
+                Some(Err(e)) => {
                     close_all(conns).await;
                     return Err(e);
                 }
-            },
-        };
+                None => {
+                    close_all(conns).await;
+                    return finish(RunStatus::Interrupted, vec![]).await;
+                }
+            }
+        }
         used_ports.insert(port);
         let started = Instant::now();
         let ctx = AttemptContext {
@@ -230,6 +216,29 @@ pub async fn run(
         }
         attempt += 1;
     }
+}
+
+/// Before the first attempt: the fast preflight checks (unless turned off), which also find
+/// each node's interface to the master for `rendezvous.interface = "auto"`. Returns those
+/// interfaces (empty when not needed).
+async fn preflight(
+    plan: &LaunchPlan,
+    conns: &[Arc<Connection>],
+    options: RunOptions,
+    port: u16,
+) -> Result<Vec<String>, RunError> {
+    let auto_interface = plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE);
+    if !options.preflight && !auto_interface {
+        return Ok(Vec::new());
+    }
+    let open: Vec<Option<Arc<Connection>>> = conns.iter().cloned().map(Some).collect();
+    let (no_errors, no_times) = (vec![None; conns.len()], vec![0; conns.len()]);
+    let report =
+        doctor::diagnose(plan, &open, &no_times, &no_errors, options.preflight.then_some(port), true).await;
+    if options.preflight && !report.ok() {
+        return Err(RunError::Preflight(report.nodes));
+    }
+    Ok(report.route_devs.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 /// One SSH master connection per node, all at once, keeping going past failures: for
