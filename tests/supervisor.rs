@@ -308,3 +308,60 @@ fn herd_kill_stops_leftovers_of_the_config_only_and_refuses_while_a_run_is_live(
     again.assert_code(0);
     assert!(again.stdout.contains("nothing left of earlier runs"), "{again}");
 }
+
+/// Processes in node `i`'s network namespace whose command line starts with `prefix`.
+fn processes_with_cmdline(c: &Cluster, node: usize, prefix: &str) -> Vec<u32> {
+    let ns = std::fs::metadata(format!("/run/netns/{}", c.tb.nodes()[node].netns)).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.ino()
+    });
+    let Ok(ns) = ns else { return vec![] };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == ns)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+        })
+        .collect()
+}
+
+/// A node whose SSH connection stays up but whose agent stops answering (here: frozen with
+/// SIGSTOP) is declared lost after restart.heartbeat_timeout; herd stops the others and,
+/// since the frozen node cannot act on SIGKILL, gives up on it a few seconds later.
+#[test]
+fn a_silent_node_is_lost_by_heartbeat_and_given_up() {
+    let c = Cluster::new(2);
+    c.write_config(
+        "launcher = \"command\"\nscript = \"sleep\"\nargs = [\"300\"]",
+        "[restart]\nmax_restarts = 0\ngrace_period = \"2s\"\nheartbeat_timeout = \"3s\"\n",
+    );
+    let running = herd::start(c.tb.dir(), &["run", "--no-preflight"], &[]);
+    assert!(wait_for_event(&c.logs(), "node_started", Duration::from_secs(30)).is_some());
+    std::thread::sleep(Duration::from_secs(1));
+    let agent = "sh\0-c\0# herd node agent";
+    let frozen = processes_with_cmdline(&c, 1, agent);
+    assert!(frozen.len() >= 2, "the agent and its helper shells: {frozen:?}");
+    for pid in &frozen {
+        assert!(std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let out = running.wait(Duration::from_secs(40));
+    for pid in &frozen {
+        let _ = std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status();
+    }
+    out.assert_code(1);
+    assert!(out.took < Duration::from_secs(30), "took {:?}", out.took);
+    let ev = events(&only_run_dir(&c.logs()));
+    let teardown = &all(&ev, "teardown_started")[0];
+    assert!(teardown["reason"].as_str().unwrap().contains("is silent: no heartbeat"), "{teardown}");
+    let f = &all(&ev, "attempt_failed")[0];
+    assert_eq!(f["class"], "node-lost", "{f}");
+    assert_eq!(f["root_cause"]["node_rank"], 1, "{f}");
+    assert!(f["root_cause"]["lost"].as_str().unwrap().contains("no heartbeat"), "{f}");
+}
