@@ -337,6 +337,12 @@ impl NodePlan {
             .collect()
     }
 
+    /// The env block the agent reads from stdin for one attempt.
+    pub fn env_block(&self, values: &AttemptValues<'_>) -> Vec<u8> {
+        let env = self.resolved_env(values);
+        remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
     /// The agent's `NAME=VALUE` marker line for one attempt.
     pub fn marker(&self, values: &AttemptValues<'_>) -> String {
         let value = self.resolved_env(values).into_iter().find(|(k, _)| k == MARKER_VAR).map(|(_, v)| v);

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::config::LauncherKind;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::{self, quote, AgentInvocation};
-use crate::transport::Connection;
+use crate::transport::{AgentProcess, Connection};
 
 pub use checks::{evaluate, Check, Facts, NodeChecks, PortReach, Status};
 
@@ -97,28 +97,37 @@ if {full}:
     s
 }
 
-/// Run `command` (a shell snippet) on a node under the agent, after `cd workdir` and
-/// `setup`, with the node's env; collect everything it printed.
-pub async fn run_in_job_env(
+/// Start `command` (a command line, as the job's launcher line would be) on a node under
+/// the agent, after `cd workdir` and `setup`, with the node's env. It ends with its stdin.
+async fn start_in_job_env(
     conn: &Connection,
     plan: &LaunchPlan,
     node: &NodePlan,
     values: &AttemptValues<'_>,
     command: &str,
-    limit: Duration,
-) -> Result<String, String> {
+) -> Result<AgentProcess, String> {
     let inv = AgentInvocation {
         grace_secs: 1,
         heartbeat_secs: 3600,
         marker: node.marker(values),
-        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), &format!("sh -c {}", quote(command))),
+        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), command),
     };
-    let env = node.resolved_env(values);
     let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
-    p.stdin
-        .write_all(&remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
-        .await
-        .map_err(|e| e.to_string())?;
+    p.stdin.write_all(&node.env_block(values)).await.map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+/// Run `script` (a shell snippet) on a node in the job's environment; collect everything it
+/// printed.
+pub async fn run_in_job_env(
+    conn: &Connection,
+    plan: &LaunchPlan,
+    node: &NodePlan,
+    values: &AttemptValues<'_>,
+    script: &str,
+    limit: Duration,
+) -> Result<String, String> {
+    let mut p = start_in_job_env(conn, plan, node, values, &format!("sh -c {}", quote(script))).await?;
     let mut out = Vec::new();
     let read = tokio::time::timeout(limit, p.stdout.read_to_end(&mut out)).await;
     drop(p.stdin);
@@ -199,21 +208,10 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
     let listen_cmd = format!("{} -c {}", quote(&plan.python), quote(&listen));
     // The listener runs under the agent like everything else; it ends with its stdin.
     let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
-    let inv = AgentInvocation {
-        grace_secs: 1,
-        heartbeat_secs: 3600,
-        marker: master.marker(&values),
-        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), &listen_cmd),
-    };
-    let env = master.resolved_env(&values);
-    let mut listener = match master_conn.spawn_agent(&inv).await {
+    let mut listener = match start_in_job_env(&master_conn, plan, master, &values, &listen_cmd).await {
         Ok(p) => p,
-        Err(e) => return PortReach::NoListener(e.to_string()),
+        Err(e) => return PortReach::NoListener(e),
     };
-    let env_block = remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    if let Err(e) = listener.stdin.write_all(&env_block).await {
-        return PortReach::NoListener(e.to_string());
-    }
     let mut lines = BufReader::new(&mut listener.stdout).lines();
     let mut said = Vec::new();
     let ready = tokio::time::timeout(PROBE_TIMEOUT, async {

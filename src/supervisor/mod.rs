@@ -514,7 +514,6 @@ async fn run_attempt(
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
-        let env = node.resolved_env(&values);
         let run = node::NodeRun {
             node_rank: node.rank,
             host: node.host.clone(),
@@ -525,7 +524,7 @@ async fn run_attempt(
                 marker: node.marker(&values),
                 job: plan.job_snippet(node),
             },
-            env_block: remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            env_block: node.env_block(&values),
             liveness: liveness.clone(),
             progress_pattern: ctx.progress.clone(),
         };
