@@ -35,13 +35,6 @@ pub struct Line {
     pub end: LineEnd,
 }
 
-impl Line {
-    /// The bytes as they arrived.
-    pub fn raw_len(&self) -> usize {
-        self.text.len() + self.end.bytes().len()
-    }
-}
-
 /// Incremental splitter: feed chunks as they arrive, then `finish` at end of stream.
 #[derive(Debug, Default)]
 pub struct LineSplitter {

@@ -28,8 +28,6 @@ pub struct Sinks {
 /// What the reporter knows at the end.
 #[derive(Debug, Default)]
 pub struct Report {
-    pub lines_out: u64,
-    pub bytes_out: u64,
     /// The first error writing the run's files, after which they were no longer written.
     pub file_error: Option<String>,
 }
@@ -62,8 +60,6 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, mut sinks:
                             .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
                         file_result(&mut report, written, &mut *sinks.stderr);
                     }
-                    report.lines_out += 1;
-                    report.bytes_out += line.raw_len() as u64;
                     if stdout_ok {
                         let prefix = &prefixes[*node_rank];
                         stdout_ok = stdout
