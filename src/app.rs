@@ -1,7 +1,6 @@
 //! From parsed arguments to an exit code: load the config, build the plan, and either print
 //! it or hand it to the supervisor with a reporter attached.
 
-use std::io::IsTerminal;
 use std::path::Path;
 
 use tokio::sync::mpsc;
@@ -49,11 +48,7 @@ fn plan_command(args: PlanArgs) -> Result<u8, Error> {
 fn run_command(args: RunArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.extra_args)?;
     let run_id = new_run_id();
-    let color = output::prefix::use_color(
-        std::io::stdout().is_terminal(),
-        std::env::var("NO_COLOR").ok().as_deref(),
-        std::env::var("TERM").ok().as_deref(),
-    );
+    let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 
     let runtime = runtime()?;
 
@@ -72,7 +67,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
 
     let (events_tx, events_rx) = mpsc::channel(1024);
     let reporter = std::thread::spawn(move || {
-        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), color };
+        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), mode };
         output::report(files, events_rx, sinks)
     });
 

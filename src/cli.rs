@@ -64,6 +64,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_preflight: bool,
 
+    /// Print events and job output as JSON lines on stdout (the objects of events.jsonl,
+    /// plus one `output` event per line a node prints) instead of prefixed lines.
+    #[arg(long)]
+    pub json: bool,
+
+    /// No live status board, only prefixed lines. The board is also off when stdout or
+    /// stderr is not a terminal, with NO_COLOR or TERM=dumb set, and under CI.
+    #[arg(long)]
+    pub no_progress: bool,
+
     /// Extra arguments for the training script, appended to job.args.
     #[arg(last = true, value_name = "ARGS")]
     pub extra_args: Vec<String>,

@@ -81,6 +81,8 @@ pub enum Event {
         launcher: &'static str,
         nnodes: usize,
         world_size: u32,
+        /// Attempts after the first that failures may use (restart.max_restarts).
+        max_restarts: u32,
         hosts: Vec<String>,
         log_dir: String,
     },
@@ -88,6 +90,10 @@ pub enum Event {
         node_rank: usize,
         host: String,
         millis: u64,
+    },
+    /// The checks before the first attempt began on every node.
+    PreflightStarted {
+        nnodes: usize,
     },
     AttemptStarted {
         attempt: u32,

@@ -5,8 +5,6 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 use crate::events::Event;
 
 pub struct RunFiles {
@@ -14,13 +12,6 @@ pub struct RunFiles {
     events: BufWriter<File>,
     hosts: Vec<String>,
     node_logs: Vec<Option<BufWriter<File>>>,
-}
-
-#[derive(Serialize)]
-struct Stamped<'a> {
-    ts: String,
-    #[serde(flatten)]
-    event: &'a Event,
 }
 
 impl RunFiles {
@@ -68,10 +59,8 @@ impl RunFiles {
         }
     }
 
-    pub fn record(&mut self, event: &Event) -> io::Result<()> {
-        let ts = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        serde_json::to_writer(&mut self.events, &Stamped { ts, event })?;
-        self.events.write_all(b"\n")?;
+    pub fn record(&mut self, event: &Event, ts: String) -> io::Result<()> {
+        self.events.write_all(&super::json::event_line(event, ts))?;
         // Events are few and are what an operator reads after a crash: keep them on disk.
         self.events.flush()
     }

@@ -2,27 +2,33 @@
 //! lines on stderr, and the run's files. The reporter runs on its own thread and never touches
 //! a process; the supervisor never prints.
 
+pub mod board;
 pub mod doctor_view;
 mod files;
+pub mod json;
+mod live;
+pub mod mode;
 pub mod plan_view;
 pub mod prefix;
 pub mod summary;
 
 use std::io::{self, Write};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use crate::events::Event;
 
 pub use files::{node_log_path, RunFiles};
+pub use mode::Mode;
 
 /// Where the reporter writes.
 pub struct Sinks {
-    /// Job output.
+    /// Job output, or JSON lines.
     pub stdout: Box<dyn Write + Send>,
-    /// herd's own status lines.
+    /// herd's own status lines, and the board.
     pub stderr: Box<dyn Write + Send>,
-    pub color: bool,
+    pub mode: Mode,
 }
 
 /// What the reporter knows at the end.
@@ -32,69 +38,162 @@ pub struct Report {
     pub file_error: Option<String>,
 }
 
+/// How often the board is redrawn when nothing happens (its clocks move on).
+const BOARD_TICK: Duration = Duration::from_millis(250);
+/// Job output is written to stdout in pieces of about this size, or when no event waits.
+const STDOUT_CHUNK: usize = 64 * 1024;
+
 /// Consume events until the channel closes. A closed stdout stops the echo but not the log
 /// files; a failing disk stops the files but not the echo. Neither stops reading events, so
 /// the run itself never stalls on its output.
-pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, mut sinks: Sinks) -> Report {
-    let prefixes = prefix::prefixes(&files.nodes(), sinks.color);
+pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
+    let color = matches!(sinks.mode, Mode::Plain { color: true } | Mode::Board { color: true });
+    let json = sinks.mode == Mode::Json;
+    let prefixes = prefix::prefixes(&files.nodes(), color);
+    let hosts: Vec<String> = files.nodes().into_iter().map(|(_, h)| h).collect();
+    let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
+    // Waiting with a timeout needs a timer; only the board needs one.
+    let timer = live.as_ref().and_then(|_| {
+        tokio::runtime::Builder::new_current_thread().enable_time().build().ok()
+    });
+    let mut screen = Screen { out: sinks.stdout, err: sinks.stderr, pending: Vec::new(), out_ok: true, live };
+    let mut board = board::Board::new(Instant::now());
+    let mut attempt = 0;
     let mut report = Report::default();
-    let mut stdout = io::BufWriter::with_capacity(64 * 1024, sinks.stdout);
-    let mut stdout_ok = true;
     let run_dir = files.run_dir().display().to_string();
-    let file_result = |report: &mut Report, result: io::Result<()>, stderr: &mut dyn Write| {
+    let file_result = |report: &mut Report, result: io::Result<()>, screen: &mut Screen| {
         if let (Err(e), None) = (result, &report.file_error) {
             let msg = format!("cannot write the run's files under {run_dir}: {e}");
-            let _ = writeln!(stderr, "herd: warning: {msg}; job output goes on, to stdout only");
+            screen.status(&format!("warning: {msg}; job output goes on, to stdout only"));
             report.file_error = Some(msg);
         }
     };
 
-    while let Some(event) = events.blocking_recv() {
+    loop {
+        let event = match &timer {
+            Some(rt) => match rt.block_on(async { tokio::time::timeout(BOARD_TICK, events.recv()).await }) {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(_) => {
+                    screen.draw(&board);
+                    continue;
+                }
+            },
+            None => match events.blocking_recv() {
+                Some(event) => event,
+                None => break,
+            },
+        };
         let files_ok = report.file_error.is_none();
         match &event {
             Event::NodeOutput { node_rank, lines } => {
+                board.output(*node_rank, Instant::now());
+                let ts = if json { json::timestamp() } else { String::new() };
                 for line in lines {
                     if files_ok {
                         let written = files
                             .write_node(*node_rank, &line.text)
                             .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
-                        file_result(&mut report, written, &mut *sinks.stderr);
+                        file_result(&mut report, written, &mut screen);
                     }
-                    if stdout_ok {
-                        let prefix = &prefixes[*node_rank];
-                        stdout_ok = stdout
-                            .write_all(prefix)
-                            .and_then(|_| stdout.write_all(&line.text))
-                            .and_then(|_| stdout.write_all(b"\n"))
-                            .is_ok();
+                    if json {
+                        let host = &hosts[*node_rank];
+                        screen.job(&[&json::output_line(attempt, *node_rank, host, line, ts.clone())]);
+                    } else {
+                        screen.job(&[&prefixes[*node_rank], &line.text, b"\n"]);
                     }
                 }
             }
             other => {
+                if let Event::AttemptStarted { attempt: a, .. } = other {
+                    attempt = *a;
+                }
+                board.apply(other, Instant::now());
+                let ts = json::timestamp();
                 if files_ok {
                     let written = match other {
                         Event::AttemptStarted { attempt, .. } => files.start_attempt(*attempt),
                         Event::NodeExited { node_rank, .. } => files.flush_node(*node_rank),
                         _ => Ok(()),
                     }
-                    .and_then(|_| files.record(other));
-                    file_result(&mut report, written, &mut *sinks.stderr);
+                    .and_then(|_| files.record(other, ts.clone()));
+                    file_result(&mut report, written, &mut screen);
+                }
+                if json {
+                    screen.job(&[&json::event_line(other, ts)]);
                 }
                 if let Some(line) = summary::status_line(other) {
-                    // Keep job output and status in order on a shared terminal.
-                    if stdout_ok {
-                        stdout_ok = stdout.flush().is_ok();
-                    }
-                    let _ = writeln!(sinks.stderr, "herd: {line}");
+                    screen.status(&line);
                 }
+                screen.draw(&board);
             }
         }
-        if stdout_ok && events.is_empty() {
-            stdout_ok = stdout.flush().is_ok();
+        if events.is_empty() {
+            screen.flush_job();
         }
     }
     let flushed = files.flush_node_logs();
-    file_result(&mut report, flushed, &mut *sinks.stderr);
-    let _ = stdout.flush();
+    file_result(&mut report, flushed, &mut screen);
+    screen.flush_job();
+    if let Some(live) = &screen.live {
+        live.clear();
+    }
     report
+}
+
+/// stdout and stderr, with the board (when there is one) kept below everything written.
+struct Screen {
+    out: Box<dyn Write + Send>,
+    err: Box<dyn Write + Send>,
+    /// Job output not yet written to stdout.
+    pending: Vec<u8>,
+    out_ok: bool,
+    live: Option<live::Live>,
+}
+
+impl Screen {
+    fn job(&mut self, parts: &[&[u8]]) {
+        if !self.out_ok {
+            return;
+        }
+        for p in parts {
+            self.pending.extend_from_slice(p);
+        }
+        if self.pending.len() >= STDOUT_CHUNK {
+            self.flush_job();
+        }
+    }
+
+    fn flush_job(&mut self) {
+        if self.pending.is_empty() || !self.out_ok {
+            self.pending.clear();
+            return;
+        }
+        let (out, pending) = (&mut self.out, &self.pending);
+        let mut write = || out.write_all(pending).and_then(|_| out.flush()).is_ok();
+        self.out_ok = match &self.live {
+            Some(live) => live.above(write),
+            None => write(),
+        };
+        self.pending.clear();
+    }
+
+    /// One of herd's own lines, after the job output before it.
+    fn status(&mut self, line: &str) {
+        self.flush_job();
+        let err = &mut self.err;
+        let mut write = || {
+            let _ = writeln!(err, "herd: {line}");
+        };
+        match &self.live {
+            Some(live) => live.above(write),
+            None => write(),
+        }
+    }
+
+    fn draw(&self, board: &board::Board) {
+        if let Some(live) = &self.live {
+            live.draw(board, Instant::now());
+        }
+    }
 }

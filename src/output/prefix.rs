@@ -1,10 +1,5 @@
 //! The `[rank host] ` prefix put in front of every line a node prints. Pure.
 
-/// Whether to colour prefixes: only on a terminal, and never with NO_COLOR or TERM=dumb.
-pub fn use_color(stdout_is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> bool {
-    stdout_is_terminal && no_color.is_none_or(str::is_empty) && term != Some("dumb")
-}
-
 const PALETTE: [u8; 6] = [36, 33, 32, 35, 34, 31];
 
 /// Prefixes for all nodes, padded to one width so that the job's own text lines up.
@@ -28,15 +23,6 @@ pub fn prefixes(nodes: &[(usize, String)], color: bool) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn colour_only_on_a_terminal_that_wants_it() {
-        assert!(use_color(true, None, Some("xterm-256color")));
-        assert!(!use_color(false, None, Some("xterm")));
-        assert!(!use_color(true, Some("1"), Some("xterm")));
-        assert!(use_color(true, Some(""), None));
-        assert!(!use_color(true, None, Some("dumb")));
-    }
 
     #[test]
     fn prefixes_share_one_width() {

@@ -103,6 +103,7 @@ pub async fn run(
         launcher: plan.launcher.as_str(),
         nnodes: plan.nnodes(),
         world_size: plan.world_size,
+        max_restarts: plan.restart.max_restarts,
         hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
         log_dir: plan.logs_dir.join(run_id).display().to_string(),
     })
@@ -139,6 +140,9 @@ pub async fn run(
             }
         };
         if attempt == 0 {
+            if options.preflight {
+                emit(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
+            }
             let checked = tokio::select! {
                 checked = preflight(plan, &conns, options, port) => Some(checked),
                 _ = interrupts.recv() => None,

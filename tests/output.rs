@@ -1,0 +1,113 @@
+//! How a run looks: JSON lines on stdout with `--json`, the live board on a terminal, and
+//! plain lines without escape codes everywhere else. Both nodes use the local transport.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::herd::{self, HERD};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Two local nodes; node 0 prints to stdout and stderr and ends without a newline.
+fn write_config(dir: &Path, script: &str) {
+    let text = format!(
+        "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
+         [job]\nlauncher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", '{script}']\n\
+         [logs]\ndir = \"logs\"\n"
+    );
+    std::fs::write(dir.join("cluster.toml"), text).unwrap();
+}
+
+const CHATTY: &str = r#"echo "one $NODE_RANK"; echo "two $NODE_RANK" >&2; printf "three""#;
+
+#[test]
+fn json_puts_events_and_output_on_stdout_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), CHATTY);
+    let out = herd::run(dir.path(), &["run", "--json", "--no-preflight"], LIMIT);
+    out.assert_code(0);
+
+    let objects: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON on stdout: {l:?}: {e}\n{out}")))
+        .collect();
+    assert!(objects.iter().all(|o| o["ts"].is_string()), "{out}");
+    let names = herd::event_names(&objects);
+    assert_eq!(names.first().map(String::as_str), Some("run_started"), "{names:?}");
+    assert_eq!(names.last().map(String::as_str), Some("run_finished"), "{names:?}");
+
+    for rank in 0..2u64 {
+        let lines: Vec<&serde_json::Value> =
+            objects.iter().filter(|o| o["event"] == "output" && o["node_rank"] == rank).collect();
+        let mut texts: Vec<&str> = lines.iter().map(|o| o["line"].as_str().unwrap()).collect();
+        texts.sort();
+        assert_eq!(texts, [format!("one {rank}"), "three".into(), format!("two {rank}")], "{out}");
+        assert!(lines.iter().all(|o| o["attempt"] == 0 && o["host"].is_string()));
+        let three = lines.iter().find(|o| o["line"] == "three").unwrap();
+        assert_eq!(three["end"], "eof", "a line without a newline says so");
+    }
+
+    // Every other object is exactly what events.jsonl holds, in the same order.
+    let run_dir = herd::only_run_dir(&dir.path().join("logs"));
+    let recorded = herd::events(&run_dir);
+    let echoed: Vec<&serde_json::Value> = objects.iter().filter(|o| o["event"] != "output").collect();
+    assert_eq!(echoed, recorded.iter().collect::<Vec<_>>());
+
+    // herd's own words still reach stderr.
+    assert!(out.stderr.contains("herd: run "), "{out}");
+    assert!(!out.stdout.contains("herd:"), "{out}");
+}
+
+/// Piped, with NO_COLOR unset and a colour terminal type: plain lines, no escape codes.
+#[test]
+fn piped_output_has_no_escape_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), CHATTY);
+    let out = Command::new(HERD)
+        .args(["run", "--no-preflight"])
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .env_remove("CI")
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("[0 localhost] one 0\n"), "{stdout}");
+    assert!(!stdout.contains('\x1b') && !stderr.contains('\x1b'), "{stdout}\n{stderr}");
+}
+
+/// On a terminal (a pty from `script`): coloured prefixes and the board, which names the
+/// run, the attempt and every node.
+#[test]
+fn a_terminal_gets_the_board_and_coloured_prefixes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), r#"echo "start $NODE_RANK"; sleep 1.5; echo "end $NODE_RANK""#);
+    let command = format!("{HERD} run --no-preflight");
+    let out = Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .env_remove("CI")
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script(1) from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let run_dir = herd::only_run_dir(&dir.path().join("logs"));
+    let run_id = run_dir.file_name().unwrap().to_string_lossy();
+    assert!(text.contains(&format!("herd run {run_id} · attempt 0/3 · master ")), "{text}");
+    assert!(text.contains("rank  host"), "{text}");
+    assert!(text.contains("running"), "{text}");
+    assert!(text.contains("\x1b[36m[0 localhost]\x1b[0m start 0"), "{text}");
+    assert!(text.contains("end 1"), "{text}");
+    // The board is cleared at the end: the last thing on the screen is herd's summary.
+    let last = text.trim_end().lines().last().unwrap_or_default();
+    assert!(!last.contains("running"), "{text}");
+}
