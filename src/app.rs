@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, DoctorArgs, PlanArgs, RunArgs};
+use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
@@ -16,6 +16,7 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
     match cli.command {
         Command::Plan(args) => plan_command(args),
         Command::Run(args) => run_command(args),
+        Command::Exec(args) => exec_command(args),
         Command::Kill(args) => kill_command(&args.config),
         Command::Doctor(args) => doctor_command(args),
     }
@@ -92,6 +93,52 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => exit::JOB_FAILED,
     })
+}
+
+fn exec_command(args: ExecArgs) -> Result<u8, Error> {
+    let plan = load_plan(&args.config.config, &[])?;
+    let command = args.command.join(" ");
+    let exec_id = new_run_id();
+    let runtime = runtime()?;
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let mode = output::mode::Surroundings::detect(false, true);
+    let color = matches!(mode, output::Mode::Plain { color: true });
+    let prefixes = output::prefix::prefixes(&hosts.iter().cloned().enumerate().collect::<Vec<_>>(), color);
+
+    let (events_tx, events_rx) = mpsc::channel(1024);
+    let gather = args.gather;
+    let printer = std::thread::spawn(move || {
+        output::exec_view::collect(events_rx, &mut std::io::stdout(), &prefixes, gather)
+    });
+    let outcome = runtime.block_on(async {
+        let interrupts = forward_signals();
+        supervisor::exec::exec(&plan, &exec_id, &command, events_tx, interrupts).await
+    });
+    let outputs = printer.join().expect("exec printer panicked");
+    let ends = outcome.ends;
+    if gather {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&output::exec_view::gathered(&hosts, &outputs, &ends));
+        let _ = out.flush();
+    }
+    for (rank, end) in ends.iter().enumerate() {
+        match end {
+            supervisor::exec::ExecExit::Exited(e) if !e.success() => {
+                eprintln!("herd: node {rank} ({}): {e}", hosts[rank]);
+            }
+            supervisor::exec::ExecExit::Unreachable(why) => {
+                eprintln!("herd: node {rank} ({}): unreachable: {why}", hosts[rank]);
+            }
+            _ => {}
+        }
+    }
+    if outcome.interrupted {
+        eprintln!("herd: interrupted; the command was stopped on every node");
+        return Ok(exit::INTERRUPTED);
+    }
+    let worst = ends.iter().map(|e| e.status()).max().unwrap_or(0);
+    Ok(u8::try_from(worst).unwrap_or(u8::MAX))
 }
 
 fn kill_command(config: &Path) -> Result<u8, Error> {

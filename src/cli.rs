@@ -41,6 +41,12 @@ pub enum Command {
     ///
     /// Exits 0 when nothing fails, 3 when something does.
     Doctor(DoctorArgs),
+    /// Run a shell command on every node at once; each line comes prefixed with its node.
+    ///
+    /// The command runs in each node's login shell and login directory, without the job's
+    /// env, under the same agent as a job: Ctrl-C (or herd going away) stops it everywhere.
+    /// Exits with the highest exit status of any node; 255 when a node cannot be reached.
+    Exec(ExecArgs),
     /// Stop every process left on any node by earlier runs of this config.
     ///
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
@@ -77,6 +83,22 @@ pub struct RunArgs {
     /// Extra arguments for the training script, appended to job.args.
     #[arg(last = true, value_name = "ARGS")]
     pub extra_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// Print at the end, one block per distinct output, headed by the hostlist of the nodes
+    /// that printed it and their exit status when not 0 (as `dshbak -c` does).
+    #[arg(short, long)]
+    pub gather: bool,
+
+    /// The command, joined with spaces and run by the remote shell: quote pipes and
+    /// redirections, e.g. `herd exec -- 'nvidia-smi -L | wc -l'`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

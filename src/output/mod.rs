@@ -4,6 +4,7 @@
 
 pub mod board;
 pub mod doctor_view;
+pub mod exec_view;
 mod files;
 pub mod json;
 mod live;

@@ -4,6 +4,7 @@
 //! failure is classified, and, if the policy says so, everything is checked and started
 //! again on a fresh port. Everything is reported as events; nothing here prints.
 
+pub mod exec;
 mod node;
 pub mod policy;
 

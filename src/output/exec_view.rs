@@ -1,0 +1,172 @@
+//! `herd exec` output: prefixed lines as they come, or with `--gather` one block per distinct
+//! output under the hostlist of the nodes that printed it (as `dshbak -c` and `clush -b` do).
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use tokio::sync::mpsc;
+
+use crate::events::Event;
+use crate::supervisor::exec::ExecExit;
+
+/// Consume an exec's events. Streams prefixed lines to `out`, or with `gather` keeps each
+/// node's output and returns it (raw bytes, lines ended by `\n`).
+pub fn collect(
+    mut events: mpsc::Receiver<Event>,
+    out: &mut dyn Write,
+    prefixes: &[Vec<u8>],
+    gather: bool,
+) -> Vec<Vec<u8>> {
+    let mut kept = vec![Vec::new(); prefixes.len()];
+    let mut out = io::BufWriter::new(out);
+    let mut out_ok = true;
+    while let Some(event) = events.blocking_recv() {
+        if let Event::NodeOutput { node_rank, lines } = event {
+            for line in lines {
+                if gather {
+                    kept[node_rank].extend_from_slice(&line.text);
+                    kept[node_rank].push(b'\n');
+                } else if out_ok {
+                    out_ok = out
+                        .write_all(&prefixes[node_rank])
+                        .and_then(|_| out.write_all(&line.text))
+                        .and_then(|_| out.write_all(b"\n"))
+                        .is_ok();
+                }
+            }
+        }
+        if out_ok && events.is_empty() {
+            out_ok = out.flush().is_ok();
+        }
+    }
+    let _ = out.flush();
+    kept
+}
+
+/// The gathered view: nodes with the same output and the same end share one block, in the
+/// order their first node has in the config.
+pub fn gathered(hosts: &[String], outputs: &[Vec<u8>], ends: &[ExecExit]) -> Vec<u8> {
+    let mut groups: Vec<(&[u8], i32, Vec<&str>, &ExecExit)> = Vec::new();
+    for ((host, output), end) in hosts.iter().zip(outputs).zip(ends) {
+        let status = end.status();
+        match groups.iter_mut().find(|(o, s, _, e)| *o == output.as_slice() && *s == status && same_kind(e, end)) {
+            Some((_, _, members, _)) => members.push(host),
+            None => groups.push((output, status, vec![host], end)),
+        }
+    }
+    let mut s = Vec::new();
+    for (output, status, members, end) in groups {
+        let mut header = compress_hosts(&members);
+        match end {
+            ExecExit::Unreachable(why) => {
+                let _ = write!(header, " (unreachable: {why})");
+            }
+            ExecExit::Exited(e) if status != 0 => {
+                let _ = write!(header, " ({e})");
+            }
+            ExecExit::Exited(_) => {}
+        }
+        let rule = "-".repeat(header.chars().count().clamp(15, 79));
+        s.extend_from_slice(format!("{rule}\n{header}\n{rule}\n").as_bytes());
+        s.extend_from_slice(output);
+    }
+    s
+}
+
+fn same_kind(a: &ExecExit, b: &ExecExit) -> bool {
+    matches!((a, b), (ExecExit::Unreachable(x), ExecExit::Unreachable(y)) if x == y)
+        || matches!((a, b), (ExecExit::Exited(x), ExecExit::Exited(y)) if x == y)
+}
+
+/// Hosts as a hostlist expression: `node1,node2,node3,gpu-07` → `node[1-3],gpu-07`. Hosts
+/// that differ only in a trailing number (of one width, when zero-padded) share brackets.
+pub fn compress_hosts(hosts: &[&str]) -> String {
+    // (prefix, digit width when zero-padded else 0, numbers in order of appearance)
+    let mut groups: Vec<(&str, usize, Vec<u64>)> = Vec::new();
+    let mut plain: Vec<(usize, &str)> = Vec::new();
+    for (i, host) in hosts.iter().enumerate() {
+        let digits = host.bytes().rev().take_while(u8::is_ascii_digit).count();
+        let (prefix, number) = host.split_at(host.len() - digits);
+        let parsed = if digits > 0 && digits <= 18 { number.parse::<u64>().ok() } else { None };
+        let Some(n) = parsed else {
+            plain.push((i, host));
+            continue;
+        };
+        let width = if number.len() > 1 && number.starts_with('0') { number.len() } else { 0 };
+        match groups.iter_mut().find(|(p, w, _)| *p == prefix && *w == width) {
+            Some((_, _, ns)) => ns.push(n),
+            None => {
+                groups.push((prefix, width, vec![n]));
+                plain.push((i, ""));
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    let mut next_group = groups.into_iter();
+    for (_, host) in plain {
+        if !host.is_empty() {
+            parts.push(host.to_string());
+            continue;
+        }
+        let (prefix, width, mut ns) = next_group.next().expect("one group per placeholder");
+        if ns.len() == 1 {
+            parts.push(format!("{prefix}{:0width$}", ns[0]));
+            continue;
+        }
+        ns.sort_unstable();
+        ns.dedup();
+        let mut ranges: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < ns.len() {
+            let start = ns[i];
+            while i + 1 < ns.len() && ns[i + 1] == ns[i] + 1 {
+                i += 1;
+            }
+            ranges.push(if ns[i] == start {
+                format!("{start:0width$}")
+            } else {
+                format!("{start:0width$}-{:0width$}", ns[i])
+            });
+            i += 1;
+        }
+        parts.push(format!("{prefix}[{}]", ranges.join(",")));
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::NodeExit;
+
+    #[test]
+    fn hostlists_compress_runs_of_numbers() {
+        assert_eq!(compress_hosts(&["node1", "node2", "node3"]), "node[1-3]");
+        assert_eq!(compress_hosts(&["gpu-01", "gpu-02", "gpu-04", "cpu9"]), "gpu-[01-02,04],cpu9");
+        assert_eq!(compress_hosts(&["localhost", "node3", "127.0.0.1", "node1"]), "localhost,node[1,3],127.0.0.1");
+        assert_eq!(compress_hosts(&["n9", "n10", "n08"]), "n[9-10],n08");
+        assert_eq!(compress_hosts(&["only"]), "only");
+        assert_eq!(compress_hosts(&[]), "");
+    }
+
+    #[test]
+    fn identical_outputs_share_a_block() {
+        let hosts: Vec<String> = ["n1", "n2", "n3", "n4", "n5"].map(String::from).to_vec();
+        let outputs = [&b"same\n"[..], b"same\n", b"other\n", b"same\n", b""].map(|o| o.to_vec());
+        let ends = [
+            ExecExit::Exited(NodeExit::ExitCode(0)),
+            ExecExit::Exited(NodeExit::ExitCode(0)),
+            ExecExit::Exited(NodeExit::ExitCode(0)),
+            ExecExit::Exited(NodeExit::ExitCode(1)),
+            ExecExit::Unreachable("connection refused".into()),
+        ];
+        let text = String::from_utf8(gathered(&hosts, &outputs, &ends)).unwrap();
+        assert_eq!(
+            text,
+            "---------------\nn[1-2]\n---------------\nsame\n\
+             ---------------\nn3\n---------------\nother\n\
+             ----------------\nn4 (exit code 1)\n----------------\nsame\n\
+             ------------------------------------\nn5 (unreachable: connection refused)\n------------------------------------\n"
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! `herd exec`: one shell command on every node at once, each under the node agent, so that
+//! it ends everywhere when herd does (Ctrl-C, a lost connection, even `kill -9`).
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::node::{self, Liveness, NodeRun, Stop};
+use super::{connect_each, close_each, Interrupts};
+use crate::events::{Event, NodeExit};
+use crate::plan::LaunchPlan;
+use crate::remote::{self, AgentInvocation};
+
+/// The variable that marks an exec's processes. It is not HERD_MARKER on purpose: a run's
+/// sweep of leftovers must never stop someone's `herd exec` of the same config.
+pub const EXEC_MARKER_VAR: &str = "HERD_EXEC";
+
+/// Seconds between SIGTERM and SIGKILL when an exec is interrupted.
+const GRACE_SECS: u64 = 3;
+
+/// How one node's command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecExit {
+    Exited(NodeExit),
+    /// No connection, so the command never started.
+    Unreachable(String),
+}
+
+impl ExecExit {
+    /// As a shell would report it: the exit code, 128+N for signal N, 255 when the node could
+    /// not be reached or was lost (as ssh does).
+    pub fn status(&self) -> i32 {
+        match self {
+            ExecExit::Exited(NodeExit::ExitCode(c)) => *c,
+            ExecExit::Exited(NodeExit::Signal(s)) => 128 + s,
+            ExecExit::Exited(NodeExit::Lost(_)) | ExecExit::Unreachable(_) => 255,
+        }
+    }
+}
+
+/// How an exec ended.
+#[derive(Debug)]
+pub struct ExecOutcome {
+    /// Every node's end, in node order.
+    pub ends: Vec<ExecExit>,
+    /// Ctrl-C or SIGTERM stopped it.
+    pub interrupted: bool,
+}
+
+/// Run `command` (a shell command line, run by the login shell in the login directory) on
+/// every node of `plan`. Output arrives as `NodeOutput` events; each node's end as a
+/// `NodeExited` event too.
+pub async fn exec(
+    plan: &LaunchPlan,
+    exec_id: &str,
+    command: &str,
+    events: mpsc::Sender<Event>,
+    mut interrupts: Interrupts,
+) -> ExecOutcome {
+    let (conns, _, errors) = connect_each(plan).await;
+    let mut ends: Vec<Option<ExecExit>> =
+        errors.iter().map(|e| e.as_ref().map(|e| ExecExit::Unreachable(e.clone()))).collect();
+    let liveness = Arc::new(Liveness::new(plan.nnodes()));
+    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+    let mut set = JoinSet::new();
+    for (rank, conn) in conns.iter().enumerate() {
+        let Some(conn) = conn.clone() else { continue };
+        let value = format!("{}:{exec_id}:{rank}", plan.config_key);
+        let run = NodeRun {
+            node_rank: rank,
+            host: plan.nodes[rank].host.clone(),
+            attempt: 0,
+            invocation: AgentInvocation {
+                grace_secs: GRACE_SECS,
+                // Nobody watches an exec's heartbeat; a lost connection still ends it.
+                heartbeat_secs: 3600,
+                marker: format!("{EXEC_MARKER_VAR}={value}"),
+                job: command.to_string(),
+            },
+            env_block: remote::env_block([(EXEC_MARKER_VAR, value.as_str())]),
+            liveness: liveness.clone(),
+            progress_pattern: None,
+        };
+        set.spawn(node::run(conn, run, stop_rx.clone(), events.clone()));
+    }
+    let mut interrupted = 0;
+    loop {
+        tokio::select! {
+            joined = set.join_next() => match joined {
+                Some(result) => {
+                    let result = result.expect("exec node task panicked");
+                    ends[result.node_rank] = Some(ExecExit::Exited(result.exit));
+                }
+                None => break,
+            },
+            Some(()) = interrupts.recv() => {
+                interrupted += 1;
+                let _ = stop_tx.send(if interrupted == 1 { Stop::Term } else { Stop::Kill });
+            }
+        }
+    }
+    close_each(conns).await;
+    let ends = ends
+        .into_iter()
+        .map(|e| e.unwrap_or_else(|| ExecExit::Unreachable("no result".into())))
+        .collect();
+    ExecOutcome { ends, interrupted: interrupted > 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_read_like_a_shell() {
+        assert_eq!(ExecExit::Exited(NodeExit::ExitCode(3)).status(), 3);
+        assert_eq!(ExecExit::Exited(NodeExit::Signal(9)).status(), 137);
+        assert_eq!(ExecExit::Exited(NodeExit::Lost("x".into())).status(), 255);
+        assert_eq!(ExecExit::Unreachable("x".into()).status(), 255);
+    }
+}
