@@ -5,18 +5,19 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, PlanArgs, RunArgs};
+use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, LogsArgs, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
-use crate::{config, doctor, supervisor};
+use crate::{config, doctor, logs, supervisor};
 
 pub fn run(cli: Cli) -> Result<u8, Error> {
     match cli.command {
         Command::Plan(args) => plan_command(args),
         Command::Run(args) => run_command(args),
         Command::Exec(args) => exec_command(args),
+        Command::Logs(args) => logs_command(args),
         Command::Kill(args) => kill_command(&args.config),
         Command::Doctor(args) => doctor_command(args),
     }
@@ -139,6 +140,48 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     }
     let worst = ends.iter().map(|e| e.status()).max().unwrap_or(0);
     Ok(u8::try_from(worst).unwrap_or(u8::MAX))
+}
+
+fn logs_command(args: LogsArgs) -> Result<u8, Error> {
+    use std::io::Write;
+    let plan = load_plan(&args.config.config, &[])?;
+    let dir = &plan.logs_dir;
+    let runs = logs::list_runs(dir, &plan.config_key)
+        .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let printed = if args.list {
+        runs.iter().try_for_each(|r| writeln!(out, "{}  {} attempt(s)  {}", r.id, r.attempts.len(), r.dir.display()))
+    } else {
+        let usage = |e: String| Error::Usage(format!("{e} (under {})", dir.display()));
+        let run = logs::pick_run(&runs, args.run.as_deref()).map_err(usage)?;
+        let usage = |e: String| Error::Usage(e);
+        let mut selection = logs::Selection::default();
+        if let Some(node) = &args.node {
+            selection.nodes.push(logs::pick_node(run, node).map_err(usage)?);
+        }
+        if let Some(rank) = args.rank {
+            selection.nodes.push(logs::node_of_rank(run, rank).map_err(usage)?);
+        }
+        if let Some(attempt) = args.attempt {
+            if !run.attempts.contains(&attempt) {
+                return Err(Error::Usage(format!("run {} has no attempt {attempt}", run.id)));
+            }
+            selection.attempts.push(attempt);
+        }
+        if let Some(re) = &args.grep {
+            let re = regex::bytes::Regex::new(re).map_err(|e| Error::Usage(format!("--grep: {e}")))?;
+            selection.grep = Some(re);
+        }
+        let color = matches!(output::mode::Surroundings::detect(false, true), output::Mode::Plain { color: true });
+        let nodes: Vec<(usize, String)> = run.hosts.iter().cloned().enumerate().collect();
+        logs::print(run, &selection, &output::prefix::prefixes(&nodes, color), &mut out)
+    };
+    match printed.and_then(|_| out.flush()) {
+        // `herd logs | head` is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
+        Err(e) => Err(Error::io("cannot print the logs")(e)),
+        Ok(()) => Ok(exit::OK),
+    }
 }
 
 fn kill_command(config: &Path) -> Result<u8, Error> {

@@ -47,6 +47,11 @@ pub enum Command {
     /// env, under the same agent as a job: Ctrl-C (or herd going away) stops it everywhere.
     /// Exits with the highest exit status of any node; 255 when a node cannot be reached.
     Exec(ExecArgs),
+    /// Print a past run's node logs, each line prefixed with its node as it was live.
+    ///
+    /// The latest run of the config by default. Logs are printed attempt by attempt and node
+    /// by node, exactly as each node wrote them.
+    Logs(LogsArgs),
     /// Stop every process left on any node by earlier runs of this config.
     ///
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
@@ -99,6 +104,36 @@ pub struct ExecArgs {
     /// redirections, e.g. `herd exec -- 'nvidia-smi -L | wc -l'`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// The run: its id, or the start of it (see --list). Default: the latest run.
+    #[arg(value_name = "RUN")]
+    pub run: Option<String>,
+
+    /// List the runs of this config instead, oldest first.
+    #[arg(long, conflicts_with_all = ["run", "node", "rank", "attempt", "grep"])]
+    pub list: bool,
+
+    /// Only this node: its node rank or its host name.
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+
+    /// Only the node that ran this global rank.
+    #[arg(long, value_name = "RANK", conflicts_with = "node")]
+    pub rank: Option<u32>,
+
+    /// Only this attempt (counted from 0). Default: every attempt.
+    #[arg(long, value_name = "K")]
+    pub attempt: Option<u32>,
+
+    /// Only lines matching this regular expression.
+    #[arg(long, value_name = "RE")]
+    pub grep: Option<String>,
 }
 
 #[derive(Debug, Args)]

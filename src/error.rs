@@ -30,6 +30,9 @@ pub enum Error {
     Start(#[from] RunError),
     #[error("{0}")]
     Busy(String),
+    /// A command line that asks for something that is not there (a run, a node).
+    #[error("{0}")]
+    Usage(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -41,7 +44,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) => exit::CONFIG,
+            Error::Config(_) | Error::Usage(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
             Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,

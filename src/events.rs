@@ -84,6 +84,9 @@ pub enum Event {
         /// Attempts after the first that failures may use (restart.max_restarts).
         max_restarts: u32,
         hosts: Vec<String>,
+        /// Processes (ranks) per node, in node order: node r holds the global ranks that
+        /// follow those of the nodes before it.
+        nprocs: Vec<u32>,
         log_dir: String,
     },
     NodeConnected {

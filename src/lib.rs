@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod launcher;
+pub mod logs;
 pub mod lines;
 pub mod output;
 pub mod plan;

@@ -111,3 +111,60 @@ fn a_terminal_gets_the_board_and_coloured_prefixes() {
     let last = text.trim_end().lines().last().unwrap_or_default();
     assert!(!last.contains("running"), "{text}");
 }
+
+/// `herd logs` reads back what a run wrote: the latest run by default, by node, by global
+/// rank, by attempt, filtered by a regex; and says clearly what is not there.
+#[test]
+fn logs_reads_back_a_past_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // Attempt 0 fails everywhere, attempt 1 succeeds.
+    write_config(
+        dir.path(),
+        r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; echo noise; [ $HERD_ATTEMPT = 1 ]"#,
+    );
+    let mut text = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
+    text.push_str(
+        "[restart]\nmax_restarts = 1\non = [\"user\", \"crash\", \"launch\", \"comm\"]\nbackoff = \"100ms\"\n",
+    );
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
+    let first = herd::only_run_dir(&dir.path().join("logs")).file_name().unwrap().to_string_lossy().into_owned();
+
+    let out = herd::run(dir.path(), &["logs"], LIMIT);
+    out.assert_code(0);
+    assert_eq!(
+        out.stdout,
+        "==> attempt 0 <==\n[0 localhost] attempt 0 node 0\n[0 localhost] noise\n\
+         [1 127.0.0.1] attempt 0 node 1\n[1 127.0.0.1] noise\n\
+         ==> attempt 1 <==\n[0 localhost] attempt 1 node 0\n[0 localhost] noise\n\
+         [1 127.0.0.1] attempt 1 node 1\n[1 127.0.0.1] noise\n",
+        "{out}"
+    );
+    let out = herd::run(dir.path(), &["logs", "--node", "127.0.0.1", "--attempt", "1", "--grep", "^att"], LIMIT);
+    assert_eq!(out.stdout, "[1 127.0.0.1] attempt 1 node 1\n", "{out}");
+    // One rank per node here: global rank 1 is node 1.
+    let out = herd::run(dir.path(), &["logs", "--rank", "1", "--attempt", "0", "--grep", "node"], LIMIT);
+    assert_eq!(out.stdout, "[1 127.0.0.1] attempt 0 node 1\n", "{out}");
+
+    // A second run becomes the default; the first stays reachable by a prefix of its id.
+    std::thread::sleep(Duration::from_millis(1100));
+    herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
+    let out = herd::run(dir.path(), &["logs", "--list"], LIMIT);
+    assert_eq!(out.stdout.lines().count(), 2, "{out}");
+    assert!(out.stdout.starts_with(&first), "{out}");
+    let out = herd::run(dir.path(), &["logs", &first, "--attempt", "0", "--node", "0", "--grep", "att"], LIMIT);
+    assert_eq!(out.stdout, "[0 localhost] attempt 0 node 0\n", "{out}");
+
+    for (args, says) in [
+        (vec!["logs", "--attempt", "7"], "has no attempt 7"),
+        (vec!["logs", "--node", "9"], "has nodes 0-1, not 9"),
+        (vec!["logs", "--rank", "2"], "has ranks 0-1, not 2"),
+        (vec!["logs", "nosuchrun"], "no run nosuchrun of this config; the latest runs are: "),
+        (vec!["logs", "--grep", "("], "--grep: "),
+    ] {
+        let out = herd::run(dir.path(), &args, LIMIT);
+        out.assert_code(2);
+        assert!(out.stderr.contains(says), "{args:?}: {out}");
+        assert!(out.stdout.is_empty(), "{out}");
+    }
+}

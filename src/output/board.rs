@@ -277,6 +277,7 @@ mod tests {
                 world_size: 2 * n as u32,
                 max_restarts: 3,
                 hosts: (1..=n).map(|i| format!("node{i}")).collect(),
+                nprocs: vec![2; n],
                 log_dir: "l".into(),
             },
             t0,

@@ -106,6 +106,7 @@ pub async fn run(
         world_size: plan.world_size,
         max_restarts: plan.restart.max_restarts,
         hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
+        nprocs: plan.nodes.iter().map(|n| n.nproc).collect(),
         log_dir: plan.logs_dir.join(run_id).display().to_string(),
     })
     .await;

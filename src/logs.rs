@@ -1,0 +1,200 @@
+//! `herd logs`: find the runs of a config under its logs directory, pick one, and select lines
+//! from its node logs. The files are the ones a run wrote (see `output::RunFiles`).
+
+use std::io::{self, BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use regex::bytes::Regex;
+
+use crate::output::node_log_path;
+
+/// A past run, as its events.jsonl describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    pub id: String,
+    pub dir: PathBuf,
+    pub hosts: Vec<String>,
+    /// Ranks per node; empty for runs recorded before herd wrote them.
+    pub nprocs: Vec<u32>,
+    /// The attempts that have a directory, in order.
+    pub attempts: Vec<u32>,
+}
+
+/// Runs of the config with `config_key` under `logs_dir`, oldest first (run ids sort by
+/// their start time). Directories that are not runs, or runs of other configs, are skipped.
+pub fn list_runs(logs_dir: &Path, config_key: &str) -> io::Result<Vec<RunInfo>> {
+    let mut runs = Vec::new();
+    let entries = match std::fs::read_dir(logs_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(runs),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let dir = entry?.path();
+        let Some(first) = first_line(&dir.join("events.jsonl")) else { continue };
+        let Ok(started) = serde_json::from_str::<serde_json::Value>(&first) else { continue };
+        if started["event"] != "run_started" || started["config_key"] != config_key {
+            continue;
+        }
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array().into_iter().flatten().filter_map(|h| h.as_str().map(String::from)).collect()
+        };
+        let nprocs = started["nprocs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
+            .collect();
+        let mut attempts: Vec<u32> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("attempt-")?.parse().ok())
+            .collect();
+        attempts.sort_unstable();
+        runs.push(RunInfo {
+            id: started["run_id"].as_str().unwrap_or_default().to_string(),
+            dir,
+            hosts: strings(&started["hosts"]),
+            nprocs,
+            attempts,
+        });
+    }
+    runs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(runs)
+}
+
+fn first_line(path: &Path) -> Option<String> {
+    let mut line = String::new();
+    io::BufReader::new(std::fs::File::open(path).ok()?).read_line(&mut line).ok()?;
+    Some(line)
+}
+
+/// The run asked for (a run id or a unique prefix of one), or the latest.
+pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a RunInfo, String> {
+    let recent = || {
+        let ids: Vec<&str> = runs.iter().rev().take(5).map(|r| r.id.as_str()).collect();
+        format!("the latest runs are: {}", ids.join(", "))
+    };
+    let Some(wanted) = wanted else {
+        return runs.last().ok_or_else(|| "no runs of this config yet".to_string());
+    };
+    let matching: Vec<&RunInfo> = runs.iter().filter(|r| r.id.starts_with(wanted)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one),
+        [] if runs.is_empty() => Err(format!("no run {wanted}: no runs of this config yet")),
+        [] => Err(format!("no run {wanted} of this config; {}", recent())),
+        many => Err(format!(
+            "{wanted} matches {} runs ({}); give more of the run id",
+            many.len(),
+            many.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// A node by its rank or its host name.
+pub fn pick_node(run: &RunInfo, wanted: &str) -> Result<usize, String> {
+    if let Ok(rank) = wanted.parse::<usize>() {
+        if rank < run.hosts.len() {
+            return Ok(rank);
+        }
+        return Err(format!("run {} has nodes 0-{}, not {rank}", run.id, run.hosts.len().saturating_sub(1)));
+    }
+    run.hosts
+        .iter()
+        .position(|h| h == wanted)
+        .ok_or_else(|| format!("run {} has no node {wanted}; its nodes are {}", run.id, run.hosts.join(", ")))
+}
+
+/// The node that ran global rank `rank`.
+pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, String> {
+    if run.nprocs.is_empty() {
+        return Err(format!("run {} does not record its ranks per node; use --node", run.id));
+    }
+    let mut first = 0;
+    for (node, &n) in run.nprocs.iter().enumerate() {
+        if rank < first + n {
+            return Ok(node);
+        }
+        first += n;
+    }
+    Err(format!("run {} has ranks 0-{}, not {rank}", run.id, first.saturating_sub(1)))
+}
+
+/// Which lines to print.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// Node ranks; empty: every node.
+    pub nodes: Vec<usize>,
+    /// Attempts; empty: every attempt.
+    pub attempts: Vec<u32>,
+    pub grep: Option<Regex>,
+}
+
+/// Print the selected lines, node by node within each attempt, each prefixed with its node.
+/// With more than one attempt, each starts with a `==> attempt k <==` line.
+pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn Write) -> io::Result<()> {
+    let attempts: Vec<u32> = if sel.attempts.is_empty() { run.attempts.clone() } else { sel.attempts.clone() };
+    let nodes: Vec<usize> = if sel.nodes.is_empty() { (0..run.hosts.len()).collect() } else { sel.nodes.clone() };
+    for &attempt in &attempts {
+        if attempts.len() > 1 {
+            writeln!(out, "==> attempt {attempt} <==")?;
+        }
+        for &node in &nodes {
+            let path = node_log_path(&run.dir, attempt, node, &run.hosts[node]);
+            let file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                // A node that never started in that attempt has no log.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+            };
+            for line in io::BufReader::new(file).split(b'\n') {
+                let line = line?;
+                let text = line.strip_suffix(b"\r").unwrap_or(&line);
+                if sel.grep.as_ref().is_none_or(|re| re.is_match(text)) {
+                    out.write_all(&prefixes[node])?;
+                    out.write_all(&line)?;
+                    out.write_all(b"\n")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str) -> RunInfo {
+        RunInfo {
+            id: id.into(),
+            dir: PathBuf::new(),
+            hosts: vec!["a".into(), "b".into(), "c".into()],
+            nprocs: vec![2, 1, 4],
+            attempts: vec![0],
+        }
+    }
+
+    #[test]
+    fn runs_by_id_prefix_or_the_latest() {
+        let runs = [run("20261130-100000-aaaa"), run("20261130-110000-bbbb"), run("20261130-110500-cccc")];
+        assert_eq!(pick_run(&runs, None).unwrap().id, "20261130-110500-cccc");
+        assert_eq!(pick_run(&runs, Some("20261130-10")).unwrap().id, "20261130-100000-aaaa");
+        let err = pick_run(&runs, Some("20261130-11")).unwrap_err();
+        assert!(err.contains("matches 2 runs"), "{err}");
+        let err = pick_run(&runs, Some("2025")).unwrap_err();
+        assert!(err.contains("the latest runs are: 20261130-110500-cccc, "), "{err}");
+        assert_eq!(pick_run(&[], None).unwrap_err(), "no runs of this config yet");
+    }
+
+    #[test]
+    fn nodes_by_rank_or_host_and_global_ranks_to_nodes() {
+        let r = run("x");
+        assert_eq!(pick_node(&r, "1"), Ok(1));
+        assert_eq!(pick_node(&r, "c"), Ok(2));
+        assert!(pick_node(&r, "3").unwrap_err().contains("nodes 0-2"));
+        assert!(pick_node(&r, "d").unwrap_err().contains("its nodes are a, b, c"));
+        assert_eq!((0..7).map(|g| node_of_rank(&r, g).unwrap()).collect::<Vec<_>>(), [0, 0, 1, 2, 2, 2, 2]);
+        assert!(node_of_rank(&r, 7).unwrap_err().contains("ranks 0-6"));
+        let old = RunInfo { nprocs: vec![], ..r };
+        assert!(node_of_rank(&old, 0).unwrap_err().contains("use --node"));
+    }
+}
