@@ -7,9 +7,10 @@
 mod error;
 pub mod hostlist;
 mod raw;
+pub mod suggest;
 mod types;
 
-pub use error::{line_col, ConfigError, Location};
+pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;
 pub use types::*;
 
@@ -100,8 +101,10 @@ impl KnownHostsPolicy {
         }
     }
 
+    pub const ALL: [KnownHostsPolicy; 2] = [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew];
+
     pub fn parse(s: &str) -> Option<KnownHostsPolicy> {
-        [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew].into_iter().find(|p| p.as_str() == s)
+        KnownHostsPolicy::ALL.into_iter().find(|p| p.as_str() == s)
     }
 }
 
@@ -179,10 +182,12 @@ impl Cx<'_> {
 
     fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
         let message = polish_toml_message(e.message());
+        let help = unknown_key_help(&message);
         match e.span() {
             Some(span) => self.err(span, message),
             None => ConfigError::whole_file(self.path, message),
         }
+        .with_help(help)
     }
 
     fn validate(&self, raw: RawConfig) -> Result<Config> {
@@ -216,6 +221,10 @@ impl Cx<'_> {
                         v.get_ref()
                     ),
                 )
+                .with_help(suggest::help_for(
+                    v.get_ref(),
+                    KnownHostsPolicy::ALL.map(KnownHostsPolicy::as_str),
+                ))
             })?,
         };
         Ok(SshSettings {
@@ -320,6 +329,7 @@ impl Cx<'_> {
                         LauncherKind::ALL.map(LauncherKind::as_str).join(", ")
                     ),
                 )
+                .with_help(suggest::help_for(l.get_ref(), LauncherKind::ALL.map(LauncherKind::as_str)))
             })?,
         };
         if raw.script.get_ref().trim().is_empty() {
@@ -363,10 +373,12 @@ impl Cx<'_> {
                     "cuda" => Device::Cuda,
                     "cpu" => Device::Cpu,
                     other => {
-                        return Err(self.err(
-                            d.span(),
-                            format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
-                        ))
+                        return Err(self
+                            .err(
+                                d.span(),
+                                format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
+                            )
+                            .with_help(suggest::help_for(other, ["cuda", "cpu"])))
                     }
                 },
             },
@@ -617,6 +629,7 @@ impl Cx<'_> {
                     FailureClass::ALL.map(FailureClass::as_str).join(", ")
                 ),
             )
+            .with_help(suggest::help_for(v.get_ref(), FailureClass::ALL.map(FailureClass::as_str)))
         })
     }
 
@@ -708,6 +721,16 @@ fn polish_toml_message(message: &str) -> String {
         }
     }
     message
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (also "expected `a` or `b`" and
+/// "expected `a`"): a "did you mean" among the expected names.
+fn unknown_key_help(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let expected = expected.strip_prefix(", expected ")?;
+    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    suggest::help_for(key, names)
 }
 
 #[cfg(test)]
@@ -1062,6 +1085,55 @@ class = "user"
             1,
             "unknown field `klass`, expected `pattern` or `class`",
         );
+    }
+
+    /// The help line of the error `text` gives, if any.
+    fn help_of(text: &str) -> Option<String> {
+        let err = parse(Path::new("cluster.toml"), text).expect_err("expected an error");
+        if let Some(help) = err.help() {
+            assert!(err.to_string().ends_with(&format!("\n   = help: {help}")), "{err}");
+        }
+        err.help().map(str::to_string)
+    }
+
+    #[test]
+    fn did_you_mean_for_misspelt_names() {
+        let base = "[[nodes]]\nhost = \"a\"\n";
+        let cases = [
+            (format!("{base}{JOB}nproc_per_nod = 2\n"), "nproc_per_node"),
+            (format!("{base}[job]\nscirpt = \"x\"\n"), "script"),
+            (format!("[jobs]\nscript = \"x\"\n{base}"), "job"),
+            (format!("[ssh]\nusr = \"x\"\n{base}{JOB}"), "user"),
+            (format!("{base}nprocs = 2\n{JOB}"), "nproc"),
+            (format!("{base}{JOB}[[restart.rules]]\npattern = \"x\"\nclas = \"comm\"\n"), "class"),
+            (format!("{base}{JOB}launcher = \"torchrunn\"\n"), "torchrun"),
+            (format!("{base}{JOB}launcher = \"deepseed\"\n"), "deepspeed"),
+            (format!("[ssh]\nknown_hosts = \"accept_new\"\n{base}{JOB}"), "accept-new"),
+            (format!("{base}{JOB}[restart]\non = [\"node_lost\"]\n"), "node-lost"),
+            (format!("{base}{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"comms\"\n"), "comm"),
+            (format!("{base}{JOB}device = \"cudа\"\n"), "cuda"),
+            (format!("{base}{JOB}device = \"cpus\"\n"), "cpu"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(help_of(&text), Some(format!("did you mean {want:?}?")), "{text}");
+        }
+        // Nothing close: no help line.
+        assert_eq!(help_of(&format!("{base}{JOB}launcher = \"mpirun\"\n")), None);
+        assert_eq!(help_of(&format!("{base}{JOB}[restart]\non = [\"segfault\"]\n")), None);
+        assert_eq!(help_of(&format!("{base}{JOB}zzz = 1\n")), None);
+    }
+
+    #[test]
+    fn unknown_key_help_reads_every_serde_shape() {
+        assert_eq!(
+            unknown_key_help("unknown field `clas`, expected `pattern` or `class`").as_deref(),
+            Some("did you mean \"class\"?")
+        );
+        assert_eq!(
+            unknown_key_help("unknown field `dirr`, expected `dir`").as_deref(),
+            Some("did you mean \"dir\"?")
+        );
+        assert_eq!(unknown_key_help("invalid type: integer `5`, expected a string"), None);
     }
 
     #[test]
