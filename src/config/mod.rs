@@ -1,10 +1,15 @@
 //! The cluster config: `cluster.toml` -> validated [`Config`].
 //!
-//! [`load`] reads a file, [`parse`] validates text (pure). Every problem is a [`ConfigError`]
+//! [`load`] reads a file, [`parse`] validates text. Every problem is a [`ConfigError`]
 //! that names the file and, when the problem is at one place in it, the line, column and source
 //! line of the offending value.
+//!
+//! The nodes come from `[[nodes]]` or from `nodes_from` (a hostfile or the Slurm allocation);
+//! what that reads outside the config file (the environment, the hostfile) goes through
+//! [`LoadOptions`], so [`load_with`] and [`parse_with`] are testable without either.
 
 mod error;
+pub mod hostfile;
 pub mod hostlist;
 mod raw;
 pub mod suggest;
@@ -125,17 +130,66 @@ impl LauncherKind {
     }
 }
 
-/// Reads and validates a config file. A missing or unreadable file is a [`ConfigError::Read`]
-/// naming the path.
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
-    parse(path, &text)
+/// The Slurm variables that list an allocation's hosts, the first one set wins.
+pub const SLURM_NODELIST_VARS: [&str; 2] = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"];
+
+/// What loading a config may read besides the config text: the environment and the files the
+/// config names. [`LoadOptions::process`] is the real ones; tests pass closures.
+#[derive(Clone, Copy)]
+pub struct LoadOptions<'a> {
+    /// Looks up an environment variable (`SLURM_JOB_NODELIST` for `nodes_from = "slurm"`).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// Reads a file the config names (the hostfile of `nodes_from = "hostfile:PATH"`).
+    pub read_file: &'a dyn Fn(&Path) -> std::io::Result<String>,
+    /// Take the nodes from the Slurm allocation whatever the file says (`--slurm`): as
+    /// `nodes_from = "slurm"`, with `[[nodes]]` and `nodes_from` in the file ignored.
+    pub slurm: bool,
 }
 
-/// Validates config text; `path` is only used for `Config::path` and error messages.
+impl LoadOptions<'static> {
+    /// The process environment and the file system.
+    pub fn process() -> Self {
+        LoadOptions { env: &process_env, read_file: &read_file, slurm: false }
+    }
+}
+
+impl std::fmt::Debug for LoadOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions").field("slurm", &self.slurm).finish_non_exhaustive()
+    }
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn read_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+/// Reads and validates a config file, with the process environment. A missing or unreadable
+/// file is a [`ConfigError::Read`] naming the path.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, &LoadOptions::process())
+}
+
+/// [`load`], with the environment and file reads of `options`.
+pub fn load_with(path: &Path, options: &LoadOptions<'_>) -> Result<Config, ConfigError> {
+    let text =
+        (options.read_file)(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+    parse_with(path, &text, options)
+}
+
+/// Validates config text; `path` is used for `Config::path`, error messages and to resolve a
+/// relative hostfile path. Reads the process environment and the hostfile only when
+/// `nodes_from` asks for them.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let cx = Cx { path, text };
+    parse_with(path, text, &LoadOptions::process())
+}
+
+/// [`parse`], with the environment and file reads of `options` (pure when they are).
+pub fn parse_with(path: &Path, text: &str, options: &LoadOptions<'_>) -> Result<Config, ConfigError> {
+    let cx = Cx { path, text, options };
     let raw: RawConfig = toml::from_str(text).map_err(|e| cx.toml_error(&e))?;
     cx.validate(raw)
 }
@@ -171,6 +225,7 @@ pub fn is_env_pattern(pattern: &str) -> bool {
 struct Cx<'a> {
     path: &'a Path,
     text: &'a str,
+    options: &'a LoadOptions<'a>,
 }
 
 type Result<T, E = ConfigError> = std::result::Result<T, E>;
@@ -192,7 +247,7 @@ impl Cx<'_> {
 
     fn validate(&self, raw: RawConfig) -> Result<Config> {
         let ssh = self.ssh(raw.ssh)?;
-        let nodes = self.nodes(raw.nodes)?;
+        let nodes = self.node_source(raw.nodes, raw.nodes_from)?;
         let Some(job) = raw.job else {
             return Err(ConfigError::whole_file(
                 self.path,
@@ -243,11 +298,120 @@ impl Cx<'_> {
         })
     }
 
-    fn nodes(&self, raw: Option<Spanned<Vec<RawNode>>>) -> Result<Vec<Node>> {
-        const HINT: &str = "add at least one [[nodes]] table with a `host`";
-        let Some(raw) = raw else {
-            return Err(ConfigError::whole_file(self.path, format!("no nodes: {HINT}")));
+    /// The nodes, from `[[nodes]]`, `nodes_from` or (`--slurm`) the Slurm allocation.
+    fn node_source(
+        &self,
+        nodes: Option<Spanned<Vec<RawNode>>>,
+        nodes_from: Option<Spanned<String>>,
+    ) -> Result<Vec<Node>> {
+        if self.options.slurm {
+            return self.slurm_nodes(None);
+        }
+        match (nodes, nodes_from) {
+            (Some(_), Some(from)) => {
+                Err(self.err(from.span(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them"))
+            }
+            (None, None) => Err(ConfigError::whole_file(
+                self.path,
+                "no nodes: add at least one [[nodes]] table with a `host`, or \
+                 nodes_from = \"hostfile:PATH\" or \"slurm\" before the first table",
+            )),
+            (Some(nodes), None) => self.nodes(nodes),
+            (None, Some(from)) => self.nodes_from(&from),
+        }
+    }
+
+    fn nodes_from(&self, from: &Spanned<String>) -> Result<Vec<Node>> {
+        let value = from.get_ref();
+        if value == "slurm" {
+            return self.slurm_nodes(Some(from.span()));
+        }
+        if let Some(file) = value.strip_prefix("hostfile:") {
+            if file.is_empty() {
+                return Err(
+                    self.err(from.span(), "nodes_from = \"hostfile:\" needs a path: \"hostfile:PATH\"")
+                );
+            }
+            return self.hostfile_nodes(file, from.span());
+        }
+        let help = match value.split_once(':') {
+            Some((kind, rest)) => {
+                suggest::did_you_mean(kind, ["hostfile"]).map(|k| suggest::help(&format!("{k}:{rest}")))
+            }
+            None => suggest::help_for(value, ["slurm", "hostfile"]).map(|h| {
+                if h.contains("hostfile") {
+                    suggest::help(&format!("hostfile:{value}"))
+                } else {
+                    h
+                }
+            }),
         };
+        Err(self
+            .err(
+                from.span(),
+                format!("unknown nodes_from {value:?}: expected \"hostfile:PATH\" or \"slurm\""),
+            )
+            .with_help(help))
+    }
+
+    /// The hosts of a hostfile, `file` relative to the config file's directory.
+    fn hostfile_nodes(&self, file: &str, span: Range<usize>) -> Result<Vec<Node>> {
+        let path = self.path.parent().unwrap_or(Path::new("")).join(file);
+        let text = (self.options.read_file)(&path)
+            .map_err(|e| self.err(span, format!("cannot read hostfile {}: {e}", path.display())))?;
+        let entries = hostfile::parse(&text).map_err(|e| match e.span {
+            Some(span) => ConfigError::at(&path, &text, span, e.message),
+            None => ConfigError::whole_file(&path, e.message),
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|e| Node {
+                host: e.host,
+                addr: None,
+                nproc: e.slots,
+                user: None,
+                port: None,
+                env: BTreeMap::new(),
+            })
+            .collect())
+    }
+
+    /// The hosts of the Slurm allocation, in Slurm's order. `span`: where `nodes_from = "slurm"`
+    /// is written; `None` for `--slurm`.
+    fn slurm_nodes(&self, span: Option<Range<usize>>) -> Result<Vec<Node>> {
+        let what = if span.is_some() { "nodes_from = \"slurm\"" } else { "--slurm" };
+        let here = |message: String| match &span {
+            Some(span) => self.err(span.clone(), message),
+            None => ConfigError::whole_file(self.path, message),
+        };
+        let found = SLURM_NODELIST_VARS
+            .iter()
+            .find_map(|&var| (self.options.env)(var).filter(|v| !v.is_empty()).map(|v| (var, v)));
+        let Some((var, list)) = found else {
+            return Err(here(format!(
+                "{what}: not inside a Slurm allocation ({} are unset); run under salloc or sbatch, \
+                 or list the nodes in [[nodes]]",
+                SLURM_NODELIST_VARS.join(" and ")
+            )));
+        };
+        let hosts =
+            hostlist::expand(&list).map_err(|e| here(format!("{what}: malformed {var} {list:?}: {e}")))?;
+        let mut seen = std::collections::HashSet::new();
+        let mut nodes = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            if let Err(why) = check_host(&host) {
+                return Err(here(format!("{what}: invalid host {host:?} in {var}: {why}")));
+            }
+            if !seen.insert(host.clone()) {
+                return Err(here(format!("{what}: {var} lists {host:?} twice")));
+            }
+            nodes.push(Node { host, addr: None, nproc: None, user: None, port: None, env: BTreeMap::new() });
+        }
+        Ok(nodes)
+    }
+
+    fn nodes(&self, raw: Spanned<Vec<RawNode>>) -> Result<Vec<Node>> {
+        const HINT: &str = "add at least one [[nodes]] table with a `host`";
         if raw.get_ref().is_empty() {
             return Err(self.err(raw.span(), format!("`nodes` is empty: {HINT}")));
         }
@@ -1059,7 +1223,7 @@ class = "user"
             "[jobs]\nscript = \"x\"\n",
             1,
             2,
-            "unknown field `jobs`, expected one of `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`",
+            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`",
         );
         assert_err(
             "[ssh]\nusr = \"x\"\n",
@@ -1154,9 +1318,149 @@ class = "user"
         assert_err("[[nodes]]\nhost = \"a\"\n[job]\nargs = []\n", 3, 1, "missing required key `script`");
     }
 
+    /// Parses `text` as `/etc/herd/cluster.toml` with `env` as the environment and `files` as the
+    /// only readable files; `slurm` as `--slurm`.
+    fn parse_from(
+        text: &str,
+        env: &[(&str, &str)],
+        files: &[(&str, &str)],
+        slurm: bool,
+    ) -> Result<Config, ConfigError> {
+        let env = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+        let read = |path: &Path| {
+            files
+                .iter()
+                .find(|(p, _)| Path::new(p) == path)
+                .map(|(_, t)| t.to_string())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+        };
+        let options = LoadOptions { env: &env, read_file: &read, slurm };
+        parse_with(Path::new("/etc/herd/cluster.toml"), text, &options)
+    }
+
+    fn hosts_and_nprocs(config: &Config) -> Vec<(&str, Option<u32>)> {
+        config.nodes.iter().map(|n| (n.host.as_str(), n.nproc)).collect()
+    }
+
+    #[test]
+    fn nodes_from_a_hostfile_relative_to_the_config() {
+        let text = format!("nodes_from = \"hostfile:hosts.txt\"\n{JOB}");
+        let hostfile = "# rack 1\ngpu-02 slots=8\ngpu-01\n\ngpu-03 slots=2 # small\n";
+        let config = parse_from(&text, &[], &[("/etc/herd/hosts.txt", hostfile)], false).unwrap();
+        assert_eq!(hosts_and_nprocs(&config), [("gpu-02", Some(8)), ("gpu-01", None), ("gpu-03", Some(2))]);
+        // An absolute path is used as it is.
+        let text = format!("nodes_from = \"hostfile:/srv/h\"\n{JOB}");
+        let config = parse_from(&text, &[], &[("/srv/h", "a slots=1\n")], false).unwrap();
+        assert_eq!(hosts_and_nprocs(&config), [("a", Some(1))]);
+    }
+
+    #[test]
+    fn hostfile_errors_name_the_hostfile_and_line() {
+        let text = format!("nodes_from = \"hostfile:hosts.txt\"\n{JOB}");
+        let err = |hostfile: &str| {
+            parse_from(&text, &[], &[("/etc/herd/hosts.txt", hostfile)], false).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err("a\nb\nc slots=x\n"),
+            "/etc/herd/hosts.txt:3:3: slots must be a positive integer, found \"x\"\n   |\n 3 | c slots=x\n   |   ^^^^^^^"
+        );
+        assert!(err("a\nb\na\n")
+            .starts_with("/etc/herd/hosts.txt:3:1: duplicate host \"a\": already listed on line 1\n"));
+        assert!(err("a;b\n").starts_with("/etc/herd/hosts.txt:1:1: invalid host \"a;b\""));
+        assert_eq!(
+            err("# nothing\n"),
+            "/etc/herd/hosts.txt: the hostfile lists no hosts (expected lines like `gpu-01 slots=8`)"
+        );
+        let missing = parse_from(&text, &[], &[], false).unwrap_err();
+        assert_eq!(missing.line_col(), Some((1, 14)));
+        assert!(missing.message().starts_with("cannot read hostfile /etc/herd/hosts.txt: "), "{missing}");
+    }
+
+    #[test]
+    fn nodes_from_slurm_keeps_slurms_order() {
+        let text = format!("nodes_from = \"slurm\"\n{JOB}nproc_per_node = 4\n");
+        let config = parse_from(&text, &[("SLURM_JOB_NODELIST", "gpu-[07,01-02],cpu9")], &[], false).unwrap();
+        assert_eq!(
+            hosts_and_nprocs(&config),
+            [("gpu-07", None), ("gpu-01", None), ("gpu-02", None), ("cpu9", None)]
+        );
+        assert_eq!(config.job.nproc_per_node, 4);
+        let config = parse_from(&text, &[("SLURM_NODELIST", "r[1-2]n[01-02]")], &[], false).unwrap();
+        let hosts: Vec<&str> = config.nodes.iter().map(|n| n.host.as_str()).collect();
+        assert_eq!(hosts, ["r1n01", "r1n02", "r2n01", "r2n02"]);
+        // SLURM_JOB_NODELIST wins over the older SLURM_NODELIST.
+        let env = [("SLURM_JOB_NODELIST", "a"), ("SLURM_NODELIST", "b")];
+        assert_eq!(parse_from(&text, &env, &[], false).unwrap().nodes[0].host, "a");
+    }
+
+    #[test]
+    fn slurm_errors() {
+        let text = format!("nodes_from = \"slurm\"\n{JOB}");
+        let err = parse_from(&text, &[], &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((1, 14)));
+        assert_eq!(
+            err.message(),
+            "nodes_from = \"slurm\": not inside a Slurm allocation (SLURM_JOB_NODELIST and SLURM_NODELIST are unset); run under salloc or sbatch, or list the nodes in [[nodes]]"
+        );
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "n[3-1]")], &[], false).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "nodes_from = \"slurm\": malformed SLURM_JOB_NODELIST \"n[3-1]\": range 3-1 is descending"
+        );
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "a,-x")], &[], false).unwrap_err();
+        assert!(err.message().contains("invalid host \"-x\" in SLURM_JOB_NODELIST"), "{err}");
+        // --slurm: not in the file, so not at a line.
+        let err = parse_from(&format!("[[nodes]]\nhost = \"a\"\n{JOB}"), &[], &[], true).unwrap_err();
+        assert_eq!(err.line_col(), None);
+        assert!(
+            err.to_string().starts_with("/etc/herd/cluster.toml: --slurm: not inside a Slurm allocation"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_slurm_flag_overrides_the_files_nodes() {
+        let env = [("SLURM_JOB_NODELIST", "s[1-2]")];
+        for nodes in ["[[nodes]]\nhost = \"a\"\n", "nodes_from = \"hostfile:none\"\n"] {
+            let config = parse_from(&format!("{nodes}{JOB}"), &env, &[], true).unwrap();
+            assert_eq!(hosts_and_nprocs(&config), [("s1", None), ("s2", None)]);
+        }
+        // The master must still be one of the nodes.
+        let text = format!("[[nodes]]\nhost = \"a\"\n{JOB}[rendezvous]\nmaster = \"a\"\n");
+        let err = parse_from(&text, &env, &[], true).unwrap_err();
+        assert_eq!(err.message(), "rendezvous.master \"a\" is not one of the nodes (s1, s2)");
+    }
+
+    #[test]
+    fn nodes_from_must_be_alone_and_known() {
+        let text = format!("nodes_from = \"slurm\"\n[[nodes]]\nhost = \"a\"\n{JOB}");
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "a")], &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((1, 14)));
+        assert_eq!(err.message(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them");
+        let cases = [
+            ("slurn", Some("slurm")),
+            ("hostfil:h.txt", Some("hostfile:h.txt")),
+            ("hosts.txt", None),
+            ("hostfile", None),
+        ];
+        for (value, help) in cases {
+            let err = parse_from(&format!("nodes_from = {value:?}\n{JOB}"), &[], &[], false).unwrap_err();
+            assert_eq!(
+                err.message(),
+                format!("unknown nodes_from {value:?}: expected \"hostfile:PATH\" or \"slurm\""),
+            );
+            assert_eq!(err.help(), help.map(suggest::help).as_deref(), "{value}");
+        }
+        let err = parse_from(&format!("nodes_from = \"hostfile:\"\n{JOB}"), &[], &[], false).unwrap_err();
+        assert_eq!(err.message(), "nodes_from = \"hostfile:\" needs a path: \"hostfile:PATH\"");
+    }
+
     #[test]
     fn nodes_missing_or_empty() {
-        assert_file_err(JOB, "no nodes: add at least one [[nodes]] table with a `host`");
+        assert_file_err(
+            JOB,
+            "no nodes: add at least one [[nodes]] table with a `host`, or nodes_from = \"hostfile:PATH\" or \"slurm\" before the first table",
+        );
         assert_err(
             &format!("nodes = []\n{JOB}"),
             1,
