@@ -12,11 +12,13 @@ mod error;
 pub mod hostfile;
 pub mod hostlist;
 mod raw;
+pub mod select;
 pub mod suggest;
 mod types;
 
 pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;
+pub use select::{select_nodes, SelectionError};
 pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
@@ -599,19 +601,16 @@ impl Cx<'_> {
             None => None,
             Some(m) => {
                 if !nodes.iter().any(|n| n.host == *m.get_ref()) {
-                    const SHOWN: usize = 8;
-                    let mut hosts: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
-                    if nodes.len() > SHOWN {
-                        hosts.push("...");
-                    }
-                    return Err(self.err(
-                        m.span(),
-                        format!(
-                            "rendezvous.master {:?} is not one of the nodes ({})",
-                            m.get_ref(),
-                            hosts.join(", ")
-                        ),
-                    ));
+                    return Err(self
+                        .err(
+                            m.span(),
+                            format!(
+                                "rendezvous.master {:?} is not one of the nodes ({})",
+                                m.get_ref(),
+                                node_list(nodes)
+                            ),
+                        )
+                        .with_help(suggest::help_for(m.get_ref(), nodes.iter().map(|n| n.host.as_str()))));
                 }
                 Some(m.into_inner())
             }
@@ -858,6 +857,16 @@ impl Cx<'_> {
         }
         Ok(d)
     }
+}
+
+/// The first hosts of `nodes`, comma-separated, `...` when there are more.
+fn node_list(nodes: &[Node]) -> String {
+    const SHOWN: usize = 8;
+    let mut hosts: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
+    if nodes.len() > SHOWN {
+        hosts.push("...");
+    }
+    hosts.join(", ")
 }
 
 fn with_article(type_name: &str) -> String {
@@ -1618,6 +1627,8 @@ class = "user"
         );
         let text = format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-02\"\n");
         assert_eq!(parse_ok(&text).rendezvous.master.as_deref(), Some("gpu-02"));
+        let text = format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-2\"\n");
+        assert_eq!(help_of(&text).as_deref(), Some("did you mean \"gpu-02\"?"));
     }
 
     #[test]
