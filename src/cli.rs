@@ -60,7 +60,7 @@ pub struct ConfigArg {
 #[derive(Debug, Clone, Default, Args)]
 pub struct NodeSelection {
     /// Use only these nodes: a hostlist such as "gpu-[01-04],cpu9". Each must be one of the
-    /// config's nodes; they keep the config's order (and ranks).
+    /// config's nodes; they keep the config's order, and node ranks are recounted over them.
     #[arg(long, value_name = "HOSTLIST")]
     pub nodes: Option<String>,
 
