@@ -328,10 +328,10 @@ impl Cx<'_> {
         if value == "slurm" {
             return self.slurm_nodes(Some(from.span()));
         }
-        if let Some(file) = value.strip_prefix("hostfile:") {
+        if let Some(file) = value.strip_prefix("hostfile:").or((value == "hostfile").then_some("")) {
             if file.is_empty() {
                 return Err(
-                    self.err(from.span(), "nodes_from = \"hostfile:\" needs a path: \"hostfile:PATH\"")
+                    self.err(from.span(), format!("nodes_from = {value:?} needs a path: \"hostfile:PATH\""))
                 );
             }
             return self.hostfile_nodes(file, from.span());
@@ -1278,6 +1278,7 @@ class = "user"
             (format!("[jobs]\nscript = \"x\"\n{base}"), "job"),
             (format!("[ssh]\nusr = \"x\"\n{base}{JOB}"), "user"),
             (format!("{base}nprocs = 2\n{JOB}"), "nproc"),
+            (format!("node_from = \"slurm\"\n{base}{JOB}"), "nodes_from"),
             (format!("{base}{JOB}[[restart.rules]]\npattern = \"x\"\nclas = \"comm\"\n"), "class"),
             (format!("{base}{JOB}launcher = \"torchrunn\"\n"), "torchrun"),
             (format!("{base}{JOB}launcher = \"deepseed\"\n"), "deepspeed"),
@@ -1446,12 +1447,8 @@ class = "user"
         let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "a")], &[], false).unwrap_err();
         assert_eq!(err.line_col(), Some((1, 14)));
         assert_eq!(err.message(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them");
-        let cases = [
-            ("slurn", Some("slurm")),
-            ("hostfil:h.txt", Some("hostfile:h.txt")),
-            ("hosts.txt", None),
-            ("hostfile", None),
-        ];
+        let cases =
+            [("slurn", Some("slurm")), ("hostfil:h.txt", Some("hostfile:h.txt")), ("hosts.txt", None)];
         for (value, help) in cases {
             let err = parse_from(&format!("nodes_from = {value:?}\n{JOB}"), &[], &[], false).unwrap_err();
             assert_eq!(
@@ -1462,6 +1459,8 @@ class = "user"
         }
         let err = parse_from(&format!("nodes_from = \"hostfile:\"\n{JOB}"), &[], &[], false).unwrap_err();
         assert_eq!(err.message(), "nodes_from = \"hostfile:\" needs a path: \"hostfile:PATH\"");
+        let err = parse_from(&format!("nodes_from = \"hostfile\"\n{JOB}"), &[], &[], false).unwrap_err();
+        assert_eq!(err.message(), "nodes_from = \"hostfile\" needs a path: \"hostfile:PATH\"");
     }
 
     #[test]
