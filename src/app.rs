@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, LogsArgs, PlanArgs, RunArgs};
+use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, LogsArgs, NodeSelection, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
@@ -23,8 +23,12 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
     }
 }
 
-fn load_plan(path: &Path, extra_args: &[String]) -> Result<LaunchPlan, Error> {
-    let mut config = config::load(path)?;
+/// Loads the config at `path` (its nodes from the Slurm allocation with `--slurm`), keeps the
+/// nodes `selection` selects, appends `extra_args` to job.args and builds the plan.
+pub fn load_plan(path: &Path, selection: &NodeSelection, extra_args: &[String]) -> Result<LaunchPlan, Error> {
+    let options = config::LoadOptions { slurm: selection.slurm, ..config::LoadOptions::process() };
+    let mut config = config::load_with(path, &options)?;
+    config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
     config.job.args.extend(extra_args.iter().cloned());
     let inputs = PlanInputs {
         cwd: std::env::current_dir()
@@ -41,14 +45,14 @@ fn load_plan(path: &Path, extra_args: &[String]) -> Result<LaunchPlan, Error> {
 }
 
 fn plan_command(args: PlanArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.extra_args)?;
+    let plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
     let text = if args.json { output::plan_view::json(&plan) } else { output::plan_view::text(&plan) };
     print!("{text}");
     Ok(exit::OK)
 }
 
 fn run_command(args: RunArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.extra_args)?;
+    let plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
     let run_id = new_run_id();
     let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 
@@ -97,7 +101,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
 }
 
 fn exec_command(args: ExecArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &[])?;
+    let plan = load_plan(&args.config.config, &args.selection, &[])?;
     let command = args.command.join(" ");
     let exec_id = new_run_id();
     let runtime = runtime()?;
@@ -144,7 +148,8 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
 
 fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     use std::io::Write;
-    let plan = load_plan(&args.config.config, &[])?;
+    // The config names the logs directory and identifies its runs; the run says its nodes.
+    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[])?;
     let dir = &plan.logs_dir;
     let runs = logs::list_runs(dir, &plan.config_key)
         .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
@@ -185,7 +190,8 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
 }
 
 fn kill_command(config: &Path) -> Result<u8, Error> {
-    let plan = load_plan(config, &[])?;
+    // Every node of the config: leftovers may be on any of them, whatever a run selected.
+    let plan = load_plan(config, &NodeSelection::default(), &[])?;
     let _lock = lock_config(&plan)?;
     let events = runtime()?.block_on(supervisor::kill_leftovers(&plan))?;
     let mut stopped = 0;
@@ -206,7 +212,7 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
 }
 
 fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &[])?;
+    let plan = load_plan(&args.config.config, &args.selection, &[])?;
     let report = runtime()?.block_on(async {
         let (conns, ms, errors) = supervisor::connect_each(&plan).await;
         let port = match &conns[plan.master.node_rank] {

@@ -66,10 +66,33 @@ pub struct ConfigArg {
     pub config: PathBuf,
 }
 
+/// Which of the config's nodes a command uses. Ranks are recounted over the nodes left, in
+/// the config's order.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NodeSelection {
+    /// Use only these nodes: a hostlist such as "gpu-[01-04],cpu9". Each must be one of the
+    /// config's nodes; they keep the config's order, and node ranks are recounted over them.
+    #[arg(long, value_name = "HOSTLIST")]
+    pub nodes: Option<String>,
+
+    /// Leave out these nodes: a hostlist such as "gpu-[03,07]". Each must be one of the
+    /// config's nodes. Applied after --nodes.
+    #[arg(long, value_name = "HOSTLIST")]
+    pub exclude: Option<String>,
+
+    /// Take the nodes from the Slurm allocation (SLURM_JOB_NODELIST) instead of the config's
+    /// [[nodes]] or nodes_from, as nodes_from = "slurm" would.
+    #[arg(long)]
+    pub slurm: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+
+    #[command(flatten)]
+    pub selection: NodeSelection,
 
     /// Start without checking the nodes first (launcher, versions, interface, master port).
     #[arg(long)]
@@ -94,6 +117,9 @@ pub struct RunArgs {
 pub struct ExecArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+
+    #[command(flatten)]
+    pub selection: NodeSelection,
 
     /// Print at the end, one block per distinct output, headed by the hostlist of the nodes
     /// that printed it and their exit status when not 0 (as `dshbak -c` does).
@@ -141,6 +167,9 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArg,
 
+    #[command(flatten)]
+    pub selection: NodeSelection,
+
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -150,6 +179,9 @@ pub struct DoctorArgs {
 pub struct PlanArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+
+    #[command(flatten)]
+    pub selection: NodeSelection,
 
     /// Print JSON instead of text.
     #[arg(long)]
@@ -180,5 +212,26 @@ mod tests {
             }
             _ => panic!("not run"),
         }
+    }
+
+    #[test]
+    fn run_plan_doctor_and_exec_take_a_node_selection_and_kill_does_not() {
+        let args = ["--nodes", "gpu-[01-02]", "--exclude", "gpu-02", "--slurm"];
+        for cmd in ["run", "plan", "doctor", "exec"] {
+            let tail: &[&str] = if cmd == "exec" { &["--", "true"] } else { &[] };
+            let cli = Cli::parse_from(["herd", cmd].into_iter().chain(args).chain(tail.iter().copied()));
+            let selection = match cli.command {
+                Command::Run(a) => a.selection,
+                Command::Plan(a) => a.selection,
+                Command::Doctor(a) => a.selection,
+                Command::Exec(a) => a.selection,
+                Command::Kill(_) | Command::Logs(_) => unreachable!(),
+            };
+            assert_eq!(selection.nodes.as_deref(), Some("gpu-[01-02]"), "{cmd}");
+            assert_eq!(selection.exclude.as_deref(), Some("gpu-02"), "{cmd}");
+            assert!(selection.slurm, "{cmd}");
+        }
+        assert!(Cli::try_parse_from(["herd", "kill", "--nodes", "a"]).is_err());
+        assert!(Cli::try_parse_from(["herd", "logs", "--nodes", "a"]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The one error type the command line renders, and the exit code of each.
 
-use crate::config::ConfigError;
+use crate::config::{ConfigError, SelectionError};
 use crate::supervisor::RunError;
 
 /// Exit codes, documented in the README.
@@ -26,6 +26,9 @@ pub mod exit {
 pub enum Error {
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// `--nodes` / `--exclude` do not fit the config.
+    #[error("{0}")]
+    Selection(#[from] SelectionError),
     #[error("cannot start the job: {0}")]
     Start(#[from] RunError),
     #[error("{0}")]
@@ -44,7 +47,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) | Error::Usage(_) => exit::CONFIG,
+            Error::Config(_) | Error::Selection(_) | Error::Usage(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
             Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,

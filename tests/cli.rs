@@ -249,3 +249,183 @@ fn a_full_disk_mid_run_keeps_the_echo_and_warns_once() {
     );
     assert_eq!(out.stderr.matches("warning: cannot write the run's files").count(), 1, "{}", out.stderr);
 }
+
+/// The hosts, node ranks and nproc of a `plan --json`.
+fn plan_nodes(out: &support::herd::Finished) -> Vec<(String, u64, u64)> {
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    plan["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["host"].as_str().unwrap().to_string(),
+                n["rank"].as_u64().unwrap(),
+                n["nproc"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn owned(nodes: &[(&str, u64, u64)]) -> Vec<(String, u64, u64)> {
+    nodes.iter().map(|(h, r, n)| (h.to_string(), *r, *n)).collect()
+}
+
+/// No Slurm allocation, whatever the environment the tests run in (empty counts as unset).
+const NO_SLURM: [(&str, &str); 2] = [("SLURM_JOB_NODELIST", ""), ("SLURM_NODELIST", "")];
+
+#[test]
+fn plan_takes_the_nodes_from_a_hostfile_next_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("conf")).unwrap();
+    std::fs::write(
+        dir.path().join("conf/hosts.txt"),
+        "# DeepSpeed hostfile\nw-2 slots=2\nw-1   # default slots\n\nw-3 slots=8\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("conf/cluster.toml"),
+        "nodes_from = \"hostfile:hosts.txt\"\n[job]\nscript = \"t.py\"\nnproc_per_node = 4\n",
+    )
+    .unwrap();
+    let out = herd::start(dir.path(), &["plan", "--json", "-c", "conf/cluster.toml"], &NO_SLURM).wait(LIMIT);
+    out.assert_code(0);
+    assert_eq!(plan_nodes(&out), owned(&[("w-2", 0, 2), ("w-1", 1, 4), ("w-3", 2, 8)]));
+}
+
+#[test]
+fn plan_takes_the_nodes_from_the_slurm_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "nodes_from = \"slurm\"\n[job]\nscript = \"t.py\"\nnproc_per_node = 2\n");
+    let env = [("SLURM_JOB_NODELIST", "gpu-[07,01-02],cpu9")];
+    let out = herd::start(dir.path(), &["plan", "--json"], &env).wait(LIMIT);
+    out.assert_code(0);
+    assert_eq!(
+        plan_nodes(&out),
+        owned(&[("gpu-07", 0, 2), ("gpu-01", 1, 2), ("gpu-02", 2, 2), ("cpu9", 3, 2)])
+    );
+
+    // --slurm overrides the file's [[nodes]]; the master must be in the allocation.
+    write(dir.path(), GOOD);
+    let env = [("SLURM_JOB_NODELIST", "gpu-[02-03]")];
+    let out = herd::start(dir.path(), &["plan", "--json", "--slurm"], &env).wait(LIMIT);
+    out.assert_code(0);
+    assert_eq!(plan_nodes(&out), owned(&[("gpu-02", 0, 4), ("gpu-03", 1, 4)]));
+}
+
+#[test]
+fn nodes_and_exclude_select_and_ranks_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), GOOD);
+    let args = ["plan", "--json", "--nodes", "cpu-9,gpu-[02-03]", "--exclude", "gpu-03"];
+    let out = herd::run(dir.path(), &args, LIMIT);
+    out.assert_code(0);
+    assert_eq!(plan_nodes(&out), owned(&[("gpu-02", 0, 4), ("cpu-9", 1, 1)]));
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["world_size"], 5);
+    assert_eq!(plan["master"]["host"], "gpu-02");
+    assert_eq!(plan["nodes"][1]["env"]["NODE_RANK"], "1");
+    assert_eq!(plan["nodes"][1]["env"]["NNODES"], "2");
+
+    let out = herd::run(dir.path(), &["plan", "--exclude", "gpu-01"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains("nodes       3, world size 9\n"), "{out}");
+    assert!(out.stdout.contains("master      node 0 (gpu-02)"), "{out}");
+    assert!(out.stdout.contains("\nnode 2  cpu-9  nproc 1  ranks 8-8"), "{out}");
+}
+
+/// One bad case: what, the config text, extra arguments, environment, expected stderr text.
+type BadCase<'a> = (&'a str, &'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+/// Node sources and selections that cannot work exit 2 before contacting anything, saying why.
+#[test]
+fn bad_node_sources_and_selections_exit_2() {
+    let cases: &[BadCase] = &[
+        ("malformed --nodes", GOOD, &["--nodes", "gpu-[3-1]"], &[], "--nodes \"gpu-[3-1]\": malformed hostlist: range 3-1 is descending"),
+        (
+            "unknown --exclude host",
+            GOOD,
+            &["--exclude", "gpu-3"],
+            &[],
+            "--exclude: \"gpu-3\" is not one of the nodes (gpu-01, gpu-02, gpu-03, cpu-9)\n   = help: did you mean \"gpu-03\"?",
+        ),
+        ("empty selection", GOOD, &["--exclude", "gpu-[01-03],cpu-9"], &[], "no node left to run on after --exclude"),
+        ("master excluded", GOOD, &["--nodes", "gpu-01"], &[], "rendezvous.master \"gpu-02\" is not among the selected nodes"),
+        (
+            "--slurm outside slurm",
+            GOOD,
+            &["--slurm"],
+            &NO_SLURM,
+            "cluster.toml: --slurm: not inside a Slurm allocation",
+        ),
+        (
+            "nodes_from slurm outside slurm",
+            "nodes_from = \"slurm\"\n[job]\nscript = \"t.py\"\n",
+            &[],
+            &NO_SLURM,
+            "cluster.toml:1:14: nodes_from = \"slurm\": not inside a Slurm allocation",
+        ),
+        (
+            "malformed SLURM_JOB_NODELIST",
+            "nodes_from = \"slurm\"\n[job]\nscript = \"t.py\"\n",
+            &[],
+            &[("SLURM_JOB_NODELIST", "n[1-")],
+            "malformed SLURM_JOB_NODELIST \"n[1-\"",
+        ),
+        (
+            "bad slots",
+            "nodes_from = \"hostfile:hosts.txt\"\n[job]\nscript = \"t.py\"\n",
+            &[],
+            &[],
+            "hosts.txt:3:3: slots must be a positive integer, found \"x\"",
+        ),
+        (
+            "missing hostfile",
+            "nodes_from = \"hostfile:nope.txt\"\n[job]\nscript = \"t.py\"\n",
+            &[],
+            &[],
+            "cluster.toml:1:14: cannot read hostfile nope.txt",
+        ),
+        (
+            "both nodes_from and nodes",
+            "nodes_from = \"hostfile:hosts.txt\"\n[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n",
+            &[],
+            &[],
+            "both `nodes_from` and [[nodes]] list the nodes",
+        ),
+        (
+            "neither",
+            "[job]\nscript = \"t.py\"\n",
+            &[],
+            &[],
+            "no nodes: add at least one [[nodes]] table",
+        ),
+        (
+            "misspelt launcher",
+            "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\nlauncher = \"torchrunn\"\n",
+            &[],
+            &[],
+            "   |            ^^^^^^^^^^^\n   = help: did you mean \"torchrun\"?",
+        ),
+        (
+            "misspelt key",
+            "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\nnproc_per_nod = 2\n",
+            &[],
+            &[],
+            "cluster.toml:5:1: unknown field `nproc_per_nod`",
+        ),
+    ];
+    for (what, text, args, env, needle) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), text);
+        std::fs::write(dir.path().join("hosts.txt"), "a slots=1\nb\nc slots=x\n").unwrap();
+        for cmd in ["plan", "run", "doctor"] {
+            let all: Vec<&str> = std::iter::once(cmd).chain(args.iter().copied()).collect();
+            let out = herd::start(dir.path(), &all, env).wait(LIMIT);
+            assert_eq!(out.code, Some(2), "{what}: herd {cmd} exited {:?}\n{out}", out.code);
+            assert!(out.stderr.contains(needle), "{what}: herd {cmd}: {needle:?} not in\n{}", out.stderr);
+            assert!(out.stdout.is_empty(), "{what}: nothing on stdout\n{out}");
+            assert!(!dir.path().join("herd-logs").exists(), "{what}: herd {cmd} started a run");
+        }
+    }
+}

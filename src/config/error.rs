@@ -18,6 +18,16 @@ use std::path::{Path, PathBuf};
 ///
 /// Problems that are not at one place in the file (a missing `[job]` table, an unreadable file)
 /// start with `path: `.
+///
+/// When herd can guess what was meant (a misspelt key, launcher or class), one more line says so:
+///
+/// ```text
+/// cluster.toml:5:12: unknown launcher "torchrunn": expected one of torchrun, deepspeed, command
+///    |
+///  5 | launcher = "torchrunn"
+///    |            ^^^^^^^^^^^
+///    = help: did you mean "torchrun"?
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read. (The I/O error is part of the message, so it is not also
@@ -25,12 +35,14 @@ pub enum ConfigError {
     #[error("{}: cannot read config file: {error}", path.display())]
     Read { path: PathBuf, error: std::io::Error },
     /// The file was read but is not a valid config.
-    #[error("{}", render(path, message, location.as_deref()))]
+    #[error("{}", render(path, message, location.as_deref(), help.as_deref()))]
     Invalid {
         path: PathBuf,
         message: String,
         /// `None` when the problem is not at one place in the file (e.g. a missing table).
         location: Option<Box<Location>>,
+        /// A suggestion shown after the source excerpt (`did you mean "x"?`).
+        help: Option<String>,
     },
 }
 
@@ -41,12 +53,29 @@ impl ConfigError {
             path: path.to_path_buf(),
             message: message.into(),
             location: Some(Box::new(Location::from_span(text, span))),
+            help: None,
         }
     }
 
     /// An error about the file as a whole.
     pub fn whole_file(path: &Path, message: impl Into<String>) -> Self {
-        ConfigError::Invalid { path: path.to_path_buf(), message: message.into(), location: None }
+        ConfigError::Invalid { path: path.to_path_buf(), message: message.into(), location: None, help: None }
+    }
+
+    /// Adds a help line (`= help: ...`), e.g. a "did you mean"; `None` leaves the error as it is.
+    pub fn with_help(mut self, text: Option<String>) -> Self {
+        if let ConfigError::Invalid { help, .. } = &mut self {
+            *help = text;
+        }
+        self
+    }
+
+    /// The help line's text, when there is one.
+    pub fn help(&self) -> Option<&str> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Invalid { help, .. } => help.as_deref(),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -133,10 +162,21 @@ fn floor_char_boundary(text: &str, offset: usize) -> usize {
     i
 }
 
-fn render(path: &Path, message: &str, location: Option<&Location>) -> String {
+fn render(path: &Path, message: &str, location: Option<&Location>, help: Option<&str>) -> String {
     let mut out = String::new();
     let _ = write_rendered(&mut out, path, message, location);
+    if let Some(help) = help {
+        let gutter = location.map_or(1, |l| l.line.to_string().len());
+        out.push('\n');
+        out.push_str(&help_line(gutter, help));
+    }
     out
+}
+
+/// `   = help: TEXT`, the `=` under the `|` of a source excerpt whose line numbers are `gutter`
+/// digits wide. Also used for errors that have no excerpt (`gutter` 1).
+pub fn help_line(gutter: usize, text: &str) -> String {
+    format!(" {} = help: {text}", " ".repeat(gutter))
 }
 
 fn write_rendered(
@@ -218,6 +258,25 @@ mod tests {
         let err = ConfigError::at(Path::new("c.toml"), text, 4..5, "bad");
         assert_eq!(err.line_col(), Some((1, 5)));
         assert_eq!(err.to_string(), "c.toml:1:5: bad\n   |\n 1 | a =\n   |     ^");
+    }
+
+    #[test]
+    fn help_goes_after_the_carets() {
+        let text = "[job]\nlauncher = \"torchrunn\"\n";
+        let err = ConfigError::at(Path::new("c.toml"), text, 17..28, "unknown launcher")
+            .with_help(Some("did you mean \"torchrun\"?".into()));
+        assert_eq!(err.help(), Some("did you mean \"torchrun\"?"));
+        assert_eq!(
+            err.to_string(),
+            "c.toml:2:12: unknown launcher\n   |\n 2 | launcher = \"torchrunn\"\n   |            ^^^^^^^^^^^\n   = help: did you mean \"torchrun\"?"
+        );
+        let text = format!("{}x = 1\n", "\n".repeat(11));
+        let err = ConfigError::at(Path::new("c.toml"), &text, 11..12, "bad").with_help(Some("h".into()));
+        assert!(err.to_string().ends_with("\n    | ^\n    = help: h"), "{err}");
+        let err = ConfigError::whole_file(Path::new("c.toml"), "no nodes").with_help(Some("h".into()));
+        assert_eq!(err.to_string(), "c.toml: no nodes\n   = help: h");
+        let err = ConfigError::whole_file(Path::new("c.toml"), "no nodes").with_help(None);
+        assert_eq!(err.to_string(), "c.toml: no nodes");
     }
 
     #[test]

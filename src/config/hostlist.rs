@@ -276,6 +276,15 @@ mod tests {
         assert_eq!(ok("n[1,2],m"), ["n1", "n2", "m"]);
     }
 
+    /// What Slurm prints in SLURM_JOB_NODELIST, expanded in Slurm's order.
+    #[test]
+    fn slurm_nodelists() {
+        assert_eq!(ok("gpu-[01-04,07],cpu9"), ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07", "cpu9"]);
+        assert_eq!(ok("r[1-2]n[01-02]"), ["r1n01", "r1n02", "r2n01", "r2n02"]);
+        assert_eq!(ok("tux[1-2]-ib,login"), ["tux1-ib", "tux2-ib", "login"]);
+        assert_eq!(ok("node[001-002,010]"), ["node001", "node002", "node010"]);
+    }
+
     #[test]
     fn ipv4_ranges() {
         assert_eq!(ok("10.1.2.[3-5]"), ["10.1.2.3", "10.1.2.4", "10.1.2.5"]);

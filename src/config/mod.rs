@@ -1,16 +1,24 @@
 //! The cluster config: `cluster.toml` -> validated [`Config`].
 //!
-//! [`load`] reads a file, [`parse`] validates text (pure). Every problem is a [`ConfigError`]
+//! [`load`] reads a file, [`parse`] validates text. Every problem is a [`ConfigError`]
 //! that names the file and, when the problem is at one place in it, the line, column and source
 //! line of the offending value.
+//!
+//! The nodes come from `[[nodes]]` or from `nodes_from` (a hostfile or the Slurm allocation);
+//! what that reads outside the config file (the environment, the hostfile) goes through
+//! [`LoadOptions`], so [`load_with`] and [`parse_with`] are testable without either.
 
 mod error;
+pub mod hostfile;
 pub mod hostlist;
 mod raw;
+pub mod select;
+pub mod suggest;
 mod types;
 
-pub use error::{line_col, ConfigError, Location};
+pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;
+pub use select::{select_nodes, SelectionError};
 pub use types::*;
 
 use std::collections::{BTreeMap, HashMap};
@@ -100,8 +108,10 @@ impl KnownHostsPolicy {
         }
     }
 
+    pub const ALL: [KnownHostsPolicy; 2] = [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew];
+
     pub fn parse(s: &str) -> Option<KnownHostsPolicy> {
-        [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew].into_iter().find(|p| p.as_str() == s)
+        KnownHostsPolicy::ALL.into_iter().find(|p| p.as_str() == s)
     }
 }
 
@@ -122,17 +132,66 @@ impl LauncherKind {
     }
 }
 
-/// Reads and validates a config file. A missing or unreadable file is a [`ConfigError::Read`]
-/// naming the path.
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
-    parse(path, &text)
+/// The Slurm variables that list an allocation's hosts, the first one set wins.
+pub const SLURM_NODELIST_VARS: [&str; 2] = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"];
+
+/// What loading a config may read besides the config text: the environment and the files the
+/// config names. [`LoadOptions::process`] is the real ones; tests pass closures.
+#[derive(Clone, Copy)]
+pub struct LoadOptions<'a> {
+    /// Looks up an environment variable (`SLURM_JOB_NODELIST` for `nodes_from = "slurm"`).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// Reads a file the config names (the hostfile of `nodes_from = "hostfile:PATH"`).
+    pub read_file: &'a dyn Fn(&Path) -> std::io::Result<String>,
+    /// Take the nodes from the Slurm allocation whatever the file says (`--slurm`): as
+    /// `nodes_from = "slurm"`, with `[[nodes]]` and `nodes_from` in the file ignored.
+    pub slurm: bool,
 }
 
-/// Validates config text; `path` is only used for `Config::path` and error messages.
+impl LoadOptions<'static> {
+    /// The process environment and the file system.
+    pub fn process() -> Self {
+        LoadOptions { env: &process_env, read_file: &read_file, slurm: false }
+    }
+}
+
+impl std::fmt::Debug for LoadOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions").field("slurm", &self.slurm).finish_non_exhaustive()
+    }
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn read_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+/// Reads and validates a config file, with the process environment. A missing or unreadable
+/// file is a [`ConfigError::Read`] naming the path.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, &LoadOptions::process())
+}
+
+/// [`load`], with the environment and file reads of `options`.
+pub fn load_with(path: &Path, options: &LoadOptions<'_>) -> Result<Config, ConfigError> {
+    let text =
+        (options.read_file)(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+    parse_with(path, &text, options)
+}
+
+/// Validates config text; `path` is used for `Config::path`, error messages and to resolve a
+/// relative hostfile path. Reads the process environment and the hostfile only when
+/// `nodes_from` asks for them.
 pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let cx = Cx { path, text };
+    parse_with(path, text, &LoadOptions::process())
+}
+
+/// [`parse`], with the environment and file reads of `options` (pure when they are).
+pub fn parse_with(path: &Path, text: &str, options: &LoadOptions<'_>) -> Result<Config, ConfigError> {
+    let cx = Cx { path, text, options };
     let raw: RawConfig = toml::from_str(text).map_err(|e| cx.toml_error(&e))?;
     cx.validate(raw)
 }
@@ -168,6 +227,7 @@ pub fn is_env_pattern(pattern: &str) -> bool {
 struct Cx<'a> {
     path: &'a Path,
     text: &'a str,
+    options: &'a LoadOptions<'a>,
 }
 
 type Result<T, E = ConfigError> = std::result::Result<T, E>;
@@ -179,15 +239,17 @@ impl Cx<'_> {
 
     fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
         let message = polish_toml_message(e.message());
+        let help = unknown_key_help(&message);
         match e.span() {
             Some(span) => self.err(span, message),
             None => ConfigError::whole_file(self.path, message),
         }
+        .with_help(help)
     }
 
     fn validate(&self, raw: RawConfig) -> Result<Config> {
         let ssh = self.ssh(raw.ssh)?;
-        let nodes = self.nodes(raw.nodes)?;
+        let nodes = self.node_source(raw.nodes, raw.nodes_from)?;
         let Some(job) = raw.job else {
             return Err(ConfigError::whole_file(
                 self.path,
@@ -216,6 +278,10 @@ impl Cx<'_> {
                         v.get_ref()
                     ),
                 )
+                .with_help(suggest::help_for(
+                    v.get_ref(),
+                    KnownHostsPolicy::ALL.map(KnownHostsPolicy::as_str),
+                ))
             })?,
         };
         Ok(SshSettings {
@@ -234,11 +300,120 @@ impl Cx<'_> {
         })
     }
 
-    fn nodes(&self, raw: Option<Spanned<Vec<RawNode>>>) -> Result<Vec<Node>> {
-        const HINT: &str = "add at least one [[nodes]] table with a `host`";
-        let Some(raw) = raw else {
-            return Err(ConfigError::whole_file(self.path, format!("no nodes: {HINT}")));
+    /// The nodes, from `[[nodes]]`, `nodes_from` or (`--slurm`) the Slurm allocation.
+    fn node_source(
+        &self,
+        nodes: Option<Spanned<Vec<RawNode>>>,
+        nodes_from: Option<Spanned<String>>,
+    ) -> Result<Vec<Node>> {
+        if self.options.slurm {
+            return self.slurm_nodes(None);
+        }
+        match (nodes, nodes_from) {
+            (Some(_), Some(from)) => {
+                Err(self.err(from.span(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them"))
+            }
+            (None, None) => Err(ConfigError::whole_file(
+                self.path,
+                "no nodes: add at least one [[nodes]] table with a `host`, or \
+                 nodes_from = \"hostfile:PATH\" or \"slurm\" before the first table",
+            )),
+            (Some(nodes), None) => self.nodes(nodes),
+            (None, Some(from)) => self.nodes_from(&from),
+        }
+    }
+
+    fn nodes_from(&self, from: &Spanned<String>) -> Result<Vec<Node>> {
+        let value = from.get_ref();
+        if value == "slurm" {
+            return self.slurm_nodes(Some(from.span()));
+        }
+        if let Some(file) = value.strip_prefix("hostfile:").or((value == "hostfile").then_some("")) {
+            if file.is_empty() {
+                return Err(
+                    self.err(from.span(), format!("nodes_from = {value:?} needs a path: \"hostfile:PATH\""))
+                );
+            }
+            return self.hostfile_nodes(file, from.span());
+        }
+        let help = match value.split_once(':') {
+            Some((kind, rest)) => {
+                suggest::did_you_mean(kind, ["hostfile"]).map(|k| suggest::help(&format!("{k}:{rest}")))
+            }
+            None => suggest::help_for(value, ["slurm", "hostfile"]).map(|h| {
+                if h.contains("hostfile") {
+                    suggest::help(&format!("hostfile:{value}"))
+                } else {
+                    h
+                }
+            }),
         };
+        Err(self
+            .err(
+                from.span(),
+                format!("unknown nodes_from {value:?}: expected \"hostfile:PATH\" or \"slurm\""),
+            )
+            .with_help(help))
+    }
+
+    /// The hosts of a hostfile, `file` relative to the config file's directory.
+    fn hostfile_nodes(&self, file: &str, span: Range<usize>) -> Result<Vec<Node>> {
+        let path = self.path.parent().unwrap_or(Path::new("")).join(file);
+        let text = (self.options.read_file)(&path)
+            .map_err(|e| self.err(span, format!("cannot read hostfile {}: {e}", path.display())))?;
+        let entries = hostfile::parse(&text).map_err(|e| match e.span {
+            Some(span) => ConfigError::at(&path, &text, span, e.message),
+            None => ConfigError::whole_file(&path, e.message),
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|e| Node {
+                host: e.host,
+                addr: None,
+                nproc: e.slots,
+                user: None,
+                port: None,
+                env: BTreeMap::new(),
+            })
+            .collect())
+    }
+
+    /// The hosts of the Slurm allocation, in Slurm's order. `span`: where `nodes_from = "slurm"`
+    /// is written; `None` for `--slurm`.
+    fn slurm_nodes(&self, span: Option<Range<usize>>) -> Result<Vec<Node>> {
+        let what = if span.is_some() { "nodes_from = \"slurm\"" } else { "--slurm" };
+        let here = |message: String| match &span {
+            Some(span) => self.err(span.clone(), message),
+            None => ConfigError::whole_file(self.path, message),
+        };
+        let found = SLURM_NODELIST_VARS
+            .iter()
+            .find_map(|&var| (self.options.env)(var).filter(|v| !v.is_empty()).map(|v| (var, v)));
+        let Some((var, list)) = found else {
+            return Err(here(format!(
+                "{what}: not inside a Slurm allocation ({} are unset); run under salloc or sbatch, \
+                 or list the nodes in [[nodes]]",
+                SLURM_NODELIST_VARS.join(" and ")
+            )));
+        };
+        let hosts =
+            hostlist::expand(&list).map_err(|e| here(format!("{what}: malformed {var} {list:?}: {e}")))?;
+        let mut seen = std::collections::HashSet::new();
+        let mut nodes = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            if let Err(why) = check_host(&host) {
+                return Err(here(format!("{what}: invalid host {host:?} in {var}: {why}")));
+            }
+            if !seen.insert(host.clone()) {
+                return Err(here(format!("{what}: {var} lists {host:?} twice")));
+            }
+            nodes.push(Node { host, addr: None, nproc: None, user: None, port: None, env: BTreeMap::new() });
+        }
+        Ok(nodes)
+    }
+
+    fn nodes(&self, raw: Spanned<Vec<RawNode>>) -> Result<Vec<Node>> {
+        const HINT: &str = "add at least one [[nodes]] table with a `host`";
         if raw.get_ref().is_empty() {
             return Err(self.err(raw.span(), format!("`nodes` is empty: {HINT}")));
         }
@@ -320,6 +495,7 @@ impl Cx<'_> {
                         LauncherKind::ALL.map(LauncherKind::as_str).join(", ")
                     ),
                 )
+                .with_help(suggest::help_for(l.get_ref(), LauncherKind::ALL.map(LauncherKind::as_str)))
             })?,
         };
         if raw.script.get_ref().trim().is_empty() {
@@ -363,10 +539,12 @@ impl Cx<'_> {
                     "cuda" => Device::Cuda,
                     "cpu" => Device::Cpu,
                     other => {
-                        return Err(self.err(
-                            d.span(),
-                            format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
-                        ))
+                        return Err(self
+                            .err(
+                                d.span(),
+                                format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
+                            )
+                            .with_help(suggest::help_for(other, ["cuda", "cpu"])))
                     }
                 },
             },
@@ -423,19 +601,16 @@ impl Cx<'_> {
             None => None,
             Some(m) => {
                 if !nodes.iter().any(|n| n.host == *m.get_ref()) {
-                    const SHOWN: usize = 8;
-                    let mut hosts: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
-                    if nodes.len() > SHOWN {
-                        hosts.push("...");
-                    }
-                    return Err(self.err(
-                        m.span(),
-                        format!(
-                            "rendezvous.master {:?} is not one of the nodes ({})",
-                            m.get_ref(),
-                            hosts.join(", ")
-                        ),
-                    ));
+                    return Err(self
+                        .err(
+                            m.span(),
+                            format!(
+                                "rendezvous.master {:?} is not one of the nodes ({})",
+                                m.get_ref(),
+                                node_list(nodes)
+                            ),
+                        )
+                        .with_help(suggest::help_for(m.get_ref(), nodes.iter().map(|n| n.host.as_str()))));
                 }
                 Some(m.into_inner())
             }
@@ -617,6 +792,7 @@ impl Cx<'_> {
                     FailureClass::ALL.map(FailureClass::as_str).join(", ")
                 ),
             )
+            .with_help(suggest::help_for(v.get_ref(), FailureClass::ALL.map(FailureClass::as_str)))
         })
     }
 
@@ -683,6 +859,16 @@ impl Cx<'_> {
     }
 }
 
+/// The first hosts of `nodes`, comma-separated, `...` when there are more.
+fn node_list(nodes: &[Node]) -> String {
+    const SHOWN: usize = 8;
+    let mut hosts: Vec<&str> = nodes.iter().take(SHOWN).map(|n| n.host.as_str()).collect();
+    if nodes.len() > SHOWN {
+        hosts.push("...");
+    }
+    hosts.join(", ")
+}
+
 fn with_article(type_name: &str) -> String {
     match type_name.chars().next() {
         Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {type_name}"),
@@ -708,6 +894,16 @@ fn polish_toml_message(message: &str) -> String {
         }
     }
     message
+}
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (also "expected `a` or `b`" and
+/// "expected `a`"): a "did you mean" among the expected names.
+fn unknown_key_help(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let expected = expected.strip_prefix(", expected ")?;
+    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    suggest::help_for(key, names)
 }
 
 #[cfg(test)]
@@ -1036,7 +1232,7 @@ class = "user"
             "[jobs]\nscript = \"x\"\n",
             1,
             2,
-            "unknown field `jobs`, expected one of `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`",
+            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`",
         );
         assert_err(
             "[ssh]\nusr = \"x\"\n",
@@ -1064,6 +1260,56 @@ class = "user"
         );
     }
 
+    /// The help line of the error `text` gives, if any.
+    fn help_of(text: &str) -> Option<String> {
+        let err = parse(Path::new("cluster.toml"), text).expect_err("expected an error");
+        if let Some(help) = err.help() {
+            assert!(err.to_string().ends_with(&format!("\n   = help: {help}")), "{err}");
+        }
+        err.help().map(str::to_string)
+    }
+
+    #[test]
+    fn did_you_mean_for_misspelt_names() {
+        let base = "[[nodes]]\nhost = \"a\"\n";
+        let cases = [
+            (format!("{base}{JOB}nproc_per_nod = 2\n"), "nproc_per_node"),
+            (format!("{base}[job]\nscirpt = \"x\"\n"), "script"),
+            (format!("[jobs]\nscript = \"x\"\n{base}"), "job"),
+            (format!("[ssh]\nusr = \"x\"\n{base}{JOB}"), "user"),
+            (format!("{base}nprocs = 2\n{JOB}"), "nproc"),
+            (format!("node_from = \"slurm\"\n{base}{JOB}"), "nodes_from"),
+            (format!("{base}{JOB}[[restart.rules]]\npattern = \"x\"\nclas = \"comm\"\n"), "class"),
+            (format!("{base}{JOB}launcher = \"torchrunn\"\n"), "torchrun"),
+            (format!("{base}{JOB}launcher = \"deepseed\"\n"), "deepspeed"),
+            (format!("[ssh]\nknown_hosts = \"accept_new\"\n{base}{JOB}"), "accept-new"),
+            (format!("{base}{JOB}[restart]\non = [\"node_lost\"]\n"), "node-lost"),
+            (format!("{base}{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"comms\"\n"), "comm"),
+            (format!("{base}{JOB}device = \"cudа\"\n"), "cuda"),
+            (format!("{base}{JOB}device = \"cpus\"\n"), "cpu"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(help_of(&text), Some(format!("did you mean {want:?}?")), "{text}");
+        }
+        // Nothing close: no help line.
+        assert_eq!(help_of(&format!("{base}{JOB}launcher = \"mpirun\"\n")), None);
+        assert_eq!(help_of(&format!("{base}{JOB}[restart]\non = [\"segfault\"]\n")), None);
+        assert_eq!(help_of(&format!("{base}{JOB}zzz = 1\n")), None);
+    }
+
+    #[test]
+    fn unknown_key_help_reads_every_serde_shape() {
+        assert_eq!(
+            unknown_key_help("unknown field `clas`, expected `pattern` or `class`").as_deref(),
+            Some("did you mean \"class\"?")
+        );
+        assert_eq!(
+            unknown_key_help("unknown field `dirr`, expected `dir`").as_deref(),
+            Some("did you mean \"dir\"?")
+        );
+        assert_eq!(unknown_key_help("invalid type: integer `5`, expected a string"), None);
+    }
+
     #[test]
     fn type_errors_are_located() {
         assert_err(
@@ -1082,9 +1328,147 @@ class = "user"
         assert_err("[[nodes]]\nhost = \"a\"\n[job]\nargs = []\n", 3, 1, "missing required key `script`");
     }
 
+    /// Parses `text` as `/etc/herd/cluster.toml` with `env` as the environment and `files` as the
+    /// only readable files; `slurm` as `--slurm`.
+    fn parse_from(
+        text: &str,
+        env: &[(&str, &str)],
+        files: &[(&str, &str)],
+        slurm: bool,
+    ) -> Result<Config, ConfigError> {
+        let env = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+        let read = |path: &Path| {
+            files
+                .iter()
+                .find(|(p, _)| Path::new(p) == path)
+                .map(|(_, t)| t.to_string())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+        };
+        let options = LoadOptions { env: &env, read_file: &read, slurm };
+        parse_with(Path::new("/etc/herd/cluster.toml"), text, &options)
+    }
+
+    fn hosts_and_nprocs(config: &Config) -> Vec<(&str, Option<u32>)> {
+        config.nodes.iter().map(|n| (n.host.as_str(), n.nproc)).collect()
+    }
+
+    #[test]
+    fn nodes_from_a_hostfile_relative_to_the_config() {
+        let text = format!("nodes_from = \"hostfile:hosts.txt\"\n{JOB}");
+        let hostfile = "# rack 1\ngpu-02 slots=8\ngpu-01\n\ngpu-03 slots=2 # small\n";
+        let config = parse_from(&text, &[], &[("/etc/herd/hosts.txt", hostfile)], false).unwrap();
+        assert_eq!(hosts_and_nprocs(&config), [("gpu-02", Some(8)), ("gpu-01", None), ("gpu-03", Some(2))]);
+        // An absolute path is used as it is.
+        let text = format!("nodes_from = \"hostfile:/srv/h\"\n{JOB}");
+        let config = parse_from(&text, &[], &[("/srv/h", "a slots=1\n")], false).unwrap();
+        assert_eq!(hosts_and_nprocs(&config), [("a", Some(1))]);
+    }
+
+    #[test]
+    fn hostfile_errors_name_the_hostfile_and_line() {
+        let text = format!("nodes_from = \"hostfile:hosts.txt\"\n{JOB}");
+        let err = |hostfile: &str| {
+            parse_from(&text, &[], &[("/etc/herd/hosts.txt", hostfile)], false).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err("a\nb\nc slots=x\n"),
+            "/etc/herd/hosts.txt:3:3: slots must be a positive integer, found \"x\"\n   |\n 3 | c slots=x\n   |   ^^^^^^^"
+        );
+        assert!(err("a\nb\na\n")
+            .starts_with("/etc/herd/hosts.txt:3:1: duplicate host \"a\": already listed on line 1\n"));
+        assert!(err("a;b\n").starts_with("/etc/herd/hosts.txt:1:1: invalid host \"a;b\""));
+        assert_eq!(
+            err("# nothing\n"),
+            "/etc/herd/hosts.txt: the hostfile lists no hosts (expected lines like `gpu-01 slots=8`)"
+        );
+        let missing = parse_from(&text, &[], &[], false).unwrap_err();
+        assert_eq!(missing.line_col(), Some((1, 14)));
+        assert!(missing.message().starts_with("cannot read hostfile /etc/herd/hosts.txt: "), "{missing}");
+    }
+
+    #[test]
+    fn nodes_from_slurm_keeps_slurms_order() {
+        let text = format!("nodes_from = \"slurm\"\n{JOB}nproc_per_node = 4\n");
+        let config = parse_from(&text, &[("SLURM_JOB_NODELIST", "gpu-[07,01-02],cpu9")], &[], false).unwrap();
+        assert_eq!(
+            hosts_and_nprocs(&config),
+            [("gpu-07", None), ("gpu-01", None), ("gpu-02", None), ("cpu9", None)]
+        );
+        assert_eq!(config.job.nproc_per_node, 4);
+        let config = parse_from(&text, &[("SLURM_NODELIST", "r[1-2]n[01-02]")], &[], false).unwrap();
+        let hosts: Vec<&str> = config.nodes.iter().map(|n| n.host.as_str()).collect();
+        assert_eq!(hosts, ["r1n01", "r1n02", "r2n01", "r2n02"]);
+        // SLURM_JOB_NODELIST wins over the older SLURM_NODELIST.
+        let env = [("SLURM_JOB_NODELIST", "a"), ("SLURM_NODELIST", "b")];
+        assert_eq!(parse_from(&text, &env, &[], false).unwrap().nodes[0].host, "a");
+    }
+
+    #[test]
+    fn slurm_errors() {
+        let text = format!("nodes_from = \"slurm\"\n{JOB}");
+        let err = parse_from(&text, &[], &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((1, 14)));
+        assert_eq!(
+            err.message(),
+            "nodes_from = \"slurm\": not inside a Slurm allocation (SLURM_JOB_NODELIST and SLURM_NODELIST are unset); run under salloc or sbatch, or list the nodes in [[nodes]]"
+        );
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "n[3-1]")], &[], false).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "nodes_from = \"slurm\": malformed SLURM_JOB_NODELIST \"n[3-1]\": range 3-1 is descending"
+        );
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "a,-x")], &[], false).unwrap_err();
+        assert!(err.message().contains("invalid host \"-x\" in SLURM_JOB_NODELIST"), "{err}");
+        // --slurm: not in the file, so not at a line.
+        let err = parse_from(&format!("[[nodes]]\nhost = \"a\"\n{JOB}"), &[], &[], true).unwrap_err();
+        assert_eq!(err.line_col(), None);
+        assert!(
+            err.to_string().starts_with("/etc/herd/cluster.toml: --slurm: not inside a Slurm allocation"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_slurm_flag_overrides_the_files_nodes() {
+        let env = [("SLURM_JOB_NODELIST", "s[1-2]")];
+        for nodes in ["[[nodes]]\nhost = \"a\"\n", "nodes_from = \"hostfile:none\"\n"] {
+            let config = parse_from(&format!("{nodes}{JOB}"), &env, &[], true).unwrap();
+            assert_eq!(hosts_and_nprocs(&config), [("s1", None), ("s2", None)]);
+        }
+        // The master must still be one of the nodes.
+        let text = format!("[[nodes]]\nhost = \"a\"\n{JOB}[rendezvous]\nmaster = \"a\"\n");
+        let err = parse_from(&text, &env, &[], true).unwrap_err();
+        assert_eq!(err.message(), "rendezvous.master \"a\" is not one of the nodes (s1, s2)");
+    }
+
+    #[test]
+    fn nodes_from_must_be_alone_and_known() {
+        let text = format!("nodes_from = \"slurm\"\n[[nodes]]\nhost = \"a\"\n{JOB}");
+        let err = parse_from(&text, &[("SLURM_JOB_NODELIST", "a")], &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((1, 14)));
+        assert_eq!(err.message(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them");
+        let cases =
+            [("slurn", Some("slurm")), ("hostfil:h.txt", Some("hostfile:h.txt")), ("hosts.txt", None)];
+        for (value, help) in cases {
+            let err = parse_from(&format!("nodes_from = {value:?}\n{JOB}"), &[], &[], false).unwrap_err();
+            assert_eq!(
+                err.message(),
+                format!("unknown nodes_from {value:?}: expected \"hostfile:PATH\" or \"slurm\""),
+            );
+            assert_eq!(err.help(), help.map(suggest::help).as_deref(), "{value}");
+        }
+        let err = parse_from(&format!("nodes_from = \"hostfile:\"\n{JOB}"), &[], &[], false).unwrap_err();
+        assert_eq!(err.message(), "nodes_from = \"hostfile:\" needs a path: \"hostfile:PATH\"");
+        let err = parse_from(&format!("nodes_from = \"hostfile\"\n{JOB}"), &[], &[], false).unwrap_err();
+        assert_eq!(err.message(), "nodes_from = \"hostfile\" needs a path: \"hostfile:PATH\"");
+    }
+
     #[test]
     fn nodes_missing_or_empty() {
-        assert_file_err(JOB, "no nodes: add at least one [[nodes]] table with a `host`");
+        assert_file_err(
+            JOB,
+            "no nodes: add at least one [[nodes]] table with a `host`, or nodes_from = \"hostfile:PATH\" or \"slurm\" before the first table",
+        );
         assert_err(
             &format!("nodes = []\n{JOB}"),
             1,
@@ -1242,6 +1626,8 @@ class = "user"
         );
         let text = format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-02\"\n");
         assert_eq!(parse_ok(&text).rendezvous.master.as_deref(), Some("gpu-02"));
+        let text = format!("[[nodes]]\nhost = \"gpu-[01-02]\"\n{JOB}[rendezvous]\nmaster = \"gpu-2\"\n");
+        assert_eq!(help_of(&text).as_deref(), Some("did you mean \"gpu-02\"?"));
     }
 
     #[test]

@@ -12,6 +12,8 @@ use toml::Spanned;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a cluster config table")]
 pub(crate) struct RawConfig {
+    /// `"hostfile:PATH"` or `"slurm"`, instead of `[[nodes]]`.
+    pub nodes_from: Option<Spanned<String>>,
     pub ssh: Option<RawSsh>,
     pub nodes: Option<Spanned<Vec<RawNode>>>,
     pub job: Option<RawJob>,

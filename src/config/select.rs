@@ -1,0 +1,184 @@
+//! `--nodes` / `--exclude`: which of the config's nodes a command uses (a pure function).
+//!
+//! Both take a hostlist expression. The selected nodes keep the config's order, so node ranks
+//! are recounted from 0 over what is left (a node's rank is its index in `Config::nodes`).
+
+use super::{help_line, hostlist, node_list, suggest, Config, HostlistError, Node};
+
+/// Why `--nodes` / `--exclude` cannot be applied. `Display` is the whole message, with a
+/// `= help:` line when a misspelt host is probably another one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    #[error("{flag} {expr:?}: malformed hostlist: {error}")]
+    Malformed { flag: &'static str, expr: String, error: HostlistError },
+    #[error("{flag}: {host:?} is not one of the nodes ({nodes}){}", help(suggestion.as_deref()))]
+    UnknownHost {
+        flag: &'static str,
+        host: String,
+        /// The config's nodes, abbreviated.
+        nodes: String,
+        suggestion: Option<String>,
+    },
+    #[error("no node left to run on after {what}")]
+    Empty { what: String },
+    #[error(
+        "rendezvous.master {master:?} is not among the selected nodes: select it too, \
+         or remove rendezvous.master so that the first selected node is the master"
+    )]
+    MasterExcluded { master: String },
+}
+
+fn help(suggestion: Option<&str>) -> String {
+    suggestion.map(|s| format!("\n{}", help_line(1, &suggest::help(s)))).unwrap_or_default()
+}
+
+/// Keeps only the nodes `nodes` lists (when given), then drops those `exclude` lists (when
+/// given). Every host named must be one of the config's nodes, something must be left, and an
+/// explicit `rendezvous.master` must be left.
+pub fn select_nodes(
+    config: &mut Config,
+    nodes: Option<&str>,
+    exclude: Option<&str>,
+) -> Result<(), SelectionError> {
+    if nodes.is_none() && exclude.is_none() {
+        return Ok(());
+    }
+    let keep = nodes.map(|expr| hosts_of("--nodes", expr, &config.nodes)).transpose()?;
+    let drop = exclude.map(|expr| hosts_of("--exclude", expr, &config.nodes)).transpose()?;
+    config.nodes.retain(|n| {
+        keep.as_ref().is_none_or(|k| k.contains(&n.host))
+            && drop.as_ref().is_none_or(|d| !d.contains(&n.host))
+    });
+    if config.nodes.is_empty() {
+        let what = match (nodes, exclude) {
+            (Some(n), Some(e)) => format!("--nodes {n:?} --exclude {e:?}"),
+            (Some(n), None) => format!("--nodes {n:?}"),
+            (None, Some(e)) => format!("--exclude {e:?}"),
+            (None, None) => unreachable!("returned early"),
+        };
+        return Err(SelectionError::Empty { what });
+    }
+    if let Some(master) = &config.rendezvous.master {
+        if !config.nodes.iter().any(|n| &n.host == master) {
+            return Err(SelectionError::MasterExcluded { master: master.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// The hosts `expr` names, each checked to be one of `nodes`.
+fn hosts_of(flag: &'static str, expr: &str, nodes: &[Node]) -> Result<Vec<String>, SelectionError> {
+    let hosts = hostlist::expand(expr).map_err(|error| SelectionError::Malformed {
+        flag,
+        expr: expr.to_string(),
+        error,
+    })?;
+    for host in &hosts {
+        if !nodes.iter().any(|n| &n.host == host) {
+            return Err(SelectionError::UnknownHost {
+                flag,
+                host: host.clone(),
+                nodes: node_list(nodes),
+                suggestion: suggest::did_you_mean(host, nodes.iter().map(|n| n.host.as_str()))
+                    .map(str::to_string),
+            });
+        }
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn config(extra: &str) -> Config {
+        let text = format!("[[nodes]]\nhost = \"gpu-[01-04]\"\n[[nodes]]\nhost = \"cpu9\"\n[job]\nscript = \"t.py\"\n{extra}");
+        crate::config::parse(Path::new("c.toml"), &text).unwrap()
+    }
+
+    fn select(nodes: Option<&str>, exclude: Option<&str>) -> Result<Vec<String>, SelectionError> {
+        let mut c = config("");
+        select_nodes(&mut c, nodes, exclude)?;
+        Ok(c.nodes.into_iter().map(|n| n.host).collect())
+    }
+
+    #[test]
+    fn nothing_given_keeps_everything() {
+        assert_eq!(select(None, None).unwrap(), ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "cpu9"]);
+    }
+
+    #[test]
+    fn nodes_keeps_the_config_order() {
+        assert_eq!(select(Some("cpu9,gpu-[03,01]"), None).unwrap(), ["gpu-01", "gpu-03", "cpu9"]);
+        assert_eq!(select(Some("gpu-02,gpu-02"), None).unwrap(), ["gpu-02"]);
+    }
+
+    #[test]
+    fn exclude_drops() {
+        assert_eq!(select(None, Some("gpu-[02-03]")).unwrap(), ["gpu-01", "gpu-04", "cpu9"]);
+        assert_eq!(select(Some("gpu-[01-04]"), Some("gpu-01")).unwrap(), ["gpu-02", "gpu-03", "gpu-04"]);
+    }
+
+    #[test]
+    fn malformed_expressions() {
+        let err = select(Some("gpu-[3-1]"), None).unwrap_err();
+        assert_eq!(err.to_string(), "--nodes \"gpu-[3-1]\": malformed hostlist: range 3-1 is descending");
+        let err = select(None, Some("a,")).unwrap_err();
+        assert_eq!(err.to_string(), "--exclude \"a,\": malformed hostlist: trailing ',' (empty host name)");
+    }
+
+    #[test]
+    fn unknown_hosts_suggest_a_near_one() {
+        let err = select(Some("gpu-01,gpu-4"), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--nodes: \"gpu-4\" is not one of the nodes (gpu-01, gpu-02, gpu-03, gpu-04, cpu9)\n   = help: did you mean \"gpu-04\"?"
+        );
+        let err = select(None, Some("cpu0")).unwrap_err();
+        assert!(err.to_string().starts_with("--exclude: \"cpu0\" is not one of the nodes ("), "{err}");
+        assert!(err.to_string().ends_with("= help: did you mean \"cpu9\"?"), "{err}");
+        let err = select(None, Some("tpu-x")).unwrap_err();
+        assert!(!err.to_string().contains("help"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_selection_is_an_error() {
+        assert_eq!(
+            select(None, Some("gpu-[01-04],cpu9")).unwrap_err().to_string(),
+            "no node left to run on after --exclude \"gpu-[01-04],cpu9\""
+        );
+        assert_eq!(
+            select(Some("gpu-01"), Some("gpu-01")).unwrap_err().to_string(),
+            "no node left to run on after --nodes \"gpu-01\" --exclude \"gpu-01\""
+        );
+    }
+
+    #[test]
+    fn an_explicit_master_must_stay() {
+        let mut c = config("[rendezvous]\nmaster = \"gpu-02\"\n");
+        let err = select_nodes(&mut c, None, Some("gpu-02")).unwrap_err();
+        assert_eq!(err, SelectionError::MasterExcluded { master: "gpu-02".into() });
+        let mut c = config("[rendezvous]\nmaster = \"gpu-02\"\n");
+        let err = select_nodes(&mut c, Some("gpu-01,cpu9"), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rendezvous.master \"gpu-02\" is not among the selected nodes: select it too, or remove rendezvous.master so that the first selected node is the master"
+        );
+        let mut c = config("[rendezvous]\nmaster = \"gpu-02\"\n");
+        select_nodes(&mut c, Some("gpu-[02-03]"), None).unwrap();
+        assert_eq!(c.nodes.len(), 2);
+    }
+
+    #[test]
+    fn without_an_explicit_master_the_first_selected_node_is_rank_0() {
+        let mut c = config("");
+        select_nodes(&mut c, None, Some("gpu-01")).unwrap();
+        let plan =
+            crate::plan::build(&c, &crate::plan::PlanInputs { cwd: "/w".into(), env: Default::default() });
+        assert_eq!(plan.master.host, "gpu-02");
+        assert_eq!(plan.master.node_rank, 0);
+        let ranks: Vec<(usize, &str)> = plan.nodes.iter().map(|n| (n.rank, n.host.as_str())).collect();
+        assert_eq!(ranks, [(0, "gpu-02"), (1, "gpu-03"), (2, "gpu-04"), (3, "cpu9")]);
+    }
+}
