@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, LogsArgs, NodeSelection, PlanArgs, RunArgs};
+use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, InitArgs, LogsArgs, NodeSelection, PlanArgs, RunArgs};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
@@ -19,6 +19,13 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
         Command::Exec(args) => exec_command(args),
         Command::Logs(args) => logs_command(args),
         Command::Kill(args) => kill_command(&args.config),
+        Command::Init(args) => init_command(args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "herd", &mut std::io::stdout());
+            Ok(exit::OK)
+        }
+        Command::Man { out_dir } => man_command(out_dir.as_deref()),
         Command::Doctor(args) => doctor_command(args),
     }
 }
@@ -187,6 +194,54 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
         Err(e) => Err(Error::io("cannot print the logs")(e)),
         Ok(()) => Ok(exit::OK),
     }
+}
+
+fn man_command(out_dir: Option<&Path>) -> Result<u8, Error> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match out_dir {
+        Some(dir) => {
+            clap_mangen::generate_to(cmd, dir)
+                .map_err(Error::io(format!("cannot write man pages to {}", dir.display())))?;
+            eprintln!("herd: wrote herd.1 and one page per subcommand to {}", dir.display());
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out).map_err(Error::io("cannot render the man page"))?;
+            use std::io::Write;
+            std::io::stdout().write_all(&out).map_err(Error::io("cannot print the man page"))?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// The starter `herd init` writes: the reference example, which a test keeps valid.
+const STARTER: &str = include_str!("../cluster.example.toml");
+
+fn init_command(args: InitArgs) -> Result<u8, Error> {
+    use std::io::Write;
+    let path = &args.config;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if args.force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let mut file = match options.open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::Usage(format!(
+                "{} already exists; not overwriting it (--force does)",
+                path.display()
+            )));
+        }
+        other => other.map_err(Error::io(format!("cannot create {}", path.display())))?,
+    };
+    file.write_all(STARTER.as_bytes()).map_err(Error::io(format!("cannot write {}", path.display())))?;
+    eprintln!(
+        "herd: wrote {}: edit [[nodes]] and [job], then `herd plan -c {0}` shows what will run where",
+        path.display()
+    );
+    Ok(exit::OK)
 }
 
 fn kill_command(config: &Path) -> Result<u8, Error> {

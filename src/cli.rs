@@ -52,6 +52,21 @@ pub enum Command {
     /// The latest run of the config by default. Logs are printed attempt by attempt and node
     /// by node, exactly as each node wrote them.
     Logs(LogsArgs),
+    /// Write a commented starter cluster file (every key, with its default) to edit.
+    ///
+    /// Refuses to overwrite an existing file unless --force is given.
+    Init(InitArgs),
+    /// Print a shell completion script, e.g. `herd completions bash > /etc/bash_completion.d/herd`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print herd's man page (roff), e.g. `herd man | man -l -`.
+    Man {
+        /// Instead, write herd.1 and a page per subcommand (herd-run.1, ...) into this directory.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
     /// Stop every process left on any node by earlier runs of this config.
     ///
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
@@ -163,6 +178,17 @@ pub struct LogsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The file to write.
+    #[arg(short, long, value_name = "FILE", default_value = "cluster.toml")]
+    pub config: PathBuf,
+
+    /// Overwrite the file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArg,
@@ -225,7 +251,7 @@ mod tests {
                 Command::Plan(a) => a.selection,
                 Command::Doctor(a) => a.selection,
                 Command::Exec(a) => a.selection,
-                Command::Kill(_) | Command::Logs(_) => unreachable!(),
+                _ => unreachable!(),
             };
             assert_eq!(selection.nodes.as_deref(), Some("gpu-[01-02]"), "{cmd}");
             assert_eq!(selection.exclude.as_deref(), Some("gpu-02"), "{cmd}");

@@ -429,3 +429,45 @@ fn bad_node_sources_and_selections_exit_2() {
         }
     }
 }
+
+#[test]
+fn init_writes_a_starter_that_plans_and_never_overwrites_by_accident() {
+    let dir = tempfile::tempdir().unwrap();
+    herd::run(dir.path(), &["init"], LIMIT).assert_code(0);
+    let written = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
+    assert!(written.starts_with("# herd cluster file"), "{written}");
+    herd::run(dir.path(), &["plan"], LIMIT).assert_code(0);
+
+    std::fs::write(dir.path().join("cluster.toml"), "mine").unwrap();
+    let out = herd::run(dir.path(), &["init"], LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains("cluster.toml already exists"), "{out}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap(), "mine");
+    herd::run(dir.path(), &["init", "--force"], LIMIT).assert_code(0);
+    assert_eq!(std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap(), written);
+
+    let out = herd::run(dir.path(), &["init", "-c", "/nonexistent-dir/c.toml"], LIMIT);
+    out.assert_code(5);
+    assert!(out.stderr.contains("cannot create /nonexistent-dir/c.toml"), "{out}");
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_cli_definition() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = herd::run(dir.path(), &["completions", shell], LIMIT);
+        out.assert_code(0);
+        for word in ["exec", "logs", "no-preflight"] {
+            assert!(out.stdout.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    herd::run(dir.path(), &["completions", "tcsh"], LIMIT).assert_code(2);
+
+    let out = herd::run(dir.path(), &["man"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains(".TH herd 1"), "{out}");
+    assert!(out.stdout.contains("exec"), "{out}");
+    herd::run(dir.path(), &["man", "--out-dir", "pages"], LIMIT).assert_code(0);
+    let run_page = std::fs::read_to_string(dir.path().join("pages/herd-run.1")).unwrap();
+    assert!(run_page.contains("no\\-preflight"), "{run_page}");
+}
