@@ -200,7 +200,8 @@ fn man_command(out_dir: Option<&Path>) -> Result<u8, Error> {
     let cmd = <Cli as clap::CommandFactory>::command();
     match out_dir {
         Some(dir) => {
-            clap_mangen::generate_to(cmd, dir)
+            std::fs::create_dir_all(dir)
+                .and_then(|_| clap_mangen::generate_to(cmd, dir))
                 .map_err(Error::io(format!("cannot write man pages to {}", dir.display())))?;
             eprintln!("herd: wrote herd.1 and one page per subcommand to {}", dir.display());
         }
