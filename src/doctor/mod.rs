@@ -111,6 +111,7 @@ async fn start_in_job_env(
         heartbeat_secs: 3600,
         marker: node.marker(values),
         job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), command),
+        cleanup: None,
     };
     let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
     p.stdin.write_all(&node.env_block(values)).await.map_err(|e| e.to_string())?;

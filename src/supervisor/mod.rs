@@ -523,6 +523,7 @@ async fn run_attempt(
                 heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
                 marker: node.marker(&values),
                 job: plan.job_snippet(node),
+                cleanup: None,
             },
             env_block: node.env_block(&values),
             liveness: liveness.clone(),
