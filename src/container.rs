@@ -63,8 +63,16 @@ impl ContainerPlan {
         let mut words: Vec<String> =
             vec![self.runtime.as_str().into(), "run".into(), "--rm".into(), "--init".into()];
         words.extend(["--name".into(), format!("\"${NAME_VAR}\"")]);
-        words.extend(["--network", "host", "--ipc", "host"].map(String::from));
-        words.extend(["--shm-size".into(), quote(&self.shm_size)]);
+        words.extend(["--network", "host"].map(String::from));
+        let ipc = self.ipc_in_args();
+        if ipc.is_none() {
+            words.extend(["--ipc", "host"].map(String::from));
+        }
+        // With the host's IPC namespace the container uses the host's /dev/shm: docker then
+        // ignores the size, podman refuses it.
+        if self.runtime == ContainerRuntime::Docker || ipc.is_some_and(|mode| mode != "host") {
+            words.extend(["--shm-size".into(), quote(&self.shm_size)]);
+        }
         words.extend(["--ulimit", "memlock=-1"].map(String::from));
         if self.gpus {
             words.extend(["--gpus", "all"].map(String::from));
@@ -87,6 +95,16 @@ impl ContainerPlan {
         words.push(quote(&self.image));
         words.extend(["sh".into(), "-c".into(), quote(INNER_SHELL), "herd-job".into(), quote(inner)]);
         words.join(" ")
+    }
+
+    /// The IPC mode that `args` choose (`--ipc MODE` or `--ipc=MODE`), which replaces herd's
+    /// `--ipc host`.
+    fn ipc_in_args(&self) -> Option<&str> {
+        self.args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--ipc") {
+            Some("") => Some(self.args.get(i + 1).map_or("", String::as_str)),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        })
     }
 
     /// The command the agent runs once the job's process group is gone: a killed runtime
@@ -222,6 +240,26 @@ mod tests {
         };
         assert!(!ContainerPlan::new(&container, Device::Cpu).gpus);
         assert!(ContainerPlan::new(&container, Device::Cuda).gpus);
+    }
+
+    #[test]
+    fn podman_gets_no_shm_size_with_host_ipc_and_args_may_choose_the_ipc() {
+        let podman = ContainerPlan { runtime: ContainerRuntime::Podman, ..docker() };
+        let argv = argv_of(&podman.run_command("/w", [], "exec true"), &[]);
+        assert!(has_pair(&argv, "--ipc", "host") && !argv.contains(&"--shm-size".to_string()), "{argv:?}");
+        for args in [vec!["--ipc", "private"], vec!["--ipc=shareable"]] {
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            for c in
+                [ContainerPlan { args: args.clone(), ..podman.clone() }, ContainerPlan { args, ..docker() }]
+            {
+                let argv = argv_of(&c.run_command("/w", [], "exec true"), &[]);
+                assert!(!has_pair(&argv, "--ipc", "host"), "{argv:?}");
+                assert!(has_pair(&argv, "--shm-size", "8g"), "{argv:?}");
+            }
+        }
+        let c = ContainerPlan { args: vec!["--ipc=host".into()], ..podman };
+        let argv = argv_of(&c.run_command("/w", [], "exec true"), &[]);
+        assert!(!argv.contains(&"--shm-size".to_string()), "{argv:?}");
     }
 
     #[test]

@@ -655,12 +655,15 @@ impl Cx<'_> {
             Some(s) => {
                 let text = s.get_ref();
                 let digits = text.strip_suffix(['b', 'k', 'm', 'g']).unwrap_or(text);
-                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                if digits.is_empty()
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                    || digits.bytes().all(|b| b == b'0')
+                {
                     return Err(self.err(
                         s.span(),
                         format!(
-                            "invalid container.shm_size {text:?}: expected a number with an optional \
-                             unit b, k, m or g, e.g. \"8g\""
+                            "invalid container.shm_size {text:?}: expected a number above zero with an \
+                             optional unit b, k, m or g, e.g. \"8g\""
                         ),
                     ));
                 }
@@ -1651,13 +1654,19 @@ class = "user"
             &format!("{base}image = \"i\"\nshm_size = \"8G\"\n"),
             7,
             12,
-            "invalid container.shm_size \"8G\": expected a number with an optional unit b, k, m or g, e.g. \"8g\"",
+            "invalid container.shm_size \"8G\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\nshm_size = \"0m\"\n"),
+            7,
+            12,
+            "invalid container.shm_size \"0m\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
         );
         assert_err(
             &format!("{base}image = \"i\"\nshm_size = \"g\"\n"),
             7,
             12,
-            "invalid container.shm_size \"g\": expected a number with an optional unit b, k, m or g, e.g. \"8g\"",
+            "invalid container.shm_size \"g\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
         );
         let mount_err = |mount: &str, why: &str| {
             assert_err(
