@@ -89,7 +89,7 @@ fn value_after<'a>(argv: &'a [String], flag: &str) -> &'a str {
 #[test]
 fn the_env_reaches_the_runtime_by_name_only_and_the_container_is_removed() {
     let f = fixture("echo \"inside $GREETING, key of ${#WANDB_API_KEY} bytes, in $PWD\"");
-    let out = f.start(&["run", "--no-preflight"]).wait(LIMIT);
+    let out = f.start(&["run"]).wait(LIMIT);
     out.assert_code(0);
     let workdir = std::fs::canonicalize(f.dir.path()).unwrap();
     assert!(
@@ -150,4 +150,16 @@ fn an_interrupted_run_removes_its_container_and_herd_kill_sweeps_the_configs() {
     let leftover = format!("{prefix}-old-0-0");
     assert!(out.stdout.contains(&format!("removed 1 container(s): {leftover}")), "{out}");
     assert_eq!(f.log("rm"), format!("rm -f {leftover}\n"));
+}
+
+/// Preflight checks the node for the runtime, not for the launcher (which is in the image).
+#[test]
+fn preflight_fails_on_a_node_without_the_runtime() {
+    let f = fixture("echo never");
+    // A PATH without the fake, and without /usr/local/bin: this machine has a docker client
+    // there (but no daemon).
+    let out = herd::start(f.dir.path(), &["run"], &[("PATH", "/usr/bin:/bin")]).wait(LIMIT);
+    out.assert_code(3);
+    assert!(out.stderr.contains("docker not found on PATH ([container] is set)"), "{out}");
+    assert!(!out.stdout.contains("never"), "{out}");
 }
