@@ -91,6 +91,11 @@ fn bad_configs_exit_2_with_the_location() {
         ),
         ("syntax error", "[[nodes]\nhost = \"a\"\n", "cluster.toml:1:"),
         (
+            "unknown container runtime",
+            "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[container]\nimage = \"i\"\nruntime = \"lxc\"\n",
+            "cluster.toml:7:11",
+        ),
+        (
             "reserved env",
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[env]\nMASTER_PORT = \"1\"\n",
             "MASTER_PORT is set by herd",
