@@ -256,6 +256,10 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
             stopped += pids.len();
             println!("node {node_rank} ({host}): stopped {} process(es): {pids:?}", pids.len());
         }
+        if let Event::ContainersRemoved { node_rank, host, names } = event {
+            stopped += names.len();
+            println!("node {node_rank} ({host}): removed {} container(s): {}", names.len(), names.join(" "));
+        }
     }
     if stopped == 0 {
         println!(

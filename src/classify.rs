@@ -22,6 +22,11 @@ pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
         FailureClass::Oom,
     ),
     (r"herd: setup failed|herd: cannot enter workdir", FailureClass::Launch),
+    // `[container]`: the runtime could not start the container (no daemon, no such image).
+    (
+        r"^docker: |Error response from daemon|Cannot connect to the (Docker|Podman) daemon|Unable to find image .* locally|^Error: (initializing source |short-name |.*: image not known)",
+        FailureClass::Launch,
+    ),
     (
         r"command not found|: not found$|can't open file .*No such file or directory|No module named torch\.distributed\.run",
         FailureClass::Launch,
@@ -352,6 +357,17 @@ mod tests {
         assert_eq!(rules.class_of("OSError: [Errno 98] Address already in use"), Some(FailureClass::Port));
         assert_eq!(rules.class_of("torch.OutOfMemoryError: CUDA out of memory."), Some(FailureClass::Oom));
         assert_eq!(rules.class_of("sh: 1: torchrun: not found"), Some(FailureClass::Launch));
+        for s in [
+            "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+            "docker: Error response from daemon: pull access denied for nope, repository does not exist.",
+            "Unable to find image 'nope:latest' locally",
+            "Error: initializing source docker://nope:latest: reading manifest latest in docker.io/library/nope: requested access to the resource is denied",
+            "Error: short-name \"nope\" did not resolve to an alias and no unqualified-search registries are defined",
+        ] {
+            assert_eq!(rules.class_of(s), Some(FailureClass::Launch), "{s}");
+        }
+        assert_eq!(rules.class_of("Error: loss is NaN"), None);
+        assert_eq!(rules.class_of("Error: cannot decode image 17"), None);
         assert_eq!(rules.class_of("SyntaxError: invalid syntax"), Some(FailureClass::User));
         assert_eq!(rules.class_of("step 3 rank 1 sum 21"), None);
     }

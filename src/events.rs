@@ -144,6 +144,13 @@ pub enum Event {
         host: String,
         pids: Vec<u32>,
     },
+    /// Containers of an earlier attempt or run (`[container]`) that were still there, and
+    /// were removed.
+    ContainersRemoved {
+        node_rank: usize,
+        host: String,
+        names: Vec<String>,
+    },
     /// A restart could not happen (a node did not come back); the run ends failed.
     RestartAbandoned {
         reason: String,

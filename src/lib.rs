@@ -8,6 +8,7 @@ pub mod app;
 pub mod classify;
 pub mod cli;
 pub mod config;
+pub mod container;
 pub mod doctor;
 pub mod error;
 pub mod events;

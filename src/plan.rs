@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
+use crate::container::{self, ContainerPlan};
 use crate::launcher::{self, NodeLaunch};
 use crate::remote;
 
@@ -40,6 +41,8 @@ pub struct LaunchPlan {
     /// `rendezvous.interface`: a name, or "auto" (each node's route to the master).
     pub interface: Option<String>,
     pub python: String,
+    /// `[container]`: the launcher runs in it on every node.
+    pub container: Option<ContainerPlan>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +67,9 @@ pub struct NodePlan {
     pub env: BTreeMap<String, EnvValue>,
     /// The launcher's command line, as the node's shell runs it.
     pub command: String,
+    /// With `[container]`: the runtime's command line that runs `setup` and `command` in the
+    /// container; the node's shell runs it instead of `command`.
+    pub container_command: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +109,10 @@ pub enum EnvValue {
     /// attempt is in it so that an agent of an earlier attempt, left on a node that was cut
     /// off, can never stop the processes of a later one.
     Marker {
+        config_key: String,
+    },
+    /// `HERD_CONTAINER`: the node's container name in this attempt (see `container::name`).
+    ContainerName {
         config_key: String,
     },
 }
@@ -163,6 +173,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     let (forwarded, missing_forwarded) = forwarded_env(&job.forward_env, &inputs.env);
     let config_key = config_key(&config.path, &inputs.cwd);
     let workdir = job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone());
+    let container = config.container.as_ref().map(|c| ContainerPlan::new(c, job.device));
 
     let mut first_global_rank = 0;
     let nodes = config
@@ -214,11 +225,18 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
             set("HERD_ATTEMPT", EnvValue::Attempt);
             set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
             set(MARKER_VAR, EnvValue::Marker { config_key: config_key.clone() });
+            if container.is_some() {
+                set(container::NAME_VAR, EnvValue::ContainerName { config_key: config_key.clone() });
+            }
 
             let command = launcher::command_line(
                 job,
                 &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
             );
+            let container_command = container.as_ref().map(|c| {
+                let inner = remote::setup_and_exec(job.setup.as_deref(), &command);
+                c.run_command(&workdir, env.keys().map(String::as_str), &inner)
+            });
             let transport = if is_local_host(&node.host) {
                 Transport::Local
             } else {
@@ -241,6 +259,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                 transport,
                 env,
                 command,
+                container_command,
             };
             first_global_rank += nproc;
             plan
@@ -262,6 +281,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         device: job.device,
         interface: config.rendezvous.interface.clone(),
         python: job.python.clone(),
+        container,
     }
 }
 
@@ -307,9 +327,20 @@ impl LaunchPlan {
         }
     }
 
-    /// The job snippet each node's agent runs.
+    /// The job snippet each node's agent runs. With `[container]`, `setup` runs in the
+    /// container (see `container`), only `cd WORKDIR` outside.
     pub fn job_snippet(&self, node: &NodePlan) -> String {
-        remote::job_snippet(&self.workdir, self.setup.as_deref(), &node.command)
+        match &node.container_command {
+            Some(command) => remote::job_snippet(&self.workdir, None, command),
+            None => remote::job_snippet(&self.workdir, self.setup.as_deref(), &node.command),
+        }
+    }
+
+    /// With `[container]`: what the node's agent runs after the job is gone, to remove the
+    /// attempt's container.
+    pub fn container_cleanup(&self, node: &NodePlan, values: &AttemptValues<'_>) -> Option<String> {
+        let name = node.resolved_env(values).into_iter().find(|(k, _)| k == container::NAME_VAR)?.1;
+        Some(self.container.as_ref()?.remove_command(&name))
     }
 }
 
@@ -330,6 +361,9 @@ impl NodePlan {
                     EnvValue::Attempt => values.attempt.to_string(),
                     EnvValue::Marker { config_key } => {
                         format!("{config_key}:{}:{}:{}", values.run_id, values.attempt, self.rank)
+                    }
+                    EnvValue::ContainerName { config_key } => {
+                        container::name(config_key, values.run_id, values.attempt, self.rank)
                     }
                 };
                 Some((k.clone(), value))
@@ -367,6 +401,7 @@ impl EnvValue {
             // The key hashes the config's absolute path: left out, so plans diff cleanly
             // across checkouts.
             EnvValue::Marker { .. } => "<config-key>:<run-id>:<attempt>:<node-rank>",
+            EnvValue::ContainerName { .. } => "herd-<config-key>-<run-id>-<attempt>-<node-rank>",
         }
     }
 }

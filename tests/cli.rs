@@ -91,6 +91,11 @@ fn bad_configs_exit_2_with_the_location() {
         ),
         ("syntax error", "[[nodes]\nhost = \"a\"\n", "cluster.toml:1:"),
         (
+            "unknown container runtime",
+            "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[container]\nimage = \"i\"\nruntime = \"lxc\"\n",
+            "cluster.toml:7:11",
+        ),
+        (
             "reserved env",
             "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\n[env]\nMASTER_PORT = \"1\"\n",
             "MASTER_PORT is set by herd",
@@ -161,6 +166,34 @@ fn plan_text_is_a_stable_snapshot() {
     let out = herd::start(dir.path(), &["plan"], &[("WANDB_API_KEY", "x")]).wait(LIMIT);
     out.assert_code(0);
     insta::assert_snapshot!(out.stdout);
+}
+
+/// `[container]`: the plan shows the runtime command each node runs, and no secret in it.
+#[test]
+fn plan_with_a_container_is_a_stable_snapshot() {
+    let root = herd::repo_root();
+    let env = [("WANDB_API_KEY", "very-secret")];
+    let out = herd::start(&root, &["plan", "-c", "examples/container.toml"], &env).wait(LIMIT);
+    out.assert_code(0);
+    assert!(!out.stdout.contains("very-secret"), "{out}");
+    insta::assert_snapshot!(out.stdout);
+
+    let out = herd::start(&root, &["plan", "--json", "-c", "examples/container.toml"], &env).wait(LIMIT);
+    out.assert_code(0);
+    assert!(!out.stdout.contains("very-secret"), "{out}");
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(plan["container"]["image"], "nvcr.io/nvidia/pytorch:24.05-py3");
+    assert_eq!(plan["container"]["gpus"], true);
+    let node = &plan["nodes"][1];
+    assert_eq!(node["env"]["HERD_CONTAINER"], "herd-<config-key>-<run-id>-<attempt>-<node-rank>");
+    let command = node["container_command"].as_str().unwrap();
+    assert!(command.starts_with("docker run --rm --init --name \"$HERD_CONTAINER\" "), "{command}");
+    assert!(command.contains(" --env WANDB_API_KEY "), "{command}");
+    assert!(command.contains("--node-rank 1 "), "{command}");
+    // Without [container], the JSON has neither key.
+    let out = herd::run(&root, &["plan", "--json", "-c", "cluster.example.toml"], LIMIT);
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(plan.get("container").is_none() && plan["nodes"][0].get("container_command").is_none());
 }
 
 #[test]

@@ -28,10 +28,11 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use raw::RawContainer;
 use raw::{DurationText, EnvTable, RawConfig, RawJob, RawLogs, RawNode, RawRendezvous, RawRestart, RawSsh};
 
 /// Environment variables herd sets on every node; they may not be set in `[env]` or `nodes.env`.
-pub const RESERVED_ENV: [&str; 12] = [
+pub const RESERVED_ENV: [&str; 13] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "NNODES",
@@ -44,6 +45,7 @@ pub const RESERVED_ENV: [&str; 12] = [
     "RANK",
     "LOCAL_RANK",
     "TORCHELASTIC_RESTART_COUNT",
+    "HERD_CONTAINER",
 ];
 
 /// `job.python` when not given.
@@ -52,6 +54,8 @@ pub const DEFAULT_PYTHON: &str = "python3";
 pub const DEFAULT_LOGS_DIR: &str = "herd-logs";
 /// `rendezvous.port_range` when not given.
 pub const DEFAULT_PORT_RANGE: (u16, u16) = (20000, 40000);
+/// `container.shm_size` when not given.
+pub const DEFAULT_SHM_SIZE: &str = "8g";
 /// `ssh.connect_timeout` when not given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `restart.on` when not given.
@@ -261,7 +265,18 @@ impl Cx<'_> {
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes)?;
         let logs = self.logs(raw.logs)?;
         let restart = self.restart(raw.restart)?;
-        Ok(Config { path: self.path.to_path_buf(), ssh, nodes, job, env, rendezvous, logs, restart })
+        let container = raw.container.map(|c| self.container(c)).transpose()?;
+        Ok(Config {
+            path: self.path.to_path_buf(),
+            ssh,
+            nodes,
+            job,
+            env,
+            rendezvous,
+            logs,
+            restart,
+            container,
+        })
     }
 
     fn ssh(&self, raw: Option<RawSsh>) -> Result<SshSettings> {
@@ -772,6 +787,73 @@ impl Cx<'_> {
         })
     }
 
+    fn container(&self, raw: RawContainer) -> Result<Container> {
+        let image = raw.image.get_ref();
+        if image.is_empty() || image.starts_with('-') || image.contains(char::is_whitespace) {
+            return Err(self.err(
+                raw.image.span(),
+                format!(
+                    "invalid container.image {image:?}: expected an image reference such as \
+                     \"nvcr.io/nvidia/pytorch:24.05-py3\" (non-empty, no whitespace, not starting with '-')"
+                ),
+            ));
+        }
+        let runtime = match &raw.runtime {
+            None => ContainerRuntime::Docker,
+            Some(r) => match r.get_ref().as_str() {
+                "docker" => ContainerRuntime::Docker,
+                "podman" => ContainerRuntime::Podman,
+                other => {
+                    return Err(self.err(
+                        r.span(),
+                        format!("unknown container.runtime {other:?}: expected \"docker\" or \"podman\""),
+                    ))
+                }
+            },
+        };
+        let mut mounts = Vec::new();
+        for (i, mount) in raw.mounts.unwrap_or_default().into_iter().enumerate() {
+            if let Err(why) = check_mount(mount.get_ref()) {
+                return Err(self.err(
+                    mount.span(),
+                    format!(
+                        "invalid container.mounts[{i}] {:?}: {why}; write \"src:dst\" or \"src:dst:options\", \
+                         e.g. \"/data:/data:ro\"",
+                        mount.get_ref()
+                    ),
+                ));
+            }
+            mounts.push(mount.into_inner());
+        }
+        let shm_size = match raw.shm_size {
+            None => DEFAULT_SHM_SIZE.to_string(),
+            Some(s) => {
+                let text = s.get_ref();
+                let digits = text.strip_suffix(['b', 'k', 'm', 'g']).unwrap_or(text);
+                if digits.is_empty()
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                    || digits.bytes().all(|b| b == b'0')
+                {
+                    return Err(self.err(
+                        s.span(),
+                        format!(
+                            "invalid container.shm_size {text:?}: expected a number above zero with an \
+                             optional unit b, k, m or g, e.g. \"8g\""
+                        ),
+                    ));
+                }
+                s.into_inner()
+            }
+        };
+        Ok(Container {
+            image: raw.image.into_inner(),
+            runtime,
+            args: raw.args.unwrap_or_default(),
+            mounts,
+            shm_size,
+        })
+    }
+
     // ---- leaf values ----
 
     fn regex(&self, pattern: &Spanned<String>, what: &str) -> Result<(), ConfigError> {
@@ -867,6 +949,37 @@ fn node_list(nodes: &[Node]) -> String {
         hosts.push("...");
     }
     hosts.join(", ")
+}
+
+/// Whether `mount` is `src:dst` or `src:dst:options` with an absolute `dst` and a `src` that
+/// is an absolute path or a volume name. `Err` says why not.
+fn check_mount(mount: &str) -> Result<(), String> {
+    let parts: Vec<&str> = mount.split(':').collect();
+    let (src, dst, opts) = match parts.as_slice() {
+        [src, dst] => (*src, *dst, None),
+        [src, dst, opts] => (*src, *dst, Some(*opts)),
+        _ => return Err(format!("expected 2 or 3 parts separated by ':', found {}", parts.len())),
+    };
+    let volume_name = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    };
+    if !(src.starts_with('/') || volume_name(src)) {
+        return Err(format!("the source {src:?} must be an absolute path or a volume name"));
+    }
+    if !dst.starts_with('/') {
+        return Err(format!("the destination {dst:?} must be an absolute path"));
+    }
+    if let Some(opts) = opts {
+        if opts.is_empty()
+            || !opts.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ',' | '=' | '_' | '-'))
+        {
+            return Err(format!(
+                "the options {opts:?} must be a comma-separated list such as \"ro\" or \"ro,z\""
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn with_article(type_name: &str) -> String {
@@ -1070,6 +1183,7 @@ class = "user"
                     RuleSpec { pattern: "disk full".into(), class: FailureClass::User },
                 ],
             },
+            container: None,
         };
         assert_eq!(config, expected);
     }
@@ -1129,6 +1243,7 @@ class = "user"
                     heartbeat_timeout: Duration::from_secs(15),
                     rules: vec![],
                 },
+                container: None,
             }
         );
     }
@@ -1232,7 +1347,7 @@ class = "user"
             "[jobs]\nscript = \"x\"\n",
             1,
             2,
-            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`",
+            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`, `container`",
         );
         assert_err(
             "[ssh]\nusr = \"x\"\n",
@@ -1864,5 +1979,115 @@ class = "user"
             format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"[x\"\nclass = \"comm\"\n");
         let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
         assert!(err.contains("restart.rules[0].pattern is not a valid regular expression"), "{err}");
+    }
+
+    #[test]
+    fn container_table_parses_with_defaults() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}");
+        assert_eq!(parse_ok(&base).container, None);
+        let c = parse_ok(&format!("{base}[container]\nimage = \"pytorch:24\"\n")).container.unwrap();
+        assert_eq!(
+            c,
+            Container {
+                image: "pytorch:24".into(),
+                runtime: ContainerRuntime::Docker,
+                args: vec![],
+                mounts: vec![],
+                shm_size: "8g".into(),
+            }
+        );
+        let text = format!(
+            "{base}[container]\nimage = \"i\"\nruntime = \"podman\"\nargs = [\"--pull\", \"always\"]\n\
+             mounts = [\"/data:/data:ro\", \"cache:/root/.cache\"]\nshm_size = \"512m\"\n"
+        );
+        let c = parse_ok(&text).container.unwrap();
+        assert_eq!(c.runtime, ContainerRuntime::Podman);
+        assert_eq!(c.args, ["--pull", "always"]);
+        assert_eq!(c.mounts, ["/data:/data:ro", "cache:/root/.cache"]);
+        assert_eq!(c.shm_size, "512m");
+        assert_eq!(
+            parse_ok(&format!("{base}[container]\nimage = \"i\"\nshm_size = \"1024\"\n"))
+                .container
+                .unwrap()
+                .shm_size,
+            "1024"
+        );
+    }
+
+    #[test]
+    fn container_errors_are_located() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[container]\n");
+        assert_err(&format!("{base}runtime = \"docker\"\n"), 5, 1, "missing required key `image`");
+        assert_err(
+            &format!("{base}image = \"\"\n"),
+            6,
+            9,
+            "invalid container.image \"\": expected an image reference such as \"nvcr.io/nvidia/pytorch:24.05-py3\" (non-empty, no whitespace, not starting with '-')",
+        );
+        assert_err(
+            &format!("{base}image = \"--privileged\"\n"),
+            6,
+            9,
+            "invalid container.image \"--privileged\": expected an image reference such as \"nvcr.io/nvidia/pytorch:24.05-py3\" (non-empty, no whitespace, not starting with '-')",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\nruntime = \"lxc\"\n"),
+            7,
+            11,
+            "unknown container.runtime \"lxc\": expected \"docker\" or \"podman\"",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\nshm_size = \"8G\"\n"),
+            7,
+            12,
+            "invalid container.shm_size \"8G\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\nshm_size = \"0m\"\n"),
+            7,
+            12,
+            "invalid container.shm_size \"0m\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\nshm_size = \"g\"\n"),
+            7,
+            12,
+            "invalid container.shm_size \"g\": expected a number above zero with an optional unit b, k, m or g, e.g. \"8g\"",
+        );
+        let mount_err = |mount: &str, why: &str| {
+            assert_err(
+                &format!("{base}image = \"i\"\nmounts = [\"/ok:/ok\", \"{mount}\"]\n"),
+                7,
+                22,
+                &format!(
+                    "invalid container.mounts[1] \"{mount}\": {why}; write \"src:dst\" or \"src:dst:options\", e.g. \"/data:/data:ro\""
+                ),
+            )
+        };
+        mount_err("/data", "expected 2 or 3 parts separated by ':', found 1");
+        mount_err("/a:/b:ro:x", "expected 2 or 3 parts separated by ':', found 4");
+        mount_err("./data:/data", "the source \"./data\" must be an absolute path or a volume name");
+        mount_err(":/data", "the source \"\" must be an absolute path or a volume name");
+        mount_err("/data:data", "the destination \"data\" must be an absolute path");
+        mount_err(
+            "/data:/data:",
+            "the options \"\" must be a comma-separated list such as \"ro\" or \"ro,z\"",
+        );
+        mount_err(
+            "/data:/data:r o",
+            "the options \"r o\" must be a comma-separated list such as \"ro\" or \"ro,z\"",
+        );
+        assert_err(
+            &format!("{base}image = \"i\"\ngpus = true\n"),
+            7,
+            1,
+            "unknown field `gpus`, expected one of `image`, `runtime`, `args`, `mounts`, `shm_size`",
+        );
+        assert_err(
+            &format!("[[nodes]]\nhost = \"a\"\n{JOB}[env]\nHERD_CONTAINER = \"x\"\n"),
+            6,
+            1,
+            "HERD_CONTAINER is set by herd for every node; remove it from [env]",
+        );
     }
 }

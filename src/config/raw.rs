@@ -21,6 +21,7 @@ pub(crate) struct RawConfig {
     pub rendezvous: Option<RawRendezvous>,
     pub logs: Option<RawLogs>,
     pub restart: Option<RawRestart>,
+    pub container: Option<RawContainer>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,6 +98,16 @@ pub(crate) struct RawRestart {
 pub(crate) struct RawRule {
     pub pattern: Spanned<String>,
     pub class: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [container] table")]
+pub(crate) struct RawContainer {
+    pub image: Spanned<String>,
+    pub runtime: Option<Spanned<String>>,
+    pub args: Option<Vec<String>>,
+    pub mounts: Option<Vec<Spanned<String>>>,
+    pub shm_size: Option<Spanned<String>>,
 }
 
 /// An environment table in file order, with spans on names and values. Values are kept as any

@@ -18,6 +18,8 @@ pub struct Config {
     pub rendezvous: Rendezvous,
     pub logs: Logs,
     pub restart: Restart,
+    /// `[container]`: run each node's launcher in a container.
+    pub container: Option<Container>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,34 @@ pub struct Job {
 pub enum Device {
     Cuda,
     Cpu,
+}
+
+/// `[container]`: the image each node's launcher runs in, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    pub image: String,
+    pub runtime: ContainerRuntime,
+    /// Extra `run` arguments, placed after herd's own flags and before the image.
+    pub args: Vec<String>,
+    /// `src:dst[:options]` bind mounts or volumes, each passed as `-v`.
+    pub mounts: Vec<String>,
+    /// `--shm-size`, e.g. "8g".
+    pub shm_size: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerRuntime {
+    Docker,
+    Podman,
+}
+
+impl ContainerRuntime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerRuntime::Docker => "docker",
+            ContainerRuntime::Podman => "podman",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

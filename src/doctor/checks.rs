@@ -144,6 +144,27 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
         checks.push(Check::fail("setup", format!("{line}: {why}"), "run job.setup by hand on this node"));
         return;
     }
+    if let Some(c) = &plan.container {
+        // Probes run on the node, not in the image: check what the node must provide.
+        let runtime = c.runtime.as_str();
+        match f.get("runtime") {
+            Some(path) => checks.push(Check::pass("runtime", path)),
+            None => checks.push(Check::fail(
+                "runtime",
+                format!("{runtime} not found on PATH ([container] is set)"),
+                format!("install {runtime} on this node, or set container.runtime"),
+            )),
+        }
+        if !fast {
+            gpu_check(plan, rank, f, checks);
+            hostname_check(plan, f, checks);
+        }
+        interface_check(plan, f, checks);
+        if !fast {
+            resource_checks(plan, rank, f, checks);
+        }
+        return;
+    }
     if plan.setup.is_some() {
         checks.push(Check::pass("setup", "ok"));
     }
@@ -177,15 +198,7 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
             )),
         }
         let device = plan.device;
-        match (device, f.get("gpus").and_then(|g| g.parse::<u32>().ok())) {
-            (Device::Cpu, _) => checks.push(Check::pass("gpus", "job.device = \"cpu\": none needed")),
-            (Device::Cuda, Some(n)) if n >= plan.nodes[rank].nproc => checks.push(Check::pass("gpus", format!("{n} GPUs"))),
-            (Device::Cuda, n) => checks.push(Check::fail(
-                "gpus",
-                format!("{} GPUs for nproc {}", n.map_or("no".to_string(), |n| n.to_string()), plan.nodes[rank].nproc),
-                "check nvidia-smi on this node, lower nproc, or set job.device = \"cpu\" for a CPU (gloo) job",
-            )),
-        }
+        gpu_check(plan, rank, f, checks);
         match (device, f.get("nccl_available")) {
             (Device::Cpu, _) => {}
             (Device::Cuda, Some("True")) => {
@@ -202,6 +215,24 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
     interface_check(plan, f, checks);
     if !fast {
         resource_checks(plan, rank, f, checks);
+    }
+}
+
+fn gpu_check(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<Check>) {
+    match (plan.device, f.get("gpus").and_then(|g| g.parse::<u32>().ok())) {
+        (Device::Cpu, _) => checks.push(Check::pass("gpus", "job.device = \"cpu\": none needed")),
+        (Device::Cuda, Some(n)) if n >= plan.nodes[rank].nproc => {
+            checks.push(Check::pass("gpus", format!("{n} GPUs")))
+        }
+        (Device::Cuda, n) => checks.push(Check::fail(
+            "gpus",
+            format!(
+                "{} GPUs for nproc {}",
+                n.map_or("no".to_string(), |n| n.to_string()),
+                plan.nodes[rank].nproc
+            ),
+            "check nvidia-smi on this node, lower nproc, or set job.device = \"cpu\" for a CPU (gloo) job",
+        )),
     }
 }
 
@@ -320,6 +351,10 @@ fn resource_checks(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<C
 fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeMap<usize, Check> {
     let keys: &[&str] = if fast { &["python", "torch"] } else { &["python", "torch", "cuda", "nccl"] };
     let mut out = BTreeMap::new();
+    if plan.container.is_some() {
+        // They are the image's, the same on every node.
+        return out;
+    }
     let reachable: Vec<(usize, &Facts)> =
         facts.iter().enumerate().filter(|(_, f)| f.unreachable.is_none()).collect();
     let mut odd: BTreeMap<usize, Vec<String>> = BTreeMap::new();
@@ -440,6 +475,40 @@ mod tests {
 
     fn status_of(nodes: &[NodeChecks], rank: usize, name: &str) -> Option<Status> {
         nodes[rank].checks.iter().find(|c| c.name == name).map(|c| c.status)
+    }
+
+    #[test]
+    fn with_a_container_the_node_needs_the_runtime_not_the_launcher() {
+        let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\nsetup = \"pip install -e .\"\n[container]\nimage = \"i\"\nruntime = \"podman\"\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() });
+        let script = crate::doctor::facts_script(&p, true);
+        assert!(script.contains("herd-fact runtime=$(command -v podman"), "{script}");
+        assert!(!script.contains("torch"), "{script}");
+        let mut with = facts("2.5.0", 0.0);
+        with.values.insert("runtime".into(), "/usr/bin/podman".into());
+        with.values.insert("gpus".into(), "1".into());
+        let mut without = facts("2.4.0", 0.0);
+        without.values.remove("launcher");
+        without.values.insert("gpus".into(), "0".into());
+        let port = PortReach::Skipped("one node".into());
+        for fast in [true, false] {
+            let nodes = evaluate(&p, &[with.clone(), without.clone()], &port, fast);
+            assert_eq!(status_of(&nodes, 0, "runtime"), Some(Status::Pass));
+            assert_eq!(status_of(&nodes, 1, "runtime"), Some(Status::Fail));
+            for rank in 0..2 {
+                for name in ["launcher", "torch", "setup", "versions", "nccl"] {
+                    assert_eq!(status_of(&nodes, rank, name), None, "{name} on node {rank}");
+                }
+            }
+            if !fast {
+                assert_eq!(
+                    status_of(&nodes, 1, "gpus"),
+                    Some(Status::Fail),
+                    "the node's GPUs are still checked"
+                );
+            }
+        }
     }
 
     #[test]

@@ -56,8 +56,17 @@ if {full}:
         full = if fast { "False" } else { "True" }
     );
     let mut s = String::new();
-    s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(&launcher));
-    s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
+    match &plan.container {
+        // The launcher, Python and torch are in the image: the node needs the runtime.
+        Some(c) => {
+            let runtime = c.runtime.as_str();
+            s += &format!("echo \"herd-fact runtime=$(command -v {runtime} 2>/dev/null)\"\n");
+        }
+        None => {
+            s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(&launcher));
+            s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
+        }
+    }
     s += "h=$(hostname); echo \"herd-fact hostname=$h\"\n";
     s += "echo \"herd-fact hostname_addr=$(getent hosts \"$h\" 2>/dev/null | awk '{print $1; exit}')\"\n";
     s += &format!(
@@ -110,7 +119,13 @@ async fn start_in_job_env(
         grace_secs: 1,
         heartbeat_secs: 3600,
         marker: node.marker(values),
-        job: remote::job_snippet(&plan.workdir, plan.setup.as_deref(), command),
+        // With [container], setup is for inside the image: the probes run on the node itself.
+        job: remote::job_snippet(
+            &plan.workdir,
+            plan.setup.as_deref().filter(|_| plan.container.is_none()),
+            command,
+        ),
+        cleanup: None,
     };
     let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
     p.stdin.write_all(&node.env_block(values)).await.map_err(|e| e.to_string())?;

@@ -18,7 +18,19 @@ struct PlanJson<'a> {
     workdir: &'a str,
     setup: Option<&'a str>,
     logs_dir: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<ContainerJson<'a>>,
     nodes: Vec<NodeJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct ContainerJson<'a> {
+    runtime: &'static str,
+    image: &'a str,
+    args: &'a [String],
+    mounts: &'a [String],
+    shm_size: &'a str,
+    gpus: bool,
 }
 
 #[derive(Serialize)]
@@ -41,6 +53,9 @@ struct NodeJson<'a> {
     transport: TransportJson<'a>,
     env: BTreeMap<&'a str, &'a str>,
     command: &'a str,
+    /// With `[container]`: what the node's shell runs, `command` inside the container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_command: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -69,6 +84,14 @@ pub fn json(plan: &LaunchPlan) -> String {
         workdir: &plan.workdir,
         setup: plan.setup.as_deref(),
         logs_dir: plan.logs_dir.display().to_string(),
+        container: plan.container.as_ref().map(|c| ContainerJson {
+            runtime: c.runtime.as_str(),
+            image: &c.image,
+            args: &c.args,
+            mounts: &c.mounts,
+            shm_size: &c.shm_size,
+            gpus: c.gpus,
+        }),
         nodes: plan.nodes.iter().map(node_json).collect(),
     };
     let mut s = serde_json::to_string_pretty(&view).expect("plan serialises");
@@ -90,6 +113,7 @@ fn node_json(node: &NodePlan) -> NodeJson<'_> {
         },
         env: node.env.iter().map(|(k, v)| (k.as_str(), v.display())).collect(),
         command: &node.command,
+        container_command: node.container_command.as_deref(),
     }
 }
 
@@ -110,6 +134,14 @@ pub fn text(plan: &LaunchPlan) -> String {
     s += &format!("workdir     {}\n", plan.workdir);
     if let Some(setup) = &plan.setup {
         s += &format!("setup       {}\n", setup.replace('\n', "\n            "));
+    }
+    if let Some(c) = &plan.container {
+        s += &format!(
+            "container   {} image {}: setup and the launcher run in it{}\n",
+            c.runtime.as_str(),
+            c.image,
+            if c.gpus { ", with every GPU" } else { "" }
+        );
     }
     s += &format!("logs        {}/<run-id>/\n", plan.logs_dir.display());
     for name in &plan.missing_forwarded {
@@ -141,6 +173,9 @@ pub fn text(plan: &LaunchPlan) -> String {
             s += &format!("  env  {k}={}\n", v.display());
         }
         s += &format!("  run  {}\n", node.command);
+        if let Some(command) = &node.container_command {
+            s += &format!("  in   {}\n", command.replace('\n', "\n       "));
+        }
     }
     s
 }

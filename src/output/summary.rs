@@ -34,6 +34,12 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::LeftoversStopped { node_rank, host, pids } => {
             format!("stopped {} leftover process(es) of this config on node {node_rank} ({host})", pids.len())
         }
+        Event::ContainersRemoved { node_rank, host, names } => {
+            format!(
+                "removed {} leftover container(s) of this config on node {node_rank} ({host})",
+                names.len()
+            )
+        }
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
         Event::RunFinished { status, attempts } => match status {
             RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),

@@ -5,6 +5,7 @@
 #        $2 seconds between heartbeats
 #        $3 the run marker, NAME=VALUE, which the env block also exports
 #        $4 the job as a shell snippet
+#        $5 optional: a shell command run once the job is gone (removes its container)
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
@@ -18,6 +19,7 @@ grace=$1
 beat=$2
 marker=$3
 job=$4
+cleanup=${5-}
 
 IFS= read -r count || exit 70
 envs=
@@ -79,6 +81,8 @@ wait "$pg" 2>/dev/null
 status=$?
 # The launcher is gone; whatever it started goes too.
 stop_job "$grace"
+# A killed `docker run` leaves its container running: remove it (quietly, best effort).
+[ -z "$cleanup" ] || sh -c "$cleanup" </dev/null >/dev/null 2>&1 3<&-
 kill "$watcher" "$heart" 2>/dev/null
 echo "herd-agent exit $status" >&2
 exit "$status"

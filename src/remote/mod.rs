@@ -38,12 +38,15 @@ pub struct AgentInvocation {
     pub marker: String,
     /// The job as a shell snippet (see [`job_snippet`]).
     pub job: String,
+    /// A shell command the agent runs once the job is gone, whichever way it went (e.g. remove
+    /// the job's container). No env; its output is discarded.
+    pub cleanup: Option<String>,
 }
 
 impl AgentInvocation {
-    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB`.
+    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB [CLEANUP]`.
     pub fn local_argv(&self) -> Vec<String> {
-        vec![
+        let mut argv: Vec<String> = vec![
             "sh".into(),
             "-c".into(),
             AGENT_SCRIPT.into(),
@@ -52,7 +55,9 @@ impl AgentInvocation {
             self.heartbeat_secs.to_string(),
             self.marker.clone(),
             self.job.clone(),
-        ]
+        ];
+        argv.extend(self.cleanup.clone());
+        argv
     }
 
     /// The command string given to ssh, which the remote login shell runs with `-c`.
@@ -70,6 +75,14 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
         s,
         "cd -- {wd} || {{ echo \"herd: cannot enter workdir {wd} on $(hostname)\" >&2; exit 2; }}"
     );
+    s += &setup_and_exec(setup, command);
+    s
+}
+
+/// The part of the job snippet after `cd`: `setup`, then `exec` the launcher. On its own, the
+/// snippet that runs inside a container.
+pub fn setup_and_exec(setup: Option<&str>, command: &str) -> String {
+    let mut s = String::new();
     if let Some(setup) = setup {
         // Braces on their own lines so that a setup ending in a comment still parses.
         let _ = writeln!(s, "{{\n{setup}\n}} || {{ herd_rc=$?; echo \"herd: setup failed with exit $herd_rc\" >&2; exit $herd_rc; }}");
@@ -188,7 +201,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into() };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -248,6 +261,7 @@ mod tests {
             heartbeat_secs: 60,
             marker: "HERD_T_MARK=1".into(),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
+            cleanup: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -289,6 +303,7 @@ mod tests {
             heartbeat_secs: 60,
             marker: marker.clone(),
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
+            cleanup: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -345,6 +360,7 @@ mod tests {
             heartbeat_secs: 60,
             marker: "HERD_T_MARK=1".into(),
             job: "exec echo 'hi there'".into(),
+            cleanup: None,
         };
         let mut child = Command::new("sh")
             .arg("-c")
@@ -381,6 +397,30 @@ mod tests {
 
         let out = run(job_snippet("/", Some("X=1"), "echo \"$X\" \"$PWD\""));
         assert_eq!(out.stdout, b"1 /\n");
+    }
+
+    #[test]
+    fn cleanup_runs_after_the_job_without_its_env_and_is_quiet() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("cleanup");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: "HERD_T_MARK=1".into(),
+            job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string())),
+            cleanup: Some(format!(
+                "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
+                quote(&record.display().to_string())
+            )),
+        };
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", "1")]));
+        assert_eq!(out.stdout, b"job-ran\n");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.ends_with("herd-agent exit 3\n") && !stderr.contains("noise"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "cleaned without-marker\n");
+        // Without a cleanup the agent's argv is what it always was.
+        assert_eq!(AgentInvocation { cleanup: None, ..inv.clone() }.local_argv().len(), 8);
+        assert_eq!(inv.local_argv().len(), 9);
     }
 
     #[test]

@@ -77,6 +77,7 @@ pub async fn exec(
                 heartbeat_secs: 3600,
                 marker: format!("{EXEC_MARKER_VAR}={value}"),
                 job: command.to_string(),
+                cleanup: None,
             },
             env_block: remote::env_block([(EXEC_MARKER_VAR, value.as_str())]),
             liveness: liveness.clone(),

@@ -125,7 +125,7 @@ pub async fn run(
     };
     // Leftovers of earlier runs of this config (herd holds the config's run lock, so no other
     // run of it is live): a node that was unreachable when its run ended is cleaned now.
-    sweep_all(plan, &conns, &plan.marker_prefix(None), &events).await;
+    sweep_all(plan, &conns, None, &events).await;
 
     let rules = RuleTable::new(&plan.restart.rules);
     let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
@@ -391,13 +391,25 @@ async fn prepare_restart(
     if let Some(rank) = missing {
         return Err((rank, conns));
     }
-    sweep_all(plan, &conns, &plan.marker_prefix(Some(run_id)), events).await;
+    sweep_all(plan, &conns, Some(run_id), events).await;
     Ok(conns)
 }
 
-/// Stop every process on every node whose HERD_MARKER starts with `prefix`.
-async fn sweep_all(plan: &LaunchPlan, conns: &[Arc<Connection>], prefix: &str, events: &mpsc::Sender<Event>) {
-    let command = remote::sweep_command(prefix, policy::grace_secs(plan.restart.grace_period));
+/// Stop every process on every node whose HERD_MARKER names this config (and `run_id`, if
+/// given); with `[container]`, remove its containers too.
+async fn sweep_all(
+    plan: &LaunchPlan,
+    conns: &[Arc<Connection>],
+    run_id: Option<&str>,
+    events: &mpsc::Sender<Event>,
+) {
+    let mut command =
+        remote::sweep_command(&plan.marker_prefix(run_id), policy::grace_secs(plan.restart.grace_period));
+    if let Some(c) = &plan.container {
+        // The processes first (their runtime clients among them), then what they leave.
+        let prefix = crate::container::name_prefix(&plan.config_key, run_id);
+        command = format!("({command}); {}", c.sweep_command(&prefix));
+    }
     let mut set = JoinSet::new();
     for (node, conn) in plan.nodes.iter().zip(conns) {
         let (conn, command, rank, host) = (conn.clone(), command.clone(), node.rank, node.host.clone());
@@ -407,9 +419,15 @@ async fn sweep_all(plan: &LaunchPlan, conns: &[Arc<Connection>], prefix: &str, e
         let (node_rank, host, out) = joined.expect("sweep task panicked");
         match out {
             Ok(out) => {
-                let pids = remote::parse_pids(&String::from_utf8_lossy(&out.stdout));
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let pids = remote::parse_pids(&stdout);
                 if !pids.is_empty() {
-                    let _ = events.send(Event::LeftoversStopped { node_rank, host, pids }).await;
+                    let _ =
+                        events.send(Event::LeftoversStopped { node_rank, host: host.clone(), pids }).await;
+                }
+                let names = crate::container::parse_removed(&stdout);
+                if !names.is_empty() {
+                    let _ = events.send(Event::ContainersRemoved { node_rank, host, names }).await;
                 }
             }
             Err(e) => tracing::warn!(node = node_rank, %host, "cannot look for leftover processes: {e}"),
@@ -431,7 +449,7 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
     });
     let conns = connect_all(plan, &tx).await;
     if let Ok(conns) = &conns {
-        sweep_all(plan, conns, &plan.marker_prefix(None), &tx).await;
+        sweep_all(plan, conns, None, &tx).await;
     }
     drop(tx);
     let seen = collect.await.expect("event collector");
@@ -529,6 +547,7 @@ async fn run_attempt(
                 heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
                 marker: node.marker(&values),
                 job: plan.job_snippet(node),
+                cleanup: plan.container_cleanup(node, &values),
             },
             env_block: node.env_block(&values),
             liveness: liveness.clone(),

@@ -1,0 +1,377 @@
+//! `[container]`: each node's launcher runs inside a container. This module builds, as plain
+//! strings, the `docker run` / `podman run` command around the launcher, the container's name,
+//! and the commands that remove containers at teardown and in sweeps. Pure.
+//!
+//! What runs where, on a node:
+//! - outside, in the agent's job shell: `cd WORKDIR` (so that a missing workdir fails as
+//!   without a container, and the runtime never creates it as an empty root-owned directory
+//!   for the mount), then `exec RUNTIME run ...`: the runtime client leads the job's process
+//!   group, which the agent signals and tears down as always;
+//! - inside, under `--init` and the image's `bash` (or `sh` if it has none): `setup`, then
+//!   `exec` the launcher, so that a `setup` that activates an environment does so in the image.
+//!
+//! The env never appears in an argv: every variable the node exports is passed as `--env NAME`
+//! without a value, and the runtime copies the value from its own environment, which the agent
+//! has already exported (secrets included).
+
+use crate::config::{Container, ContainerRuntime, Device};
+use crate::remote::quote;
+
+/// The variable holding the container's name; the plan exports it on every node when
+/// `[container]` is set, and the run command names the container after it.
+pub const NAME_VAR: &str = "HERD_CONTAINER";
+
+/// Runs the inner snippet (its `$1`) with bash when the image has it, as the agent does on the
+/// node, so that `setup` may use bash (`source`); otherwise with sh.
+const INNER_SHELL: &str =
+    "if command -v bash >/dev/null 2>&1; then exec bash -c \"$1\"; fi; exec sh -c \"$1\"";
+
+/// The container settings of a launch plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerPlan {
+    pub runtime: ContainerRuntime,
+    pub image: String,
+    pub args: Vec<String>,
+    pub mounts: Vec<String>,
+    pub shm_size: String,
+    /// `--gpus all`: unless `job.device = "cpu"`.
+    pub gpus: bool,
+}
+
+impl ContainerPlan {
+    pub fn new(container: &Container, device: Device) -> ContainerPlan {
+        ContainerPlan {
+            runtime: container.runtime,
+            image: container.image.clone(),
+            args: container.args.clone(),
+            mounts: container.mounts.clone(),
+            shm_size: container.shm_size.clone(),
+            gpus: device == Device::Cuda,
+        }
+    }
+
+    /// The command line that runs `inner` (a shell snippet: setup, then `exec` the launcher)
+    /// in the container, with `workdir` mounted at the same path and as the working directory,
+    /// and every variable in `env_names` passed through by name. The job shell runs it after
+    /// `cd WORKDIR`; a relative workdir is therefore mounted as `$PWD`.
+    pub fn run_command<'a>(
+        &self,
+        workdir: &str,
+        env_names: impl IntoIterator<Item = &'a str>,
+        inner: &str,
+    ) -> String {
+        let mut words: Vec<String> =
+            vec![self.runtime.as_str().into(), "run".into(), "--rm".into(), "--init".into()];
+        words.extend(["--name".into(), format!("\"${NAME_VAR}\"")]);
+        words.extend(["--network", "host"].map(String::from));
+        let ipc = self.ipc_in_args();
+        if ipc.is_none() {
+            words.extend(["--ipc", "host"].map(String::from));
+        }
+        // With the host's IPC namespace the container uses the host's /dev/shm: docker then
+        // ignores the size, podman refuses it.
+        if self.runtime == ContainerRuntime::Docker || ipc.is_some_and(|mode| mode != "host") {
+            words.extend(["--shm-size".into(), quote(&self.shm_size)]);
+        }
+        words.extend(["--ulimit", "memlock=-1"].map(String::from));
+        if self.gpus {
+            words.extend(["--gpus", "all"].map(String::from));
+        }
+        let (mount, wd) = if workdir.starts_with('/') {
+            (quote(&format!("{workdir}:{workdir}")), quote(workdir))
+        } else {
+            ("\"$PWD:$PWD\"".to_string(), "\"$PWD\"".to_string())
+        };
+        words.extend(["-v".into(), mount, "-w".into(), wd]);
+        for m in &self.mounts {
+            words.extend(["-v".into(), quote(m)]);
+        }
+        for name in env_names {
+            debug_assert!(crate::config::is_env_name(name), "invalid env name {name:?}");
+            // No `=value`: the runtime takes the value from its own environment.
+            words.extend(["--env".into(), name.to_string()]);
+        }
+        words.extend(self.args.iter().map(|a| quote(a)));
+        words.push(quote(&self.image));
+        words.extend(["sh".into(), "-c".into(), quote(INNER_SHELL), "herd-job".into(), quote(inner)]);
+        words.join(" ")
+    }
+
+    /// The IPC mode that `args` choose (`--ipc MODE` or `--ipc=MODE`), which replaces herd's
+    /// `--ipc host`.
+    fn ipc_in_args(&self) -> Option<&str> {
+        self.args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--ipc") {
+            Some("") => Some(self.args.get(i + 1).map_or("", String::as_str)),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        })
+    }
+
+    /// The command the agent runs once the job's process group is gone: a killed runtime
+    /// client does not stop its container. Quiet and best effort.
+    pub fn remove_command(&self, name: &str) -> String {
+        format!("{} rm -f {} >/dev/null 2>&1 || true", self.runtime.as_str(), quote(name))
+    }
+
+    /// A shell command that removes every container whose name starts with `prefix` (see
+    /// [`name_prefix`]) and prints `container NAME` for each. Does nothing, quietly, on a node
+    /// without the runtime.
+    pub fn sweep_command(&self, prefix: &str) -> String {
+        debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)), "{prefix}");
+        let rt = self.runtime.as_str();
+        format!(
+            "command -v {rt} >/dev/null 2>&1 || exit 0; \
+             names=$({rt} ps -a --filter {filter} --format '{{{{.Names}}}}' 2>/dev/null); \
+             [ -n \"$names\" ] || exit 0; {rt} rm -f $names >/dev/null 2>&1; \
+             for n in $names; do echo \"container $n\"; done; exit 0",
+            filter = quote(&format!("name=^{prefix}"))
+        )
+    }
+}
+
+/// The name of one node's container in one attempt: unique per config, run, attempt and node,
+/// and matched by [`name_prefix`]. Only `[a-zA-Z0-9_.-]`, as container names must be.
+pub fn name(config_key: &str, run_id: &str, attempt: u32, node_rank: usize) -> String {
+    format!("{}{attempt}-{node_rank}", name_prefix(config_key, Some(run_id)))
+}
+
+/// The start of the names of every container of this config's runs, or of one run.
+pub fn name_prefix(config_key: &str, run_id: Option<&str>) -> String {
+    match run_id {
+        Some(run) => format!("herd-{config_key}-{run}-"),
+        None => format!("herd-{config_key}-"),
+    }
+}
+
+/// The containers a sweep removed, from its output (other lines are ignored).
+pub fn parse_removed(out: &str) -> Vec<String> {
+    out.lines().filter_map(|l| l.strip_prefix("container ")).map(|n| n.trim().to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container;
+    use crate::plan::{self, AttemptValues, PlanInputs};
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn docker() -> ContainerPlan {
+        ContainerPlan {
+            runtime: ContainerRuntime::Docker,
+            image: "nvcr.io/nvidia/pytorch:24.05-py3".into(),
+            args: vec![],
+            mounts: vec![],
+            shm_size: "8g".into(),
+            gpus: true,
+        }
+    }
+
+    /// The words the job shell would pass to the runtime: the command run through `sh` with a
+    /// `printf` in place of the runtime, variables set as the agent would.
+    fn argv_of(command: &str, env: &[(&str, &str)]) -> Vec<String> {
+        let (_, rest) = command.split_once(' ').unwrap();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {rest}"))
+            .env_clear()
+            .current_dir("/tmp")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+            .split(|&b| b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8(w.to_vec()).unwrap())
+            .collect()
+    }
+
+    fn has_pair(argv: &[String], flag: &str, value: &str) -> bool {
+        argv.windows(2).any(|w| w[0] == flag && w[1] == value)
+    }
+
+    #[test]
+    fn run_command_has_the_flags_distributed_training_needs() {
+        let cmd = docker().run_command("/shared/project", ["A", "B"], "exec torchrun x.py");
+        assert!(cmd.starts_with("docker run --rm --init --name \"$HERD_CONTAINER\" "), "{cmd}");
+        let argv = argv_of(&cmd, &[("HERD_CONTAINER", "herd-k-r-0-1")]);
+        assert_eq!(&argv[..3], ["run", "--rm", "--init"]);
+        for (flag, value) in [
+            ("--name", "herd-k-r-0-1"),
+            ("--network", "host"),
+            ("--ipc", "host"),
+            ("--shm-size", "8g"),
+            ("--ulimit", "memlock=-1"),
+            ("--gpus", "all"),
+            ("-v", "/shared/project:/shared/project"),
+            ("-w", "/shared/project"),
+            ("--env", "A"),
+            ("--env", "B"),
+        ] {
+            assert!(has_pair(&argv, flag, value), "{flag} {value} missing from {argv:?}");
+        }
+        let image = argv.iter().position(|w| w == "nvcr.io/nvidia/pytorch:24.05-py3").unwrap();
+        assert_eq!(&argv[image + 1..image + 3], ["sh", "-c"]);
+        assert_eq!(argv[image + 4], "herd-job");
+        assert_eq!(argv[image + 5], "exec torchrun x.py");
+        assert_eq!(argv.len(), image + 6);
+    }
+
+    #[test]
+    fn no_gpus_on_cpu_and_podman_is_the_runtime_word() {
+        let cpu = ContainerPlan { gpus: false, runtime: ContainerRuntime::Podman, ..docker() };
+        let cmd = cpu.run_command("/w", [], "exec true");
+        assert!(cmd.starts_with("podman run "), "{cmd}");
+        assert!(!cmd.contains("--gpus"), "{cmd}");
+        assert_eq!(cpu.remove_command("herd-k-r-0-0"), "podman rm -f herd-k-r-0-0 >/dev/null 2>&1 || true");
+        assert!(cpu.sweep_command("herd-k-").starts_with("command -v podman "));
+        assert!(docker()
+            .sweep_command("herd-k-")
+            .contains("docker ps -a --filter 'name=^herd-k-' --format '{{.Names}}'"));
+        // The plan picks cpu from job.device.
+        let container = Container {
+            image: "i".into(),
+            runtime: ContainerRuntime::Docker,
+            args: vec![],
+            mounts: vec![],
+            shm_size: "1g".into(),
+        };
+        assert!(!ContainerPlan::new(&container, Device::Cpu).gpus);
+        assert!(ContainerPlan::new(&container, Device::Cuda).gpus);
+    }
+
+    #[test]
+    fn podman_gets_no_shm_size_with_host_ipc_and_args_may_choose_the_ipc() {
+        let podman = ContainerPlan { runtime: ContainerRuntime::Podman, ..docker() };
+        let argv = argv_of(&podman.run_command("/w", [], "exec true"), &[]);
+        assert!(has_pair(&argv, "--ipc", "host") && !argv.contains(&"--shm-size".to_string()), "{argv:?}");
+        for args in [vec!["--ipc", "private"], vec!["--ipc=shareable"]] {
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            for c in
+                [ContainerPlan { args: args.clone(), ..podman.clone() }, ContainerPlan { args, ..docker() }]
+            {
+                let argv = argv_of(&c.run_command("/w", [], "exec true"), &[]);
+                assert!(!has_pair(&argv, "--ipc", "host"), "{argv:?}");
+                assert!(has_pair(&argv, "--shm-size", "8g"), "{argv:?}");
+            }
+        }
+        let c = ContainerPlan { args: vec!["--ipc=host".into()], ..podman };
+        let argv = argv_of(&c.run_command("/w", [], "exec true"), &[]);
+        assert!(!argv.contains(&"--shm-size".to_string()), "{argv:?}");
+    }
+
+    #[test]
+    fn mounts_args_and_relative_workdir() {
+        let c = ContainerPlan {
+            mounts: vec!["/data:/data:ro".into(), "/my files:/files".into()],
+            args: vec!["--label".into(), "team=it's \"ml\"".into(), "--pull=always".into()],
+            ..docker()
+        };
+        let argv = argv_of(&c.run_command("project", [], "exec true"), &[]);
+        assert!(has_pair(&argv, "-v", "/data:/data:ro"), "{argv:?}");
+        assert!(has_pair(&argv, "-v", "/my files:/files"), "{argv:?}");
+        assert!(has_pair(&argv, "--label", "team=it's \"ml\""), "{argv:?}");
+        // A relative workdir is where the job shell's `cd` went.
+        assert!(has_pair(&argv, "-v", "/tmp:/tmp"), "{argv:?}");
+        assert!(has_pair(&argv, "-w", "/tmp"), "{argv:?}");
+        // Extra args come after herd's flags (so they can override them) and before the image.
+        let label = argv.iter().position(|w| w == "--label").unwrap();
+        let image = argv.iter().position(|w| w == &c.image).unwrap();
+        let last_flag = argv.iter().rposition(|w| w == "-v").unwrap();
+        assert!(last_flag < label && label < image && argv[image - 1] == "--pull=always", "{argv:?}");
+    }
+
+    #[test]
+    fn inner_snippet_with_quotes_survives_and_runs() {
+        let inner = "{\nX='a b'; export X # comment\n} || exit 3\nexec printf '%s|' \"$X\" \"it's\"";
+        let cmd = docker().run_command("/w", [], inner);
+        let argv = argv_of(&cmd, &[]);
+        assert_eq!(argv.last().unwrap(), inner);
+        // What the image's shell would do with it.
+        let image = argv.iter().position(|w| w == &docker().image).unwrap();
+        let out = Command::new(&argv[image + 1]).args(&argv[image + 2..]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|");
+    }
+
+    #[test]
+    fn names_are_valid_container_names_and_match_their_prefixes() {
+        let n = name("0123456789abcdef", "20261130-105803-abcd", 3, 12);
+        assert_eq!(n, "herd-0123456789abcdef-20261130-105803-abcd-3-12");
+        let mut chars = n.chars();
+        assert!(chars.next().unwrap().is_ascii_alphanumeric());
+        assert!(chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')), "{n}");
+        assert!(n.starts_with(&name_prefix("0123456789abcdef", Some("20261130-105803-abcd"))));
+        assert!(n.starts_with(&name_prefix("0123456789abcdef", None)));
+        assert!(!n.starts_with(&name_prefix("0123456789abcdef", Some("20261130-105803-abc"))));
+        assert_eq!(parse_removed("container herd-a-1\n17\ncontainer herd-a-2\n"), ["herd-a-1", "herd-a-2"]);
+    }
+
+    const CONFIG: &str = r#"
+[[nodes]]
+host = "n[1-2]"
+[job]
+script = "train.py"
+setup = "source /opt/venv/bin/activate"
+forward_env = ["WANDB_API_KEY"]
+[env]
+NCCL_DEBUG = "WARN"
+[container]
+image = "img"
+"#;
+
+    fn plan(text: &str) -> plan::LaunchPlan {
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        let env: BTreeMap<String, String> =
+            [("WANDB_API_KEY".to_string(), "s3cr3t-value".to_string())].into();
+        plan::build(&config, &PlanInputs { cwd: "/w".into(), env })
+    }
+
+    #[test]
+    fn the_plan_passes_every_variable_by_name_and_no_value_in_argv() {
+        let p = plan(CONFIG);
+        let values = AttemptValues { run_id: "r1", attempt: 2, master_port: 29500, interfaces: &[] };
+        for node in &p.nodes {
+            let snippet = p.job_snippet(node);
+            let command = node.container_command.as_deref().unwrap();
+            assert!(snippet.starts_with("cd -- /w || "), "{snippet}");
+            assert!(snippet.ends_with(&format!("exec {command}")), "{snippet}");
+            // setup runs inside, not before the runtime.
+            assert_eq!(snippet.matches("source /opt/venv/bin/activate").count(), 1);
+            let env = node.resolved_env(&values);
+            let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let argv = argv_of(command, &env_refs);
+            for (k, v) in &env {
+                assert!(has_pair(&argv, "--env", k), "--env {k} missing");
+                if k != NAME_VAR {
+                    assert!(
+                        !argv.iter().any(|w| w.contains(v.as_str()) && !v.is_empty() && v.len() > 2),
+                        "{k}={v} in {argv:?}"
+                    );
+                }
+            }
+            assert!(!argv.iter().any(|w| w.contains("s3cr3t")), "secret in argv {argv:?}");
+            assert!(!snippet.contains("s3cr3t"));
+            let name = container::name(&p.config_key, "r1", 2, node.rank);
+            assert!(has_pair(&argv, "--name", &name), "{argv:?}");
+            assert_eq!(
+                p.container_cleanup(node, &values).unwrap(),
+                format!("docker rm -f {name} >/dev/null 2>&1 || true")
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_container_nothing_changes() {
+        let p = plan(CONFIG.split("[container]").next().unwrap());
+        let values = AttemptValues { run_id: "r1", attempt: 0, master_port: 1, interfaces: &[] };
+        assert!(p.container.is_none());
+        for node in &p.nodes {
+            assert!(node.container_command.is_none());
+            assert!(!node.env.contains_key(NAME_VAR));
+            assert!(p.container_cleanup(node, &values).is_none());
+            assert!(p.job_snippet(node).contains("source /opt/venv/bin/activate\n}"));
+        }
+    }
+}
