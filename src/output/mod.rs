@@ -39,8 +39,10 @@ pub struct Report {
     pub file_error: Option<String>,
 }
 
-/// How often the board is redrawn when nothing happens (its clocks move on).
-const BOARD_TICK: Duration = Duration::from_millis(250);
+/// How often the board is redrawn when nothing happens (its clocks move on), and at most how
+/// long job output waits under it: every write to the terminal takes the board down and puts
+/// it back, so with a board, output goes out in batches at this pace.
+const BOARD_TICK: Duration = Duration::from_millis(100);
 /// Job output is written to stdout in pieces of about this size, or when no event waits.
 const STDOUT_CHUNK: usize = 64 * 1024;
 
@@ -57,7 +59,14 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     let timer = live.as_ref().and_then(|_| {
         tokio::runtime::Builder::new_current_thread().enable_time().build().ok()
     });
-    let mut screen = Screen { out: sinks.stdout, err: sinks.stderr, pending: Vec::new(), out_ok: true, live };
+    let mut screen = Screen {
+        out: sinks.stdout,
+        err: sinks.stderr,
+        pending: Vec::new(),
+        out_ok: true,
+        live,
+        flushed_at: Instant::now(),
+    };
     let mut board = board::Board::new(Instant::now());
     let mut attempt = 0;
     let mut report = Report::default();
@@ -76,6 +85,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(_) => {
+                    screen.flush_job();
                     screen.draw(&board);
                     continue;
                 }
@@ -129,7 +139,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                 screen.draw(&board);
             }
         }
-        if events.is_empty() {
+        if events.is_empty() && screen.due() {
             screen.flush_job();
         }
     }
@@ -150,6 +160,7 @@ struct Screen {
     pending: Vec<u8>,
     out_ok: bool,
     live: Option<live::Live>,
+    flushed_at: Instant,
 }
 
 impl Screen {
@@ -165,7 +176,14 @@ impl Screen {
         }
     }
 
+    /// Whether waiting job output should go out now that no event waits: at once without a
+    /// board, at the board's pace with one.
+    fn due(&self) -> bool {
+        self.live.is_none() || self.flushed_at.elapsed() >= BOARD_TICK
+    }
+
     fn flush_job(&mut self) {
+        self.flushed_at = Instant::now();
         if self.pending.is_empty() || !self.out_ok {
             self.pending.clear();
             return;
