@@ -113,8 +113,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let exec_id = new_run_id();
     let runtime = runtime()?;
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
-    let mode = output::mode::Surroundings::detect(false, true);
-    let color = matches!(mode, output::Mode::Plain { color: true });
+    let color = output::mode::Surroundings::detect(false, true).color();
     let prefixes = output::prefix::prefixes(&hosts.iter().cloned().enumerate().collect::<Vec<_>>(), color);
 
     let (events_tx, events_rx) = mpsc::channel(1024);
@@ -134,17 +133,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
         let _ = out.write_all(&output::exec_view::gathered(&hosts, &outputs, &ends));
         let _ = out.flush();
     }
-    for (rank, end) in ends.iter().enumerate() {
-        match end {
-            supervisor::exec::ExecExit::Exited(e) if !e.success() => {
-                eprintln!("herd: node {rank} ({}): {e}", hosts[rank]);
-            }
-            supervisor::exec::ExecExit::Unreachable(why) => {
-                eprintln!("herd: node {rank} ({}): unreachable: {why}", hosts[rank]);
-            }
-            _ => {}
-        }
-    }
+    eprint!("{}", output::exec_view::failures(&hosts, &ends));
     if outcome.interrupted {
         eprintln!("herd: interrupted; the command was stopped on every node");
         return Ok(exit::INTERRUPTED);
@@ -184,7 +173,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             let re = regex::bytes::Regex::new(re).map_err(|e| Error::Usage(format!("--grep: {e}")))?;
             selection.grep = Some(re);
         }
-        let color = matches!(output::mode::Surroundings::detect(false, true), output::Mode::Plain { color: true });
+        let color = output::mode::Surroundings::detect(false, true).color();
         let nodes: Vec<(usize, String)> = run.hosts.iter().cloned().enumerate().collect();
         logs::print(run, &selection, &output::prefix::prefixes(&nodes, color), &mut out)
     };

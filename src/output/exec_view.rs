@@ -73,6 +73,23 @@ pub fn gathered(hosts: &[String], outputs: &[Vec<u8>], ends: &[ExecExit]) -> Vec
     s
 }
 
+/// One stderr line per node that did not exit 0.
+pub fn failures(hosts: &[String], ends: &[ExecExit]) -> String {
+    let mut s = String::new();
+    for (rank, (host, end)) in hosts.iter().zip(ends).enumerate() {
+        match end {
+            ExecExit::Exited(e) if !e.success() => {
+                let _ = writeln!(s, "herd: node {rank} ({host}): {e}");
+            }
+            ExecExit::Unreachable(why) => {
+                let _ = writeln!(s, "herd: node {rank} ({host}): unreachable: {why}");
+            }
+            ExecExit::Exited(_) => {}
+        }
+    }
+    s
+}
+
 fn same_kind(a: &ExecExit, b: &ExecExit) -> bool {
     matches!((a, b), (ExecExit::Unreachable(x), ExecExit::Unreachable(y)) if x == y)
         || matches!((a, b), (ExecExit::Exited(x), ExecExit::Exited(y)) if x == y)

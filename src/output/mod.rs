@@ -50,7 +50,7 @@ const STDOUT_CHUNK: usize = 64 * 1024;
 /// files; a failing disk stops the files but not the echo. Neither stops reading events, so
 /// the run itself never stalls on its output.
 pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
-    let color = matches!(sinks.mode, Mode::Plain { color: true } | Mode::Board { color: true });
+    let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
     let prefixes = prefix::prefixes(&files.nodes(), color);
     let hosts: Vec<String> = files.nodes().into_iter().map(|(_, h)| h).collect();

@@ -11,6 +11,13 @@ pub enum Mode {
     Json,
 }
 
+impl Mode {
+    /// Whether node prefixes are coloured.
+    pub fn color(self) -> bool {
+        matches!(self, Mode::Plain { color: true } | Mode::Board { color: true })
+    }
+}
+
 /// What the decision looks at.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Surroundings<'a> {
