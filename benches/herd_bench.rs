@@ -14,7 +14,8 @@
 //! BENCH_IDLE_SECS (60). A tiny run: `BENCH_RUNS=1 BENCH_LOGS=2x1000 cargo bench --bench herd_bench -- logs`.
 //! Launcher CPU is that of the launcher's whole process tree (a cpuacct cgroup, so ssh masters
 //! that daemonise are counted), and, for herd and pdsh, of the launcher process alone
-//! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM.
+//! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM. BENCH_KEEP_STDERR=1 keeps each
+//! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where.
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
@@ -447,7 +448,11 @@ impl Tracked {
             let err = std::fs::read_to_string(&self.err_path).unwrap_or_default();
             eprintln!("launcher exited {status}; its stderr ends:\n{}", tail(&err, 20));
         }
-        let _ = std::fs::remove_file(&self.err_path);
+        if std::env::var_os("BENCH_KEEP_STDERR").is_some() {
+            eprintln!("launcher stderr kept in {}", self.err_path.display());
+        } else {
+            let _ = std::fs::remove_file(&self.err_path);
+        }
         Measured { wall, tree_cpu, self_cpu: last.cpu, self_hwm_kib: last.hwm_kib, success: status.success() }
     }
 }
@@ -588,20 +593,27 @@ fn first_rank() {
     let mut herd_np = Vec::new();
     let mut herd_pf = Vec::new();
     let limit = Duration::from_secs(120);
+    let mut timeline = Vec::new();
     for rep in 0..reps {
-        // The shell loop.
-        let mark = format!("BENCH_MARK=first-loop-{rep}-{}", std::process::id());
-        let start = Instant::now();
-        let children = torch_shell_loop(&tb, &venv, "--steps 3", &mark, 29500 + rep as u16);
-        if let Some(t) = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty()) {
-            loop_t.push((t - start).as_secs_f64());
-        }
-        for mut c in children {
-            let _ = c.wait();
-        }
-        kill_marked(&mark);
-        // herd, without and with its preflight.
-        for (preflight, out) in [(false, &mut herd_np), (true, &mut herd_pf)] {
+        // The order rotates from run to run, so that no launcher always follows the same one.
+        for variant in (0..3).map(|v| (v + rep) % 3) {
+            if variant == 0 {
+                // The shell loop.
+                let mark = format!("BENCH_MARK=first-loop-{rep}-{}", std::process::id());
+                let start = Instant::now();
+                let children = torch_shell_loop(&tb, &venv, "--steps 3", &mark, 29500 + rep as u16);
+                if let Some(t) = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty()) {
+                    loop_t.push((t - start).as_secs_f64());
+                }
+                for mut c in children {
+                    let _ = c.wait();
+                }
+                kill_marked(&mark);
+                continue;
+            }
+            // herd, without and with its preflight.
+            let preflight = variant == 2;
+            let out = if preflight { &mut herd_pf } else { &mut herd_np };
             let mark = format!("BENCH_MARK=first-herd-{preflight}-{rep}-{}", std::process::id());
             let config = torch_config(&tb, dir.path(), &venv, args, &mark, "");
             let _ = std::fs::remove_dir_all(dir.path().join("logs"));
@@ -610,16 +622,26 @@ fn first_rank() {
             if !preflight {
                 a.insert(1, "--no-preflight");
             }
+            let spawned = std::time::SystemTime::now();
             let herd = Tracked::spawn(HERD, &a, Stdio::null());
-            if let Some(t) = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty()) {
-                out.push((t - herd.started).as_secs_f64());
-            }
+            let first = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty())
+                .map(|t| (t - herd.started).as_secs_f64());
+            out.extend(first);
             let m = herd.finish();
+            if !preflight && rep + 1 == reps {
+                timeline = timeline_rows(&run_events(&dir.path().join("logs")), spawned);
+                timeline.retain(|r| {
+                    !r.contains("node_exited") && !r.contains("attempt_succeeded") && !r.contains("run_finished")
+                });
+                if let Some(t) = first {
+                    timeline.push(format!("| +{t:.2} s | first worker process exists |"));
+                }
+            }
             assert!(m.success, "herd run failed");
             kill_marked(&mark);
         }
     }
-    println!("\n### Time to first rank running: torchrun, 3 nodes x 2, start to the first worker process ({reps} runs each, alternating)\n");
+    println!("\n### Time to first rank running: torchrun, 3 nodes x 2, start to the first worker process ({reps} runs each, alternating, order rotated)\n");
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- first-rank`\n");
     println!("| launcher | median s | spread s | overhead above the loop s |");
     println!("|---|---|---|---|");
@@ -633,6 +655,7 @@ fn first_rank() {
     if missing > 0 {
         println!("\n{missing} run(s) never showed a worker within {} s.", limit.as_secs());
     }
+    println!("\nThe last `herd run --no-preflight`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
 }
 
 /// Scenario 4: training runs on 3 nodes, node 3's link is cut; time to herd's teardown and
@@ -657,6 +680,7 @@ fn partition() {
     };
     let (mut detect, mut failed, mut gone, mut loop_gone) = (vec![], vec![], vec![], vec![]);
     let mut loop_hung = 0;
+    let mut timeline = Vec::new();
     for rep in 0..reps {
         let mark = format!("BENCH_MARK=part-herd-{rep}-{}", std::process::id());
         let config = torch_config(
@@ -686,6 +710,9 @@ fn partition() {
         }
         if let Some(t) = event_time(&ev, "attempt_failed", 0) {
             failed.push(since(t, cut_wall));
+        }
+        if rep + 1 == reps {
+            timeline = timeline_rows(&ev, cut_wall);
         }
         if poll_until(Duration::from_secs(20), Duration::from_millis(100), || herd.try_done()).is_none() {
             herd.kill();
@@ -733,6 +760,7 @@ fn partition() {
             CAP.as_secs()
         );
     }
+    println!("\nherd's events in the last run, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
 }
 
 /// Scenario 5: a worker SIGKILLed during training, max_restarts = 1, backoff 1 s; from the
@@ -743,6 +771,7 @@ fn restart() {
     let tb = Testbed::new(3);
     let dir = tempfile::tempdir().unwrap();
     let mut rows: Vec<[f64; 5]> = Vec::new();
+    let mut timeline = Vec::new();
     for rep in 0..reps {
         let mark = format!("BENCH_MARK=restart-{rep}-{}", std::process::id());
         let config = torch_config(
@@ -785,6 +814,10 @@ fn restart() {
         let teardown = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, killed_wall));
         let to_start = since(started, killed_wall);
         rows.push([total, delay, total - delay, teardown, total - to_start]);
+        if rep + 1 == reps {
+            timeline = timeline_rows(&ev, killed_wall);
+            timeline.push(format!("| +{total:.2} s | attempt 1's six workers exist |"));
+        }
     }
     println!("\n### Restart latency: torchrun 3 nodes x 2, rank 3 SIGKILLed, backoff 1 s (+-20 %), to attempt 1's six workers running ({} runs)\n", rows.len());
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- restart`\n");
@@ -803,6 +836,24 @@ fn restart() {
         let (m, s, _) = fmt_stat(&rows.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
         println!("| {what} | {m} | {s} |");
     }
+    println!("\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+}
+
+/// events.jsonl after `from`, as table rows `| +t s | event detail |`.
+fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<String> {
+    ev.iter()
+        .filter_map(|e| {
+            let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
+            let dt = t.duration_since(from).ok()?.as_secs_f64();
+            let mut detail = e["event"].as_str()?.to_string();
+            for key in ["node_rank", "millis", "attempt", "exit_code", "signal", "lost", "reason", "class", "delay_ms"] {
+                if let Some(v) = e.get(key) {
+                    detail.push_str(&format!(" {key}={v}"));
+                }
+            }
+            Some(format!("| +{dt:.2} s | {} |", detail.replace('|', "\\|")))
+        })
+        .collect()
 }
 
 /// Lines per key (prefix up to the end of `key_end`), and the total.
