@@ -879,7 +879,6 @@ fn file_lines(path: &Path) -> usize {
 /// Scenario 6: every node prints L lines (`seq 1 L`) as fast as it can; the launcher's stdout
 /// goes to a file. Lines per second, launcher CPU, peak RSS, and every line counted.
 fn logs() {
-    let reps = runs(3);
     let sizes: Vec<(usize, usize)> = std::env::var("BENCH_LOGS")
         .unwrap_or_else(|_| "8x1000000,64x20000".into())
         .split(',')
@@ -888,6 +887,17 @@ fn logs() {
             Some((n.parse().ok()?, l.parse().ok()?))
         })
         .collect();
+    logs_with(runs(3), &sizes);
+}
+
+/// Scenario 6 at the given sizes (`(nodes, lines)`); returns how many lines herd lost, on
+/// stdout and in the node logs together. Without pdsh installed, it is left out.
+pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
+    let have_pdsh = Command::new("pdsh").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !have_pdsh {
+        println!("pdsh is not installed (apt-get install -y pdsh): left out");
+    }
+    let mut herd_lost = 0;
     let most = sizes.iter().map(|s| s.0).max().unwrap_or(1);
     let tb = Testbed::new(most);
     let dir = tempfile::tempdir().unwrap();
@@ -896,7 +906,7 @@ fn logs() {
     println!("Rerun: `BENCH_RUNS={reps} BENCH_LOGS={sizes_arg} cargo bench --bench herd_bench -- logs`\n");
     println!("| N x L | launcher | lines/s median | spread | ratio to pdsh | tree CPU s | launcher CPU s | launcher peak RSS MiB | lines lost (stdout / node logs) |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for &(n, lines) in &sizes {
+    for &(n, lines) in sizes {
         let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
         let script = format!("seq 1 {lines}");
         let job = format!("launcher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"{lines}\"]");
@@ -913,6 +923,9 @@ fn logs() {
         let mut res: Vec<Vec<(Measured, usize, usize)>> = vec![vec![]; names.len()];
         for _ in 0..reps {
             for (i, name) in names.iter().enumerate() {
+                if i == 0 && !have_pdsh {
+                    continue;
+                }
                 let out_path = dir.path().join("out.txt");
                 let out = std::fs::File::create(&out_path).unwrap();
                 let _ = std::fs::remove_dir_all(dir.path().join("logs"));
@@ -950,6 +963,9 @@ fn logs() {
                 } else {
                     0
                 };
+                if i == 2 {
+                    herd_lost += lost_out + lost_logs;
+                }
                 res[i].push((m, lost_out, lost_logs));
             }
         }
@@ -958,6 +974,9 @@ fn logs() {
         };
         let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
         for (i, name) in names.iter().enumerate() {
+            if res[i].is_empty() {
+                continue;
+            }
             let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
             let tree = fmt_stat(
                 &res[i].iter().filter_map(|r| r.0.tree_cpu.map(|d| d.as_secs_f64())).collect::<Vec<_>>(),
@@ -980,6 +999,7 @@ fn logs() {
             );
         }
     }
+    herd_lost
 }
 
 /// Scenario 7: a job on N nodes that prints a line a second for S seconds. Launcher CPU over
