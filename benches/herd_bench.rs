@@ -15,7 +15,8 @@
 //! Launcher CPU is that of the launcher's whole process tree (a cpuacct cgroup, so ssh masters
 //! that daemonise are counted), and, for herd and pdsh, of the launcher process alone
 //! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM. BENCH_KEEP_STDERR=1 keeps each
-//! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where.
+//! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where;
+//! BENCH_HERD_WRAP puts a profiler in front of herd (`valgrind --tool=massif ...`, `perf record ...`).
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
@@ -367,7 +368,12 @@ impl Tracked {
         let cgroup = std::fs::create_dir(&cg).is_ok().then_some(cg);
         let mut cmd = Command::new("sh");
         let join = cgroup.as_ref().map(|c| format!("echo $$ > {}/cgroup.procs; ", c.display())).unwrap_or_default();
-        cmd.arg("-c").arg(format!("{join}exec \"$@\"")).arg("sh").arg(program).args(args);
+        cmd.arg("-c").arg(format!("{join}exec \"$@\"")).arg("sh");
+        // A profiler in front of herd, e.g. BENCH_HERD_WRAP="perf record -g -o /tmp/herd.perf".
+        if let (true, Ok(wrap)) = (program == HERD, std::env::var("BENCH_HERD_WRAP")) {
+            cmd.args(wrap.split_whitespace());
+        }
+        cmd.arg(program).args(args);
         let err_path = std::env::temp_dir().join(format!("herd-bench-{}-{n}.stderr", std::process::id()));
         let err = std::fs::File::create(&err_path).expect("stderr file");
         cmd.stdin(Stdio::null()).stdout(stdout).stderr(err).env("NO_COLOR", "1");
@@ -593,7 +599,7 @@ fn first_rank() {
     let mut herd_np = Vec::new();
     let mut herd_pf = Vec::new();
     let limit = Duration::from_secs(120);
-    let mut timeline = Vec::new();
+    let mut timelines = [Vec::new(), Vec::new()];
     for rep in 0..reps {
         // The order rotates from run to run, so that no launcher always follows the same one.
         for variant in (0..3).map(|v| (v + rep) % 3) {
@@ -628,8 +634,9 @@ fn first_rank() {
                 .map(|t| (t - herd.started).as_secs_f64());
             out.extend(first);
             let m = herd.finish();
-            if !preflight && rep + 1 == reps {
-                timeline = timeline_rows(&run_events(&dir.path().join("logs")), spawned);
+            if rep + 1 == reps {
+                let timeline = &mut timelines[usize::from(preflight)];
+                *timeline = timeline_rows(&run_events(&dir.path().join("logs")), spawned);
                 timeline.retain(|r| {
                     !r.contains("node_exited") && !r.contains("attempt_succeeded") && !r.contains("run_finished")
                 });
@@ -655,7 +662,9 @@ fn first_rank() {
     if missing > 0 {
         println!("\n{missing} run(s) never showed a worker within {} s.", limit.as_secs());
     }
-    println!("\nThe last `herd run --no-preflight`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    for (name, timeline) in ["herd run --no-preflight", "herd run"].iter().zip(&timelines) {
+        println!("\nThe last `{name}`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    }
 }
 
 /// Scenario 4: training runs on 3 nodes, node 3's link is cut; time to herd's teardown and
@@ -738,25 +747,25 @@ fn partition() {
         }
         kill_marked(&mark);
     }
-    println!("\n### Partition detection: torchrun 3 nodes x 2, node 3's link cut during training ({reps} runs each, alternating)\n");
+    println!("\n### Partition detection: torchrun 3 nodes x 2, node 2's link cut during training (node ranks from 0, as in herd's events) ({reps} runs each, alternating)\n");
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- partition`\n");
     println!("| launcher | from the cut to | median s | spread s |");
     println!("|---|---|---|---|");
     for (what, xs) in [
         ("teardown started (events.jsonl)", &detect),
         ("attempt declared failed (events.jsonl)", &failed),
-        ("no job process left on nodes 1-2", &gone),
+        ("no job process left on nodes 0 and 1", &gone),
     ] {
         let (m, s, _) = fmt_stat(xs, 2);
         println!("| herd run --no-preflight | {what} | {m} | {s} |");
     }
     if !loop_gone.is_empty() {
         let (m, s, _) = fmt_stat(&loop_gone, 2);
-        println!("| ssh + torchrun shell loop | no job process left on nodes 1-2 | {m} | {s} |");
+        println!("| ssh + torchrun shell loop | no job process left on nodes 0 and 1 | {m} | {s} |");
     }
     if loop_hung > 0 {
         println!(
-            "| ssh + torchrun shell loop | no job process left on nodes 1-2 | still running after {} s in {loop_hung} of {reps} runs | |",
+            "| ssh + torchrun shell loop | no job process left on nodes 0 and 1 | still running after {} s in {loop_hung} of {reps} runs | |",
             CAP.as_secs()
         );
     }
