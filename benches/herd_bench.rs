@@ -213,23 +213,21 @@ fn teardown() {
     let dir = tempfile::tempdir().unwrap();
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     let root = env!("CARGO_MANIFEST_DIR");
-    let job = format!(
-        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--steps\", \"100000\", \"--sleep\", \"0.05\"]\n\
-         nproc_per_node = 2\nworkdir = \"{root}\"\nsetup = \"source {}/bin/activate\"",
-        venv.display()
-    );
-    let config = write_config(
-        &tb,
-        dir.path(),
-        &hosts,
-        &job,
-        "[rendezvous]\ninterface = \"eth0\"\n\n[restart]\nmax_restarts = 0\n",
-    );
     let mut herd_t = Vec::new();
     let mut shell_t = Vec::new();
     let mut shell_hung = 0;
     for rep in 0..REPS {
-        // herd: its marker names the config; max_restarts = 0, so the gang stays down.
+        // herd, max_restarts = 0, so the gang stays down. Its processes are found by a mark of
+        // this bench's own, not by HERD_MARKER: other herd runs (tests) may share the machine.
+        let mark = format!("BENCH_MARK=teardown-herd-{rep}-{}", std::process::id());
+        let config = torch_config(
+            &tb,
+            dir.path(),
+            &venv,
+            "\"--steps\", \"100000\", \"--sleep\", \"0.05\"",
+            &mark,
+            "[restart]\nmax_restarts = 0\n",
+        );
         let _ = std::fs::remove_dir_all(dir.path().join("logs"));
         let mut herd = Command::new(HERD)
             .args(["run", "--no-preflight", "-c"])
@@ -238,13 +236,13 @@ fn teardown() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if let Some(t) = kill_rank_and_time("HERD_MARKER=", CAP) {
+        if let Some(t) = kill_rank_and_time(&mark, CAP) {
             herd_t.push(t);
         }
         let _ = herd.wait();
 
         // The shell loop everyone writes: ssh nodeN torchrun ... &, with a marker to find it.
-        let mark = format!("BENCH_MARK={rep}");
+        let mark = format!("BENCH_MARK=teardown-loop-{rep}-{}", std::process::id());
         let port = 29400 + rep as u16;
         let mut children = Vec::new();
         for (i, h) in hosts.iter().enumerate() {
@@ -280,6 +278,7 @@ fn teardown() {
         }
     }
     println!("\n### Teardown: torchrun 3 nodes x 2, rank 3 SIGKILLed, to every job process gone ({REPS} runs each)\n");
+    println!("Rerun: `cargo bench --bench herd_bench -- teardown`\n");
     println!("| launcher | median s | spread s | ratio to shell loop |");
     println!("|---|---|---|---|");
     let shell = (!shell_t.is_empty()).then(|| stats(shell_t.clone()));
@@ -293,7 +292,10 @@ fn teardown() {
         );
     }
     if !herd_t.is_empty() {
-        println!("{}", row("herd run", &stats(herd_t.clone()), shell.as_ref()));
+        let herd_row = row("herd run --no-preflight", &stats(herd_t.clone()), shell.as_ref());
+        // Without a finished baseline run there is no ratio.
+        let herd_row = if shell.is_some() { herd_row } else { herd_row.replace("| 1.00 |", "| - |") };
+        println!("{herd_row}");
     }
     if herd_t.len() < REPS {
         println!(
