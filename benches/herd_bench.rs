@@ -3,6 +3,20 @@
 //!
 //!     cargo bench --bench herd_bench -- fanout      # launch fan-out, 8/32/64 nodes, vs pdsh and ssh &
 //!     cargo bench --bench herd_bench -- teardown    # one rank SIGKILLed -> every process gone
+//!     cargo bench --bench herd_bench -- first-rank  # torchrun on 3 nodes: start -> first worker process
+//!     cargo bench --bench herd_bench -- partition   # a node's link cut -> attempt failed, others stopped
+//!     cargo bench --bench herd_bench -- restart     # a rank SIGKILLed -> next attempt's workers all up
+//!     cargo bench --bench herd_bench -- logs        # N nodes x L lines as fast as they go, vs pdsh and ssh | sed
+//!     cargo bench --bench herd_bench -- idle        # 64 nodes, a line a second for 60 s: launcher CPU
+//!
+//! Sizes (environment): BENCH_RUNS (runs per launcher, default 5; 3 for partition and idle),
+//! BENCH_LOGS (`NODESxLINES,...`, default `8x1000000,64x20000`), BENCH_IDLE_NODES (64),
+//! BENCH_IDLE_SECS (60). A tiny run: `BENCH_RUNS=1 BENCH_LOGS=2x1000 cargo bench --bench herd_bench -- logs`.
+//! Launcher CPU is that of the launcher's whole process tree (a cpuacct cgroup, so ssh masters
+//! that daemonise are counted), and, for herd and pdsh, of the launcher process alone
+//! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM. BENCH_KEEP_STDERR=1 keeps each
+//! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where;
+//! BENCH_HERD_WRAP puts a profiler in front of herd (`valgrind --tool=massif ...`, `perf record ...`).
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
@@ -28,6 +42,21 @@ fn main() {
     }
     if want("teardown") {
         teardown();
+    }
+    if want("first-rank") {
+        first_rank();
+    }
+    if want("partition") {
+        partition();
+    }
+    if want("restart") {
+        restart();
+    }
+    if want("logs") {
+        logs();
+    }
+    if want("idle") {
+        idle();
     }
 }
 
@@ -184,23 +213,21 @@ fn teardown() {
     let dir = tempfile::tempdir().unwrap();
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     let root = env!("CARGO_MANIFEST_DIR");
-    let job = format!(
-        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--steps\", \"100000\", \"--sleep\", \"0.05\"]\n\
-         nproc_per_node = 2\nworkdir = \"{root}\"\nsetup = \"source {}/bin/activate\"",
-        venv.display()
-    );
-    let config = write_config(
-        &tb,
-        dir.path(),
-        &hosts,
-        &job,
-        "[rendezvous]\ninterface = \"eth0\"\n\n[restart]\nmax_restarts = 0\n",
-    );
     let mut herd_t = Vec::new();
     let mut shell_t = Vec::new();
     let mut shell_hung = 0;
     for rep in 0..REPS {
-        // herd: its marker names the config; max_restarts = 0, so the gang stays down.
+        // herd, max_restarts = 0, so the gang stays down. Its processes are found by a mark of
+        // this bench's own, not by HERD_MARKER: other herd runs (tests) may share the machine.
+        let mark = format!("BENCH_MARK=teardown-herd-{rep}-{}", std::process::id());
+        let config = torch_config(
+            &tb,
+            dir.path(),
+            &venv,
+            "\"--steps\", \"100000\", \"--sleep\", \"0.05\"",
+            &mark,
+            "[restart]\nmax_restarts = 0\n",
+        );
         let _ = std::fs::remove_dir_all(dir.path().join("logs"));
         let mut herd = Command::new(HERD)
             .args(["run", "--no-preflight", "-c"])
@@ -209,13 +236,13 @@ fn teardown() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if let Some(t) = kill_rank_and_time("HERD_MARKER=", CAP) {
+        if let Some(t) = kill_rank_and_time(&mark, CAP) {
             herd_t.push(t);
         }
         let _ = herd.wait();
 
         // The shell loop everyone writes: ssh nodeN torchrun ... &, with a marker to find it.
-        let mark = format!("BENCH_MARK={rep}");
+        let mark = format!("BENCH_MARK=teardown-loop-{rep}-{}", std::process::id());
         let port = 29400 + rep as u16;
         let mut children = Vec::new();
         for (i, h) in hosts.iter().enumerate() {
@@ -251,6 +278,7 @@ fn teardown() {
         }
     }
     println!("\n### Teardown: torchrun 3 nodes x 2, rank 3 SIGKILLed, to every job process gone ({REPS} runs each)\n");
+    println!("Rerun: `cargo bench --bench herd_bench -- teardown`\n");
     println!("| launcher | median s | spread s | ratio to shell loop |");
     println!("|---|---|---|---|");
     let shell = (!shell_t.is_empty()).then(|| stats(shell_t.clone()));
@@ -264,7 +292,10 @@ fn teardown() {
         );
     }
     if !herd_t.is_empty() {
-        println!("{}", row("herd run", &stats(herd_t.clone()), shell.as_ref()));
+        let herd_row = row("herd run --no-preflight", &stats(herd_t.clone()), shell.as_ref());
+        // Without a finished baseline run there is no ratio.
+        let herd_row = if shell.is_some() { herd_row } else { herd_row.replace("| 1.00 |", "| - |") };
+        println!("{herd_row}");
     }
     if herd_t.len() < REPS {
         println!(
@@ -272,5 +303,782 @@ fn teardown() {
             CAP.as_secs(),
             REPS - herd_t.len()
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios 2, 4, 5, 6 and 7, and what they share.
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn runs(default: usize) -> usize {
+    env_usize("BENCH_RUNS", default).max(1)
+}
+
+/// Which process tree a launcher is, and what it cost: CPU of the whole tree (a cpuacct
+/// cgroup: ssh masters that fork into the background stay in it), and CPU and peak RSS of the
+/// launcher process itself, sampled from /proc until it is a zombie.
+struct Tracked {
+    child: std::process::Child,
+    cgroup: Option<PathBuf>,
+    started: Instant,
+    sampler: Option<std::thread::JoinHandle<()>>,
+    last: std::sync::Arc<std::sync::Mutex<SelfSample>>,
+    err_path: PathBuf,
+}
+
+#[derive(Clone, Copy, Default)]
+struct SelfSample {
+    cpu: Duration,
+    hwm_kib: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Measured {
+    wall: Duration,
+    tree_cpu: Option<Duration>,
+    self_cpu: Duration,
+    self_hwm_kib: u64,
+    success: bool,
+}
+
+static CGROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn self_sample(pid: u32) -> Option<(SelfSample, bool)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let zombie = f[0] == "Z";
+    let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0);
+    // USER_HZ is 100 on every Linux this runs on.
+    Some((SelfSample { cpu: Duration::from_millis(ticks * 10), hwm_kib: hwm }, zombie))
+}
+
+impl Tracked {
+    fn spawn(program: &str, args: &[&str], stdout: Stdio) -> Tracked {
+        let n = CGROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cg = PathBuf::from(format!("/sys/fs/cgroup/cpuacct/herd-bench-{}-{n}", std::process::id()));
+        let cgroup = std::fs::create_dir(&cg).is_ok().then_some(cg);
+        let mut cmd = Command::new("sh");
+        let join = cgroup.as_ref().map(|c| format!("echo $$ > {}/cgroup.procs; ", c.display())).unwrap_or_default();
+        cmd.arg("-c").arg(format!("{join}exec \"$@\"")).arg("sh");
+        // A profiler in front of herd, e.g. BENCH_HERD_WRAP="perf record -g -o /tmp/herd.perf".
+        if let (true, Ok(wrap)) = (program == HERD, std::env::var("BENCH_HERD_WRAP")) {
+            cmd.args(wrap.split_whitespace());
+        }
+        cmd.arg(program).args(args);
+        let err_path = std::env::temp_dir().join(format!("herd-bench-{}-{n}.stderr", std::process::id()));
+        let err = std::fs::File::create(&err_path).expect("stderr file");
+        cmd.stdin(Stdio::null()).stdout(stdout).stderr(err).env("NO_COLOR", "1");
+        let started = Instant::now();
+        let child = cmd.spawn().expect("spawn launcher");
+        let pid = child.id();
+        let last = std::sync::Arc::new(std::sync::Mutex::new(SelfSample::default()));
+        let shared = last.clone();
+        let sampler = std::thread::spawn(move || loop {
+            match self_sample(pid) {
+                Some((s, zombie)) => {
+                    let mut l = shared.lock().unwrap();
+                    l.cpu = s.cpu;
+                    l.hwm_kib = l.hwm_kib.max(s.hwm_kib);
+                    if zombie {
+                        return;
+                    }
+                }
+                None => return,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        });
+        Tracked { child, cgroup, started, sampler: Some(sampler), last, err_path }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn tree_cpu(&self) -> Option<Duration> {
+        let cg = self.cgroup.as_ref()?;
+        let ns: u64 = std::fs::read_to_string(cg.join("cpuacct.usage")).ok()?.trim().parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    }
+
+    /// (launcher process CPU, tree CPU) so far.
+    fn cpu_now(&self) -> (Duration, Option<Duration>) {
+        (self.last.lock().unwrap().cpu, self.tree_cpu())
+    }
+
+    fn try_done(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    fn kill(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+    }
+
+    fn finish(mut self) -> Measured {
+        if let Some(s) = self.sampler.take() {
+            let _ = s.join();
+        }
+        let status = self.child.wait().expect("wait launcher");
+        let wall = self.started.elapsed();
+        // Background ssh masters close just after their launcher; wait for the tree.
+        let t = Instant::now();
+        if let Some(cg) = &self.cgroup {
+            while t.elapsed() < Duration::from_secs(5)
+                && std::fs::read_to_string(cg.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let tree_cpu = self.tree_cpu();
+        if let Some(cg) = &self.cgroup {
+            if std::fs::remove_dir(cg).is_err() {
+                // Something of it is still running: move it out, then remove the group.
+                if let Ok(procs) = std::fs::read_to_string(cg.join("cgroup.procs")) {
+                    for p in procs.lines() {
+                        let _ = std::fs::write("/sys/fs/cgroup/cpuacct/cgroup.procs", p);
+                    }
+                }
+                let _ = std::fs::remove_dir(cg);
+            }
+        }
+        let last = *self.last.lock().unwrap();
+        if !status.success() {
+            let err = std::fs::read_to_string(&self.err_path).unwrap_or_default();
+            eprintln!("launcher exited {status}; its stderr ends:\n{}", tail(&err, 20));
+        }
+        if std::env::var_os("BENCH_KEEP_STDERR").is_some() {
+            eprintln!("launcher stderr kept in {}", self.err_path.display());
+        } else {
+            let _ = std::fs::remove_file(&self.err_path);
+        }
+        Measured { wall, tree_cpu, self_cpu: last.cpu, self_hwm_kib: last.hwm_kib, success: status.success() }
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn stats_f(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+fn fmt_stat(xs: &[f64], digits: usize) -> (String, String, f64) {
+    if xs.is_empty() {
+        return ("-".into(), "-".into(), f64::NAN);
+    }
+    let (m, lo, hi) = stats_f(xs.to_vec());
+    (format!("{m:.digits$}"), format!("{lo:.digits$}-{hi:.digits$}"), m)
+}
+
+/// Live processes whose environment holds exactly `entry` and, if given, also `and`.
+fn marked(entry: &str, and: Option<&str>) -> Vec<u32> {
+    herd_support::processes_with_env_prefix(entry)
+        .into_iter()
+        .filter(|p| environ_has(*p, entry) && and.is_none_or(|a| environ_has(*p, a)))
+        .collect()
+}
+
+/// A torch worker (torchrun sets LOCAL_RANK for its workers only) with `mark`.
+fn workers(mark: &str, extra: Option<&str>) -> Vec<u32> {
+    herd_support::processes_with_env_prefix("LOCAL_RANK=")
+        .into_iter()
+        .filter(|p| environ_has(*p, mark) && extra.is_none_or(|e| environ_has(*p, e)))
+        .collect()
+}
+
+fn kill_marked(mark: &str) {
+    for pid in marked(mark, None) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+}
+
+fn net_ns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// The torch job on 3 nodes x 2 ranks, from the repo root, with `mark` in every process.
+fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &str, extra: &str) -> PathBuf {
+    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    let job = format!(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\n\
+         nproc_per_node = 2\nworkdir = \"{}\"\nsetup = \"source {}/bin/activate\"",
+        env!("CARGO_MANIFEST_DIR"),
+        venv.display()
+    );
+    let (key, value) = mark.split_once('=').unwrap();
+    write_config(
+        tb,
+        dir,
+        &hosts,
+        &job,
+        &format!("[rendezvous]\ninterface = \"eth0\"\n\n[env]\n{key} = \"{value}\"\n\n{extra}"),
+    )
+}
+
+/// The shell loop: `ssh nodeN torchrun --node-rank N ...` for every node, in parallel.
+fn torch_shell_loop(tb: &Testbed, venv: &Path, args: &str, mark: &str, port: u16) -> Vec<std::process::Child> {
+    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let remote = format!(
+                "cd {root} && source {venv}/bin/activate && export {mark} GLOO_SOCKET_IFNAME=eth0 && \
+                 torchrun --nnodes {n} --nproc-per-node 2 --node-rank {i} --master-addr {master} --master-port {port} \
+                 examples/allreduce.py {args}",
+                root = env!("CARGO_MANIFEST_DIR"),
+                venv = venv.display(),
+                n = hosts.len(),
+                master = hosts[0]
+            );
+            Command::new("ssh")
+                .args(ssh_args(tb))
+                .arg(h)
+                .arg(format!("bash -c '{remote}'"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn poll_until(limit: Duration, every: Duration, mut cond: impl FnMut() -> bool) -> Option<Instant> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(every);
+    }
+    None
+}
+
+fn run_events(logs: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|run| std::fs::read_to_string(run.path().join("events.jsonl")).ok())
+        .flat_map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<serde_json::Value>>())
+        .collect()
+}
+
+fn event_time(ev: &[serde_json::Value], name: &str, nth: usize) -> Option<std::time::SystemTime> {
+    let e = ev.iter().filter(|e| e["event"] == name).nth(nth)?;
+    humantime::parse_rfc3339(e["ts"].as_str()?).ok()
+}
+
+fn since(t: std::time::SystemTime, from: std::time::SystemTime) -> f64 {
+    t.duration_since(from).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Scenario 2: a real torchrun job on 3 nodes, from the launcher's start to the first worker
+/// process (a process of the job with LOCAL_RANK set) existing on any node.
+fn first_rank() {
+    let reps = runs(5);
+    let venv = herd_support::torch_venv();
+    let tb = Testbed::new(3);
+    let dir = tempfile::tempdir().unwrap();
+    let args = "\"--steps\", \"3\"";
+    let mut loop_t = Vec::new();
+    let mut herd_np = Vec::new();
+    let mut herd_pf = Vec::new();
+    let limit = Duration::from_secs(120);
+    let mut timelines = [Vec::new(), Vec::new()];
+    for rep in 0..reps {
+        // The order rotates from run to run, so that no launcher always follows the same one.
+        for variant in (0..3).map(|v| (v + rep) % 3) {
+            if variant == 0 {
+                // The shell loop.
+                let mark = format!("BENCH_MARK=first-loop-{rep}-{}", std::process::id());
+                let start = Instant::now();
+                let children = torch_shell_loop(&tb, &venv, "--steps 3", &mark, 29500 + rep as u16);
+                if let Some(t) = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty()) {
+                    loop_t.push((t - start).as_secs_f64());
+                }
+                for mut c in children {
+                    let _ = c.wait();
+                }
+                kill_marked(&mark);
+                continue;
+            }
+            // herd, without and with its preflight.
+            let preflight = variant == 2;
+            let out = if preflight { &mut herd_pf } else { &mut herd_np };
+            let mark = format!("BENCH_MARK=first-herd-{preflight}-{rep}-{}", std::process::id());
+            let config = torch_config(&tb, dir.path(), &venv, args, &mark, "");
+            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+            let config = config.display().to_string();
+            let mut a = vec!["run", "-c", &config];
+            if !preflight {
+                a.insert(1, "--no-preflight");
+            }
+            let spawned = std::time::SystemTime::now();
+            let herd = Tracked::spawn(HERD, &a, Stdio::null());
+            let first = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty())
+                .map(|t| (t - herd.started).as_secs_f64());
+            out.extend(first);
+            let m = herd.finish();
+            if rep + 1 == reps {
+                let timeline = &mut timelines[usize::from(preflight)];
+                *timeline = timeline_rows(&run_events(&dir.path().join("logs")), spawned);
+                timeline.retain(|r| {
+                    !r.contains("node_exited") && !r.contains("attempt_succeeded") && !r.contains("run_finished")
+                });
+                if let Some(t) = first {
+                    timeline.push(format!("| +{t:.2} s | first worker process exists |"));
+                }
+            }
+            assert!(m.success, "herd run failed");
+            kill_marked(&mark);
+        }
+    }
+    println!("\n### Time to first rank running: torchrun, 3 nodes x 2, start to the first worker process ({reps} runs each, alternating, order rotated)\n");
+    println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- first-rank`\n");
+    println!("| launcher | median s | spread s | overhead above the loop s |");
+    println!("|---|---|---|---|");
+    let (lm, ls, base) = fmt_stat(&loop_t, 2);
+    println!("| ssh + torchrun shell loop | {lm} | {ls} | 0.00 |");
+    for (name, xs) in [("herd run --no-preflight", &herd_np), ("herd run", &herd_pf)] {
+        let (m, s, v) = fmt_stat(xs, 2);
+        println!("| {name} | {m} | {s} | {:.2} |", v - base);
+    }
+    let missing = 3 * reps - loop_t.len() - herd_np.len() - herd_pf.len();
+    if missing > 0 {
+        println!("\n{missing} run(s) never showed a worker within {} s.", limit.as_secs());
+    }
+    for (name, timeline) in ["herd run --no-preflight", "herd run"].iter().zip(&timelines) {
+        println!("\nThe last `{name}`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    }
+}
+
+/// Scenario 4: training runs on 3 nodes, node 3's link is cut; time to herd's teardown and
+/// failed attempt (from events.jsonl), and to no job process left on the two reachable nodes.
+fn partition() {
+    let reps = runs(3);
+    const CAP: Duration = Duration::from_secs(45);
+    let venv = herd_support::torch_venv();
+    let tb = Testbed::new(3);
+    let dir = tempfile::tempdir().unwrap();
+    let cut_ns = net_ns_inode(&format!("/run/netns/{}", tb.nodes()[2].netns)).unwrap();
+    let on_reachable = |mark: &str| {
+        marked(mark, None)
+            .into_iter()
+            .filter(|p| net_ns_inode(&format!("/proc/{p}/ns/net")).is_some_and(|i| i != cut_ns))
+            .count()
+    };
+    let training = |mark: &str| {
+        poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6)
+            .expect("training did not start");
+        std::thread::sleep(Duration::from_secs(3));
+    };
+    let (mut detect, mut failed, mut gone, mut loop_gone) = (vec![], vec![], vec![], vec![]);
+    let mut loop_hung = 0;
+    let mut timeline = Vec::new();
+    for rep in 0..reps {
+        let mark = format!("BENCH_MARK=part-herd-{rep}-{}", std::process::id());
+        let config = torch_config(
+            &tb,
+            dir.path(),
+            &venv,
+            "\"--steps\", \"100000\", \"--sleep\", \"0.05\"",
+            &mark,
+            "[restart]\nmax_restarts = 0\n",
+        );
+        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+        let config = config.display().to_string();
+        let mut herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
+        training(&mark);
+        let cut_wall = std::time::SystemTime::now();
+        let cut = Instant::now();
+        tb.link_down(2);
+        if let Some(t) = poll_until(CAP, Duration::from_millis(20), || on_reachable(&mark) == 0) {
+            gone.push((t - cut).as_secs_f64());
+        }
+        poll_until(CAP, Duration::from_millis(100), || {
+            run_events(&dir.path().join("logs")).iter().any(|e| e["event"] == "attempt_failed")
+        });
+        let ev = run_events(&dir.path().join("logs"));
+        if let Some(t) = event_time(&ev, "teardown_started", 0) {
+            detect.push(since(t, cut_wall));
+        }
+        if let Some(t) = event_time(&ev, "attempt_failed", 0) {
+            failed.push(since(t, cut_wall));
+        }
+        if rep + 1 == reps {
+            timeline = timeline_rows(&ev, cut_wall);
+        }
+        if poll_until(Duration::from_secs(20), Duration::from_millis(100), || herd.try_done()).is_none() {
+            herd.kill();
+        }
+        herd.finish();
+        tb.link_up(2);
+        kill_marked(&mark);
+
+        let mark = format!("BENCH_MARK=part-loop-{rep}-{}", std::process::id());
+        let mut children =
+            torch_shell_loop(&tb, &venv, "--steps 100000 --sleep 0.05", &mark, 29600 + rep as u16);
+        training(&mark);
+        let cut = Instant::now();
+        tb.link_down(2);
+        match poll_until(CAP, Duration::from_millis(20), || on_reachable(&mark) == 0) {
+            Some(t) => loop_gone.push((t - cut).as_secs_f64()),
+            None => loop_hung += 1,
+        }
+        tb.link_up(2);
+        for c in &mut children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        kill_marked(&mark);
+    }
+    println!("\n### Partition detection: torchrun 3 nodes x 2, node 2's link cut during training (node ranks from 0, as in herd's events) ({reps} runs each, alternating)\n");
+    println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- partition`\n");
+    println!("| launcher | from the cut to | median s | spread s |");
+    println!("|---|---|---|---|");
+    for (what, xs) in [
+        ("teardown started (events.jsonl)", &detect),
+        ("attempt declared failed (events.jsonl)", &failed),
+        ("no job process left on nodes 0 and 1", &gone),
+    ] {
+        let (m, s, _) = fmt_stat(xs, 2);
+        println!("| herd run --no-preflight | {what} | {m} | {s} |");
+    }
+    if !loop_gone.is_empty() {
+        let (m, s, _) = fmt_stat(&loop_gone, 2);
+        println!("| ssh + torchrun shell loop | no job process left on nodes 0 and 1 | {m} | {s} |");
+    }
+    if loop_hung > 0 {
+        println!(
+            "| ssh + torchrun shell loop | no job process left on nodes 0 and 1 | still running after {} s in {loop_hung} of {reps} runs | |",
+            CAP.as_secs()
+        );
+    }
+    println!("\nherd's events in the last run, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+}
+
+/// Scenario 5: a worker SIGKILLed during training, max_restarts = 1, backoff 1 s; from the
+/// kill to all six workers of attempt 1 existing, minus the backoff herd drew.
+fn restart() {
+    let reps = runs(5);
+    let venv = herd_support::torch_venv();
+    let tb = Testbed::new(3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows: Vec<[f64; 5]> = Vec::new();
+    let mut timeline = Vec::new();
+    for rep in 0..reps {
+        let mark = format!("BENCH_MARK=restart-{rep}-{}", std::process::id());
+        let config = torch_config(
+            &tb,
+            dir.path(),
+            &venv,
+            "\"--steps\", \"100000\", \"--sleep\", \"0.05\", \"--retry-steps\", \"3\"",
+            &mark,
+            "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n",
+        );
+        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+        let config = config.display().to_string();
+        let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
+        poll_until(Duration::from_secs(120), Duration::from_millis(100), || {
+            workers(&mark, Some("HERD_ATTEMPT=0")).len() >= 6
+        })
+        .expect("training did not start");
+        std::thread::sleep(Duration::from_secs(2));
+        let victim = workers(&mark, Some("RANK=3")).into_iter().find(|p| environ_has(*p, "LOCAL_RANK=1")).unwrap();
+        let killed_wall = std::time::SystemTime::now();
+        let killed = Instant::now();
+        let _ = Command::new("kill").args(["-9", &victim.to_string()]).status();
+        let up = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
+            workers(&mark, Some("HERD_ATTEMPT=1")).len() >= 6
+        });
+        let m = herd.finish();
+        kill_marked(&mark);
+        let ev = run_events(&dir.path().join("logs"));
+        let (Some(up), Some(started)) = (up, event_time(&ev, "attempt_started", 1)) else {
+            println!("run {rep}: attempt 1 did not come up (herd ok: {})", m.success);
+            continue;
+        };
+        let delay = ev
+            .iter()
+            .find(|e| e["event"] == "restart_scheduled")
+            .and_then(|e| e["delay_ms"].as_u64())
+            .unwrap_or(0) as f64
+            / 1000.0;
+        let total = (up - killed).as_secs_f64();
+        let teardown = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, killed_wall));
+        let to_start = since(started, killed_wall);
+        rows.push([total, delay, total - delay, teardown, total - to_start]);
+        if rep + 1 == reps {
+            timeline = timeline_rows(&ev, killed_wall);
+            timeline.push(format!("| +{total:.2} s | attempt 1's six workers exist |"));
+        }
+    }
+    println!("\n### Restart latency: torchrun 3 nodes x 2, rank 3 SIGKILLed, backoff 1 s (+-20 %), to attempt 1's six workers running ({} runs)\n", rows.len());
+    println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- restart`\n");
+    println!("| from the kill | median s | spread s |");
+    println!("|---|---|---|");
+    for (i, what) in [
+        "to attempt 1's workers all running",
+        "backoff drawn",
+        "to workers running, minus the backoff",
+        "to attempt 0 declared failed",
+        "attempt 1 started to its workers running (torchrun start-up)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (m, s, _) = fmt_stat(&rows.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
+        println!("| {what} | {m} | {s} |");
+    }
+    println!("\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+}
+
+/// events.jsonl after `from`, as table rows `| +t s | event detail |`.
+fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<String> {
+    ev.iter()
+        .filter_map(|e| {
+            let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
+            let dt = t.duration_since(from).ok()?.as_secs_f64();
+            let mut detail = e["event"].as_str()?.to_string();
+            for key in ["node_rank", "millis", "attempt", "exit_code", "signal", "lost", "reason", "class", "delay_ms"] {
+                if let Some(v) = e.get(key) {
+                    detail.push_str(&format!(" {key}={v}"));
+                }
+            }
+            Some(format!("| +{dt:.2} s | {} |", detail.replace('|', "\\|")))
+        })
+        .collect()
+}
+
+/// Lines per key (prefix up to the end of `key_end`), and the total.
+fn count_lines(path: &Path, key_end: &[u8]) -> (usize, std::collections::BTreeMap<Vec<u8>, usize>) {
+    use std::io::BufRead;
+    let mut per = std::collections::BTreeMap::new();
+    let mut total = 0;
+    let f = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path).unwrap());
+    for line in f.split(b'\n') {
+        let line = line.unwrap();
+        total += 1;
+        let key = line.windows(key_end.len()).position(|w| w == key_end).map_or(&line[..0], |i| &line[..i]);
+        *per.entry(key.to_vec()).or_insert(0) += 1;
+    }
+    (total, per)
+}
+
+fn file_lines(path: &Path) -> usize {
+    let data = std::fs::read(path).unwrap_or_default();
+    data.iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Scenario 6: every node prints L lines (`seq 1 L`) as fast as it can; the launcher's stdout
+/// goes to a file. Lines per second, launcher CPU, peak RSS, and every line counted.
+fn logs() {
+    let sizes: Vec<(usize, usize)> = std::env::var("BENCH_LOGS")
+        .unwrap_or_else(|_| "8x1000000,64x20000".into())
+        .split(',')
+        .filter_map(|s| {
+            let (n, l) = s.split_once('x')?;
+            Some((n.parse().ok()?, l.parse().ok()?))
+        })
+        .collect();
+    logs_with(runs(3), &sizes);
+}
+
+/// Scenario 6 at the given sizes (`(nodes, lines)`); returns how many lines herd lost, on
+/// stdout and in the node logs together. Without pdsh installed, it is left out.
+pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
+    let have_pdsh = Command::new("pdsh").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !have_pdsh {
+        println!("pdsh is not installed (apt-get install -y pdsh): left out");
+    }
+    let mut herd_lost = 0;
+    let most = sizes.iter().map(|s| s.0).max().unwrap_or(1);
+    let tb = Testbed::new(most);
+    let dir = tempfile::tempdir().unwrap();
+    let sizes_arg = sizes.iter().map(|(n, l)| format!("{n}x{l}")).collect::<Vec<_>>().join(",");
+    println!("\n### Log throughput: N nodes each print L lines (`seq 1 L`) as fast as they can; stdout to a file ({reps} runs each, alternating)\n");
+    println!("Rerun: `BENCH_RUNS={reps} BENCH_LOGS={sizes_arg} cargo bench --bench herd_bench -- logs`\n");
+    println!("| N x L | launcher | lines/s median | spread | ratio to pdsh | tree CPU s | launcher CPU s | launcher peak RSS MiB | lines lost (stdout / node logs) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &(n, lines) in sizes {
+        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
+        let script = format!("seq 1 {lines}");
+        let job = format!("launcher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"{lines}\"]");
+        let config = write_config(&tb, dir.path(), &hosts, &job, "");
+        let config = config.display().to_string();
+        let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
+        let sed_loop = hosts
+            .iter()
+            .map(|h| format!("ssh {} {h} '{script}' | sed 's/^/{h} /' &", ssh_args(&tb).join(" ")))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\nwait";
+        let names = ["pdsh -R ssh -f 64", "ssh \\| sed loop", "herd run --no-preflight"];
+        let mut res: Vec<Vec<(Measured, usize, usize)>> = vec![vec![]; names.len()];
+        for _ in 0..reps {
+            for (i, name) in names.iter().enumerate() {
+                if i == 0 && !have_pdsh {
+                    continue;
+                }
+                let out_path = dir.path().join("out.txt");
+                let out = std::fs::File::create(&out_path).unwrap();
+                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+                std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
+                let t = match i {
+                    0 => Tracked::spawn(
+                        "pdsh",
+                        &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &script],
+                        out.into(),
+                    ),
+                    1 => Tracked::spawn("bash", &["-c", &sed_loop], out.into()),
+                    _ => Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into()),
+                };
+                let m = t.finish();
+                assert!(m.success, "{name} failed");
+                let key_end: &[u8] = match i {
+                    0 => b": ",
+                    1 => b" ",
+                    _ => b"] ",
+                };
+                let (total, per) = count_lines(&out_path, key_end);
+                // Lines of some node short of L (more than L for one node, or extra lines, are
+                // not losses; they are checked by the total).
+                let lost_out = (n * lines).saturating_sub(per.values().map(|&c| c.min(lines)).sum());
+                assert!(total >= n * lines - lost_out, "{name}: line count");
+                let lost_logs = if i == 2 {
+                    let run = herd_support::only_run_dir(&dir.path().join("logs"));
+                    let in_logs: usize = std::fs::read_dir(run.join("attempt-0"))
+                        .unwrap()
+                        .flatten()
+                        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                        .map(|e| file_lines(&e.path()))
+                        .sum();
+                    (n * lines).abs_diff(in_logs)
+                } else {
+                    0
+                };
+                if i == 2 {
+                    herd_lost += lost_out + lost_logs;
+                }
+                res[i].push((m, lost_out, lost_logs));
+            }
+        }
+        let rate = |ms: &[(Measured, usize, usize)]| -> Vec<f64> {
+            ms.iter().map(|(m, _, _)| (n * lines) as f64 / m.wall.as_secs_f64()).collect()
+        };
+        let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
+        for (i, name) in names.iter().enumerate() {
+            if res[i].is_empty() {
+                continue;
+            }
+            let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
+            let tree = fmt_stat(
+                &res[i].iter().filter_map(|r| r.0.tree_cpu.map(|d| d.as_secs_f64())).collect::<Vec<_>>(),
+                2,
+            )
+            .0;
+            let (own, rss) = if i == 1 {
+                ("-".to_string(), "-".to_string())
+            } else {
+                (
+                    fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0,
+                    fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0,
+                )
+            };
+            let lost_out: usize = res[i].iter().map(|r| r.1).sum();
+            let lost_logs = if i == 2 { res[i].iter().map(|r| r.2).sum::<usize>().to_string() } else { "-".into() };
+            println!(
+                "| {n} x {lines} | {name} | {m} | {s} | {:.2} | {tree} | {own} | {rss} | {lost_out} / {lost_logs} |",
+                v / pdsh_rate
+            );
+        }
+    }
+    herd_lost
+}
+
+/// Scenario 7: a job on N nodes that prints a line a second for S seconds. Launcher CPU over
+/// the whole run, and in the steady state (from 20 s after the start to 5 s before the end).
+fn idle() {
+    let reps = runs(3);
+    let n = env_usize("BENCH_IDLE_NODES", 64);
+    let secs = env_usize("BENCH_IDLE_SECS", 60);
+    let tb = Testbed::new(n);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    let script = format!("i=0; while [ $i -lt {secs} ]; do echo tick $i; i=$((i+1)); sleep 1; done");
+    let job = format!("launcher = \"command\"\nscript = \"bash\"\nargs = [\"-c\", \"{script}\"]");
+    let config = write_config(&tb, dir.path(), &hosts, &job, "");
+    let config = config.display().to_string();
+    let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
+    std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
+    let window = (Duration::from_secs(20), Duration::from_secs(secs.saturating_sub(5) as u64));
+    let names = ["pdsh -R ssh -f 64", "herd run --no-preflight", "herd run"];
+    // Per launcher: (whole-run tree CPU %, whole-run own CPU %, steady tree %, steady own %, RSS MiB).
+    let mut res: Vec<Vec<[f64; 5]>> = vec![vec![]; names.len()];
+    for _ in 0..reps {
+        for (i, _) in names.iter().enumerate() {
+            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+            let t = match i {
+                0 => Tracked::spawn(
+                    "pdsh",
+                    &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &script],
+                    Stdio::null(),
+                ),
+                1 => Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null()),
+                _ => Tracked::spawn(HERD, &["run", "-c", &config], Stdio::null()),
+            };
+            std::thread::sleep(window.0.saturating_sub(t.started.elapsed()));
+            let a = (t.started.elapsed(), t.cpu_now());
+            std::thread::sleep(window.1.saturating_sub(t.started.elapsed()));
+            let b = (t.started.elapsed(), t.cpu_now());
+            let m = t.finish();
+            let pct = |cpu: Duration, wall: Duration| 100.0 * cpu.as_secs_f64() / wall.as_secs_f64();
+            let steady = b.0 - a.0;
+            res[i].push([
+                m.tree_cpu.map_or(f64::NAN, |c| pct(c, m.wall)),
+                pct(m.self_cpu, m.wall),
+                match (a.1 .1, b.1 .1) {
+                    (Some(x), Some(y)) => pct(y - x, steady),
+                    _ => f64::NAN,
+                },
+                pct(b.1 .0 - a.1 .0, steady),
+                m.self_hwm_kib as f64 / 1024.0,
+            ]);
+        }
+    }
+    println!("\n### Idle cost: {n} nodes, a line a second for {secs} s ({reps} runs each, alternating)\n");
+    println!("Rerun: `BENCH_RUNS={reps} BENCH_IDLE_NODES={n} BENCH_IDLE_SECS={secs} cargo bench --bench herd_bench -- idle`\n");
+    println!(
+        "CPU in % of one core: whole run, and steady state ({}-{} s after the start). Median (spread).\n",
+        window.0.as_secs(),
+        window.1.as_secs()
+    );
+    println!("| launcher | tree, whole run | launcher alone, whole run | tree, steady | launcher alone, steady | launcher peak RSS MiB |");
+    println!("|---|---|---|---|---|---|");
+    for (i, name) in names.iter().enumerate() {
+        let cols: Vec<String> = (0..5)
+            .map(|c| {
+                let (m, s, _) = fmt_stat(&res[i].iter().map(|r| r[c]).collect::<Vec<_>>(), if c == 4 { 1 } else { 2 });
+                format!("{m} ({s})")
+            })
+            .collect();
+        println!("| {name} | {} |", cols.join(" | "));
     }
 }
