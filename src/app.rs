@@ -78,7 +78,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     )))?;
     let run_dir = files.run_dir().to_path_buf();
 
-    let (events_tx, events_rx) = mpsc::channel(1024);
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let reporter = std::thread::spawn(move || {
         let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), mode };
         output::report(files, events_rx, sinks)
@@ -116,7 +116,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let color = output::mode::Surroundings::detect(false, true).color();
     let prefixes = output::prefix::prefixes(&hosts.iter().cloned().enumerate().collect::<Vec<_>>(), color);
 
-    let (events_tx, events_rx) = mpsc::channel(1024);
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let gather = args.gather;
     let printer = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::stdout(), &prefixes, gather)
@@ -279,6 +279,12 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     }
     Ok(if report.ok() { exit::OK } else { exit::PREFLIGHT })
 }
+
+/// Events waiting for the reporter. Output events hold at most one read of a node's output
+/// (`supervisor::READ_SIZE`), so this also bounds the output in flight (2 MiB): when the
+/// reporter falls behind, the nodes' pipes fill and their jobs wait, rather than herd's memory
+/// growing.
+const EVENT_QUEUE: usize = 128;
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::classify::Verdict;
 use crate::config::FailureClass;
-use crate::lines::Line;
+use crate::lines::Lines;
 
 /// How a node's launcher ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -113,7 +113,7 @@ pub enum Event {
     #[serde(skip)]
     NodeOutput {
         node_rank: usize,
-        lines: Vec<Line>,
+        lines: Lines,
     },
     NodeExited {
         attempt: u32,

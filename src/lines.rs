@@ -28,11 +28,60 @@ impl LineEnd {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
+/// One line of a [`Lines`] batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line<'a> {
     /// The line without its ending; any bytes, not necessarily UTF-8.
-    pub text: Vec<u8>,
+    pub text: &'a [u8],
     pub end: LineEnd,
+}
+
+/// A batch of lines in one buffer: a node prints many short lines, and one allocation per
+/// line would cost several times the text itself while the batch waits to be written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lines {
+    /// The text of every line, back to back, without the endings.
+    text: Vec<u8>,
+    /// Per line: the offset in `text` where it ends, and how it ended.
+    ends: Vec<(u32, LineEnd)>,
+}
+
+impl Lines {
+    pub fn one(text: &[u8], end: LineEnd) -> Lines {
+        let mut lines = Lines::default();
+        lines.push(&[text], end);
+        lines
+    }
+
+    /// Appends a line made of `parts`, joined.
+    fn push(&mut self, parts: &[&[u8]], end: LineEnd) {
+        for p in parts {
+            self.text.extend_from_slice(p);
+        }
+        let at = u32::try_from(self.text.len()).expect("a batch holds less than 4 GiB");
+        self.ends.push((at, end));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Gives back the room the buffers grew into: a batch may wait in a queue for a while.
+    pub fn shrink_to_fit(&mut self) {
+        self.text.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Line<'_>> + ExactSizeIterator + '_ {
+        self.ends.iter().enumerate().map(|(i, &(end_at, end))| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1].0 as usize };
+            Line { text: &self.text[start..end_at as usize], end }
+        })
+    }
 }
 
 /// Incremental splitter: feed chunks as they arrive, then `finish` at end of stream.
@@ -44,7 +93,7 @@ pub struct LineSplitter {
 }
 
 impl LineSplitter {
-    pub fn push(&mut self, mut chunk: &[u8], out: &mut Vec<Line>) {
+    pub fn push(&mut self, mut chunk: &[u8], out: &mut Lines) {
         if self.pending_cr && !chunk.is_empty() {
             self.pending_cr = false;
             let end = if chunk[0] == b'\n' {
@@ -53,22 +102,25 @@ impl LineSplitter {
             } else {
                 LineEnd::Cr
             };
-            out.push(Line { text: std::mem::take(&mut self.pending), end });
+            out.push(&[&self.pending], end);
+            self.pending.clear();
         }
         while !chunk.is_empty() {
             let room = MAX_LINE - self.pending.len();
             let window = &chunk[..chunk.len().min(room)];
             match window.iter().position(|&b| b == b'\n' || b == b'\r') {
                 Some(i) => {
-                    self.pending.extend_from_slice(&window[..i]);
                     if window[i] == b'\n' {
-                        out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Lf });
+                        out.push(&[&self.pending, &window[..i]], LineEnd::Lf);
+                        self.pending.clear();
                         chunk = &chunk[i + 1..];
                     } else if i + 1 < chunk.len() {
                         let end = if chunk[i + 1] == b'\n' { LineEnd::CrLf } else { LineEnd::Cr };
-                        out.push(Line { text: std::mem::take(&mut self.pending), end });
+                        out.push(&[&self.pending, &window[..i]], end);
+                        self.pending.clear();
                         chunk = &chunk[i + end.bytes().len()..];
                     } else {
+                        self.pending.extend_from_slice(&window[..i]);
                         self.pending_cr = true;
                         return;
                     }
@@ -77,20 +129,22 @@ impl LineSplitter {
                     self.pending.extend_from_slice(window);
                     chunk = &chunk[window.len()..];
                     if self.pending.len() == MAX_LINE {
-                        out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Cut });
+                        out.push(&[&self.pending], LineEnd::Cut);
+                        self.pending.clear();
                     }
                 }
             }
         }
     }
 
-    pub fn finish(&mut self, out: &mut Vec<Line>) {
+    pub fn finish(&mut self, out: &mut Lines) {
         if self.pending_cr {
             self.pending_cr = false;
-            out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Cr });
+            out.push(&[&self.pending], LineEnd::Cr);
         } else if !self.pending.is_empty() {
-            out.push(Line { text: std::mem::take(&mut self.pending), end: LineEnd::Eof });
+            out.push(&[&self.pending], LineEnd::Eof);
         }
+        self.pending = Vec::new();
     }
 }
 
@@ -99,9 +153,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn split(chunks: &[&[u8]]) -> Vec<Line> {
+    fn split(chunks: &[&[u8]]) -> Lines {
         let mut s = LineSplitter::default();
-        let mut out = Vec::new();
+        let mut out = Lines::default();
         for c in chunks {
             s.push(c, &mut out);
         }
@@ -109,8 +163,8 @@ mod tests {
         out
     }
 
-    fn texts(lines: &[Line]) -> Vec<(String, LineEnd)> {
-        lines.iter().map(|l| (String::from_utf8_lossy(&l.text).into_owned(), l.end)).collect()
+    fn texts(lines: &Lines) -> Vec<(String, LineEnd)> {
+        lines.iter().map(|l| (String::from_utf8_lossy(l.text).into_owned(), l.end)).collect()
     }
 
     #[test]
@@ -139,6 +193,7 @@ mod tests {
     fn long_lines_are_cut_not_buffered_forever() {
         let big = vec![b'x'; MAX_LINE * 2 + 10];
         let lines = split(&[&big, b"\n"]);
+        let lines: Vec<Line> = lines.iter().collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0].end, LineEnd::Cut);
         assert_eq!(lines[0].text.len(), MAX_LINE);
@@ -156,7 +211,7 @@ mod tests {
             for p in points { chunks.push(&data[last..p]); last = p; }
             chunks.push(&data[last..]);
             let lines = split(&chunks);
-            let rejoined: Vec<u8> = lines.iter().flat_map(|l| [l.text.as_slice(), l.end.bytes()].concat()).collect();
+            let rejoined: Vec<u8> = lines.iter().flat_map(|l| [l.text, l.end.bytes()].concat()).collect();
             prop_assert_eq!(rejoined, data);
         }
     }

@@ -22,14 +22,14 @@ pub fn collect(
     let mut out_ok = true;
     while let Some(event) = events.blocking_recv() {
         if let Event::NodeOutput { node_rank, lines } = event {
-            for line in lines {
+            for line in lines.iter() {
                 if gather {
-                    kept[node_rank].extend_from_slice(&line.text);
+                    kept[node_rank].extend_from_slice(line.text);
                     kept[node_rank].push(b'\n');
                 } else if out_ok {
                     out_ok = out
                         .write_all(&prefixes[node_rank])
-                        .and_then(|_| out.write_all(&line.text))
+                        .and_then(|_| out.write_all(line.text))
                         .and_then(|_| out.write_all(b"\n"))
                         .is_ok();
                 }

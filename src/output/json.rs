@@ -37,14 +37,14 @@ pub fn event_line(event: &Event, ts: String) -> Vec<u8> {
 }
 
 /// A node's output line as one `output` event, newline included.
-pub fn output_line(attempt: u32, node_rank: usize, host: &str, line: &Line, ts: String) -> Vec<u8> {
+pub fn output_line(attempt: u32, node_rank: usize, host: &str, line: Line<'_>, ts: String) -> Vec<u8> {
     let end = match line.end {
         LineEnd::Lf | LineEnd::CrLf => None,
         LineEnd::Cr => Some("cr"),
         LineEnd::Cut => Some("cut"),
         LineEnd::Eof => Some("eof"),
     };
-    let event = Output { attempt, node_rank, host, line: String::from_utf8_lossy(&line.text), end };
+    let event = Output { attempt, node_rank, host, line: String::from_utf8_lossy(line.text), end };
     to_line(&Stamped { ts, event: &event })
 }
 
@@ -60,14 +60,14 @@ mod tests {
 
     #[test]
     fn output_events_carry_attempt_node_and_text() {
-        let line = Line { text: b"loss \"1.0\"\t\xff".to_vec(), end: LineEnd::Lf };
-        let got = output_line(2, 1, "node2", &line, "T".into());
+        let line = Line { text: b"loss \"1.0\"\t\xff", end: LineEnd::Lf };
+        let got = output_line(2, 1, "node2", line, "T".into());
         assert_eq!(
             String::from_utf8(got).unwrap(),
             "{\"ts\":\"T\",\"event\":\"output\",\"attempt\":2,\"node_rank\":1,\"host\":\"node2\",\"line\":\"loss \\\"1.0\\\"\\t\u{fffd}\"}\n"
         );
-        let cut = Line { text: b"x".to_vec(), end: LineEnd::Cut };
-        assert!(String::from_utf8(output_line(0, 0, "h", &cut, "T".into())).unwrap().ends_with(",\"end\":\"cut\"}\n"));
+        let cut = Line { text: b"x", end: LineEnd::Cut };
+        assert!(String::from_utf8(output_line(0, 0, "h", cut, "T".into())).unwrap().ends_with(",\"end\":\"cut\"}\n"));
     }
 
     #[test]

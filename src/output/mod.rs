@@ -100,10 +100,10 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
             Event::NodeOutput { node_rank, lines } => {
                 board.output(*node_rank, Instant::now());
                 let ts = if json { json::timestamp() } else { String::new() };
-                for line in lines {
+                for line in lines.iter() {
                     if files_ok {
                         let written = files
-                            .write_node(*node_rank, &line.text)
+                            .write_node(*node_rank, line.text)
                             .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
                         file_result(&mut report, written, &mut screen);
                     }
@@ -111,7 +111,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                         let host = &hosts[*node_rank];
                         screen.job(&[&json::output_line(attempt, *node_rank, host, line, ts.clone())]);
                     } else {
-                        screen.job(&[&prefixes[*node_rank], &line.text, b"\n"]);
+                        screen.job(&[&prefixes[*node_rank], line.text, b"\n"]);
                     }
                 }
             }

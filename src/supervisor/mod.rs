@@ -26,7 +26,7 @@ use crate::remote::{self, AgentInvocation};
 use crate::transport::{self, Connection, TransportError};
 
 use node::Liveness;
-pub use node::Stop;
+pub use node::{Stop, READ_SIZE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

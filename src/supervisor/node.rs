@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
-use crate::lines::LineSplitter;
+use crate::lines::{LineSplitter, Lines};
 use crate::remote::{self, AgentInvocation, AgentMessage};
 use crate::transport::{Connection, TransportExit};
 
@@ -36,6 +36,9 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 /// the failure itself behind torchrun's teardown traceback and summary.
 pub const TAIL_LINES: usize = 200;
 const TAIL_LINE_CHARS: usize = 400;
+/// How much of a node's output is read at once. With the event queue's capacity, this bounds
+/// the output in flight between the nodes and the reporter (see `app::EVENT_QUEUE`).
+pub const READ_SIZE: usize = 16 * 1024;
 
 #[derive(Debug)]
 pub struct NodeResult {
@@ -234,9 +237,9 @@ async fn pump_output(
 ) -> Vec<TimedLine> {
     let mut splitter = LineSplitter::default();
     let mut tail: VecDeque<TimedLine> = VecDeque::with_capacity(TAIL_LINES);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; READ_SIZE];
     loop {
-        let mut lines = Vec::new();
+        let mut lines = Lines::default();
         let n = match stdout.read(&mut buf).await {
             Ok(0) | Err(_) => {
                 splitter.finish(&mut lines);
@@ -248,18 +251,30 @@ async fn pump_output(
             }
         };
         let at = liveness.elapsed();
-        for line in lines.iter().filter(|l| !l.text.is_empty()) {
+        let text = |l: crate::lines::Line<'_>| -> String {
+            String::from_utf8_lossy(&l.text[..l.text.len().min(TAIL_LINE_CHARS * 4)])
+                .chars()
+                .take(TAIL_LINE_CHARS)
+                .collect()
+        };
+        let progressed = match &progress_pattern {
+            None => lines.iter().any(|l| !l.text.is_empty()),
+            Some(p) => lines.iter().any(|l| !l.text.is_empty() && p.is_match(&text(l))),
+        };
+        if progressed {
+            liveness.progress();
+        }
+        // Only the last TAIL_LINES of a batch can stay in the tail.
+        let non_empty = lines.iter().filter(|l| !l.text.is_empty()).count();
+        for line in lines.iter().filter(|l| !l.text.is_empty()).skip(non_empty.saturating_sub(TAIL_LINES)) {
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
-            let text: String = String::from_utf8_lossy(&line.text).chars().take(TAIL_LINE_CHARS).collect();
-            if progress_pattern.as_ref().is_none_or(|p| p.is_match(&text)) {
-                liveness.progress();
-            }
-            tail.push_back(TimedLine { at, text });
+            tail.push_back(TimedLine { at, text: text(line) });
         }
         // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
         if !lines.is_empty() {
+            lines.shrink_to_fit();
             let _ = events.send(Event::NodeOutput { node_rank: rank, lines }).await;
         }
         if n == 0 {
@@ -295,7 +310,7 @@ async fn pump_agent(
             AgentMessage::Alive => continue,
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
-                lines: vec![crate::lines::Line { text: text.into_bytes(), end: crate::lines::LineEnd::Lf }],
+                lines: Lines::one(text.as_bytes(), crate::lines::LineEnd::Lf),
             },
         };
         let _ = events.send(event).await;
