@@ -168,3 +168,65 @@ fn logs_reads_back_a_past_run() {
         assert!(out.stdout.is_empty(), "{out}");
     }
 }
+
+/// A reader of herd's stdout that falls behind must not cost a line. Here it stops reading
+/// once the job has ended, for longer than herd waits for the output of a node whose job
+/// ended but whose pipe stays silent, while the job's last lines are still queued in herd.
+#[test]
+fn a_slow_reader_loses_no_line_after_the_job_ended() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cluster.toml"),
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"1000000\"]\n[logs]\ndir = \"logs\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(HERD)
+        .args(["run", "--no-preflight"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    // The job is the `seq` running in this test's directory.
+    let workdir = dir.path().canonicalize().unwrap();
+    let seq_running = || {
+        std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()).any(|e| {
+            let p = e.path();
+            std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim() == "seq")
+                && std::fs::read_link(p.join("cwd")).is_ok_and(|cwd| cwd == workdir)
+        })
+    };
+    let mut out = child.stdout.take().unwrap();
+    let mut stdout = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut seen_running = false;
+    loop {
+        let running = seq_running();
+        seen_running |= running;
+        if seen_running && !running {
+            break;
+        }
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "herd's output ended while its job was still running");
+        stdout.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    out.read_to_end(&mut stdout).unwrap();
+    let stderr = err_reader.join().unwrap();
+    assert!(child.wait().unwrap().success(), "{stderr}");
+    let stdout = String::from_utf8(stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("[0 localhost] ")).collect();
+    assert_eq!(lines.len(), 1_000_000, "lines lost; stderr:\n{stderr}");
+    assert_eq!(lines.last(), Some(&"1000000"));
+    assert!(!stderr.contains("stopped reading"), "{stderr}");
+}

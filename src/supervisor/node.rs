@@ -2,7 +2,7 @@
 //! events, pass on stop requests, and report how it ended.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,8 @@ pub enum Stop {
 
 /// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
 const KILL_DEADLINE: Duration = Duration::from_secs(5);
-/// How long a node's output may stay open after its agent exited.
+/// How long a node's output may stay open, with nothing read from it, after its agent
+/// exited. Output that is still flowing (the reporter catching up) is always read to the end.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The last lines a node printed, kept for classification and the summary: enough to hold
@@ -122,8 +123,10 @@ pub async fn run(
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let mut stdin = process.stdin;
+    let progress = Arc::new(PumpProgress::default());
     let out_pump = tokio::spawn(pump_output(
         process.stdout,
+        progress.clone(),
         rank,
         events.clone(),
         node.liveness.clone(),
@@ -188,8 +191,8 @@ pub async fn run(
         }
     };
     drop(stdin);
-    let tail = drain(out_pump, rank).await.unwrap_or_default();
-    let agent_status = drain(err_pump, rank).await.flatten();
+    let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
+    let agent_status = drain(err_pump, rank, &PumpProgress::default()).await.flatten();
 
     let exit = match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
@@ -210,19 +213,37 @@ pub async fn run(
     result(exit, tail)
 }
 
+/// What an output pump is doing, for `drain`.
+#[derive(Default)]
+struct PumpProgress {
+    /// Bytes read so far.
+    read: AtomicU64,
+    /// Waiting for room in the event queue: the reporter is behind, not the node.
+    sending: AtomicBool,
+}
+
 /// Wait for a pump to reach end of stream, but not forever: a process that escaped every
-/// teardown could hold the pipe open.
-async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize) -> Option<T> {
-    match tokio::time::timeout(DRAIN_DEADLINE, &mut pump).await {
-        Ok(joined) => joined.ok(),
-        Err(_) => {
-            tracing::warn!(
-                node = rank,
-                "output still open {} s after the job ended; stopped reading it",
-                DRAIN_DEADLINE.as_secs()
-            );
-            pump.abort();
-            None
+/// teardown could hold the pipe open. A pump that still reads, or waits for the reporter to
+/// take what it read, is only behind, and is waited for: no output is dropped.
+async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize, progress: &PumpProgress) -> Option<T> {
+    let mut seen = progress.read.load(Ordering::Relaxed);
+    loop {
+        match tokio::time::timeout(DRAIN_DEADLINE, &mut pump).await {
+            Ok(joined) => return joined.ok(),
+            Err(_) => {
+                let now = progress.read.load(Ordering::Relaxed);
+                if now != seen || progress.sending.load(Ordering::Relaxed) {
+                    seen = now;
+                    continue;
+                }
+                tracing::warn!(
+                    node = rank,
+                    "output still open {} s after the job ended, with nothing more to read; stopped reading it",
+                    DRAIN_DEADLINE.as_secs()
+                );
+                pump.abort();
+                return None;
+            }
         }
     }
 }
@@ -230,6 +251,7 @@ async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize) -> Option<T
 /// Forward the job's output as lines; return the last few for the summary.
 async fn pump_output(
     mut stdout: impl AsyncRead + Unpin,
+    progress: Arc<PumpProgress>,
     rank: usize,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
@@ -246,6 +268,7 @@ async fn pump_output(
                 0
             }
             Ok(n) => {
+                progress.read.fetch_add(n as u64, Ordering::Relaxed);
                 splitter.push(&buf[..n], &mut lines);
                 n
             }
@@ -275,7 +298,9 @@ async fn pump_output(
         // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
         if !lines.is_empty() {
             lines.shrink_to_fit();
+            progress.sending.store(true, Ordering::Relaxed);
             let _ = events.send(Event::NodeOutput { node_rank: rank, lines }).await;
+            progress.sending.store(false, Ordering::Relaxed);
         }
         if n == 0 {
             break;
