@@ -74,6 +74,23 @@ impl RuleTable {
     pub fn class_of(&self, line: &str) -> Option<FailureClass> {
         self.rules.iter().find(|(re, _)| re.is_match(line)).map(|(_, c)| *c)
     }
+
+    /// One pattern for every `crash` rule: a line that says a process of the job was killed
+    /// by a signal its launcher does not send (torchrun's `failed (exitcode: -9)`, a
+    /// segfault). Such a node has failed whatever comes next, so the supervisor stops the
+    /// gang at that line instead of waiting for the launcher to wind down and exit.
+    pub fn crash_pattern(&self) -> Option<Regex> {
+        let parts: Vec<String> = self
+            .rules
+            .iter()
+            .filter(|(_, c)| *c == FailureClass::Crash)
+            .map(|(re, _)| format!("(?:{})", re.as_str()))
+            .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        Regex::new(&parts.join("|")).ok()
+    }
 }
 
 /// A line as the supervisor received it, with its arrival time since the attempt started.
@@ -88,6 +105,8 @@ pub struct TimedLine {
 pub struct NodeOutcome {
     pub node_rank: usize,
     pub host: String,
+    /// The global rank of its local rank 0.
+    pub first_rank: u32,
     pub exit: NodeExit,
     pub ended_at: Duration,
     /// When herd asked it to stop, if it was still running then.
@@ -257,6 +276,13 @@ fn failing_rank(node: &NodeOutcome) -> (Option<u32>, Option<u32>, Option<NodeExi
             return (r[1].parse().ok(), r[2].parse().ok(), exit.and_then(|e| e[1].parse().ok()).map(exit_of));
         }
     }
+    // torchrun's agent logs a dead worker as soon as it sees it; when herd stopped torchrun
+    // right then, that line is all there is (no Root Cause block).
+    let torchrun_failed = Regex::new(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)").expect("compiles");
+    if let Some(c) = node.lines.iter().find_map(|l| torchrun_failed.captures(&l.text)) {
+        let local: Option<u32> = c[2].parse().ok();
+        return (local.map(|l| node.first_rank + l), local, c[1].parse().ok().map(exit_of));
+    }
     if let Some(c) = node.lines.iter().find_map(|l| deepspeed.captures(&l.text)) {
         return (None, None, c[1].parse().ok().map(exit_of));
     }
@@ -415,6 +441,7 @@ mod tests {
         NodeOutcome {
             node_rank: rank,
             host: format!("10.0.0.{}", rank + 1),
+            first_rank: 2 * rank as u32,
             exit,
             ended_at: Duration::from_millis(ended_ms),
             stop_requested_at: stop_ms.map(Duration::from_millis),
@@ -447,6 +474,49 @@ mod tests {
         let consequences: Vec<(usize, FailureClass)> =
             v.consequences.iter().map(|c| (c.node_rank, c.class)).collect();
         assert_eq!(consequences, [(0, FailureClass::Comm), (2, FailureClass::Comm)]);
+    }
+
+    /// herd stops the gang at torchrun's first "failed (exitcode: -9)" line, so torchrun on
+    /// the failing node is stopped before it prints its Root Cause block: that line alone
+    /// still names the rank and the signal.
+    #[test]
+    fn a_killed_rank_stopped_early_is_still_named_from_torchruns_first_line() {
+        let rules = RuleTable::new(&[]);
+        let full = fixture("torchrun-sigkill", 1);
+        let cut = full.find("Traceback (most recent call last):\n  File").map_or(full.as_str(), |i| &full[..i]);
+        assert!(cut.contains("failed (exitcode: -9) local_rank: 1") && !cut.contains("Root Cause"), "{cut}");
+        let nodes = [
+            node(0, &fixture("torchrun-sigkill", 0), NodeExit::Signal(15), 0, 400, Some(300)),
+            node(1, &format!("{cut}SignalException: Process 1 got signal: 15\n"), NodeExit::ExitCode(1), 100, 400, Some(300)),
+            node(2, &fixture("torchrun-sigkill", 2), NodeExit::Signal(15), 50, 400, Some(300)),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Crash);
+        assert_eq!(v.root_cause.node_rank, 1);
+        assert_eq!((v.root_cause.rank, v.root_cause.local_rank), (Some(3), Some(1)));
+        assert_eq!(v.root_cause.exit, NodeExit::Signal(9));
+    }
+
+    #[test]
+    fn the_crash_pattern_matches_what_kills_and_not_what_launchers_send() {
+        let rules = RuleTable::new(&[RuleSpec { pattern: "my custom abort".into(), class: FailureClass::Crash }]);
+        let p = rules.crash_pattern().unwrap();
+        for line in [
+            "E1130 11:49:30.970000 29262 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 29288) of binary: python3",
+            "Segmentation fault (core dumped)",
+            "[INFO] [launch.py:319:sigkill_handler] Killing subprocess 5 ... exits with return code = -11",
+            "my custom abort",
+        ] {
+            assert!(p.is_match(line), "{line}");
+        }
+        for line in [
+            "failed (exitcode: -15) local_rank: 0 (pid: 1) of binary: python3",
+            "failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: python3",
+            "Connection reset by peer",
+            "step 9 loss 0.1",
+        ] {
+            assert!(!p.is_match(line), "{line}");
+        }
     }
 
     #[test]

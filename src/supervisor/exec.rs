@@ -82,6 +82,7 @@ pub async fn exec(
             env_block: remote::env_block([(EXEC_MARKER_VAR, value.as_str())]),
             liveness: liveness.clone(),
             progress_pattern: None,
+            fatal: None,
         };
         set.spawn(node::run(conn, run, stop_rx.clone(), events.clone()));
     }

@@ -129,6 +129,7 @@ pub async fn run(
 
     let rules = RuleTable::new(&plan.restart.rules);
     let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
+    let crash = rules.crash_pattern().map(Arc::new);
     let mut used_ports = BTreeSet::new();
     let mut attempts = Vec::new();
     let mut attempt = 0;
@@ -168,6 +169,7 @@ pub async fn run(
             run_id,
             rules: &rules,
             progress: progress.clone(),
+            crash: crash.clone(),
             interfaces: &interfaces,
             events: &events,
         };
@@ -507,6 +509,7 @@ struct AttemptContext<'a> {
     run_id: &'a str,
     rules: &'a RuleTable,
     progress: Option<Arc<Regex>>,
+    crash: Option<Arc<Regex>>,
     interfaces: &'a [String],
     events: &'a mpsc::Sender<Event>,
 }
@@ -536,6 +539,8 @@ async fn run_attempt(
     let values = AttemptValues { run_id: ctx.run_id, attempt, master_port, interfaces: ctx.interfaces };
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let fatal = ctx.crash.clone().map(|pattern| node::FatalWatch { pattern, report: fatal_tx });
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let run = node::NodeRun {
@@ -552,6 +557,7 @@ async fn run_attempt(
             env_block: node.env_block(&values),
             liveness: liveness.clone(),
             progress_pattern: ctx.progress.clone(),
+            fatal: fatal.clone(),
         };
         set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
@@ -593,6 +599,13 @@ async fn run_attempt(
                 }
                 let rank = result.node_rank;
                 results[rank] = Some(result);
+            }
+            // A node said one of its processes was killed: it has failed, and its launcher
+            // will only take time to wind down. Stop every node now.
+            Some((rank, line)) = fatal_rx.recv() => {
+                let host = &plan.nodes[rank].host;
+                let reason = format!("node {rank} ({host}) failed: {}", line.trim());
+                teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
             }
             got = interrupts.recv(), if interrupts_open => {
                 match got {
@@ -653,6 +666,7 @@ async fn run_attempt(
         .map(|r| NodeOutcome {
             node_rank: r.node_rank,
             host: plan.nodes[r.node_rank].host.clone(),
+            first_rank: plan.nodes[r.node_rank].global_ranks().start,
             stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
             exit: r.exit,
             ended_at: r.ended_at,

@@ -60,6 +60,16 @@ pub struct NodeRun {
     pub liveness: Arc<Liveness>,
     /// Only lines matching it count as progress; `None`: every line does.
     pub progress_pattern: Option<Arc<Regex>>,
+    /// Lines that mean the node has failed (see `RuleTable::crash_pattern`): the first one
+    /// is sent, with the node rank, as soon as it arrives.
+    pub fatal: Option<FatalWatch>,
+}
+
+/// Where a node reports its first fatal line.
+#[derive(Clone)]
+pub struct FatalWatch {
+    pub pattern: Arc<Regex>,
+    pub report: mpsc::UnboundedSender<(usize, String)>,
 }
 
 /// When the attempt last made progress and when each node's agent was last heard from,
@@ -131,6 +141,7 @@ pub async fn run(
         events.clone(),
         node.liveness.clone(),
         node.progress_pattern.clone(),
+        node.fatal.clone(),
     ));
     let err_pump = tokio::spawn(pump_agent(
         process.stderr,
@@ -256,6 +267,7 @@ async fn pump_output(
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
     progress_pattern: Option<Arc<Regex>>,
+    mut fatal: Option<FatalWatch>,
 ) -> Vec<TimedLine> {
     let mut splitter = LineSplitter::default();
     let mut tail: VecDeque<TimedLine> = VecDeque::with_capacity(TAIL_LINES);
@@ -286,6 +298,12 @@ async fn pump_output(
         };
         if progressed {
             liveness.progress();
+        }
+        if let Some(watch) = &fatal {
+            if let Some(line) = lines.iter().map(text).find(|t| watch.pattern.is_match(t)) {
+                let _ = watch.report.send((rank, line));
+                fatal = None;
+            }
         }
         // Only the last TAIL_LINES of a batch can stay in the tail.
         let non_empty = lines.iter().filter(|l| !l.text.is_empty()).count();
