@@ -16,6 +16,7 @@
 //! that daemonise are counted), and, for herd and pdsh, of the launcher process alone
 //! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM. BENCH_KEEP_STDERR=1 keeps each
 //! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where;
+//! BENCH_TRACE=1 (teardown) prints when each job process was last seen after the kill;
 //! BENCH_HERD_WRAP puts a profiler in front of herd (`valgrind --tool=massif ...`, `perf record ...`).
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
@@ -195,8 +196,21 @@ fn kill_rank_and_time(mark: &str, cap: Duration) -> Option<Duration> {
     std::thread::sleep(Duration::from_secs(2));
     let killed = Instant::now();
     let _ = Command::new("kill").args(["-9", &victim.to_string()]).status();
+    // BENCH_TRACE=1: when each job process was last seen, to show what the time is spent on.
+    let trace = std::env::var_os("BENCH_TRACE").is_some();
+    let mut seen: std::collections::BTreeMap<u32, (String, Duration)> = Default::default();
     while killed.elapsed() < cap {
-        if herd_support::processes_with_env_prefix(mark).is_empty() {
+        let pids = herd_support::processes_with_env_prefix(mark);
+        for p in pids.iter().filter(|_| trace) {
+            let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ");
+            seen.insert(*p, (cmd.chars().take(90).collect(), killed.elapsed()));
+        }
+        if pids.is_empty() {
+            let mut v: Vec<_> = seen.into_iter().collect();
+            v.sort_by_key(|(_, (_, t))| *t);
+            for (p, (c, t)) in v {
+                eprintln!("last seen {:>6.3} s after the kill: pid {p} {c}", t.as_secs_f64());
+            }
             return Some(killed.elapsed());
         }
         std::thread::sleep(Duration::from_millis(10));

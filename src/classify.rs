@@ -79,7 +79,8 @@ impl RuleTable {
     /// by a signal its launcher does not send (torchrun's `failed (exitcode: -9)`, a
     /// segfault). Such a node has failed whatever comes next, so the supervisor stops the
     /// gang at that line instead of waiting for the launcher to wind down and exit.
-    pub fn crash_pattern(&self) -> Option<Regex> {
+    /// It matches raw bytes: it runs on every line a job prints.
+    pub fn crash_pattern(&self) -> Option<regex::bytes::Regex> {
         let parts: Vec<String> = self
             .rules
             .iter()
@@ -89,7 +90,7 @@ impl RuleTable {
         if parts.is_empty() {
             return None;
         }
-        Regex::new(&parts.join("|")).ok()
+        regex::bytes::Regex::new(&parts.join("|")).ok()
     }
 }
 
@@ -507,7 +508,7 @@ mod tests {
             "[INFO] [launch.py:319:sigkill_handler] Killing subprocess 5 ... exits with return code = -11",
             "my custom abort",
         ] {
-            assert!(p.is_match(line), "{line}");
+            assert!(p.is_match(line.as_bytes()), "{line}");
         }
         for line in [
             "failed (exitcode: -15) local_rank: 0 (pid: 1) of binary: python3",
@@ -515,7 +516,7 @@ mod tests {
             "Connection reset by peer",
             "step 9 loss 0.1",
         ] {
-            assert!(!p.is_match(line), "{line}");
+            assert!(!p.is_match(line.as_bytes()), "{line}");
         }
     }
 

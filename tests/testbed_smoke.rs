@@ -166,13 +166,15 @@ fn two_testbeds_at_once() {
     drop(tbs);
 }
 
-/// A development aid, not a check: keeps a 3-node testbed up for 10 minutes and writes its
-/// `[ssh]` table and hosts to /tmp/herd-testbed.toml, for trying herd by hand.
+/// A development aid, not a check: keeps a testbed of `HERD_TESTBED_NODES` (default 3) nodes
+/// up for 10 minutes and writes its `[ssh]` table and hosts to /tmp/herd-testbed.toml, for
+/// trying herd by hand.
 /// `cargo test --test testbed_smoke hold_a_testbed -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn hold_a_testbed() {
-    let tb = Testbed::new(3);
+    let n = std::env::var("HERD_TESTBED_NODES").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
+    let tb = Testbed::new(n);
     let hosts: Vec<&str> = tb.nodes().iter().map(|n| n.addr.as_str()).collect();
     let text = format!("{}\n[[nodes]]\nhost = \"{}\"\n", tb.ssh_config_toml(), hosts.join(","));
     std::fs::write("/tmp/herd-testbed.toml", &text).unwrap();

@@ -509,7 +509,7 @@ struct AttemptContext<'a> {
     run_id: &'a str,
     rules: &'a RuleTable,
     progress: Option<Arc<Regex>>,
-    crash: Option<Arc<Regex>>,
+    crash: Option<Arc<regex::bytes::Regex>>,
     interfaces: &'a [String],
     events: &'a mpsc::Sender<Event>,
 }

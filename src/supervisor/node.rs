@@ -68,7 +68,7 @@ pub struct NodeRun {
 /// Where a node reports its first fatal line.
 #[derive(Clone)]
 pub struct FatalWatch {
-    pub pattern: Arc<Regex>,
+    pub pattern: Arc<regex::bytes::Regex>,
     pub report: mpsc::UnboundedSender<(usize, String)>,
 }
 
@@ -161,11 +161,15 @@ pub async fn run(
         tracing::debug!(node = rank, "writing env block: {e}");
     }
 
-    let wait = process.handle.wait();
-    tokio::pin!(wait);
+    // The node is done when the agent's stderr ends (the agent exited, having said how the
+    // job ended, or the connection went). Only then is the transport asked for its exit
+    // status: over SSH, collecting it closes the session, and with it any output the SSH
+    // master still holds for a reader that fell behind.
+    let mut err_pump = err_pump;
     let mut sent = Stop::Run;
     let mut give_up_at = None;
-    let transport_exit = loop {
+    let mut gave_up = None;
+    let agent_status = loop {
         let give_up = async {
             match give_up_at {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -173,14 +177,16 @@ pub async fn run(
             }
         };
         tokio::select! {
-            exit = &mut wait => break exit,
+            joined = &mut err_pump => break joined.ok().flatten(),
             () = give_up => {
                 // A node whose shell never reached the agent cannot act on `kill`; closing
                 // stdin (below) is all that is left, and the agent acts on that if it ever runs.
-                break TransportExit::Disconnected(format!(
+                err_pump.abort();
+                gave_up = Some(format!(
                     "no exit status {} s after SIGKILL was requested; stopped waiting for it",
                     KILL_DEADLINE.as_secs()
                 ));
+                break None;
             }
             changed = stop.changed() => {
                 if changed.is_err() {
@@ -203,7 +209,16 @@ pub async fn run(
     };
     drop(stdin);
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
-    let agent_status = drain(err_pump, rank, &PumpProgress::default()).await.flatten();
+    let transport_exit = match gave_up {
+        Some(why) => TransportExit::Disconnected(why),
+        None => match tokio::time::timeout(DRAIN_DEADLINE, process.handle.wait()).await {
+            Ok(exit) => exit,
+            Err(_) => TransportExit::Disconnected(format!(
+                "no exit status {} s after the agent's output ended",
+                DRAIN_DEADLINE.as_secs()
+            )),
+        },
+    };
 
     let exit = match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
@@ -275,7 +290,12 @@ async fn pump_output(
     loop {
         let mut lines = Lines::default();
         let n = match stdout.read(&mut buf).await {
-            Ok(0) | Err(_) => {
+            Ok(0) => {
+                splitter.finish(&mut lines);
+                0
+            }
+            Err(e) => {
+                tracing::warn!(node = rank, "reading the node's output failed, after {} bytes: {e}", progress.read.load(Ordering::Relaxed));
                 splitter.finish(&mut lines);
                 0
             }
@@ -300,8 +320,8 @@ async fn pump_output(
             liveness.progress();
         }
         if let Some(watch) = &fatal {
-            if let Some(line) = lines.iter().map(text).find(|t| watch.pattern.is_match(t)) {
-                let _ = watch.report.send((rank, line));
+            if let Some(line) = lines.iter().find(|l| watch.pattern.is_match(l.text)) {
+                let _ = watch.report.send((rank, text(line)));
                 fatal = None;
             }
         }
