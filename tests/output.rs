@@ -21,6 +21,15 @@ fn write_config(dir: &Path, script: &str) {
     std::fs::write(dir.join("cluster.toml"), text).unwrap();
 }
 
+/// `program` in `dir` with the environment of a person at a colour terminal (no NO_COLOR,
+/// no CI), whatever the test runner's is.
+fn like_a_person(program: &str, dir: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir).env_remove("NO_COLOR").env_remove("CI").env("TERM", "xterm-256color");
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
 const CHATTY: &str = r#"echo "one $NODE_RANK"; echo "two $NODE_RANK" >&2; printf "three""#;
 
 #[test]
@@ -67,15 +76,7 @@ fn json_puts_events_and_output_on_stdout_and_nothing_else() {
 fn piped_output_has_no_escape_codes() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), CHATTY);
-    let out = Command::new(HERD)
-        .args(["run", "--no-preflight"])
-        .current_dir(dir.path())
-        .env_remove("NO_COLOR")
-        .env_remove("CI")
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = like_a_person(HERD, dir.path()).args(["run", "--no-preflight"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("[0 localhost] one 0\n"), "{stdout}");
@@ -89,13 +90,8 @@ fn a_terminal_gets_the_board_and_coloured_prefixes() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), r#"echo "start $NODE_RANK"; sleep 1.5; echo "end $NODE_RANK""#);
     let command = format!("{HERD} run --no-preflight");
-    let out = Command::new("script")
+    let out = like_a_person("script", dir.path())
         .args(["-qefc", &command, "/dev/null"])
-        .current_dir(dir.path())
-        .env_remove("NO_COLOR")
-        .env_remove("CI")
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::null())
         .output()
         .expect("run script(1) from util-linux");
     let text = String::from_utf8_lossy(&out.stdout);
