@@ -114,7 +114,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let runtime = runtime()?;
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
     let color = output::mode::Surroundings::detect(false, true).color();
-    let prefixes = output::prefix::prefixes(&hosts.iter().cloned().enumerate().collect::<Vec<_>>(), color);
+    let prefixes = output::prefix::prefixes(&hosts, color);
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let gather = args.gather;
@@ -174,8 +174,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             selection.grep = Some(re);
         }
         let color = output::mode::Surroundings::detect(false, true).color();
-        let nodes: Vec<(usize, String)> = run.hosts.iter().cloned().enumerate().collect();
-        logs::print(run, &selection, &output::prefix::prefixes(&nodes, color), &mut out)
+        logs::print(run, &selection, &output::prefix::prefixes(&run.hosts, color), &mut out)
     };
     match printed.and_then(|_| out.flush()) {
         // `herd logs | head` is not an error.

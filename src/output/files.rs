@@ -24,8 +24,9 @@ impl RunFiles {
     }
 
     /// `(node rank, host)` of every node.
-    pub fn nodes(&self) -> Vec<(usize, String)> {
-        self.hosts.iter().cloned().enumerate().collect()
+    /// Every node's host, in node-rank order.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
     }
 
     pub fn run_dir(&self) -> &Path {

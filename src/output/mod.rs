@@ -52,8 +52,8 @@ const STDOUT_CHUNK: usize = 64 * 1024;
 pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
     let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
-    let prefixes = prefix::prefixes(&files.nodes(), color);
-    let hosts: Vec<String> = files.nodes().into_iter().map(|(_, h)| h).collect();
+    let prefixes = prefix::prefixes(files.hosts(), color);
+    let hosts = files.hosts().to_vec();
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     // Waiting with a timeout needs a timer; only the board needs one.
     let timer = live.as_ref().and_then(|_| {

@@ -2,12 +2,14 @@
 
 const PALETTE: [u8; 6] = [36, 33, 32, 35, 34, 31];
 
-/// Prefixes for all nodes, padded to one width so that the job's own text lines up.
-pub fn prefixes(nodes: &[(usize, String)], color: bool) -> Vec<Vec<u8>> {
-    let rank_w = nodes.iter().map(|(r, _)| r.to_string().len()).max().unwrap_or(1);
-    let host_w = nodes.iter().map(|(_, h)| h.len()).max().unwrap_or(0);
-    nodes
+/// Prefixes for all nodes (`hosts` in node-rank order), padded to one width so that the
+/// job's own text lines up.
+pub fn prefixes(hosts: &[String], color: bool) -> Vec<Vec<u8>> {
+    let rank_w = hosts.len().saturating_sub(1).to_string().len();
+    let host_w = hosts.iter().map(String::len).max().unwrap_or(0);
+    hosts
         .iter()
+        .enumerate()
         .map(|(rank, host)| {
             let plain = format!("[{rank:>rank_w$} {host:<host_w$}]");
             let s = if color {
@@ -26,8 +28,8 @@ mod tests {
 
     #[test]
     fn prefixes_share_one_width() {
-        let nodes: Vec<(usize, String)> =
-            (0..11).map(|i| (i, if i == 3 { "gpu-long-03".into() } else { format!("g{i}") })).collect();
+        let nodes: Vec<String> =
+            (0..11).map(|i| if i == 3 { "gpu-long-03".into() } else { format!("g{i}") }).collect();
         let p = prefixes(&nodes, false);
         assert_eq!(p[0], b"[ 0 g0         ] ");
         assert_eq!(p[3], b"[ 3 gpu-long-03] ");
