@@ -113,16 +113,24 @@ impl ContainerPlan {
         format!("{} rm -f {} >/dev/null 2>&1 || true", self.runtime.as_str(), quote(name))
     }
 
-    /// A shell command that removes every container whose name starts with `prefix` (see
-    /// [`name_prefix`]) and prints `container NAME` for each. Does nothing, quietly, on a node
-    /// without the runtime.
-    pub fn sweep_command(&self, prefix: &str) -> String {
-        debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)), "{prefix}");
+    /// A shell command that removes every container whose name starts with `prefix` but not
+    /// with `spare` (see [`name_prefix`]) and prints `container NAME` for each. Does nothing,
+    /// quietly, on a node without the runtime.
+    pub fn sweep_command(&self, prefix: &str, spare: Option<&str>) -> String {
+        let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        debug_assert!(plain(prefix) && spare.is_none_or(plain), "{prefix} {spare:?}");
         let rt = self.runtime.as_str();
+        let keep = match spare {
+            None => String::new(),
+            Some(spare) => format!(
+                "names=$(for n in $names; do case $n in {}*) ;; *) echo $n ;; esac; done); [ -n \"$names\" ] || exit 0; ",
+                quote(spare)
+            ),
+        };
         format!(
             "command -v {rt} >/dev/null 2>&1 || exit 0; \
              names=$({rt} ps -a --filter {filter} --format '{{{{.Names}}}}' 2>/dev/null); \
-             [ -n \"$names\" ] || exit 0; {rt} rm -f $names >/dev/null 2>&1; \
+             [ -n \"$names\" ] || exit 0; {keep}{rt} rm -f $names >/dev/null 2>&1; \
              for n in $names; do echo \"container $n\"; done; exit 0",
             filter = quote(&format!("name=^{prefix}"))
         )
@@ -226,9 +234,9 @@ mod tests {
         assert!(cmd.starts_with("podman run "), "{cmd}");
         assert!(!cmd.contains("--gpus"), "{cmd}");
         assert_eq!(cpu.remove_command("herd-k-r-0-0"), "podman rm -f herd-k-r-0-0 >/dev/null 2>&1 || true");
-        assert!(cpu.sweep_command("herd-k-").starts_with("command -v podman "));
+        assert!(cpu.sweep_command("herd-k-", None).starts_with("command -v podman "));
         assert!(docker()
-            .sweep_command("herd-k-")
+            .sweep_command("herd-k-", None)
             .contains("docker ps -a --filter 'name=^herd-k-' --format '{{.Names}}'"));
         // The plan picks cpu from job.device.
         let container = Container {
@@ -373,5 +381,42 @@ image = "img"
             assert!(p.container_cleanup(node, &values).is_none());
             assert!(p.job_snippet(node).contains("source /opt/venv/bin/activate\n}"));
         }
+    }
+
+    #[test]
+    fn a_sweep_that_spares_a_run_removes_only_the_other_runs_containers() {
+        // A fake runtime on PATH: `ps` lists three containers of the config (by the name
+        // filter), `rm` records.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("rm");
+        let fake = dir.path().join("docker");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\ncase $1 in ps) printf 'herd-k-old-0-1\\nherd-k-now-0-0\\nherd-k-old-1-0\\n' | grep \"^${{4#name=^}}\" ;; rm) shift; echo \"$@\" >> {} ;; esac\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+        let sweep = |spare: Option<&str>| {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(docker().sweep_command("herd-k-", spare))
+                .env("PATH", &path)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            parse_removed(&String::from_utf8_lossy(&out.stdout))
+        };
+        assert_eq!(sweep(Some("herd-k-now-")), ["herd-k-old-0-1", "herd-k-old-1-0"]);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "-f herd-k-old-0-1 herd-k-old-1-0\n");
+        assert_eq!(sweep(None).len(), 3);
+        // Nothing but the spared run: nothing removed, no `rm` at all.
+        std::fs::remove_file(&log).unwrap();
+        let only_now = docker().sweep_command("herd-k-now-", Some("herd-k-now-"));
+        let out = Command::new("sh").arg("-c").arg(only_now).env("PATH", &path).output().unwrap();
+        assert!(out.stdout.is_empty() && !log.exists(), "{out:?}");
     }
 }

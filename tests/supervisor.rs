@@ -229,32 +229,37 @@ fn leftovers_of_an_earlier_run_of_this_config_are_swept_and_other_jobs_are_not()
     first.assert_code(0);
     let key = events(&only_run_dir(&c.logs()))[0]["config_key"].as_str().unwrap().to_string();
 
-    // A process of an earlier run of this config that nobody stopped, and one of another config.
-    let plant = |marker: &str| {
-        let out = c.tb.ssh(1, &format!("HERD_MARKER={marker} setsid sleep 300 </dev/null >/dev/null 2>&1 &"));
+    // Processes of an earlier run of this config that nobody stopped, on the master (swept
+    // before its port is chosen) and on the worker (swept by its agent before the job
+    // starts), and one of another config.
+    let plant = |node: usize, marker: &str| {
+        let out =
+            c.tb.ssh(node, &format!("HERD_MARKER={marker} setsid sleep 300 </dev/null >/dev/null 2>&1 &"));
         assert!(out.status.success());
     };
-    plant(&format!("{key}:20000101-000000-dead:1"));
-    plant("0123456789abcdef:20000101-000000-beef:1");
-    assert!(wait_until(Duration::from_secs(10), || c
+    let dead = |node: usize| format!("{key}:20000101-000000-dead:{node}");
+    plant(0, &dead(0));
+    plant(1, &dead(1));
+    plant(1, "0123456789abcdef:20000101-000000-beef:1");
+    assert!(wait_until(Duration::from_secs(10), || (0..2).all(|n| c
         .tb
-        .processes_with_env(1, "HERD_MARKER", &format!("{key}:20000101-000000-dead:1"))
+        .processes_with_env(n, "HERD_MARKER", &dead(n))
         .len()
-        == 1));
+        == 1)));
 
     std::fs::remove_dir_all(c.logs()).unwrap();
     let second = c.run();
     second.assert_code(0);
-    assert_eq!(
-        c.tb.processes_with_env(1, "HERD_MARKER", &format!("{key}:20000101-000000-dead:1")),
-        Vec::<u32>::new()
-    );
+    for n in 0..2 {
+        assert_eq!(c.tb.processes_with_env(n, "HERD_MARKER", &dead(n)), Vec::<u32>::new(), "node {n}");
+    }
     let other = c.tb.processes_with_env(1, "HERD_MARKER", "0123456789abcdef:20000101-000000-beef:1");
     assert_eq!(other.len(), 1, "another config's job was touched");
     let ev = events(&only_run_dir(&c.logs()));
-    let swept = all(&ev, "leftovers_stopped");
-    assert_eq!(swept.len(), 1, "{ev:?}");
-    assert_eq!(swept[0]["node_rank"], 1);
+    let mut swept: Vec<u64> =
+        all(&ev, "leftovers_stopped").iter().map(|e| e["node_rank"].as_u64().unwrap()).collect();
+    swept.sort();
+    assert_eq!(swept, [0, 1], "{ev:?}");
     let _ = c.tb.ssh(1, "pkill -f 'sleep 300'");
 }
 

@@ -126,6 +126,7 @@ async fn start_in_job_env(
             command,
         ),
         cleanup: None,
+        presweep: None,
     };
     let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
     p.stdin.write_all(&node.env_block(values)).await.map_err(|e| e.to_string())?;

@@ -5,13 +5,16 @@
 #        $2 seconds between heartbeats
 #        $3 the run marker, NAME=VALUE, which the env block also exports
 #        $4 the job as a shell snippet
-#        $5 optional: a shell command run once the job is gone (removes its container)
+#        $5 optional: a shell command run once the job is gone (removes its container);
+#           may be empty
+#        $6 optional: a shell command run before the job starts (sweeps leftovers of
+#           earlier runs); each line it prints is reported as `herd-agent swept LINE`
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
-# fd 2:  agent messages, one per line: `herd-agent pgid P`, `herd-agent alive` (the
-#        heartbeat), `herd-agent exit S`.
+# fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
+#        `herd-agent alive` (the heartbeat), `herd-agent exit S`.
 #
 # "The job" is its process group plus every process whose environment holds the marker:
 # torchrun starts each worker in a session of its own, out of reach of the group.
@@ -20,6 +23,7 @@ beat=$2
 marker=$3
 job=$4
 cleanup=${5-}
+presweep=${6-}
 
 IFS= read -r count || exit 70
 envs=
@@ -30,6 +34,15 @@ while [ "$i" -lt "$count" ]; do
 "
   i=$((i + 1))
 done
+
+# Only the subshell holds fd 2, never its sleep: killing it must close the pipe at once.
+# It beats from here on, so that a slow pre-sweep never looks like a silent node.
+(while sleep "$beat" >/dev/null 2>&1; do echo "herd-agent alive" >&2 || exit 0; done) </dev/null >/dev/null &
+heart=$!
+
+if [ -n "$presweep" ]; then
+  sh -c "$presweep" </dev/null 2>/dev/null | while IFS= read -r line; do echo "herd-agent swept $line"; done >&2
+fi
 
 # Background lists get /dev/null as stdin unless told otherwise: keep ours on fd 3.
 exec 3<&0
@@ -72,10 +85,6 @@ stop_job() {
   stop_job "$grace"
 ) <&3 >/dev/null 2>&1 &
 watcher=$!
-
-# Only the subshell holds fd 2, never its sleep: killing it must close the pipe at once.
-(while sleep "$beat" >/dev/null 2>&1; do echo "herd-agent alive" >&2 || exit 0; done) </dev/null >/dev/null 3<&- &
-heart=$!
 
 wait "$pg" 2>/dev/null
 status=$?

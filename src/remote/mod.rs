@@ -41,10 +41,15 @@ pub struct AgentInvocation {
     /// A shell command the agent runs once the job is gone, whichever way it went (e.g. remove
     /// the job's container). No env; its output is discarded.
     pub cleanup: Option<String>,
+    /// A shell command the agent runs before it starts the job (sweep this config's leftovers),
+    /// with no env and stdin from /dev/null. Each line it prints is reported as `herd-agent
+    /// swept LINE`.
+    pub presweep: Option<String>,
 }
 
 impl AgentInvocation {
-    /// argv for running the agent on this machine: `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB [CLEANUP]`.
+    /// argv for running the agent on this machine:
+    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB [CLEANUP [PRESWEEP]]`.
     pub fn local_argv(&self) -> Vec<String> {
         let mut argv: Vec<String> = vec![
             "sh".into(),
@@ -56,7 +61,14 @@ impl AgentInvocation {
             self.marker.clone(),
             self.job.clone(),
         ];
-        argv.extend(self.cleanup.clone());
+        match (&self.cleanup, &self.presweep) {
+            (cleanup, Some(presweep)) => {
+                argv.push(cleanup.clone().unwrap_or_default());
+                argv.push(presweep.clone());
+            }
+            (Some(cleanup), None) => argv.push(cleanup.clone()),
+            (None, None) => {}
+        }
         argv
     }
 
@@ -104,17 +116,29 @@ pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<
 }
 
 /// A shell command that stops every process whose environment has an entry starting with
-/// `prefix` (SIGTERM, up to `grace_secs`, SIGKILL) and prints their pids. `prefix` holds only
-/// characters that mean themselves in a basic regular expression (a marker prefix does).
-pub fn sweep_command(prefix: &str, grace_secs: u64) -> String {
-    debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b)), "{prefix}");
+/// `prefix` but not with `spare` (SIGTERM, up to `grace_secs`, SIGKILL) and prints their pids.
+/// Both hold only characters that mean themselves in a basic regular expression (a marker
+/// prefix does). `spare` keeps the current run's processes safe from a sweep that runs while
+/// other nodes of the run, on the same host, may already have started.
+pub fn sweep_command(prefix: &str, spare: Option<&str>, grace_secs: u64) -> String {
+    let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b));
+    debug_assert!(plain(prefix) && spare.is_none_or(plain), "{prefix} {spare:?}");
     let tenths = grace_secs * 10;
+    let list =
+        "grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\\([0-9]*\\)/environ$,\\1,'";
+    let (vars, pids) = match spare {
+        None => (format!("p={}", quote(&format!("^{prefix}"))), list.to_string()),
+        // grep -q exits 0 for a spared process, 1 for one to stop, 2 for one gone meanwhile.
+        Some(spare) => (
+            format!("p={} s={}", quote(&format!("^{prefix}")), quote(&format!("^{spare}"))),
+            format!("{list} | while read -r q; do grep -qz -- \"$s\" /proc/$q/environ 2>/dev/null; [ $? != 1 ] || echo $q; done"),
+        ),
+    };
     format!(
-        "p={}; pids() {{ grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\\([0-9]*\\)/environ$,\\1,'; }}; \
+        "{vars}; pids() {{ {pids}; }}; \
          found=$(pids); [ -n \"$found\" ] || exit 0; echo $found; kill -TERM $found 2>/dev/null; t=0; \
          while [ -n \"$(pids)\" ] && [ $t -lt {tenths} ]; do sleep 0.1; t=$((t + 1)); done; \
-         left=$(pids); [ -z \"$left\" ] || kill -KILL $left 2>/dev/null; exit 0",
-        quote(&format!("^{prefix}"))
+         left=$(pids); [ -z \"$left\" ] || kill -KILL $left 2>/dev/null; exit 0"
     )
 }
 
@@ -136,6 +160,8 @@ pub enum AgentMessage {
     Exited { status: i32 },
     /// The heartbeat.
     Alive,
+    /// A line of the pre-sweep's output: stopped pids, or `container NAME`.
+    Swept(String),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
@@ -143,6 +169,9 @@ pub enum AgentMessage {
 pub fn parse_agent_line(line: &str) -> AgentMessage {
     if line == "herd-agent alive" {
         return AgentMessage::Alive;
+    }
+    if let Some(swept) = line.strip_prefix("herd-agent swept ") {
+        return AgentMessage::Swept(swept.to_string());
     }
     let parsed =
         line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
@@ -201,7 +230,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -262,6 +291,7 @@ mod tests {
             marker: "HERD_T_MARK=1".into(),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
             cleanup: None,
+            presweep: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -304,6 +334,7 @@ mod tests {
             marker: marker.clone(),
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
             cleanup: None,
+            presweep: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -332,7 +363,7 @@ mod tests {
         let mut other_run = spawn(&format!("k{tag}:run2:0"));
         let out = Command::new("sh")
             .arg("-c")
-            .arg(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), 1))
+            .arg(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), None, 1))
             .output()
             .unwrap();
         assert!(out.status.success());
@@ -341,6 +372,55 @@ mod tests {
         assert!(other_run.try_wait().unwrap().is_none(), "another run's process was touched");
         other_run.kill().unwrap();
         let _ = other_run.wait();
+    }
+
+    #[test]
+    fn a_sweep_that_spares_a_run_stops_every_other_run_of_the_config() {
+        let tag = format!("{}-{}", std::process::id(), rand_suffix());
+        let spawn = |marker: &str| {
+            Command::new("sleep").arg("64").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
+        };
+        let mut old = spawn(&format!("k{tag}:run1:0"));
+        let mut current = spawn(&format!("k{tag}:run2:1"));
+        let mut other_config = spawn(&format!("j{tag}:run1:0"));
+        let sweep =
+            sweep_command(&format!("HERD_MARKER=k{tag}:"), Some(&format!("HERD_MARKER=k{tag}:run2:")), 1);
+        let out = Command::new("sh").arg("-c").arg(sweep).output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(parse_pids(&String::from_utf8_lossy(&out.stdout)), vec![old.id()]);
+        assert!(old.wait().unwrap().code().is_none(), "killed by a signal");
+        for p in [&mut current, &mut other_config] {
+            assert!(p.try_wait().unwrap().is_none(), "a spared process was touched");
+            p.kill().unwrap();
+            let _ = p.wait();
+        }
+    }
+
+    #[test]
+    fn the_agent_reports_its_presweep_and_starts_the_job_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let order = dir.path().join("order");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: "HERD_T_MARK=1".into(),
+            job: format!("echo job >> {}", quote(order.to_str().unwrap())),
+            cleanup: None,
+            presweep: Some(format!(
+                "echo sweep >> {}; echo 12 34; echo \"container herd-k-old-0-$HERD_T_MARK\"; echo noise >&2",
+                quote(order.to_str().unwrap())
+            )),
+        };
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", "1")]));
+        assert!(out.status.success());
+        assert_eq!(std::fs::read_to_string(&order).unwrap(), "sweep\njob\n");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let messages: Vec<AgentMessage> = stderr.lines().map(parse_agent_line).collect();
+        assert_eq!(messages[0], AgentMessage::Swept("12 34".into()), "{stderr}");
+        // It runs without the job's env, and its own stderr is dropped.
+        assert_eq!(messages[1], AgentMessage::Swept("container herd-k-old-0-".into()), "{stderr}");
+        assert!(matches!(messages[2], AgentMessage::Started { .. }), "{stderr}");
+        assert!(!messages.iter().any(|m| matches!(m, AgentMessage::Other(_))), "{stderr}");
     }
 
     fn rand_suffix() -> u32 {
@@ -361,6 +441,7 @@ mod tests {
             marker: "HERD_T_MARK=1".into(),
             job: "exec echo 'hi there'".into(),
             cleanup: None,
+            presweep: None,
         };
         let mut child = Command::new("sh")
             .arg("-c")
@@ -412,6 +493,7 @@ mod tests {
                 "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
                 quote(&record.display().to_string())
             )),
+            presweep: None,
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", "1")]));
         assert_eq!(out.stdout, b"job-ran\n");
@@ -421,6 +503,9 @@ mod tests {
         // Without a cleanup the agent's argv is what it always was.
         assert_eq!(AgentInvocation { cleanup: None, ..inv.clone() }.local_argv().len(), 8);
         assert_eq!(inv.local_argv().len(), 9);
+        // A pre-sweep without a cleanup passes an empty one before it.
+        let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
+        assert_eq!(presweep.local_argv()[8..], ["".to_string(), "true".to_string()]);
     }
 
     #[test]

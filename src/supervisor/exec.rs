@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::node::{self, Liveness, NodeRun, Stop};
-use super::{connect_each, close_each, Interrupts};
+use super::{close_each, connect_each, Interrupts};
 use crate::events::{Event, NodeExit};
 use crate::plan::LaunchPlan;
 use crate::remote::{self, AgentInvocation};
@@ -78,6 +78,7 @@ pub async fn exec(
                 marker: format!("{EXEC_MARKER_VAR}={value}"),
                 job: command.to_string(),
                 cleanup: None,
+                presweep: None,
             },
             env_block: remote::env_block([(EXEC_MARKER_VAR, value.as_str())]),
             liveness: liveness.clone(),
@@ -103,10 +104,8 @@ pub async fn exec(
         }
     }
     close_each(conns).await;
-    let ends = ends
-        .into_iter()
-        .map(|e| e.unwrap_or_else(|| ExecExit::Unreachable("no result".into())))
-        .collect();
+    let ends =
+        ends.into_iter().map(|e| e.unwrap_or_else(|| ExecExit::Unreachable("no result".into()))).collect();
     ExecOutcome { ends, interrupted: interrupted > 0 }
 }
 

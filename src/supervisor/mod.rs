@@ -115,17 +115,25 @@ pub async fn run(
         Ok(RunOutcome { status, attempts })
     };
 
-    // Nothing has started yet: an interrupt here just ends the run.
+    // Nothing has started yet: an interrupt here just ends the run. As soon as the master is
+    // connected, and while the other handshakes go on, its leftovers are swept (one could hold
+    // the fixed port) and the first attempt's port is chosen. Every other node sweeps its own
+    // in the agent that starts the job: herd runs one remote command per node, as pdsh does.
+    let at_master = |master: Arc<Connection>| {
+        let events = events.clone();
+        async move {
+            sweep_nodes(plan, [(plan.master.node_rank, master.clone())], Sweep::CONFIG, &events).await;
+            choose_port(plan, &master, &BTreeSet::new()).await
+        }
+    };
     let connected = tokio::select! {
-        conns = connect_all(plan, &events) => Some(conns?),
+        conns = connect_all(plan, &events, Some(at_master)) => Some(conns?),
         _ = interrupts.recv() => None,
     };
-    let Some(mut conns) = connected else {
+    let Some((mut conns, first_port)) = connected else {
         return finish(RunStatus::Interrupted, vec![]).await;
     };
-    // Leftovers of earlier runs of this config (herd holds the config's run lock, so no other
-    // run of it is live): a node that was unreachable when its run ended is cleaned now.
-    sweep_all(plan, &conns, None, &events).await;
+    let mut first_port = first_port;
 
     let rules = RuleTable::new(&plan.restart.rules);
     let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
@@ -135,7 +143,11 @@ pub async fn run(
     let mut attempt = 0;
     let mut interfaces = Vec::new();
     loop {
-        let port = match choose_port(plan, &conns[plan.master.node_rank], &used_ports).await {
+        let port = match first_port.take() {
+            Some(chosen) => chosen,
+            None => choose_port(plan, &conns[plan.master.node_rank], &used_ports).await,
+        };
+        let port = match port {
             Ok(p) => p,
             Err(e) => {
                 close_all(conns).await;
@@ -283,11 +295,17 @@ pub async fn close_each(conns: Vec<Option<Arc<Connection>>>) {
 }
 
 /// One SSH master connection per node, all at once. Any failure closes the others: nothing
-/// is half-started.
-async fn connect_all(
+/// is half-started. `at_master` runs on the master as soon as it is connected, while the
+/// other handshakes go on; its result is returned with the connections.
+async fn connect_all<F, Fut>(
     plan: &LaunchPlan,
     events: &mpsc::Sender<Event>,
-) -> Result<Vec<Arc<Connection>>, RunError> {
+    at_master: Option<F>,
+) -> Result<(Vec<Arc<Connection>>, Option<Fut::Output>), RunError>
+where
+    F: FnOnce(Arc<Connection>) -> Fut,
+    Fut: std::future::Future,
+{
     let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
@@ -299,9 +317,23 @@ async fn connect_all(
             (rank, host, started.elapsed(), conn)
         });
     }
-    let mut conns: Vec<Option<Connection>> = plan.nodes.iter().map(|_| None).collect();
+    let mut at_master = at_master;
+    let mut early = std::pin::pin!(None);
+    let mut early_result = None;
+    let mut conns: Vec<Option<Arc<Connection>>> = plan.nodes.iter().map(|_| None).collect();
     let mut failure: Option<RunError> = None;
-    while let Some(joined) = set.join_next().await {
+    loop {
+        let joined = tokio::select! {
+            joined = set.join_next() => match joined {
+                Some(joined) => joined,
+                None => break,
+            },
+            out = async { early.as_mut().as_pin_mut().expect("polled only while set").await }, if early.is_some() => {
+                early_result = Some(out);
+                early.set(None);
+                continue;
+            }
+        };
         let (rank, host, took, conn) = joined.expect("connect task panicked");
         match conn {
             Ok(c) => {
@@ -309,6 +341,12 @@ async fn connect_all(
                 let _ = events
                     .send(Event::NodeConnected { node_rank: rank, host, millis: took.as_millis() as u64 })
                     .await;
+                let c = Arc::new(c);
+                if rank == plan.master.node_rank {
+                    if let Some(f) = at_master.take() {
+                        early.set(Some(f(c.clone())));
+                    }
+                }
                 conns[rank] = Some(c);
             }
             Err(error) => {
@@ -323,11 +361,16 @@ async fn connect_all(
             }
         }
     }
+    if let Some(f) = early.as_mut().as_pin_mut() {
+        early_result = Some(f.await);
+    }
+    // Dropping the early work lets go of its hold on the master, which can then be closed.
+    early.set(None);
     if let Some(err) = failure {
-        close_all(conns.into_iter().flatten().map(Arc::new).collect()).await;
+        close_all(conns.into_iter().flatten().collect()).await;
         return Err(err);
     }
-    Ok(conns.into_iter().map(|c| Arc::new(c.expect("every node connected"))).collect())
+    Ok((conns.into_iter().map(|c| c.expect("every node connected")).collect(), early_result))
 }
 
 async fn close_all(conns: Vec<Arc<Connection>>) {
@@ -393,48 +436,96 @@ async fn prepare_restart(
     if let Some(rank) = missing {
         return Err((rank, conns));
     }
-    sweep_all(plan, &conns, Some(run_id), events).await;
+    sweep_nodes(plan, all_nodes(&conns), Sweep::run(run_id), events).await;
     Ok(conns)
 }
 
-/// Stop every process on every node whose HERD_MARKER names this config (and `run_id`, if
-/// given); with `[container]`, remove its containers too.
-async fn sweep_all(
+/// Which leftovers a sweep stops: every process (and container) of this config's runs, or
+/// of one run, but never those of `spare`.
+#[derive(Debug, Clone, Copy)]
+struct Sweep<'a> {
+    run_id: Option<&'a str>,
+    spare: Option<&'a str>,
+}
+
+impl<'a> Sweep<'a> {
+    /// Before a run: everything of the config (herd holds the config's run lock, so no other
+    /// run of it is live).
+    const CONFIG: Sweep<'static> = Sweep { run_id: None, spare: None };
+
+    /// Before a restart: what is left of this run's last attempt.
+    fn run(run_id: &'a str) -> Sweep<'a> {
+        Sweep { run_id: Some(run_id), spare: None }
+    }
+
+    /// In a node's agent, as the run starts: everything of the config but this run, whose
+    /// other nodes may already be running on the same host.
+    fn config_but(run_id: &'a str) -> Sweep<'a> {
+        Sweep { run_id: None, spare: Some(run_id) }
+    }
+
+    /// The shell command: stop the processes whose HERD_MARKER matches, then, with
+    /// `[container]`, remove the containers they leave.
+    fn command(self, plan: &LaunchPlan) -> String {
+        let spare = self.spare.map(|run| plan.marker_prefix(Some(run)));
+        let mut command = remote::sweep_command(
+            &plan.marker_prefix(self.run_id),
+            spare.as_deref(),
+            policy::grace_secs(plan.restart.grace_period),
+        );
+        if let Some(c) = &plan.container {
+            // The processes first (their runtime clients among them), then what they leave.
+            let prefix = crate::container::name_prefix(&plan.config_key, self.run_id);
+            let spare = self.spare.map(|run| crate::container::name_prefix(&plan.config_key, Some(run)));
+            command = format!("({command}); {}", c.sweep_command(&prefix, spare.as_deref()));
+        }
+        command
+    }
+}
+
+/// The events for what a sweep on one node printed: stopped pids, removed containers.
+fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event> {
+    let mut events = Vec::new();
+    let pids = remote::parse_pids(out);
+    if !pids.is_empty() {
+        events.push(Event::LeftoversStopped { node_rank, host: host.to_string(), pids });
+    }
+    let names = crate::container::parse_removed(out);
+    if !names.is_empty() {
+        events.push(Event::ContainersRemoved { node_rank, host: host.to_string(), names });
+    }
+    events
+}
+
+/// Sweep the given nodes (rank, connection), all at once.
+async fn sweep_nodes(
     plan: &LaunchPlan,
-    conns: &[Arc<Connection>],
-    run_id: Option<&str>,
+    nodes: impl IntoIterator<Item = (usize, Arc<Connection>)>,
+    sweep: Sweep<'_>,
     events: &mpsc::Sender<Event>,
 ) {
-    let mut command =
-        remote::sweep_command(&plan.marker_prefix(run_id), policy::grace_secs(plan.restart.grace_period));
-    if let Some(c) = &plan.container {
-        // The processes first (their runtime clients among them), then what they leave.
-        let prefix = crate::container::name_prefix(&plan.config_key, run_id);
-        command = format!("({command}); {}", c.sweep_command(&prefix));
-    }
+    let command = sweep.command(plan);
     let mut set = JoinSet::new();
-    for (node, conn) in plan.nodes.iter().zip(conns) {
-        let (conn, command, rank, host) = (conn.clone(), command.clone(), node.rank, node.host.clone());
-        set.spawn(async move { (rank, host, conn.output(&command).await) });
+    for (rank, conn) in nodes {
+        let command = command.clone();
+        set.spawn(async move { (rank, conn.output(&command).await) });
     }
     while let Some(joined) = set.join_next().await {
-        let (node_rank, host, out) = joined.expect("sweep task panicked");
+        let (node_rank, out) = joined.expect("sweep task panicked");
+        let host = &plan.nodes[node_rank].host;
         match out {
             Ok(out) => {
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let pids = remote::parse_pids(&stdout);
-                if !pids.is_empty() {
-                    let _ =
-                        events.send(Event::LeftoversStopped { node_rank, host: host.clone(), pids }).await;
-                }
-                let names = crate::container::parse_removed(&stdout);
-                if !names.is_empty() {
-                    let _ = events.send(Event::ContainersRemoved { node_rank, host, names }).await;
+                for event in swept_events(node_rank, host, &String::from_utf8_lossy(&out.stdout)) {
+                    let _ = events.send(event).await;
                 }
             }
             Err(e) => tracing::warn!(node = node_rank, %host, "cannot look for leftover processes: {e}"),
         }
     }
+}
+
+fn all_nodes(conns: &[Arc<Connection>]) -> impl Iterator<Item = (usize, Arc<Connection>)> + '_ {
+    conns.iter().cloned().enumerate()
 }
 
 /// `herd kill`: connect to every node and stop whatever is left of earlier runs of this
@@ -449,13 +540,13 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
         }
         seen
     });
-    let conns = connect_all(plan, &tx).await;
-    if let Ok(conns) = &conns {
-        sweep_all(plan, conns, None, &tx).await;
+    let conns = connect_all(plan, &tx, None::<fn(Arc<Connection>) -> std::future::Ready<()>>).await;
+    if let Ok((conns, _)) = &conns {
+        sweep_nodes(plan, all_nodes(conns), Sweep::CONFIG, &tx).await;
     }
     drop(tx);
     let seen = collect.await.expect("event collector");
-    close_all(conns?).await;
+    close_all(conns?.0).await;
     Ok(seen)
 }
 
@@ -553,6 +644,9 @@ async fn run_attempt(
                 marker: node.marker(&values),
                 job: plan.job_snippet(node),
                 cleanup: plan.container_cleanup(node, &values),
+                // The master was swept before its port was chosen; the others sweep here.
+                presweep: (attempt == 0 && node.rank != plan.master.node_rank)
+                    .then(|| Sweep::config_but(ctx.run_id).command(plan)),
             },
             env_block: node.env_block(&values),
             liveness: liveness.clone(),

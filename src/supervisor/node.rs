@@ -295,7 +295,11 @@ async fn pump_output(
                 0
             }
             Err(e) => {
-                tracing::warn!(node = rank, "reading the node's output failed, after {} bytes: {e}", progress.read.load(Ordering::Relaxed));
+                tracing::warn!(
+                    node = rank,
+                    "reading the node's output failed, after {} bytes: {e}",
+                    progress.read.load(Ordering::Relaxed)
+                );
                 splitter.finish(&mut lines);
                 0
             }
@@ -371,6 +375,12 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Alive => continue,
+            AgentMessage::Swept(text) => {
+                for event in super::swept_events(rank, &host, &text) {
+                    let _ = events.send(event).await;
+                }
+                continue;
+            }
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
                 lines: Lines::one(text.as_bytes(), crate::lines::LineEnd::Lf),
