@@ -40,8 +40,16 @@ done
 (while sleep "$beat" >/dev/null 2>&1; do echo "herd-agent alive" >&2 || exit 0; done) </dev/null >/dev/null &
 heart=$!
 
+# Few processes on the way to the job: on a busy node every fork counts, times the nodes.
 if [ -n "$presweep" ]; then
-  sh -c "$presweep" </dev/null 2>/dev/null | while IFS= read -r line; do echo "herd-agent swept $line"; done >&2
+  swept=$(eval "$presweep" </dev/null 2>/dev/null)
+  set -f
+  ifs=$IFS
+  IFS='
+'
+  for line in $swept; do echo "herd-agent swept $line" >&2; done
+  IFS=$ifs
+  set +f
 fi
 
 # Background lists get /dev/null as stdin unless told otherwise: keep ours on fd 3.
@@ -56,17 +64,24 @@ pg=$!
 echo "herd-agent pgid $pg" >&2
 
 strays() {
-  grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\([0-9]*\)/environ$,\1,'
+  for f in $(grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null); do
+    f=${f#/proc/}
+    echo "${f%/environ}"
+  done
 }
 
+# $2: the strays, if just found.
 signal_job() {
   kill "-$1" "-$pg" 2>/dev/null
-  for p in $(strays); do kill "-$1" "$p" 2>/dev/null; done
+  for p in ${2-$(strays)}; do kill "-$1" "$p" 2>/dev/null; done
 }
 
-# SIGTERM, up to $1 seconds for everything to go, then SIGKILL.
+# SIGTERM, up to $1 seconds for everything to go, then SIGKILL. Nothing to do (the usual
+# end of a job that exited by itself) costs one look at /proc.
 stop_job() {
-  signal_job TERM
+  left=$(strays)
+  kill -0 "-$pg" 2>/dev/null || [ -n "$left" ] || return 0
+  signal_job TERM "$left"
   t=0
   while [ "$t" -lt "$(($1 * 10))" ] && { kill -0 "-$pg" 2>/dev/null || [ -n "$(strays)" ]; }; do
     sleep 0.1

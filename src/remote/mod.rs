@@ -124,18 +124,18 @@ pub fn sweep_command(prefix: &str, spare: Option<&str>, grace_secs: u64) -> Stri
     let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b));
     debug_assert!(plain(prefix) && spare.is_none_or(plain), "{prefix} {spare:?}");
     let tenths = grace_secs * 10;
-    let list =
-        "grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/\\([0-9]*\\)/environ$,\\1,'";
-    let (vars, pids) = match spare {
-        None => (format!("p={}", quote(&format!("^{prefix}"))), list.to_string()),
+    // No sed, no pipe: a sweep runs on every node at once, and every process counts.
+    let (vars, keep) = match spare {
+        None => (format!("p={}", quote(&format!("^{prefix}"))), "echo $q"),
         // grep -q exits 0 for a spared process, 1 for one to stop, 2 for one gone meanwhile.
         Some(spare) => (
             format!("p={} s={}", quote(&format!("^{prefix}")), quote(&format!("^{spare}"))),
-            format!("{list} | while read -r q; do grep -qz -- \"$s\" /proc/$q/environ 2>/dev/null; [ $? != 1 ] || echo $q; done"),
+            "grep -qz -- \"$s\" /proc/$q/environ 2>/dev/null; [ $? != 1 ] || echo $q",
         ),
     };
     format!(
-        "{vars}; pids() {{ {pids}; }}; \
+        "{vars}; pids() {{ for f in $(grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null); do \
+         q=${{f#/proc/}}; q=${{q%/environ}}; {keep}; done; }}; \
          found=$(pids); [ -n \"$found\" ] || exit 0; echo $found; kill -TERM $found 2>/dev/null; t=0; \
          while [ -n \"$(pids)\" ] && [ $t -lt {tenths} ]; do sleep 0.1; t=$((t + 1)); done; \
          left=$(pids); [ -z \"$left\" ] || kill -KILL $left 2>/dev/null; exit 0"
