@@ -113,10 +113,11 @@ fn a_terminal_gets_the_board_and_coloured_prefixes() {
 #[test]
 fn logs_reads_back_a_past_run() {
     let dir = tempfile::tempdir().unwrap();
-    // Attempt 0 fails everywhere, attempt 1 succeeds.
+    // Attempt 0 fails everywhere, attempt 1 succeeds. A failing node waits a second, so that
+    // the other has printed everything before the gang teardown stops it.
     write_config(
         dir.path(),
-        r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; echo noise; [ $HERD_ATTEMPT = 1 ]"#,
+        r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; echo noise; [ $HERD_ATTEMPT = 1 ] || { sleep 1; exit 1; }"#,
     );
     let mut text = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
     text.push_str(
