@@ -123,11 +123,11 @@ fn write_config(tb: &Testbed, dir: &Path, hosts: &[String], job: &str, extra: &s
 
 /// Scenario 1: a trivial `true` job on N nodes, start to all exited.
 fn fanout() {
-    const REPS: usize = 5;
+    let reps = runs(5);
     let tb = Testbed::new(64);
     let dir = tempfile::tempdir().unwrap();
     println!(
-        "\n### Launch fan-out: `true` on N nodes, start to all exited ({REPS} runs each, alternating)\n"
+        "\n### Launch fan-out: `true` on N nodes, start to all exited ({reps} runs each, alternating)\n"
     );
     println!("| N | command | median s | spread s | ratio to pdsh |");
     println!("|---|---|---|---|---|");
@@ -140,7 +140,7 @@ fn fanout() {
             ("herd run --no-preflight", vec![]),
             ("herd run", vec![]),
         ];
-        for _ in 0..REPS {
+        for _ in 0..reps {
             let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
             results[0].1.push(timed(
                 Command::new("pdsh")
@@ -611,9 +611,8 @@ fn first_rank() {
     let tb = Testbed::new(3);
     let dir = tempfile::tempdir().unwrap();
     let args = "\"--steps\", \"3\"";
-    let mut loop_t = Vec::new();
-    let mut herd_np = Vec::new();
-    let mut herd_pf = Vec::new();
+    // Per launcher: (start to the first torchrun, start to the first worker) of every run.
+    let mut times: [Vec<(f64, f64)>; 3] = Default::default();
     let limit = Duration::from_secs(120);
     let mut timelines = [Vec::new(), Vec::new()];
     for rep in 0..reps {
@@ -624,9 +623,7 @@ fn first_rank() {
                 let mark = format!("BENCH_MARK=first-loop-{rep}-{}", std::process::id());
                 let start = Instant::now();
                 let children = torch_shell_loop(&tb, &venv, "--steps 3", &mark, 29500 + rep as u16);
-                if let Some(t) = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty()) {
-                    loop_t.push((t - start).as_secs_f64());
-                }
+                times[0].extend(first_launcher_and_worker(&mark, start, limit));
                 for mut c in children {
                     let _ = c.wait();
                 }
@@ -635,7 +632,6 @@ fn first_rank() {
             }
             // herd, without and with its preflight.
             let preflight = variant == 2;
-            let out = if preflight { &mut herd_pf } else { &mut herd_np };
             let mark = format!("BENCH_MARK=first-herd-{preflight}-{rep}-{}", std::process::id());
             let config = torch_config(&tb, dir.path(), &venv, args, &mark, "");
             let _ = std::fs::remove_dir_all(dir.path().join("logs"));
@@ -646,9 +642,8 @@ fn first_rank() {
             }
             let spawned = std::time::SystemTime::now();
             let herd = Tracked::spawn(HERD, &a, Stdio::null());
-            let first = poll_until(limit, Duration::from_millis(10), || !workers(&mark, None).is_empty())
-                .map(|t| (t - herd.started).as_secs_f64());
-            out.extend(first);
+            let first = first_launcher_and_worker(&mark, herd.started, limit);
+            times[variant].extend(first);
             let m = herd.finish();
             if rep + 1 == reps {
                 let timeline = &mut timelines[usize::from(preflight)];
@@ -656,8 +651,9 @@ fn first_rank() {
                 timeline.retain(|r| {
                     !r.contains("node_exited") && !r.contains("attempt_succeeded") && !r.contains("run_finished")
                 });
-                if let Some(t) = first {
-                    timeline.push(format!("| +{t:.2} s | first worker process exists |"));
+                if let Some((l, w)) = first {
+                    timeline.push(format!("| +{l:.2} s | first torchrun process exists |"));
+                    timeline.push(format!("| +{w:.2} s | first worker process exists |"));
                 }
             }
             assert!(m.success, "herd run failed");
@@ -666,21 +662,52 @@ fn first_rank() {
     }
     println!("\n### Time to first rank running: torchrun, 3 nodes x 2, start to the first worker process ({reps} runs each, alternating, order rotated)\n");
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- first-rank`\n");
-    println!("| launcher | median s | spread s | overhead above the loop s |");
-    println!("|---|---|---|---|");
-    let (lm, ls, base) = fmt_stat(&loop_t, 2);
-    println!("| ssh + torchrun shell loop | {lm} | {ls} | 0.00 |");
-    for (name, xs) in [("herd run --no-preflight", &herd_np), ("herd run", &herd_pf)] {
-        let (m, s, v) = fmt_stat(xs, 2);
-        println!("| {name} | {m} | {s} | {:.2} |", v - base);
+    println!("Each run is split where the first `torchrun` process exists on any node: before it is the");
+    println!("launcher's part (SSH, the agent, `cd`, `setup`), after it is torch's own start-up.\n");
+    println!("| launcher | to first worker, median s | spread s | overhead above the loop s | to first torchrun, median s | spread s | overhead above the loop s | torchrun to first worker, median s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut base = (f64::NAN, f64::NAN);
+    let names = ["ssh + torchrun shell loop", "herd run --no-preflight", "herd run"];
+    for (i, name) in names.iter().enumerate() {
+        let worker: Vec<f64> = times[i].iter().map(|t| t.1).collect();
+        let launcher: Vec<f64> = times[i].iter().map(|t| t.0).collect();
+        let torch: Vec<f64> = times[i].iter().map(|t| t.1 - t.0).collect();
+        let (wm, ws, wv) = fmt_stat(&worker, 2);
+        let (lm, ls, lv) = fmt_stat(&launcher, 2);
+        let (tm, _, _) = fmt_stat(&torch, 2);
+        if i == 0 {
+            base = (wv, lv);
+        }
+        println!("| {name} | {wm} | {ws} | {:.2} | {lm} | {ls} | {:.2} | {tm} |", wv - base.0, lv - base.1);
     }
-    let missing = 3 * reps - loop_t.len() - herd_np.len() - herd_pf.len();
+    let missing = 3 * reps - times.iter().map(Vec::len).sum::<usize>();
     if missing > 0 {
         println!("\n{missing} run(s) never showed a worker within {} s.", limit.as_secs());
     }
-    for (name, timeline) in ["herd run --no-preflight", "herd run"].iter().zip(&timelines) {
+    for (name, timeline) in names[1..].iter().zip(&timelines) {
         println!("\nThe last `{name}`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
     }
+}
+
+/// Poll every 10 ms from `start`: when the first process with `mark` that is torchrun itself
+/// (an argv word whose file name is `torchrun`), and the first worker, exist on any node.
+fn first_launcher_and_worker(mark: &str, start: Instant, limit: Duration) -> Option<(f64, f64)> {
+    let is_torchrun = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| c.split(|&b| b == 0).any(|w| w.rsplit(|&b| b == b'/').next() == Some(&b"torchrun"[..])))
+            .unwrap_or(false)
+    };
+    let mut launcher = None;
+    let worker = poll_until(limit, Duration::from_millis(10), || {
+        if launcher.is_none() && marked(mark, None).into_iter().any(is_torchrun) {
+            launcher = Some(Instant::now());
+        }
+        !workers(mark, None).is_empty()
+    })?;
+    // A worker implies its torchrun: if the poll never saw the torchrun alone, it appeared
+    // within the same 10 ms.
+    let launcher = launcher.unwrap_or(worker);
+    Some(((launcher - start).as_secs_f64(), (worker - start).as_secs_f64()))
 }
 
 /// Scenario 4: training runs on 3 nodes, node 3's link is cut; time to herd's teardown and
