@@ -25,6 +25,11 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
 pub const DOCTOR_RUN_ID: &str = "doctor";
+/// The attempt numbers in the markers of the facts probe and of the port reachability check.
+/// They run at the same time on the same nodes: when one's agent ends, it stops every process
+/// that has its exact marker, and must not take the other's with it.
+const FACTS_ATTEMPT: u32 = 0;
+const REACH_ATTEMPT: u32 = 1;
 
 /// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
 pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
@@ -169,7 +174,12 @@ pub async fn probe_all(
         let Some(conn) = conns[node.rank].clone() else { continue };
         let (plan, node, script) = (plan.clone(), node.clone(), script.clone());
         set.spawn(async move {
-            let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: 0, interfaces: &[] };
+            let values = AttemptValues {
+                run_id: DOCTOR_RUN_ID,
+                attempt: FACTS_ATTEMPT,
+                master_port: 0,
+                interfaces: &[],
+            };
             let before = SystemTime::now();
             let out = run_in_job_env(&conn, &plan, &node, &values, &script, PROBE_TIMEOUT).await;
             let after = SystemTime::now();
@@ -223,7 +233,8 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
     );
     let listen_cmd = format!("{} -c {}", quote(&plan.python), quote(&listen));
     // The listener runs under the agent like everything else; it ends with its stdin.
-    let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+    let values =
+        AttemptValues { run_id: DOCTOR_RUN_ID, attempt: REACH_ATTEMPT, master_port: port, interfaces: &[] };
     let mut listener = match start_in_job_env(&master_conn, plan, master, &values, &listen_cmd).await {
         Ok(p) => p,
         Err(e) => return PortReach::NoListener(e),
@@ -260,8 +271,12 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
         let (conn, plan, node, cmd) =
             (conns[node.rank].clone().expect("checked"), plan.clone(), node.clone(), connect_cmd.clone());
         set.spawn(async move {
-            let values =
-                AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+            let values = AttemptValues {
+                run_id: DOCTOR_RUN_ID,
+                attempt: REACH_ATTEMPT,
+                master_port: port,
+                interfaces: &[],
+            };
             let out = run_in_job_env(&conn, &plan, &node, &values, &cmd, PROBE_TIMEOUT).await;
             let result = match out {
                 Ok(text) if text.lines().any(|l| l == "herd-reached") => Ok(()),
@@ -312,11 +327,13 @@ pub async fn diagnose(
     fast: bool,
 ) -> Report {
     let started = Instant::now();
-    let facts = probe_all(plan, conns, connect_ms, connect_errors, fast).await;
-    let reach = match port {
-        Some(p) => port_reach(plan, conns, p).await,
-        None => PortReach::Skipped("no free port to test".into()),
-    };
+    // Independent, so at once: each is a Python start-up or two on every node.
+    let (facts, reach) = tokio::join!(probe_all(plan, conns, connect_ms, connect_errors, fast), async {
+        match port {
+            Some(p) => port_reach(plan, conns, p).await,
+            None => PortReach::Skipped("no free port to test".into()),
+        }
+    });
     tracing::debug!("preflight took {:?}", started.elapsed());
     let nodes = evaluate(plan, &facts, &reach, fast);
     let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
