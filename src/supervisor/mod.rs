@@ -122,8 +122,12 @@ pub async fn run(
     let at_master = |master: Arc<Connection>| {
         let events = events.clone();
         async move {
-            sweep_nodes(plan, [(plan.master.node_rank, master.clone())], Sweep::CONFIG, &events).await;
-            choose_port(plan, &master, &BTreeSet::new()).await
+            // At once: a port a leftover still holds is only avoided, and a fixed port is free
+            // once the sweep is done, which is before anything starts.
+            let sweep = sweep_nodes(plan, [(plan.master.node_rank, master.clone())], Sweep::CONFIG, &events);
+            let none = BTreeSet::new();
+            let ((), port) = tokio::join!(sweep, choose_port(plan, &master, &none));
+            port
         }
     };
     let connected = tokio::select! {
