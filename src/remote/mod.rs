@@ -353,21 +353,24 @@ mod tests {
         assert_eq!(processes_with_env(&marker), Vec::<u32>::new(), "a process outlived the agent");
     }
 
+    /// A `sleep` whose environment holds `HERD_MARKER=marker`.
+    fn marked_sleep(marker: &str) -> std::process::Child {
+        Command::new("sleep").arg("63").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
+    }
+
+    /// Run a sweep command; the pids it says it stopped.
+    fn sweep(command: String) -> Vec<u32> {
+        let out = Command::new("sh").arg("-c").arg(command).output().unwrap();
+        assert!(out.status.success());
+        parse_pids(&String::from_utf8_lossy(&out.stdout))
+    }
+
     #[test]
     fn sweep_stops_only_processes_whose_marker_matches() {
         let tag = format!("{}-{}", std::process::id(), rand_suffix());
-        let spawn = |marker: &str| {
-            Command::new("sleep").arg("63").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
-        };
-        let mut mine = spawn(&format!("k{tag}:run1:0"));
-        let mut other_run = spawn(&format!("k{tag}:run2:0"));
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), None, 1))
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        assert_eq!(parse_pids(&String::from_utf8_lossy(&out.stdout)), vec![mine.id()]);
+        let mut mine = marked_sleep(&format!("k{tag}:run1:0"));
+        let mut other_run = marked_sleep(&format!("k{tag}:run2:0"));
+        assert_eq!(sweep(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), None, 1)), vec![mine.id()]);
         assert!(mine.wait().unwrap().code().is_none(), "killed by a signal");
         assert!(other_run.try_wait().unwrap().is_none(), "another run's process was touched");
         other_run.kill().unwrap();
@@ -377,17 +380,11 @@ mod tests {
     #[test]
     fn a_sweep_that_spares_a_run_stops_every_other_run_of_the_config() {
         let tag = format!("{}-{}", std::process::id(), rand_suffix());
-        let spawn = |marker: &str| {
-            Command::new("sleep").arg("64").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
-        };
-        let mut old = spawn(&format!("k{tag}:run1:0"));
-        let mut current = spawn(&format!("k{tag}:run2:1"));
-        let mut other_config = spawn(&format!("j{tag}:run1:0"));
-        let sweep =
-            sweep_command(&format!("HERD_MARKER=k{tag}:"), Some(&format!("HERD_MARKER=k{tag}:run2:")), 1);
-        let out = Command::new("sh").arg("-c").arg(sweep).output().unwrap();
-        assert!(out.status.success());
-        assert_eq!(parse_pids(&String::from_utf8_lossy(&out.stdout)), vec![old.id()]);
+        let mut old = marked_sleep(&format!("k{tag}:run1:0"));
+        let mut current = marked_sleep(&format!("k{tag}:run2:1"));
+        let mut other_config = marked_sleep(&format!("j{tag}:run1:0"));
+        let spare = format!("HERD_MARKER=k{tag}:run2:");
+        assert_eq!(sweep(sweep_command(&format!("HERD_MARKER=k{tag}:"), Some(&spare), 1)), vec![old.id()]);
         assert!(old.wait().unwrap().code().is_none(), "killed by a signal");
         for p in [&mut current, &mut other_config] {
             assert!(p.try_wait().unwrap().is_none(), "a spared process was touched");

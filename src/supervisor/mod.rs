@@ -134,10 +134,9 @@ pub async fn run(
         conns = connect_all(plan, &events, Some(at_master)) => Some(conns?),
         _ = interrupts.recv() => None,
     };
-    let Some((mut conns, first_port)) = connected else {
+    let Some((mut conns, mut first_port)) = connected else {
         return finish(RunStatus::Interrupted, vec![]).await;
     };
-    let mut first_port = first_port;
 
     let rules = RuleTable::new(&plan.restart.rules);
     let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
