@@ -565,4 +565,31 @@ mod tests {
         assert_eq!(status_of(&nodes, 0, "torch"), None);
         assert_eq!(status_of(&nodes, 0, "clock"), None);
     }
+
+    #[test]
+    fn the_leftovers_fact_counts_the_configs_processes_but_not_the_doctors_own() {
+        let p = plan();
+        let marked = |run: &str| {
+            std::process::Command::new("sleep")
+                .arg("62")
+                .env("HERD_MARKER", format!("{}:{run}:0:0", p.config_key))
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut old = marked("20000101-000000-dead");
+        let mut doctor = marked(crate::doctor::DOCTOR_RUN_ID);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(crate::doctor::facts_script(&p, false))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        for c in [&mut old, &mut doctor] {
+            c.kill().unwrap();
+            let _ = c.wait();
+        }
+        let (values, _) = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(values.get("leftovers").map(String::as_str), Some("1"), "{out:?}");
+    }
 }

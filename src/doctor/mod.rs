@@ -96,8 +96,11 @@ if {full}:
         s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
         let mine = plan.marker_prefix(None);
         let doctor = plan.marker_prefix(Some(DOCTOR_RUN_ID));
+        // One scan, each match checked against the doctor's own marker (grep -q: 0 the
+        // doctor's, 1 a leftover, 2 gone meanwhile): the port check's processes come and go
+        // while this runs, and two counts taken apart could differ by them.
         s += &format!(
-            "a=$(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null | wc -l); b=$(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null | wc -l); echo \"herd-fact leftovers=$((a - b))\"\n",
+            "n=0; for f in $(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null); do grep -qz -- {} \"$f\" 2>/dev/null; [ $? != 1 ] || n=$((n + 1)); done; echo \"herd-fact leftovers=$n\"\n",
             quote(&format!("^{mine}")),
             quote(&format!("^{doctor}"))
         );
