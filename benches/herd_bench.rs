@@ -238,11 +238,10 @@ fn teardown() {
             &tb,
             dir.path(),
             &venv,
-            "\"--steps\", \"100000\", \"--sleep\", \"0.05\"",
+            TRAIN_ON,
             &mark,
             "[restart]\nmax_restarts = 0\n",
         );
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
         let mut herd = Command::new(HERD)
             .args(["run", "--no-preflight", "-c"])
             .arg(&config)
@@ -524,8 +523,13 @@ fn net_ns_inode(path: &str) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
-/// The torch job on 3 nodes x 2 ranks, from the repo root, with `mark` in every process.
+/// `examples/allreduce.py`'s args (a TOML array's items) for training that runs until stopped.
+const TRAIN_ON: &str = "\"--steps\", \"100000\", \"--sleep\", \"0.05\"";
+
+/// The torch job on 3 nodes x 2 ranks, from the repo root, with `mark` in every process; and
+/// no logs in `dir` from an earlier run, so that the next run's are the only ones.
 fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &str, extra: &str) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir.join("logs"));
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     let job = format!(
         "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\n\
@@ -634,7 +638,6 @@ fn first_rank() {
             let preflight = variant == 2;
             let mark = format!("BENCH_MARK=first-herd-{preflight}-{rep}-{}", std::process::id());
             let config = torch_config(&tb, dir.path(), &venv, args, &mark, "");
-            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
             let config = config.display().to_string();
             let mut a = vec!["run", "-c", &config];
             if !preflight {
@@ -739,11 +742,10 @@ fn partition() {
             &tb,
             dir.path(),
             &venv,
-            "\"--steps\", \"100000\", \"--sleep\", \"0.05\"",
+            TRAIN_ON,
             &mark,
             "[restart]\nmax_restarts = 0\n",
         );
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
         let config = config.display().to_string();
         let mut herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
         training(&mark);
@@ -830,11 +832,10 @@ fn restart() {
             &tb,
             dir.path(),
             &venv,
-            "\"--steps\", \"100000\", \"--sleep\", \"0.05\", \"--retry-steps\", \"3\"",
+            &format!("{TRAIN_ON}, \"--retry-steps\", \"3\""),
             &mark,
             "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n",
         );
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
         let config = config.display().to_string();
         let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
         poll_until(Duration::from_secs(120), Duration::from_millis(100), || {
