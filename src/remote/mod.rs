@@ -83,9 +83,11 @@ impl AgentInvocation {
 pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String {
     let mut s = String::new();
     let wd = quote(workdir);
+    // The workdir is an argument of printf, never part of its format or of a double-quoted
+    // string: a quoted word inside double quotes is expanded again.
     let _ = writeln!(
         s,
-        "cd -- {wd} || {{ echo \"herd: cannot enter workdir {wd} on $(hostname)\" >&2; exit 2; }}"
+        "cd -- {wd} || {{ printf 'herd: cannot enter workdir \"%s\" on %s\\n' {wd} \"$(hostname)\" >&2; exit 2; }}"
     );
     s += &setup_and_exec(setup, command);
     s
@@ -312,6 +314,35 @@ mod tests {
         assert_eq!(live_members(pgid), Vec::<u32>::new(), "process group {pgid} outlived the agent");
     }
 
+    /// Live processes whose argv is exactly `argv`.
+    fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
+        let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+            .collect()
+    }
+
+    #[test]
+    fn nothing_of_the_heartbeat_outlives_the_agent() {
+        // A heartbeat interval no other test uses, so that its sleep can be told apart.
+        let beat = 4000 + std::process::id() % 1000;
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: beat.into(),
+            marker: format!("HERD_T_MARK=beat-{beat}"),
+            job: "sleep 0.3".into(),
+            cleanup: None,
+            presweep: None,
+        };
+        let out = run_agent(&inv, &env_block([]));
+        assert!(out.status.success());
+        let sleep = ["sleep".to_string(), beat.to_string()];
+        let left = processes_with_argv(&[&sleep[0], &sleep[1]]);
+        assert_eq!(left, Vec::<u32>::new(), "the heartbeat's sleep outlived the agent");
+    }
+
     fn processes_with_env(entry: &str) -> Vec<u32> {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -466,7 +497,7 @@ mod tests {
         let out = run(job_snippet("/nonexistent dir", None, "true"));
         assert_eq!(out.status.code(), Some(2));
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("herd: cannot enter workdir '/nonexistent dir'")
+            String::from_utf8_lossy(&out.stderr).contains("herd: cannot enter workdir \"/nonexistent dir\"")
         );
 
         let out = run(job_snippet("/", Some("false # trailing comment"), "true"));
