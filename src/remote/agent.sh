@@ -36,8 +36,18 @@ while [ "$i" -lt "$count" ]; do
 done
 
 # Only the subshell holds fd 2, never its sleep: killing it must close the pipe at once.
-# It beats from here on, so that a slow pre-sweep never looks like a silent node.
-(while sleep "$beat" >/dev/null 2>&1; do echo "herd-agent alive" >&2 || exit 0; done) </dev/null >/dev/null &
+# Its sleep goes with it (TERM interrupts `wait`, and the trap stops the sleep), so nothing
+# of the heartbeat outlives the agent. It beats from here on, so that a slow pre-sweep never
+# looks like a silent node.
+(
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "$beat" >/dev/null 2>&1 &
+    nap=$!
+    wait "$nap" || exit 0
+    echo "herd-agent alive" >&2 || exit 0
+  done
+) </dev/null >/dev/null &
 heart=$!
 
 # Few processes on the way to the job: on a busy node every fork counts, times the nodes.

@@ -73,8 +73,9 @@ pub async fn exec(
             attempt: 0,
             invocation: AgentInvocation {
                 grace_secs: GRACE_SECS,
-                // Nobody watches an exec's heartbeat; a lost connection still ends it.
-                heartbeat_secs: 3600,
+                // Nobody watches an exec's heartbeat (a lost connection still ends it), but its
+                // interval bounds how long anything of it may outlive the agent.
+                heartbeat_secs: super::policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
                 marker: format!("{EXEC_MARKER_VAR}={value}"),
                 job: command.to_string(),
                 cleanup: None,
