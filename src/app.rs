@@ -151,7 +151,8 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
         .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let printed = if args.list {
-        runs.iter().try_for_each(|r| writeln!(out, "{}  {} attempt(s)  {}", r.id, r.attempts.len(), r.dir.display()))
+        runs.iter()
+            .try_for_each(|r| writeln!(out, "{}  {} attempt(s)  {}", r.id, r.attempts.len(), r.dir.display()))
     } else {
         let usage = |e: String| Error::Usage(format!("{e} (under {})", dir.display()));
         let run = logs::pick_run(&runs, args.run.as_deref()).map_err(usage)?;

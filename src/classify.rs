@@ -484,11 +484,19 @@ mod tests {
     fn a_killed_rank_stopped_early_is_still_named_from_torchruns_first_line() {
         let rules = RuleTable::new(&[]);
         let full = fixture("torchrun-sigkill", 1);
-        let cut = full.find("Traceback (most recent call last):\n  File").map_or(full.as_str(), |i| &full[..i]);
+        let cut =
+            full.find("Traceback (most recent call last):\n  File").map_or(full.as_str(), |i| &full[..i]);
         assert!(cut.contains("failed (exitcode: -9) local_rank: 1") && !cut.contains("Root Cause"), "{cut}");
         let nodes = [
             node(0, &fixture("torchrun-sigkill", 0), NodeExit::Signal(15), 0, 400, Some(300)),
-            node(1, &format!("{cut}SignalException: Process 1 got signal: 15\n"), NodeExit::ExitCode(1), 100, 400, Some(300)),
+            node(
+                1,
+                &format!("{cut}SignalException: Process 1 got signal: 15\n"),
+                NodeExit::ExitCode(1),
+                100,
+                400,
+                Some(300),
+            ),
             node(2, &fixture("torchrun-sigkill", 2), NodeExit::Signal(15), 50, 400, Some(300)),
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
@@ -500,7 +508,8 @@ mod tests {
 
     #[test]
     fn the_crash_pattern_matches_what_kills_and_not_what_launchers_send() {
-        let rules = RuleTable::new(&[RuleSpec { pattern: "my custom abort".into(), class: FailureClass::Crash }]);
+        let rules =
+            RuleTable::new(&[RuleSpec { pattern: "my custom abort".into(), class: FailureClass::Crash }]);
         let p = rules.crash_pattern().unwrap();
         for line in [
             "E1130 11:49:30.970000 29262 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 29288) of binary: python3",

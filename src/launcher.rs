@@ -19,6 +19,16 @@ pub struct NodeLaunch<'a> {
     pub world: &'a [(String, u32)],
 }
 
+/// The program a node's launcher line starts with: what must be on `PATH` after `setup`.
+pub fn program(job: &Job) -> &str {
+    match job.launcher {
+        LauncherKind::Torchrun => "torchrun",
+        LauncherKind::Deepspeed => job.python(),
+        LauncherKind::Command if job.module => job.python(),
+        LauncherKind::Command => &job.script,
+    }
+}
+
 const MASTER_PORT_REF: &str = "\"$MASTER_PORT\"";
 
 pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
@@ -50,7 +60,7 @@ pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
         LauncherKind::Deepspeed => {
             // The per-node launcher that `deepspeed` itself runs on every host through pdsh;
             // herd starts it on each node directly instead.
-            words.extend([quote(&job.python), "-m".into(), "deepspeed.launcher.launch".into()]);
+            words.extend([quote(job.python()), "-m".into(), "deepspeed.launcher.launch".into()]);
             words.push(quote(&format!("--world_info={}", world_info(node.world))));
             words.push(quote(&format!("--node_rank={}", node.node_rank)));
             words.push(quote(&format!("--master_addr={}", node.master_addr)));
@@ -62,7 +72,7 @@ pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
         }
         LauncherKind::Command => {
             if job.module {
-                words.extend([quote(&job.python), "-m".into()]);
+                words.extend([quote(job.python()), "-m".into()]);
             }
         }
     }
@@ -100,7 +110,7 @@ mod tests {
             setup: None,
             launcher_args: vec![],
             forward_env: vec![],
-            python: "python3".into(),
+            python: None,
             device: crate::config::Device::Cpu,
         }
     }

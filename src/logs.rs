@@ -131,8 +131,10 @@ pub struct Selection {
 /// Print the selected lines, node by node within each attempt, each prefixed with its node.
 /// With more than one attempt, each starts with a `==> attempt k <==` line.
 pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn Write) -> io::Result<()> {
-    let attempts: Vec<u32> = if sel.attempts.is_empty() { run.attempts.clone() } else { sel.attempts.clone() };
-    let nodes: Vec<usize> = if sel.nodes.is_empty() { (0..run.hosts.len()).collect() } else { sel.nodes.clone() };
+    let attempts: Vec<u32> =
+        if sel.attempts.is_empty() { run.attempts.clone() } else { sel.attempts.clone() };
+    let nodes: Vec<usize> =
+        if sel.nodes.is_empty() { (0..run.hosts.len()).collect() } else { sel.nodes.clone() };
     for &attempt in &attempts {
         if attempts.len() > 1 {
             writeln!(out, "==> attempt {attempt} <==")?;

@@ -41,6 +41,11 @@ pub struct LaunchPlan {
     /// `rendezvous.interface`: a name, or "auto" (each node's route to the master).
     pub interface: Option<String>,
     pub python: String,
+    /// Whether the nodes need torch (see `Job::uses_torch`): what the torch checks look at.
+    pub uses_torch: bool,
+    /// What the launcher line starts with (see `launcher::program`): the preflight checks
+    /// that it is on `PATH`.
+    pub launcher_program: String,
     /// `[container]`: the launcher runs in it on every node.
     pub container: Option<ContainerPlan>,
 }
@@ -280,7 +285,9 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         config_key,
         device: job.device,
         interface: config.rendezvous.interface.clone(),
-        python: job.python.clone(),
+        python: job.python().to_string(),
+        uses_torch: job.uses_torch(),
+        launcher_program: launcher::program(job).to_string(),
         container,
     }
 }

@@ -544,10 +544,7 @@ impl Cx<'_> {
             setup: raw.setup,
             launcher_args: raw.launcher_args.unwrap_or_default(),
             forward_env,
-            python: match raw.python {
-                Some(p) => self.non_empty(p, "job.python")?,
-                None => DEFAULT_PYTHON.to_string(),
-            },
+            python: raw.python.map(|p| self.non_empty(p, "job.python")).transpose()?,
             device: match &raw.device {
                 None => Device::Cuda,
                 Some(d) => match d.get_ref().as_str() {
@@ -1153,7 +1150,7 @@ class = "user"
                 setup: Some("source /opt/venv/bin/activate".into()),
                 launcher_args: vec!["--no_local_rank".into()],
                 forward_env: vec!["WANDB_API_KEY".into(), "HF_*".into()],
-                python: "/opt/venv/bin/python".into(),
+                python: Some("/opt/venv/bin/python".into()),
                 device: Device::Cuda,
             },
             env: [
@@ -1214,7 +1211,7 @@ class = "user"
                     setup: None,
                     launcher_args: vec![],
                     forward_env: vec![],
-                    python: "python3".into(),
+                    python: None,
                     device: Device::Cuda,
                 },
                 env: BTreeMap::new(),

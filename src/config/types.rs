@@ -72,11 +72,26 @@ pub struct Job {
     pub launcher_args: Vec<String>,
     /// Names or globs (`HF_*`) copied from the launching environment.
     pub forward_env: Vec<String>,
-    /// Interpreter used for `module = true` and the deepspeed launcher. Default "python3".
-    pub python: String,
+    /// Interpreter used for `module = true` and the deepspeed launcher, as given; see
+    /// [`Job::python`] for the one in effect.
+    pub python: Option<String>,
     /// What the ranks compute on: GPUs (the default) or the CPU (gloo); `herd doctor` checks
     /// for GPUs only in the first case.
     pub device: Device,
+}
+
+impl Job {
+    /// The interpreter in effect: `job.python`, or `python3`.
+    pub fn python(&self) -> &str {
+        self.python.as_deref().unwrap_or(super::DEFAULT_PYTHON)
+    }
+
+    /// Whether the nodes need torch: for the torch launchers, and for a `command` job only
+    /// when it names its interpreter (`job.python`). One rule for `herd doctor` and the
+    /// preflight of `herd run`.
+    pub fn uses_torch(&self) -> bool {
+        self.launcher != LauncherKind::Command || self.python.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

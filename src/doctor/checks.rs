@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::{Device, LauncherKind};
+use crate::config::Device;
 use crate::plan::LaunchPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -168,53 +168,51 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
     if plan.setup.is_some() {
         checks.push(Check::pass("setup", "ok"));
     }
-    let launcher = match plan.launcher {
-        LauncherKind::Torchrun => "torchrun",
-        LauncherKind::Deepspeed | LauncherKind::Command => "python",
-    };
     match f.get("launcher") {
         Some(path) => checks.push(Check::pass("launcher", path)),
         None => checks.push(Check::fail(
             "launcher",
-            format!("{launcher} not found on PATH after setup"),
+            format!("{} not found on PATH after setup", plan.launcher_program),
             "install it, or make job.setup put it on PATH (e.g. activate the virtualenv)",
         )),
     }
     if !fast {
-        match f.get("torch_import") {
-            Some("ok") => checks.push(Check::pass(
-                "torch",
-                format!("import torch works ({})", f.get("torch").unwrap_or("?")),
-            )),
-            Some(err) => checks.push(Check::fail(
-                "torch",
-                format!("import torch failed: {err}"),
-                "check the node's Python environment (PYTHONPATH, virtualenv)",
-            )),
-            None => checks.push(Check::fail(
-                "torch",
-                "no Python answered",
-                "make job.python run on this node after setup",
-            )),
+        if plan.uses_torch {
+            checks.push(torch_check(f));
         }
-        let device = plan.device;
         gpu_check(plan, rank, f, checks);
-        match (device, f.get("nccl_available")) {
-            (Device::Cpu, _) => {}
-            (Device::Cuda, Some("True")) => {
-                checks.push(Check::pass("nccl", "torch.distributed.is_nccl_available()"))
+        if plan.uses_torch {
+            if let Some(c) = nccl_check(plan.device, f) {
+                checks.push(c);
             }
-            (Device::Cuda, _) => checks.push(Check::fail(
-                "nccl",
-                "NCCL is not available in this torch",
-                "install a CUDA build of torch",
-            )),
         }
         hostname_check(plan, f, checks);
     }
     interface_check(plan, f, checks);
     if !fast {
         resource_checks(plan, rank, f, checks);
+    }
+}
+
+fn torch_check(f: &Facts) -> Check {
+    match f.get("torch_import") {
+        Some("ok") => Check::pass("torch", format!("import torch works ({})", f.get("torch").unwrap_or("?"))),
+        Some(err) => Check::fail(
+            "torch",
+            format!("import torch failed: {err}"),
+            "check the node's Python environment (PYTHONPATH, virtualenv)",
+        ),
+        None => Check::fail("torch", "no Python answered", "make job.python run on this node after setup"),
+    }
+}
+
+fn nccl_check(device: Device, f: &Facts) -> Option<Check> {
+    match (device, f.get("nccl_available")) {
+        (Device::Cpu, _) => None,
+        (Device::Cuda, Some("True")) => Some(Check::pass("nccl", "torch.distributed.is_nccl_available()")),
+        (Device::Cuda, _) => {
+            Some(Check::fail("nccl", "NCCL is not available in this torch", "install a CUDA build of torch"))
+        }
     }
 }
 
@@ -509,6 +507,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_command_job_is_checked_for_torch_only_when_it_names_its_python() {
+        let build = |job: &str| {
+            let text = format!(
+                "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nlauncher = \"command\"\n{job}device = \"cpu\"\n"
+            );
+            let config = crate::config::parse(Path::new("c.toml"), &text).unwrap();
+            plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() })
+        };
+        // A node without torch, whose launcher is the script itself.
+        let mut no_torch = facts("", 0.0);
+        for key in ["torch", "torch_import", "python"] {
+            no_torch.values.remove(key);
+        }
+        no_torch.values.insert("launcher".into(), "/w/run.sh".into());
+        let port = PortReach::Skipped("test".into());
+        let plain = build("script = \"./run.sh\"\n");
+        assert_eq!(plain.launcher_program, "./run.sh");
+        assert!(!crate::doctor::facts_script(&plain, false).contains("import torch"));
+        for fast in [true, false] {
+            let nodes = evaluate(&plain, &[no_torch.clone(), no_torch.clone()], &port, fast);
+            assert!(
+                nodes.iter().all(|n| n.checks.iter().all(|c| c.status != Status::Fail)),
+                "fast={fast}: {nodes:?}"
+            );
+            assert_eq!(status_of(&nodes, 0, "torch"), None);
+        }
+        // Naming the interpreter says the job needs it, and torch with it.
+        let with_python = build("script = \"train.py\"\npython = \"/opt/v/bin/python\"\n");
+        assert_eq!(with_python.launcher_program, "train.py");
+        assert!(crate::doctor::facts_script(&with_python, false).contains("import torch"));
+        let nodes = evaluate(&with_python, &[no_torch.clone(), no_torch], &port, false);
+        assert_eq!(status_of(&nodes, 0, "torch"), Some(Status::Fail));
     }
 
     #[test]

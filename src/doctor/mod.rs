@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::task::JoinSet;
 
-use crate::config::LauncherKind;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::{self, quote, AgentInvocation};
 use crate::transport::{AgentProcess, Connection};
@@ -33,10 +32,7 @@ const REACH_ATTEMPT: u32 = 1;
 
 /// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
 pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
-    let launcher = match plan.launcher {
-        LauncherKind::Torchrun => "torchrun".to_string(),
-        LauncherKind::Deepspeed | LauncherKind::Command => plan.python.clone(),
-    };
+    let launcher = &plan.launcher_program;
     let py = format!(
         r#"import platform
 print("herd-fact python=" + platform.python_version())
@@ -68,8 +64,10 @@ if {full}:
             s += &format!("echo \"herd-fact runtime=$(command -v {runtime} 2>/dev/null)\"\n");
         }
         None => {
-            s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(&launcher));
-            s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
+            s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(launcher));
+            if plan.uses_torch {
+                s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
+            }
         }
     }
     s += "h=$(hostname); echo \"herd-fact hostname=$h\"\n";
@@ -125,7 +123,8 @@ async fn start_in_job_env(
 ) -> Result<AgentProcess, String> {
     let inv = AgentInvocation {
         grace_secs: 1,
-        heartbeat_secs: 3600,
+        heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
+            .as_secs(),
         marker: node.marker(values),
         // With [container], setup is for inside the image: the probes run on the node itself.
         job: remote::job_snippet(

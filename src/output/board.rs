@@ -178,7 +178,8 @@ impl Board {
             let _ = write!(out, " · connected {}/{total}", total - connecting);
         }
         if self.teardown {
-            let _ = write!(out, " · stopping, {}/{total} stopped", total - count(|s| *s == NodeState::Stopping));
+            let _ =
+                write!(out, " · stopping, {}/{total} stopped", total - count(|s| *s == NodeState::Stopping));
         }
         out.push('\n');
         if total < COLLAPSE_AT {
@@ -303,7 +304,10 @@ mod tests {
              \x20    1  node2  connecting                -\n\
              \x20    2  node3  connecting                -"
         );
-        b.apply(&Event::AttemptStarted { attempt: 0, master_addr: "10.0.0.1".into(), master_port: 23456 }, t0);
+        b.apply(
+            &Event::AttemptStarted { attempt: 0, master_addr: "10.0.0.1".into(), master_port: 23456 },
+            t0,
+        );
         for r in 0..3 {
             b.apply(&Event::NodeStarted { attempt: 0, node_rank: r, host: String::new(), pgid: 1 }, t0);
         }
@@ -319,11 +323,20 @@ mod tests {
         assert!(text.contains("    1  node2  stopping                  1m00s ago\n"), "{text}");
         assert!(text.ends_with("    2  node3  failed: signal 9 (SIGKILL)  -"), "{text}");
 
-        b.apply(&Event::RestartScheduled { attempt: 1, delay_ms: 4000, class: crate::config::FailureClass::Comm }, at(t0, 66));
+        b.apply(
+            &Event::RestartScheduled { attempt: 1, delay_ms: 4000, class: crate::config::FailureClass::Comm },
+            at(t0, 66),
+        );
         assert!(b.render(at(t0, 67), 200).contains("node1  restarting in 3s"));
-        b.apply(&Event::AttemptStarted { attempt: 1, master_addr: "10.0.0.1".into(), master_port: 23457 }, at(t0, 70));
+        b.apply(
+            &Event::AttemptStarted { attempt: 1, master_addr: "10.0.0.1".into(), master_port: 23457 },
+            at(t0, 70),
+        );
         let text = b.render(at(t0, 70), 200);
-        assert!(text.starts_with("herd run 20261130-120000-abcd · attempt 1/3 · master 10.0.0.1:23457 · 1m10s\n"), "{text}");
+        assert!(
+            text.starts_with("herd run 20261130-120000-abcd · attempt 1/3 · master 10.0.0.1:23457 · 1m10s\n"),
+            "{text}"
+        );
         assert!(text.contains("node2  starting                  -"), "{text}");
     }
 

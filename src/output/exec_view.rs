@@ -49,7 +49,10 @@ pub fn gathered(hosts: &[String], outputs: &[Vec<u8>], ends: &[ExecExit]) -> Vec
     let mut groups: Vec<(&[u8], i32, Vec<&str>, &ExecExit)> = Vec::new();
     for ((host, output), end) in hosts.iter().zip(outputs).zip(ends) {
         let status = end.status();
-        match groups.iter_mut().find(|(o, s, _, e)| *o == output.as_slice() && *s == status && same_kind(e, end)) {
+        match groups
+            .iter_mut()
+            .find(|(o, s, _, e)| *o == output.as_slice() && *s == status && same_kind(e, end))
+        {
             Some((_, _, members, _)) => members.push(host),
             None => groups.push((output, status, vec![host], end)),
         }
@@ -160,7 +163,10 @@ mod tests {
     fn hostlists_compress_runs_of_numbers() {
         assert_eq!(compress_hosts(&["node1", "node2", "node3"]), "node[1-3]");
         assert_eq!(compress_hosts(&["gpu-01", "gpu-02", "gpu-04", "cpu9"]), "gpu-[01-02,04],cpu9");
-        assert_eq!(compress_hosts(&["localhost", "node3", "127.0.0.1", "node1"]), "localhost,node[1,3],127.0.0.1");
+        assert_eq!(
+            compress_hosts(&["localhost", "node3", "127.0.0.1", "node1"]),
+            "localhost,node[1,3],127.0.0.1"
+        );
         assert_eq!(compress_hosts(&["n9", "n10", "n08"]), "n[9-10],n08");
         assert_eq!(compress_hosts(&["only"]), "only");
         assert_eq!(compress_hosts(&[]), "");

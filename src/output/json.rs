@@ -67,7 +67,9 @@ mod tests {
             "{\"ts\":\"T\",\"event\":\"output\",\"attempt\":2,\"node_rank\":1,\"host\":\"node2\",\"line\":\"loss \\\"1.0\\\"\\t\u{fffd}\"}\n"
         );
         let cut = Line { text: b"x", end: LineEnd::Cut };
-        assert!(String::from_utf8(output_line(0, 0, "h", cut, "T".into())).unwrap().ends_with(",\"end\":\"cut\"}\n"));
+        assert!(String::from_utf8(output_line(0, 0, "h", cut, "T".into()))
+            .unwrap()
+            .ends_with(",\"end\":\"cut\"}\n"));
     }
 
     #[test]

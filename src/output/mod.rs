@@ -56,9 +56,8 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     let hosts = files.hosts().to_vec();
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     // Waiting with a timeout needs a timer; only the board needs one.
-    let timer = live.as_ref().and_then(|_| {
-        tokio::runtime::Builder::new_current_thread().enable_time().build().ok()
-    });
+    let timer =
+        live.as_ref().and_then(|_| tokio::runtime::Builder::new_current_thread().enable_time().build().ok());
     let mut screen = Screen {
         out: sinks.stdout,
         err: sinks.stderr,
