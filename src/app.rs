@@ -10,7 +10,7 @@ use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
-use crate::{config, doctor, logs, supervisor};
+use crate::{config, doctor, logs, state, supervisor, transport};
 
 pub fn run(cli: Cli) -> Result<u8, Error> {
     match cli.command {
@@ -43,6 +43,10 @@ pub fn load_plan(path: &Path, selection: &NodeSelection, extra_args: &[String]) 
             .display()
             .to_string(),
         env: std::env::vars().collect(),
+        // It was just read, so it exists: the same file has one key however it is named.
+        config_file: Some(
+            std::fs::canonicalize(path).map_err(Error::io(format!("cannot resolve {}", path.display())))?,
+        ),
     };
     let plan = plan::build(&config, &inputs);
     for name in &plan.missing_forwarded {
@@ -111,6 +115,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[])?;
     let command = args.command.join(" ");
     let exec_id = new_run_id();
+    state_dir()?;
     let runtime = runtime()?;
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
     let color = output::mode::Surroundings::detect(false, true).color();
@@ -262,6 +267,7 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
 
 fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[])?;
+    state_dir()?;
     let report = runtime()?.block_on(async {
         let (conns, ms, errors) = supervisor::connect_each(&plan).await;
         let port = match &conns[plan.master.node_rank] {
@@ -294,11 +300,29 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .map_err(Error::io("cannot start the async runtime"))
 }
 
+/// herd's per-user state directory, created. Its SSH control folder is cleaned of what a
+/// killed herd left, and used for this process's connections.
+fn state_dir() -> Result<std::path::PathBuf, Error> {
+    let dir = state::process_dir().ok_or_else(|| {
+        Error::Usage("neither XDG_STATE_HOME nor HOME is set: herd keeps its locks there".into())
+    })?;
+    let ssh = state::ssh_dir(&dir);
+    std::fs::create_dir_all(&ssh).map_err(Error::io(format!("cannot create {}", ssh.display())))?;
+    match state::clean_stale_control_dirs(&ssh) {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!("removed {n} stale ssh control folder(s) in {}", ssh.display()),
+        Err(e) => tracing::warn!("cannot clean {}: {e}", ssh.display()),
+    }
+    transport::use_control_dir(ssh);
+    Ok(dir)
+}
+
+/// One run (or `herd kill`) of a config at a time, for this user, from whichever directory
+/// it is started: the lock lives in herd's state directory, not in the logs directory.
 fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
-    let dir = &plan.logs_dir;
-    std::fs::create_dir_all(dir)
-        .map_err(Error::io(format!("cannot create the log directory {}", dir.display())))?;
-    let path = dir.join(format!(".herd-{}.lock", plan.config_key));
+    let path = state::lock_path(&state_dir()?, &plan.config_key);
+    let dir = path.parent().expect("a lock file is in a folder");
+    std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let file =
         std::fs::File::create(&path).map_err(Error::io(format!("cannot create {}", path.display())))?;
     match file.try_lock() {

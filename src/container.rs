@@ -333,7 +333,7 @@ image = "img"
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
         let env: BTreeMap<String, String> =
             [("WANDB_API_KEY".to_string(), "s3cr3t-value".to_string())].into();
-        plan::build(&config, &PlanInputs { cwd: "/w".into(), env })
+        plan::build(&config, &PlanInputs { cwd: "/w".into(), env, ..Default::default() })
     }
 
     #[test]

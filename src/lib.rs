@@ -19,6 +19,7 @@ pub mod output;
 pub mod plan;
 pub mod port;
 pub mod remote;
+pub mod state;
 pub mod supervisor;
 pub mod transport;
 

@@ -20,6 +20,9 @@ pub struct PlanInputs {
     pub cwd: String,
     /// The launching environment, for `forward_env`.
     pub env: BTreeMap<String, String>,
+    /// The config file's canonical path (symlinks, `.` and `..` resolved), which identifies
+    /// it across runs. `None` (tests): `cwd` joined with the path as given.
+    pub config_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,12 +141,13 @@ pub const AUTO_INTERFACE: &str = "auto";
 /// The variable that marks every process of a node's job.
 pub const MARKER_VAR: &str = "HERD_MARKER";
 
-/// Identifies a config file across runs (FNV-1a of its absolute path), so that leftovers of
-/// runs of the same config can be told from other jobs'.
-fn config_key(path: &std::path::Path, cwd: &str) -> String {
-    let abs = std::path::Path::new(cwd).join(path);
+/// Identifies a config file across runs (FNV-1a of its canonical path), so that leftovers of
+/// runs of the same config can be told from other jobs', and `herd logs` finds its runs
+/// whichever way the file is named (`c.toml`, `./c.toml`, `../dir/c.toml`, a symlink). The
+/// path, not the content: editing the file keeps its runs and leftovers its own.
+fn config_key(canonical: &std::path::Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in abs.as_os_str().as_encoded_bytes() {
+    for b in canonical.as_os_str().as_encoded_bytes() {
         hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
@@ -176,7 +180,9 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     };
 
     let (forwarded, missing_forwarded) = forwarded_env(&job.forward_env, &inputs.env);
-    let config_key = config_key(&config.path, &inputs.cwd);
+    let identity =
+        inputs.config_file.clone().unwrap_or_else(|| std::path::Path::new(&inputs.cwd).join(&config.path));
+    let config_key = config_key(&identity);
     let workdir = job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone());
     let container = config.container.as_ref().map(|c| ContainerPlan::new(c, job.device));
 
@@ -429,7 +435,7 @@ mod tests {
     fn plan() -> LaunchPlan {
         let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
-        build(&config, &PlanInputs { cwd: "/w".into(), env: BTreeMap::new() })
+        build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() })
     }
 
     #[test]

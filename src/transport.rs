@@ -53,6 +53,15 @@ pub enum TransportExit {
     Disconnected(String),
 }
 
+/// Where SSH master connections keep their control sockets: herd's own folder (see
+/// `state::ssh_dir`), set once at start-up, after the folders a killed herd left are cleaned.
+static CONTROL_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Use `dir` for every later SSH master connection's control socket. The first call wins.
+pub fn use_control_dir(dir: PathBuf) {
+    let _ = CONTROL_DIR.set(dir);
+}
+
 /// Connect to a node. `alive_interval` sets SSH keepalives: the connection counts as lost
 /// after three unanswered ones.
 pub async fn connect(transport: &Transport, alive_interval: Duration) -> Result<Connection, TransportError> {
@@ -72,6 +81,9 @@ async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Con
     .server_alive_interval(alive_interval.max(Duration::from_secs(1)))
     // If herd dies without closing the master, it exits on its own once its sessions are gone.
     .control_persist(ControlPersist::IdleFor(NonZeroUsize::new(30).expect("non-zero")));
+    if let Some(dir) = CONTROL_DIR.get() {
+        b.control_directory(dir);
+    }
     if let Some(user) = &target.user {
         b.user(user.clone());
     }

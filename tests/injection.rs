@@ -71,7 +71,10 @@ impl Sandbox {
     fn run_config(&self, config: &herd::config::Config, launch_env: &[(&str, &str)]) -> String {
         let env: BTreeMap<String, String> =
             launch_env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let plan = plan::build(config, &PlanInputs { cwd: self.dir.path().display().to_string(), env });
+        let plan = plan::build(
+            config,
+            &PlanInputs { cwd: self.dir.path().display().to_string(), env, ..Default::default() },
+        );
         let node = &plan.nodes[0];
         // A run id of its own: tests run at once, and an agent stops every process that holds
         // its exact marker.

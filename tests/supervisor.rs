@@ -314,8 +314,8 @@ fn herd_kill_stops_leftovers_of_the_config_only_and_refuses_while_a_run_is_live(
     assert!(again.stdout.contains("nothing left of earlier runs"), "{again}");
 }
 
-/// Processes in node `i`'s network namespace whose command line starts with `prefix`.
-fn processes_with_cmdline(c: &Cluster, node: usize, prefix: &str) -> Vec<u32> {
+/// Processes in node `i`'s network namespace whose command line contains `part`.
+fn processes_with_cmdline(c: &Cluster, node: usize, part: &str) -> Vec<u32> {
     let ns = std::fs::metadata(format!("/run/netns/{}", c.tb.nodes()[node].netns)).map(|m| {
         use std::os::unix::fs::MetadataExt;
         m.ino()
@@ -328,7 +328,7 @@ fn processes_with_cmdline(c: &Cluster, node: usize, prefix: &str) -> Vec<u32> {
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == ns)
                 && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+                    .is_ok_and(|c| c.windows(part.len()).any(|w| w == part.as_bytes()))
         })
         .collect()
 }
@@ -346,7 +346,8 @@ fn a_silent_node_is_lost_by_heartbeat_and_given_up() {
     let running = herd::start(c.tb.dir(), &["run", "--no-preflight"], &[]);
     assert!(wait_for_event(&c.logs(), "node_started", Duration::from_secs(30)).is_some());
     std::thread::sleep(Duration::from_secs(1));
-    let agent = "sh\0-c\0# herd node agent";
+    // The agent runs as `sh -c SCRIPT herd-agent ...`: its $0 names it.
+    let agent = "\0herd-agent\0";
     let frozen = processes_with_cmdline(&c, 1, agent);
     assert!(frozen.len() >= 2, "the agent and its helper shells: {frozen:?}");
     for pid in &frozen {

@@ -175,7 +175,7 @@ mod tests {
         let mut c = config("");
         select_nodes(&mut c, None, Some("gpu-01")).unwrap();
         let plan =
-            crate::plan::build(&c, &crate::plan::PlanInputs { cwd: "/w".into(), env: Default::default() });
+            crate::plan::build(&c, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
         assert_eq!(plan.master.host, "gpu-02");
         assert_eq!(plan.master.node_rank, 0);
         let ranks: Vec<(usize, &str)> = plan.nodes.iter().map(|n| (n.rank, n.host.as_str())).collect();

@@ -457,7 +457,7 @@ mod tests {
     fn plan() -> LaunchPlan {
         let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n[rendezvous]\ninterface = \"eth0\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
-        plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() })
+        plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() })
     }
 
     fn facts(torch: &str, clock_offset: f64) -> Facts {
@@ -479,7 +479,7 @@ mod tests {
     fn with_a_container_the_node_needs_the_runtime_not_the_launcher() {
         let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\nsetup = \"pip install -e .\"\n[container]\nimage = \"i\"\nruntime = \"podman\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
-        let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() });
+        let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() });
         let script = crate::doctor::facts_script(&p, true);
         assert!(script.contains("herd-fact runtime=$(command -v podman"), "{script}");
         assert!(!script.contains("torch"), "{script}");
@@ -516,7 +516,7 @@ mod tests {
                 "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nlauncher = \"command\"\n{job}device = \"cpu\"\n"
             );
             let config = crate::config::parse(Path::new("c.toml"), &text).unwrap();
-            plan::build(&config, &PlanInputs { cwd: "/w".into(), env: Default::default() })
+            plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() })
         };
         // A node without torch, whose launcher is the script itself.
         let mut no_torch = facts("", 0.0);
@@ -600,29 +600,56 @@ mod tests {
     }
 
     #[test]
-    fn the_leftovers_fact_counts_the_configs_processes_but_not_the_doctors_own() {
+    fn the_leftovers_fact_counts_only_the_configs_processes_whose_agent_is_gone() {
+        use crate::remote::{env_block, AgentInvocation};
+        use std::io::{Read, Write};
+        use std::process::{Command, Stdio};
         let p = plan();
-        let marked = |run: &str| {
-            std::process::Command::new("sleep")
-                .arg("62")
-                .env("HERD_MARKER", format!("{}:{run}:0:0", p.config_key))
-                .stdin(std::process::Stdio::null())
+        let marker = |run: &str| format!("{}:{run}:0:0", p.config_key);
+        // The agent as the doctor starts it, with `job` and the marker of `run`.
+        let agent = |run: &str, job: String| {
+            let m = marker(run);
+            let inv = AgentInvocation {
+                grace_secs: 1,
+                heartbeat_secs: 60,
+                marker: format!("HERD_MARKER={m}"),
+                job,
+                cleanup: None,
+                presweep: None,
+            };
+            let argv = inv.local_argv();
+            let mut child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
                 .spawn()
-                .unwrap()
+                .unwrap();
+            child.stdin.as_mut().unwrap().write_all(&env_block([("HERD_MARKER", m.as_str())])).unwrap();
+            child
         };
-        let mut old = marked("20000101-000000-dead");
-        let mut doctor = marked(crate::doctor::DOCTOR_RUN_ID);
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(crate::doctor::facts_script(&p, false))
-            .stdin(std::process::Stdio::null())
-            .output()
+        // A leftover: marked, and no agent.
+        let mut old = Command::new("sleep")
+            .arg("62")
+            .env("HERD_MARKER", marker("20000101-000000-dead"))
+            .stdin(Stdio::null())
+            .spawn()
             .unwrap();
-        for c in [&mut old, &mut doctor] {
-            c.kill().unwrap();
-            let _ = c.wait();
-        }
-        let (values, _) = parse_facts(&String::from_utf8_lossy(&out.stdout));
-        assert_eq!(values.get("leftovers").map(String::as_str), Some("1"), "{out:?}");
+        // A live run of the config, under its agent.
+        let mut live = agent("20000101-000001-live", "sleep 62".into());
+        let mut probe = agent(
+            crate::doctor::DOCTOR_RUN_ID,
+            format!("sleep 0.3; sh -c {}", crate::remote::quote(&crate::doctor::facts_script(&p, false))),
+        );
+        let mut out = String::new();
+        probe.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        drop(probe.stdin.take());
+        let _ = probe.wait();
+        drop(live.stdin.take());
+        let _ = live.wait();
+        old.kill().unwrap();
+        let _ = old.wait();
+        let (values, _) = parse_facts(&out);
+        assert_eq!(values.get("leftovers").map(String::as_str), Some("1"), "{out}");
     }
 }

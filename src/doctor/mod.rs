@@ -92,15 +92,12 @@ if {full}:
         s += "echo \"herd-fact shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $2}')\"\n";
         s += "echo \"herd-fact nofile=$(ulimit -n)\"\n";
         s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
-        let mine = plan.marker_prefix(None);
-        let doctor = plan.marker_prefix(Some(DOCTOR_RUN_ID));
-        // One scan, each match checked against the doctor's own marker (grep -q: 0 the
-        // doctor's, 1 a leftover, 2 gone meanwhile): the port check's processes come and go
-        // while this runs, and two counts taken apart could differ by them.
+        // The sweep's own rule: processes of this config whose agent is gone. The doctor's
+        // probes, and any live run, have theirs.
+        s += remote::PROCS_SCRIPT;
         s += &format!(
-            "n=0; for f in $(grep -lz -- {} /proc/[0-9]*/environ 2>/dev/null); do grep -qz -- {} \"$f\" 2>/dev/null; [ $? != 1 ] || n=$((n + 1)); done; echo \"herd-fact leftovers=$n\"\n",
-            quote(&format!("^{mine}")),
-            quote(&format!("^{doctor}"))
+            "echo \"herd-fact leftovers=$(herd_leftovers {} | wc -l)\"\n",
+            quote(&plan.marker_prefix(None))
         );
         if let crate::config::PortSpec::Fixed(p) = plan.master.port {
             s += &format!(

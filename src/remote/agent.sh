@@ -1,5 +1,6 @@
 # herd node agent: runs one node's job in its own process group and ties the job's life to
-# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill.
+# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill. Shipped
+# after procs.sh, whose functions it uses.
 #
 # argv:  $1 grace seconds (SIGTERM -> SIGKILL)
 #        $2 seconds between heartbeats
@@ -8,7 +9,8 @@
 #        $5 optional: a shell command run once the job is gone (removes its container);
 #           may be empty
 #        $6 optional: a shell command run before the job starts (sweeps leftovers of
-#           earlier runs); each line it prints is reported as `herd-agent swept LINE`
+#           earlier runs, with procs.sh's functions); each line it prints is reported as
+#           `herd-agent swept LINE`
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
@@ -35,18 +37,24 @@ while [ "$i" -lt "$count" ]; do
   i=$((i + 1))
 done
 
-# Only the subshell holds fd 2, never its sleep: killing it must close the pipe at once.
-# Its sleep goes with it (TERM interrupts `wait`, and the trap stops the sleep), so nothing
-# of the heartbeat outlives the agent. It beats from here on, so that a slow pre-sweep never
-# looks like a silent node.
+# Only the subshell holds fd 2, never its sleep. On TERM it stops and reaps its sleep
+# (a TERM between `sleep &` and `nap=$!` is caught by the check after it), and the agent waits
+# for it: nothing of the heartbeat outlives the agent. It beats from here on, so that a slow
+# pre-sweep never looks like a silent node.
 (
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  while :; do
+  stop=
+  trap 'stop=1; kill "$nap" 2>/dev/null' TERM
+  while [ -z "$stop" ]; do
     sleep "$beat" >/dev/null 2>&1 &
     nap=$!
-    wait "$nap" || exit 0
-    echo "herd-agent alive" >&2 || exit 0
+    [ -z "$stop" ] || kill "$nap" 2>/dev/null
+    # The shell's own note of a killed sleep ("Terminated") must not reach fd 2.
+    { wait "$nap"; } 2>/dev/null
+    [ -z "$stop" ] || break
+    echo "herd-agent alive" >&2 || break
   done
+  kill "$nap" 2>/dev/null
+  { wait "$nap"; } 2>/dev/null
 ) </dev/null >/dev/null &
 heart=$!
 
@@ -74,26 +82,36 @@ pg=$!
 echo "herd-agent pgid $pg" >&2
 
 strays() {
-  for f in $(grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null); do
-    f=${f#/proc/}
-    echo "${f%/environ}"
-  done
+  herd_with_env -xF -- "$marker"
 }
 
-# $2: the strays, if just found.
+# The leader before its setsid: still the agent's child, in no group of its own yet. (A pid
+# alone could by now be another process's.)
+early_leader() {
+  { IFS= read -r st <"/proc/$pg/stat"; } 2>/dev/null || return 1
+  set -- ${st##*) }
+  [ "$2" = "$$" ] && [ "$3" != "$pg" ]
+}
+
+# $2: the strays, if just found. Until setsid has run, the group does not exist yet: the
+# leader is signalled by its pid.
 signal_job() {
-  kill "-$1" "-$pg" 2>/dev/null
+  kill "-$1" "-$pg" 2>/dev/null || { early_leader && kill "-$1" "$pg" 2>/dev/null; }
   for p in ${2-$(strays)}; do kill "-$1" "$p" 2>/dev/null; done
+}
+
+job_alive() {
+  kill -0 "-$pg" 2>/dev/null || early_leader
 }
 
 # SIGTERM, up to $1 seconds for everything to go, then SIGKILL. Nothing to do (the usual
 # end of a job that exited by itself) costs one look at /proc.
 stop_job() {
   left=$(strays)
-  kill -0 "-$pg" 2>/dev/null || [ -n "$left" ] || return 0
+  job_alive || [ -n "$left" ] || return 0
   signal_job TERM "$left"
   t=0
-  while [ "$t" -lt "$(($1 * 10))" ] && { kill -0 "-$pg" 2>/dev/null || [ -n "$(strays)" ]; }; do
+  while [ "$t" -lt "$(($1 * 10))" ] && { job_alive || [ -n "$(strays)" ]; }; do
     sleep 0.1
     t=$((t + 1))
   done
@@ -117,6 +135,10 @@ status=$?
 stop_job "$grace"
 # A killed `docker run` leaves its container running: remove it (quietly, best effort).
 [ -z "$cleanup" ] || sh -c "$cleanup" </dev/null >/dev/null 2>&1 3<&-
-kill "$watcher" "$heart" 2>/dev/null
+# Waiting also collects the watcher, killed by TERM: the shell's own note of that goes nowhere.
+{
+  kill "$watcher" "$heart"
+  wait "$heart"
+} 2>/dev/null
 echo "herd-agent exit $status" >&2
 exit "$status"

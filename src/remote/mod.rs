@@ -3,8 +3,13 @@
 
 use std::fmt::Write as _;
 
-/// The node agent (POSIX sh). See the header of `agent.sh` for its protocol.
-pub const AGENT_SCRIPT: &str = include_str!("agent.sh");
+/// The process functions shared by the agent, the sweeps and the doctor's probe (POSIX sh).
+/// See the header of `procs.sh`.
+pub const PROCS_SCRIPT: &str = include_str!("procs.sh");
+
+/// The node agent (POSIX sh), after the process functions it uses. See the header of
+/// `agent.sh` for its protocol.
+pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("agent.sh"));
 
 /// Name the agent runs under (`$0`), which also marks it in `ps`.
 pub const AGENT_NAME: &str = "herd-agent";
@@ -117,31 +122,32 @@ pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<
     format!("{lines}\n{body}").into_bytes()
 }
 
-/// A shell command that stops every process whose environment has an entry starting with
-/// `prefix` but not with `spare` (SIGTERM, up to `grace_secs`, SIGKILL) and prints their pids.
-/// Both hold only characters that mean themselves in a basic regular expression (a marker
-/// prefix does). `spare` keeps the current run's processes safe from a sweep that runs while
-/// other nodes of the run, on the same host, may already have started.
-pub fn sweep_command(prefix: &str, spare: Option<&str>, grace_secs: u64) -> String {
-    let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b));
-    debug_assert!(plain(prefix) && spare.is_none_or(plain), "{prefix} {spare:?}");
-    let tenths = grace_secs * 10;
-    // No sed, no pipe: a sweep runs on every node at once, and every process counts.
-    let (vars, keep) = match spare {
-        None => (format!("p={}", quote(&format!("^{prefix}"))), "echo $q"),
-        // grep -q exits 0 for a spared process, 1 for one to stop, 2 for one gone meanwhile.
-        Some(spare) => (
-            format!("p={} s={}", quote(&format!("^{prefix}")), quote(&format!("^{spare}"))),
-            "grep -qz -- \"$s\" /proc/$q/environ 2>/dev/null; [ $? != 1 ] || echo $q",
-        ),
+/// Which of a config's processes a sweep stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepScope {
+    /// Those whose agent is gone: a live run, of this herd or another, is never touched.
+    Leftovers,
+    /// All of them, live agent or not: what is left of this herd's own earlier attempts,
+    /// whose agents it has given up on.
+    All,
+}
+
+/// The shell call (for a shell where `procs.sh` is defined) that stops a config's processes
+/// whose marker entry starts with `prefix`, in `scope` (SIGTERM, up to `grace_secs`, SIGKILL),
+/// and prints their pids.
+pub fn sweep_call(prefix: &str, scope: SweepScope, grace_secs: u64) -> String {
+    debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b)), "{prefix}");
+    let scope = match scope {
+        SweepScope::Leftovers => "leftovers",
+        SweepScope::All => "all",
     };
-    format!(
-        "{vars}; pids() {{ for f in $(grep -lz -- \"$p\" /proc/[0-9]*/environ 2>/dev/null); do \
-         q=${{f#/proc/}}; q=${{q%/environ}}; {keep}; done; }}; \
-         found=$(pids); [ -n \"$found\" ] || exit 0; echo $found; kill -TERM $found 2>/dev/null; t=0; \
-         while [ -n \"$(pids)\" ] && [ $t -lt {tenths} ]; do sleep 0.1; t=$((t + 1)); done; \
-         left=$(pids); [ -z \"$left\" ] || kill -KILL $left 2>/dev/null; exit 0"
-    )
+    format!("herd_sweep {} {scope} {grace_secs}", quote(prefix))
+}
+
+/// A command for a node's login shell that runs `body` in `sh`, with `procs.sh` defined: the
+/// login shell may be bash, dash or zsh, which splits words differently.
+pub fn with_procs(body: &str) -> String {
+    format!("sh -c {}", quote(&format!("{PROCS_SCRIPT}{body}\n")))
 }
 
 /// The pids a sweep printed.
@@ -232,7 +238,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: "HERD_T_MARK=1".into(), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -290,7 +296,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
-            marker: "HERD_T_MARK=1".into(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
             cleanup: None,
             presweep: None,
@@ -305,6 +311,11 @@ mod tests {
             panic!("expected a pgid line, got {first:?}")
         };
         let group_alive = || !live_members(pgid).is_empty();
+        // The agent names the group as it forks its leader, which then calls setsid.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !group_alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert!(group_alive());
         let started = std::time::Instant::now();
         drop(stdin);
@@ -389,9 +400,10 @@ mod tests {
         Command::new("sleep").arg("63").env("HERD_MARKER", marker).stdin(Stdio::null()).spawn().unwrap()
     }
 
-    /// Run a sweep command; the pids it says it stopped.
-    fn sweep(command: String) -> Vec<u32> {
-        let out = Command::new("sh").arg("-c").arg(command).output().unwrap();
+    /// Run a sweep, as a node's login shell would; the pids it says it stopped.
+    fn sweep(prefix: &str, scope: SweepScope) -> Vec<u32> {
+        let out =
+            Command::new("sh").arg("-c").arg(with_procs(&sweep_call(prefix, scope, 1))).output().unwrap();
         assert!(out.status.success());
         parse_pids(&String::from_utf8_lossy(&out.stdout))
     }
@@ -399,9 +411,9 @@ mod tests {
     #[test]
     fn sweep_stops_only_processes_whose_marker_matches() {
         let tag = format!("{}-{}", std::process::id(), rand_suffix());
-        let mut mine = marked_sleep(&format!("k{tag}:run1:0"));
-        let mut other_run = marked_sleep(&format!("k{tag}:run2:0"));
-        assert_eq!(sweep(sweep_command(&format!("HERD_MARKER=k{tag}:run1:"), None, 1)), vec![mine.id()]);
+        let mut mine = marked_sleep(&format!("k{tag}:run1:0:0"));
+        let mut other_run = marked_sleep(&format!("k{tag}:run2:0:0"));
+        assert_eq!(sweep(&format!("HERD_MARKER=k{tag}:run1:"), SweepScope::All), vec![mine.id()]);
         assert!(mine.wait().unwrap().code().is_none(), "killed by a signal");
         assert!(other_run.try_wait().unwrap().is_none(), "another run's process was touched");
         other_run.kill().unwrap();
@@ -409,19 +421,47 @@ mod tests {
     }
 
     #[test]
-    fn a_sweep_that_spares_a_run_stops_every_other_run_of_the_config() {
+    fn a_leftover_sweep_spares_every_process_whose_agent_is_alive() {
+        use std::io::{BufRead, BufReader, Write};
         let tag = format!("{}-{}", std::process::id(), rand_suffix());
-        let mut old = marked_sleep(&format!("k{tag}:run1:0"));
-        let mut current = marked_sleep(&format!("k{tag}:run2:1"));
-        let mut other_config = marked_sleep(&format!("j{tag}:run1:0"));
-        let spare = format!("HERD_MARKER=k{tag}:run2:");
-        assert_eq!(sweep(sweep_command(&format!("HERD_MARKER=k{tag}:"), Some(&spare), 1)), vec![old.id()]);
-        assert!(old.wait().unwrap().code().is_none(), "killed by a signal");
-        for p in [&mut current, &mut other_config] {
-            assert!(p.try_wait().unwrap().is_none(), "a spared process was touched");
-            p.kill().unwrap();
-            let _ = p.wait();
+        // A live run of the same config: its agent is alive, so its job is not a leftover.
+        let live = format!("HERD_MARKER=k{tag}:run2:0:0");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: live.clone(),
+            job: "sleep 63".into(),
+            cleanup: None,
+            presweep: None,
+        };
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        let (name, value) = live.split_once('=').unwrap();
+        stdin.write_all(&env_block([(name, value)])).unwrap();
+        let mut line = String::new();
+        BufReader::new(agent.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(matches!(parse_agent_line(line.trim_end()), AgentMessage::Started { .. }), "{line}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while processes_with_env(&live).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let job = processes_with_env(&live);
+        assert!(!job.is_empty());
+        // A leftover of an earlier run (no agent), and a process of another config.
+        let mut old = marked_sleep(&format!("k{tag}:run1:0:1"));
+        let mut other_config = marked_sleep(&format!("j{tag}:run1:0:0"));
+
+        assert_eq!(sweep(&format!("HERD_MARKER=k{tag}:"), SweepScope::Leftovers), vec![old.id()]);
+        assert!(old.wait().unwrap().code().is_none(), "killed by a signal");
+        assert_eq!(processes_with_env(&live), job, "the live run's job was touched");
+        assert!(other_config.try_wait().unwrap().is_none(), "another config's process was touched");
+
+        // Once its agent is gone, what it left is a leftover (here: nothing, it stopped it).
+        drop(stdin);
+        agent.wait().unwrap();
+        assert_eq!(sweep(&format!("HERD_MARKER=k{tag}:"), SweepScope::Leftovers), Vec::<u32>::new());
+        other_config.kill().unwrap();
+        let _ = other_config.wait();
     }
 
     #[test]
@@ -431,7 +471,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
-            marker: "HERD_T_MARK=1".into(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("echo job >> {}", quote(order.to_str().unwrap())),
             cleanup: None,
             presweep: Some(format!(
@@ -439,7 +479,7 @@ mod tests {
                 quote(order.to_str().unwrap())
             )),
         };
-        let out = run_agent(&inv, &env_block([("HERD_T_MARK", "1")]));
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert!(out.status.success());
         assert_eq!(std::fs::read_to_string(&order).unwrap(), "sweep\njob\n");
         let stderr = String::from_utf8(out.stderr).unwrap();
@@ -449,6 +489,12 @@ mod tests {
         assert_eq!(messages[1], AgentMessage::Swept("container herd-k-old-0-".into()), "{stderr}");
         assert!(matches!(messages[2], AgentMessage::Started { .. }), "{stderr}");
         assert!(!messages.iter().any(|m| matches!(m, AgentMessage::Other(_))), "{stderr}");
+    }
+
+    /// A marker value of this test's own: the tests run at once, and an agent stops every
+    /// process that holds its exact marker.
+    fn test_mark() -> String {
+        format!("t{}", std::process::id())
     }
 
     fn rand_suffix() -> u32 {
@@ -466,7 +512,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 7,
             heartbeat_secs: 60,
-            marker: "HERD_T_MARK=1".into(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
             job: "exec echo 'hi there'".into(),
             cleanup: None,
             presweep: None,
@@ -515,7 +561,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
-            marker: "HERD_T_MARK=1".into(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string())),
             cleanup: Some(format!(
                 "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
@@ -523,7 +569,7 @@ mod tests {
             )),
             presweep: None,
         };
-        let out = run_agent(&inv, &env_block([("HERD_T_MARK", "1")]));
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert_eq!(out.stdout, b"job-ran\n");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.ends_with("herd-agent exit 3\n") && !stderr.contains("noise"), "{stderr}");

@@ -22,7 +22,7 @@ use crate::doctor;
 use crate::events::{Event, NodeExit, RunStatus};
 use crate::plan::{AttemptValues, LaunchPlan};
 use crate::port;
-use crate::remote::{self, AgentInvocation};
+use crate::remote::{self, AgentInvocation, SweepScope};
 use crate::transport::{self, Connection, TransportError};
 
 use node::Liveness;
@@ -443,46 +443,50 @@ async fn prepare_restart(
     Ok(conns)
 }
 
-/// Which leftovers a sweep stops: every process (and container) of this config's runs, or
-/// of one run, but never those of `spare`.
+/// What a sweep stops: this config's leftovers (processes whose agent is gone, of any run),
+/// or everything of one of this herd's own runs; and which containers it removes.
 #[derive(Debug, Clone, Copy)]
 struct Sweep<'a> {
     run_id: Option<&'a str>,
-    spare: Option<&'a str>,
+    /// Containers of this run are kept (they are the run's own, starting on other nodes).
+    spare_containers_of: Option<&'a str>,
 }
 
 impl<'a> Sweep<'a> {
-    /// Before a run: everything of the config (herd holds the config's run lock, so no other
-    /// run of it is live).
-    const CONFIG: Sweep<'static> = Sweep { run_id: None, spare: None };
+    /// Before a run, and `herd kill`: every leftover of the config. A process whose agent is
+    /// alive belongs to a live run, of this machine or another, and is never touched.
+    const CONFIG: Sweep<'static> = Sweep { run_id: None, spare_containers_of: None };
 
-    /// Before a restart: what is left of this run's last attempt.
+    /// Before a restart: everything of this run's earlier attempts, live agent or not (an
+    /// agent cut off from herd may not know it yet).
     fn run(run_id: &'a str) -> Sweep<'a> {
-        Sweep { run_id: Some(run_id), spare: None }
+        Sweep { run_id: Some(run_id), spare_containers_of: None }
     }
 
-    /// In a node's agent, as the run starts: everything of the config but this run, whose
-    /// other nodes may already be running on the same host.
-    fn config_but(run_id: &'a str) -> Sweep<'a> {
-        Sweep { run_id: None, spare: Some(run_id) }
+    /// In a node's agent, as the run starts: the config's leftovers, and its containers but
+    /// this run's.
+    fn in_agent(run_id: &'a str) -> Sweep<'a> {
+        Sweep { run_id: None, spare_containers_of: Some(run_id) }
     }
 
-    /// The shell command: stop the processes whose HERD_MARKER matches, then, with
+    /// The shell for a shell where `procs.sh` is defined: stop the processes, then, with
     /// `[container]`, remove the containers they leave.
-    fn command(self, plan: &LaunchPlan) -> String {
-        let spare = self.spare.map(|run| plan.marker_prefix(Some(run)));
-        let mut command = remote::sweep_command(
+    fn body(self, plan: &LaunchPlan) -> String {
+        let scope = if self.run_id.is_some() { SweepScope::All } else { SweepScope::Leftovers };
+        let mut body = remote::sweep_call(
             &plan.marker_prefix(self.run_id),
-            spare.as_deref(),
+            scope,
             policy::grace_secs(plan.restart.grace_period),
         );
         if let Some(c) = &plan.container {
             // The processes first (their runtime clients among them), then what they leave.
             let prefix = crate::container::name_prefix(&plan.config_key, self.run_id);
-            let spare = self.spare.map(|run| crate::container::name_prefix(&plan.config_key, Some(run)));
-            command = format!("({command}); {}", c.sweep_command(&prefix, spare.as_deref()));
+            let spare = self
+                .spare_containers_of
+                .map(|run| crate::container::name_prefix(&plan.config_key, Some(run)));
+            body = format!("{body}; ({})", c.sweep_command(&prefix, spare.as_deref()));
         }
-        command
+        body
     }
 }
 
@@ -507,7 +511,7 @@ async fn sweep_nodes(
     sweep: Sweep<'_>,
     events: &mpsc::Sender<Event>,
 ) {
-    let command = sweep.command(plan);
+    let command = remote::with_procs(&sweep.body(plan));
     let mut set = JoinSet::new();
     for (rank, conn) in nodes {
         let command = command.clone();
@@ -649,7 +653,7 @@ async fn run_attempt(
                 cleanup: plan.container_cleanup(node, &values),
                 // The master was swept before its port was chosen; the others sweep here.
                 presweep: (attempt == 0 && node.rank != plan.master.node_rank)
-                    .then(|| Sweep::config_but(ctx.run_id).command(plan)),
+                    .then(|| Sweep::in_agent(ctx.run_id).body(plan)),
             },
             env_block: node.env_block(&values),
             liveness: liveness.clone(),

@@ -1,0 +1,66 @@
+# herd's view of a node's processes, from /proc: which belong to a run, which run is still
+# live, and how to stop them. One copy, shipped in front of the agent, of every sweep and of
+# the doctor's probe. POSIX sh; needs GNU grep (-z) and Linux /proc.
+#
+# Every job process inherits HERD_MARKER=<config key>:<run id>:<attempt>:<node rank>. The agent
+# that runs a node's job holds that same marker in its argv, and lives exactly as long as
+# herd's connection to it: a process whose agent is alive belongs to a live run, one whose
+# agent is gone is a leftover.
+
+# herd_with_env GREP_ARGS...: the pids whose environment has an entry grep -z matches.
+herd_with_env() {
+  for herd_f in $(grep -lz "$@" /proc/[0-9]*/environ 2>/dev/null); do
+    herd_f=${herd_f#/proc/}
+    echo "${herd_f%/environ}"
+  done
+}
+
+# herd_live_markers PREFIX: the markers (NAME=VALUE) of the live agents whose marker starts
+# with PREFIX, a config's `HERD_MARKER=<key>:`.
+herd_live_markers() {
+  grep -hzx -- "$1[^:]*:[0-9][0-9]*:[0-9][0-9]*" /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | sort -u
+}
+
+# herd_leftovers PREFIX: the pids whose marker starts with PREFIX and whose agent is gone.
+# Each process is judged by its own marker, not by a list of pids taken earlier: a shell that
+# runs this under a live agent forks subshells with that agent's marker as it goes.
+herd_leftovers() {
+  herd_live=$(herd_live_markers "$1")
+  for herd_p in $(herd_with_env -- "^$1"); do
+    herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
+    # Gone meanwhile: nothing to judge.
+    [ -n "$herd_m" ] || continue
+    case "
+$herd_live
+" in
+      *"
+$herd_m
+"*) ;;
+      *) echo "$herd_p" ;;
+    esac
+  done
+}
+
+# herd_pick PREFIX all|leftovers: every process whose marker starts with PREFIX, or only the
+# leftovers among them.
+herd_pick() {
+  if [ "$2" = all ]; then herd_with_env -- "^$1"; else herd_leftovers "$1"; fi
+}
+
+# herd_sweep PREFIX all|leftovers GRACE: stop what herd_pick finds (SIGTERM, up to GRACE
+# seconds, SIGKILL) and print their pids on one line. PREFIX holds only characters that mean
+# themselves in a basic regular expression (a marker prefix does).
+herd_sweep() {
+  herd_found=$(herd_pick "$1" "$2")
+  [ -n "$herd_found" ] || return 0
+  echo $herd_found
+  kill -TERM $herd_found 2>/dev/null
+  herd_t=0
+  while [ -n "$(herd_pick "$1" "$2")" ] && [ "$herd_t" -lt "$(($3 * 10))" ]; do
+    sleep 0.1
+    herd_t=$((herd_t + 1))
+  done
+  herd_left=$(herd_pick "$1" "$2")
+  [ -z "$herd_left" ] || kill -KILL $herd_left 2>/dev/null
+  return 0
+}

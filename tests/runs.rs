@@ -1,0 +1,116 @@
+//! Runs of one config never hurt each other: the same file from two directories, from
+//! another machine (another state directory), and named in different ways. Both nodes use the
+//! local transport, so the sweeps and the agents run on this machine.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::herd;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A config with no `[logs]`: its logs go to `./herd-logs` of whichever directory herd runs
+/// in. The job ticks for about 4 s on each node.
+fn write_config(path: &Path) {
+    let text = "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
+        [job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+        args = [\"-c\", 'for i in 1 2 3 4 5 6 7 8; do echo \"tick $i\"; sleep 0.5; done']\n\
+        [restart]\nmax_restarts = 0\n";
+    std::fs::write(path, text).unwrap();
+}
+
+/// Wait for the run under `logs` to have started its job on every node.
+fn wait_started(logs: &Path) {
+    let started = herd::wait_until(Duration::from_secs(30), || {
+        let Ok(mut runs) = std::fs::read_dir(logs) else { return false };
+        let Some(Ok(run)) = runs.next() else { return false };
+        let Ok(text) = std::fs::read_to_string(run.path().join("events.jsonl")) else { return false };
+        text.matches("\"node_started\"").count() == 2
+    });
+    assert!(started, "the first run did not start under {}", logs.display());
+}
+
+fn assert_all_ticks(out: &herd::Finished) {
+    for tick in 1..=8 {
+        assert_eq!(
+            out.stdout.matches(&format!("tick {tick}\n")).count(),
+            2,
+            "tick {tick} on both nodes\n{out}"
+        );
+    }
+}
+
+#[test]
+fn the_same_config_from_another_directory_is_refused_while_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("R.toml");
+    write_config(&config);
+    let (d1, d2) = (tmp.path().join("d1"), tmp.path().join("d2"));
+    std::fs::create_dir_all(&d1).unwrap();
+    std::fs::create_dir_all(&d2).unwrap();
+    let config = config.to_str().unwrap();
+
+    let first = herd::start(&d1, &["run", "--no-preflight", "-c", config], &[]);
+    wait_started(&d1.join("herd-logs"));
+    let second = herd::run(&d2, &["run", "--no-preflight", "-c", config], LIMIT);
+    second.assert_code(4);
+    assert!(second.stderr.contains("another herd run of"), "{second}");
+    let first = first.wait(LIMIT);
+    first.assert_code(0);
+    assert_all_ticks(&first);
+}
+
+#[test]
+fn a_live_run_from_another_machine_is_never_swept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("R.toml");
+    write_config(&config);
+    let (d1, d2) = (tmp.path().join("d1"), tmp.path().join("d2"));
+    std::fs::create_dir_all(&d1).unwrap();
+    std::fs::create_dir_all(&d2).unwrap();
+    let config = config.to_str().unwrap();
+    // Another machine, or another user: a state directory of its own, so no shared lock.
+    let elsewhere = tmp.path().join("other-state");
+
+    let first = herd::start(&d1, &["run", "--no-preflight", "-c", config], &[]);
+    wait_started(&d1.join("herd-logs"));
+    let second = herd::start(
+        &d2,
+        &["run", "--no-preflight", "-c", config],
+        &[("XDG_STATE_HOME", elsewhere.to_str().unwrap())],
+    )
+    .wait(LIMIT);
+    let first = first.wait(LIMIT);
+    second.assert_code(0);
+    first.assert_code(0);
+    assert_all_ticks(&first);
+    assert_all_ticks(&second);
+    let swept = herd::events(&herd::only_run_dir(&d2.join("herd-logs")));
+    assert!(
+        !herd::event_names(&swept).iter().any(|e| e == "leftovers_stopped"),
+        "the second run swept the first one's live processes: {swept:?}"
+    );
+}
+
+#[test]
+fn a_config_is_one_config_whichever_way_its_path_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    write_config(&dir.join("c.toml"));
+    std::os::unix::fs::symlink(dir.join("c.toml"), tmp.path().join("link.toml")).unwrap();
+    herd::run(&dir, &["run", "--no-preflight", "-c", "c.toml"], LIMIT).assert_code(0);
+    let run_dir = herd::only_run_dir(&dir.join("herd-logs"));
+    let run_id = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+
+    let abs_doubled = format!("{}//c.toml", dir.display());
+    let link = tmp.path().join("link.toml").display().to_string();
+    for name in ["./c.toml", "../proj/c.toml", abs_doubled.as_str(), link.as_str()] {
+        // The logs stay where the run wrote them: in proj/herd-logs.
+        let out = herd::run(&dir, &["logs", "--list", "-c", name], LIMIT);
+        out.assert_code(0);
+        assert!(out.stdout.contains(&run_id), "-c {name} does not find run {run_id}\n{out}");
+    }
+}
