@@ -114,6 +114,27 @@ fn bad_configs_exit_2_with_the_location() {
     }
 }
 
+/// herd logs in with the named key only: a missing key is an error before any connection,
+/// never a silent fallback to another key. (The hosts are unresolvable: a connection attempt
+/// would show up as exit 3.)
+#[test]
+fn a_missing_identity_file_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "[ssh]\nidentity_file = \"~/.ssh/herd-no-such-key\"\n[[nodes]]\nhost = \"gpu-[01-02]\"\n[job]\nscript = \"t.py\"\n",
+    );
+    for cmd in [&["run"][..], &["doctor"], &["kill"], &["exec", "--", "true"]] {
+        let out = herd::run(dir.path(), cmd, LIMIT);
+        out.assert_code(2);
+        assert!(
+            out.stderr.contains("ssh.identity_file ~/.ssh/herd-no-such-key: No such file or directory"),
+            "herd {cmd:?}\n{out}"
+        );
+        assert!(!dir.path().join("herd-logs").exists(), "herd {cmd:?} started a run");
+    }
+}
+
 #[test]
 fn missing_config_file_exits_2_naming_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,7 +265,7 @@ fn a_log_directory_that_cannot_be_created_stops_the_run_before_it_starts() {
     );
     let out = herd::run(dir.path(), &["run"], LIMIT);
     out.assert_code(5);
-    assert!(out.stderr.contains("cannot create the log directory /dev/null/logs"), "{out}");
+    assert!(out.stderr.contains("cannot create the run's log directory under /dev/null/logs"), "{out}");
     assert!(!marker.exists(), "the job ran although its logs could not be kept");
 }
 
