@@ -115,7 +115,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[])?;
     let command = args.command.join(" ");
     let exec_id = new_run_id();
-    state_dir()?;
+    ready_to_connect(&plan)?;
     let runtime = runtime()?;
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
     let color = output::mode::Surroundings::detect(false, true).color();
@@ -267,7 +267,7 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
 
 fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[])?;
-    state_dir()?;
+    ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (conns, ms, errors) = supervisor::connect_each(&plan).await;
         let port = match &conns[plan.master.node_rank] {
@@ -300,6 +300,26 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .map_err(Error::io("cannot start the async runtime"))
 }
 
+/// What must hold on this machine before herd contacts any node: the SSH key the config names
+/// exists (herd logs in with that key only, IdentitiesOnly=yes: another key must never log in
+/// in its place). Then herd's state directory.
+fn ready_to_connect(plan: &LaunchPlan) -> Result<std::path::PathBuf, Error> {
+    let keys = plan.nodes.iter().filter_map(|n| match &n.transport {
+        plan::Transport::Ssh(t) => t.identity_file.as_deref(),
+        plan::Transport::Local => None,
+    });
+    if let Some(key) = keys.into_iter().next() {
+        let path = transport::expand_tilde(key);
+        if let Err(e) = std::fs::File::open(&path) {
+            return Err(Error::Usage(format!(
+                "{}: ssh.identity_file {key}: {e} (herd logs in with this key only)",
+                plan.config_path.display()
+            )));
+        }
+    }
+    state_dir()
+}
+
 /// herd's per-user state directory, created. Its SSH control folder is cleaned of what a
 /// killed herd left, and used for this process's connections.
 fn state_dir() -> Result<std::path::PathBuf, Error> {
@@ -320,7 +340,7 @@ fn state_dir() -> Result<std::path::PathBuf, Error> {
 /// One run (or `herd kill`) of a config at a time, for this user, from whichever directory
 /// it is started: the lock lives in herd's state directory, not in the logs directory.
 fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
-    let path = state::lock_path(&state_dir()?, &plan.config_key);
+    let path = state::lock_path(&ready_to_connect(plan)?, &plan.config_key);
     let dir = path.parent().expect("a lock file is in a folder");
     std::fs::create_dir_all(dir).map_err(Error::io(format!("cannot create {}", dir.display())))?;
     let file =

@@ -199,7 +199,8 @@ impl AgentHandle {
     }
 }
 
-fn expand_tilde(path: &str) -> PathBuf {
+/// A path from the config, with a leading `~/` meaning the home directory, as ssh reads it.
+pub fn expand_tilde(path: &str) -> PathBuf {
     match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
         _ => PathBuf::from(path),
