@@ -64,7 +64,13 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
                         return Err(HostfileError::at(span, "slots is given twice on this line"));
                     }
                     match value.parse::<u32>() {
-                        Ok(n) if n >= 1 => slots = Some(n),
+                        Ok(n) if (1..=super::MAX_NPROC).contains(&n) => slots = Some(n),
+                        Ok(n) if n >= 1 => {
+                            return Err(HostfileError::at(
+                                span,
+                                format!("slots must be at most {}, found {n}", super::MAX_NPROC),
+                            ))
+                        }
                         _ => {
                             return Err(HostfileError::at(
                                 span,

@@ -48,6 +48,16 @@ pub const RESERVED_ENV: [&str; 13] = [
     "HERD_CONTAINER",
 ];
 
+/// The most nodes a config may list, after hostlist expansion, whatever their source.
+pub const MAX_NODES: usize = 10_000;
+/// The most processes one node may run (`nproc`, `nproc_per_node`).
+pub const MAX_NPROC: u32 = 1024;
+/// The longest a duration may be; the timers and SSH options fed by the first group would
+/// mean nothing past an hour.
+const MAX_SHORT_DURATION: Duration = Duration::from_secs(3600);
+const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+const SHORT_DURATIONS: [&str; 3] = ["restart.heartbeat_timeout", "restart.grace_period", "ssh.connect_timeout"];
+
 /// `job.python` when not given.
 pub const DEFAULT_PYTHON: &str = "python3";
 /// `logs.dir` when not given.
@@ -254,6 +264,12 @@ impl Cx<'_> {
     fn validate(&self, raw: RawConfig) -> Result<Config> {
         let ssh = self.ssh(raw.ssh)?;
         let nodes = self.node_source(raw.nodes, raw.nodes_from)?;
+        if nodes.len() > MAX_NODES {
+            return Err(ConfigError::whole_file(
+                self.path,
+                format!("too many nodes: {} listed, herd runs at most {MAX_NODES}", nodes.len()),
+            ));
+        }
         let Some(job) = raw.job else {
             return Err(ConfigError::whole_file(
                 self.path,
@@ -440,6 +456,12 @@ impl Cx<'_> {
             let span = node.host.span();
             let hosts = hostlist::expand(expr)
                 .map_err(|e| self.err(span.clone(), format!("malformed hostlist {expr:?}: {e}")))?;
+            if nodes.len() + hosts.len() > MAX_NODES {
+                return Err(self.err(
+                    span,
+                    format!("too many nodes: with {expr:?} the config lists more than {MAX_NODES}"),
+                ));
+            }
             for host in &hosts {
                 if let Err(why) = check_host(host) {
                     let msg = if host == expr {
@@ -914,19 +936,28 @@ impl Cx<'_> {
     /// A count that must be at least 1 (`nproc`, `nproc_per_node`).
     fn count(&self, v: &Spanned<i64>, what: &str) -> Result<u32> {
         match u32::try_from(*v.get_ref()) {
-            Ok(n) if n >= 1 => Ok(n),
+            Ok(n) if (1..=MAX_NPROC).contains(&n) => Ok(n),
+            Ok(n) if n >= 1 => Err(self.err(v.span(), format!("{what} must be at most {MAX_NPROC}, found {n}"))),
             _ => Err(self.err(v.span(), format!("{what} must be at least 1, found {}", v.get_ref()))),
         }
     }
 
     fn duration(&self, v: &Spanned<DurationText>, what: &str) -> Result<Duration> {
         let text = &v.get_ref().0;
-        humantime::parse_duration(text).map_err(|e| {
+        let d = humantime::parse_duration(text).map_err(|e| {
             self.err(
                 v.span(),
                 format!("invalid duration {text:?} for {what}: {e} (write e.g. \"10s\", \"5m\", \"1h 30m\")"),
             )
-        })
+        })?;
+        let max = if SHORT_DURATIONS.contains(&what) { MAX_SHORT_DURATION } else { MAX_DURATION };
+        if d > max {
+            return Err(self.err(
+                v.span(),
+                format!("{what} must be at most {}, found {text:?}", humantime::format_duration(max)),
+            ));
+        }
+        Ok(d)
     }
 
     fn positive_duration(&self, v: &Spanned<DurationText>, what: &str) -> Result<Duration> {
@@ -1845,6 +1876,44 @@ class = "user"
             16,
             "restart.max_restarts must be between 0 and 4294967295, found -1",
         );
+    }
+
+    #[test]
+    fn every_number_is_bounded() {
+        // nproc = 2000000000 on 3 nodes once gave "world size 1705032704".
+        assert_err(
+            &format!("[[nodes]]\nhost = \"n[1-3]\"\nnproc = 2000000000\n{JOB}"),
+            3,
+            9,
+            "nodes[0].nproc must be at most 1024, found 2000000000",
+        );
+        assert_err(
+            &format!("[[nodes]]\nhost = \"a\"\n{JOB}nproc_per_node = 5000\n"),
+            5,
+            18,
+            "job.nproc_per_node must be at most 1024, found 5000",
+        );
+        // heartbeat_timeout = "1000000000h" once ended in a bogus ssh error.
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}");
+        assert_err(
+            &format!("{base}[restart]\nheartbeat_timeout = \"1000000000h\"\n"),
+            6,
+            21,
+            "restart.heartbeat_timeout must be at most 1h, found \"1000000000h\"",
+        );
+        assert_err(
+            &format!("{base}[restart]\nnode_wait = \"30days\"\n"),
+            6,
+            13,
+            "restart.node_wait must be at most 7days, found \"30days\"",
+        );
+        // 20 entries of x[1-99999] once made `herd plan` use 7.8 GB: the total is bounded,
+        // checked as the entries expand.
+        let many: String = (0..20).map(|i| format!("[[nodes]]\nhost = \"x{i}-[1-99999]\"\n")).collect();
+        let err = parse(Path::new("c.toml"), &format!("{many}{JOB}")).unwrap_err().to_string();
+        assert!(err.starts_with("c.toml:2:8: too many nodes: with \"x0-[1-99999]\""), "{err}");
+        let fine: String = (0..2).map(|i| format!("[[nodes]]\nhost = \"x{i}-[1-5000]\"\n")).collect();
+        assert_eq!(parse_ok(&format!("{fine}{JOB}")).nodes.len(), MAX_NODES);
     }
 
     #[test]
