@@ -83,18 +83,22 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     let run_dir = files.run_dir().to_path_buf();
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
+    let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
+    let on_stdout_closed = Some(interrupt_tx.clone());
     let reporter = std::thread::spawn(move || {
-        let sinks = Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), mode };
+        let sinks =
+            Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), mode, on_stdout_closed };
         output::report(files, events_rx, sinks)
     });
 
     let outcome = runtime.block_on(async {
-        let interrupts = forward_signals();
+        forward_signals(interrupt_tx);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
     // The reporter has already warned about any file it could not write.
-    let _report = reporter.join().expect("reporter thread panicked");
+    let report = reporter.join().expect("reporter thread panicked");
     if let Err(supervisor::RunError::Preflight(nodes)) = &outcome {
         eprint!("{}", output::doctor_view::text(nodes, true));
     }
@@ -106,6 +110,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     }
     Ok(match outcome.status {
         RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted if report.stdout_closed => exit::STDOUT_CLOSED,
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => exit::JOB_FAILED,
     })
@@ -127,7 +132,8 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
         output::exec_view::collect(events_rx, &mut std::io::stdout(), &prefixes, gather)
     });
     let outcome = runtime.block_on(async {
-        let interrupts = forward_signals();
+        let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
+        forward_signals(interrupt_tx);
         supervisor::exec::exec(&plan, &exec_id, &command, events_tx, interrupts).await
     });
     let outputs = printer.join().expect("exec printer panicked");
@@ -356,10 +362,10 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
     }
 }
 
-/// Every SIGINT and SIGTERM becomes one interrupt; the supervisor decides what each means.
-fn forward_signals() -> supervisor::Interrupts {
+/// Every SIGINT and SIGTERM becomes one interrupt on `tx`; the supervisor decides what each
+/// means.
+fn forward_signals(tx: mpsc::UnboundedSender<()>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (tx, rx) = mpsc::unbounded_channel();
     for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
         let tx = tx.clone();
         match signal(kind) {
@@ -375,7 +381,6 @@ fn forward_signals() -> supervisor::Interrupts {
             Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
         }
     }
-    rx
 }
 
 /// Sortable by start time, unique enough for two runs started in the same second.

@@ -20,6 +20,10 @@ pub mod exit {
     pub const INTERNAL: u8 = 5;
     /// Interrupted by Ctrl-C or SIGTERM; every node was stopped.
     pub const INTERRUPTED: u8 = 130;
+    /// stdout was closed by its reader (`herd run | head`): every node was stopped, as for
+    /// Ctrl-C, and the log files kept everything. 128 + SIGPIPE, as a shell reports a program
+    /// that a closed pipe ended.
+    pub const STDOUT_CLOSED: u8 = 141;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -227,3 +227,56 @@ fn a_slow_reader_loses_no_line_after_the_job_ended() {
     assert_eq!(lines.last(), Some(&"1000000"));
     assert!(!stderr.contains("stopped reading"), "{stderr}");
 }
+
+/// `herd run | head -3`: once the reader is gone, the run stops on every node as for Ctrl-C
+/// and exits 141 (128 + SIGPIPE); the log files still hold every line the job printed.
+#[test]
+fn a_closed_stdout_stops_the_run_and_the_logs_keep_everything() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    // 60 s of output, one line every 0.1 s, on each node.
+    write_config(dir.path(), r#"i=0; while [ $i -lt 600 ]; do echo "line $i"; i=$((i + 1)); sleep 0.1; done"#);
+    let mut child = Command::new(HERD)
+        .args(["run", "--no-preflight"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let started = std::time::Instant::now();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..3 {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.contains("line "), "{line:?}");
+    }
+    drop(reader);
+    let ended = herd::wait_until(Duration::from_secs(30), || child.try_wait().unwrap().is_some());
+    let stderr = err_reader.join().unwrap();
+    assert!(ended, "herd ran on with nobody reading its stdout\n{stderr}");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(141), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{stderr}");
+    assert!(stderr.contains("stdout was closed: stopping the run"), "{stderr}");
+    let run = herd::only_run_dir(&dir.path().join("logs"));
+    let mut total = 0;
+    for log in ["node0-localhost.log", "node1-127.0.0.1.log"] {
+        let log = std::fs::read_to_string(run.join("attempt-0").join(log)).unwrap();
+        // Every line the job printed before it was stopped, in order, none lost.
+        for (i, line) in log.lines().enumerate() {
+            assert_eq!(line, format!("line {i}"), "{log}");
+            total += 1;
+        }
+    }
+    assert!(total >= 3, "the files hold fewer lines than stdout showed");
+    let events = herd::event_names(&herd::events(&run));
+    assert!(events.contains(&"teardown_started".to_string()), "{events:?}");
+}

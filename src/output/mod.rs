@@ -30,6 +30,9 @@ pub struct Sinks {
     /// herd's own status lines, and the board.
     pub stderr: Box<dyn Write + Send>,
     pub mode: Mode,
+    /// Told once when stdout is closed under the reporter (`herd run | head`): the reader
+    /// is gone, and the run should stop as for Ctrl-C.
+    pub on_stdout_closed: Option<mpsc::UnboundedSender<()>>,
 }
 
 /// What the reporter knows at the end.
@@ -37,6 +40,8 @@ pub struct Sinks {
 pub struct Report {
     /// The first error writing the run's files, after which they were no longer written.
     pub file_error: Option<String>,
+    /// stdout was closed by its reader; the files kept everything.
+    pub stdout_closed: bool,
 }
 
 /// How often the board is redrawn when nothing happens (its clocks move on), and at most how
@@ -47,8 +52,9 @@ const BOARD_TICK: Duration = Duration::from_millis(100);
 const STDOUT_CHUNK: usize = 64 * 1024;
 
 /// Consume events until the channel closes. A closed stdout stops the echo but not the log
-/// files; a failing disk stops the files but not the echo. Neither stops reading events, so
-/// the run itself never stalls on its output.
+/// files, and asks for the run to stop (`Sinks::on_stdout_closed`); a failing disk stops the
+/// files but not the echo. Neither stops reading events, so the run itself never stalls on
+/// its output.
 pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
     let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
@@ -63,6 +69,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
         err: sinks.stderr,
         pending: Vec::new(),
         out_ok: true,
+        out_closed: false,
         live,
         flushed_at: Instant::now(),
     };
@@ -141,10 +148,18 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
         if events.is_empty() && screen.due() {
             screen.flush_job();
         }
+        if screen.out_closed && !report.stdout_closed {
+            report.stdout_closed = true;
+            screen.status("stdout was closed: stopping the run (the log files keep everything)");
+            if let Some(stop) = &sinks.on_stdout_closed {
+                let _ = stop.send(());
+            }
+        }
     }
     let flushed = files.flush_node_logs();
     file_result(&mut report, flushed, &mut screen);
     screen.flush_job();
+    report.stdout_closed = screen.out_closed;
     if let Some(live) = &screen.live {
         live.clear();
     }
@@ -158,6 +173,8 @@ struct Screen {
     /// Job output not yet written to stdout.
     pending: Vec<u8>,
     out_ok: bool,
+    /// Its reader went away (EPIPE).
+    out_closed: bool,
     live: Option<live::Live>,
     flushed_at: Instant,
 }
@@ -188,11 +205,15 @@ impl Screen {
             return;
         }
         let (out, pending) = (&mut self.out, &self.pending);
-        let mut write = || out.write_all(pending).and_then(|_| out.flush()).is_ok();
-        self.out_ok = match &self.live {
+        let mut write = || out.write_all(pending).and_then(|_| out.flush());
+        let written = match &self.live {
             Some(live) => live.above(write),
             None => write(),
         };
+        if let Err(e) = written {
+            self.out_ok = false;
+            self.out_closed = e.kind() == io::ErrorKind::BrokenPipe;
+        }
         self.pending.clear();
     }
 
