@@ -114,3 +114,29 @@ fn a_config_is_one_config_whichever_way_its_path_is_written() {
         assert!(out.stdout.contains(&run_id), "-c {name} does not find run {run_id}\n{out}");
     }
 }
+
+/// herd stopped for longer than heartbeat_timeout (kill -STOP: Ctrl-Z, a laptop lid, a
+/// paused CI runner) and then resumed: its nodes were fine all along, so the run goes on and
+/// succeeds, with no node declared lost and no line lost.
+#[test]
+fn a_suspended_herd_does_not_blame_its_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
+        [job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+        args = [\"-c\", 'i=0; while [ $i -lt 24 ]; do echo \"beat $i\"; i=$((i + 1)); sleep 0.5; done']\n\
+        [restart]\nmax_restarts = 0\nheartbeat_timeout = \"2s\"\n";
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
+    wait_started(&dir.path().join("herd-logs"));
+    running.signal("STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    running.signal("CONT");
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    for i in 0..24 {
+        assert_eq!(out.stdout.matches(&format!("beat {i}\n")).count(), 2, "beat {i} on both nodes\n{out}");
+    }
+    let names = herd::event_names(&herd::events(&herd::only_run_dir(&dir.path().join("herd-logs"))));
+    assert!(!names.iter().any(|n| n == "teardown_started" || n == "attempt_failed"), "{names:?}\n{out}");
+    assert!(out.stderr.contains("herd was not running for"), "{out}");
+}

@@ -81,6 +81,9 @@ pub type Interrupts = mpsc::UnboundedReceiver<()>;
 
 /// How often the supervisor checks for hangs and silent nodes.
 const TICK: Duration = Duration::from_millis(250);
+/// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
+/// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
+const STALLED: Duration = Duration::from_secs(2);
 /// How often an unreachable node is tried again before a restart.
 const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 
@@ -669,6 +672,9 @@ async fn run_attempt(
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut interrupts_open = true;
     let mut tick = tokio::time::interval(TICK);
+    // After a stall, one late tick, not a burst of them.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_tick = Instant::now();
     let stop_all = |why: Stopping, reason: String, stopping: &mut Option<(Stopping, Duration)>| {
         if stopping.is_some() {
             return None;
@@ -722,6 +728,16 @@ async fn run_attempt(
                 }
             }
             _ = tick.tick() => {
+                let gap = last_tick.elapsed();
+                last_tick = Instant::now();
+                if gap >= STALLED {
+                    tracing::warn!(
+                        "herd was not running for {} (suspended or starved): every node gets a fresh {} to be heard",
+                        humantime::format_duration(round_secs(gap)),
+                        humantime::format_duration(plan.restart.heartbeat_timeout)
+                    );
+                    liveness.forgive();
+                }
                 if stopping.is_none() {
                     if let Some(limit) = plan.restart.hang_timeout {
                         let idle = liveness.since_progress();

@@ -109,6 +109,17 @@ impl Liveness {
         Duration::from_millis(self.now_ms().saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)))
     }
 
+    /// herd itself was not running for a while (suspended, stopped, not scheduled): whatever
+    /// its nodes said meanwhile is still unread, so silence up to now counts against none of
+    /// them. Every node, and the progress clock, starts a fresh window now.
+    pub fn forgive(&self) {
+        let now = self.now_ms();
+        self.last_progress_ms.fetch_max(now, Ordering::Relaxed);
+        for heard in &self.last_heard_ms {
+            heard.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
     pub fn since_heard(&self, rank: usize) -> Duration {
         Duration::from_millis(self.now_ms().saturating_sub(self.last_heard_ms[rank].load(Ordering::Relaxed)))
     }
