@@ -34,8 +34,14 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("herd={level},warn")));
+    // Colour only for a person at a terminal: `-v 2> file` must hold no escape codes.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb");
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();

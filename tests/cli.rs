@@ -525,3 +525,39 @@ fn completions_and_man_pages_come_from_the_cli_definition() {
     let run_page = std::fs::read_to_string(dir.path().join("pages/herd-run.1")).unwrap();
     assert!(run_page.contains("no\\-preflight"), "{run_page}");
 }
+
+/// Values from the config reach the terminal escaped: a newline or an escape sequence in an
+/// env value can neither break `herd plan`'s layout nor drive the terminal.
+#[test]
+fn plan_escapes_control_characters_in_config_values() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "[[nodes]]\nhost = \"a\"\n[job]\nscript = \"t.py\"\nargs = [\"x\\u001b]0;pwned\\u0007\"]\n[env]\nX = \"a\\u001b[31mred\\nline2\"\n",
+    );
+    let out = herd::run(dir.path(), &["plan"], LIMIT);
+    out.assert_code(0);
+    assert!(!out.stdout.contains('\u{1b}') && !out.stdout.contains('\u{7}'), "{out}");
+    assert!(out.stdout.contains("  env  X=a\\u{1b}[31mred\\nline2\n"), "{out}");
+}
+
+/// Diagnostics written to a file (`-v 2> file`) hold no colour codes, even for a person
+/// whose terminal has colour.
+#[test]
+fn verbose_diagnostics_into_a_file_have_no_escape_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"true\"\n");
+    let out = std::process::Command::new(herd::HERD)
+        .args(["-v", "run", "--no-preflight"])
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .env_remove("CI")
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("DEBUG"), "-v shows debug lines: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}

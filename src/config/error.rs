@@ -62,6 +62,14 @@ impl ConfigError {
         ConfigError::Invalid { path: path.to_path_buf(), message: message.into(), location: None, help: None }
     }
 
+    /// The same error without the source excerpt: `path:line:col: message` only.
+    pub fn without_excerpt(mut self) -> Self {
+        if let ConfigError::Invalid { location: Some(loc), .. } = &mut self {
+            loc.excerpt = false;
+        }
+        self
+    }
+
     /// Adds a help line (`= help: ...`), e.g. a "did you mean"; `None` leaves the error as it is.
     pub fn with_help(mut self, text: Option<String>) -> Self {
         if let ConfigError::Invalid { help, .. } = &mut self {
@@ -118,6 +126,10 @@ pub struct Location {
     pub source_line: String,
     /// How many characters of `source_line` the span covers (at least 1, clipped to the line).
     pub width: usize,
+    /// Whether the rendering shows `source_line`: not for a file that is not a config (a
+    /// hostfile may be any file, `/etc/shadow` included), where only the message's own token
+    /// is shown.
+    pub excerpt: bool,
 }
 
 impl Location {
@@ -139,6 +151,7 @@ impl Location {
             span,
             source_line: source_line.to_string(),
             width: covered.chars().count().max(1),
+            excerpt: true,
         }
     }
 }
@@ -188,16 +201,46 @@ fn write_rendered(
     let Some(loc) = location else {
         return write!(out, "{}: {message}", path.display());
     };
+    if !loc.excerpt {
+        return write!(out, "{}:{}:{}: {message}", path.display(), loc.line, loc.col);
+    }
     writeln!(out, "{}:{}:{}: {message}", path.display(), loc.line, loc.col)?;
     let number = loc.line.to_string();
     let pad = " ".repeat(number.len());
     writeln!(out, " {pad} |")?;
-    let source = format!(" {number} | {}", loc.source_line);
+    let (shown, col, width) = excerpt(&loc.source_line, loc.col, loc.width);
+    let source = format!(" {number} | {shown}");
     writeln!(out, "{}", source.trim_end())?;
     // Keep tabs so the carets line up under the span however the terminal renders tabs.
-    let indent: String =
-        loc.source_line.chars().take(loc.col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
-    write!(out, " {pad} | {indent}{}", "^".repeat(loc.width))
+    let indent: String = shown.chars().take(col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    write!(out, " {pad} | {indent}{}", "^".repeat(width))
+}
+
+/// The most characters of a source line an error shows.
+const EXCERPT_CHARS: usize = 100;
+
+/// What an error shows of its source line: at most `EXCERPT_CHARS` characters around the
+/// span (a minified or deeply nested file can have a 400 KB line), `...` where it was cut,
+/// and control characters as `?` so that the line cannot drive the terminal. Returns the text
+/// and the span's 1-based column and width in it.
+fn excerpt(line: &str, col: usize, width: usize) -> (String, usize, usize) {
+    let chars: Vec<char> = line.chars().map(|c| if c.is_control() && c != '\t' { '?' } else { c }).collect();
+    if chars.len() <= EXCERPT_CHARS {
+        return (chars.into_iter().collect(), col, width);
+    }
+    const BEFORE: usize = 30;
+    let start = (col - 1).saturating_sub(BEFORE);
+    let end = (start + EXCERPT_CHARS).min(chars.len());
+    let mut shown = String::new();
+    let lead = if start > 0 { "..." } else { "" };
+    shown.push_str(lead);
+    shown.extend(&chars[start..end]);
+    if end < chars.len() {
+        shown.push_str("...");
+    }
+    let span_start = col - 1;
+    let width = width.min(end.saturating_sub(span_start)).max(1);
+    (shown, span_start - start + 1 + lead.len(), width)
 }
 
 #[cfg(test)]
@@ -289,5 +332,29 @@ mod tests {
             error: std::io::Error::from(std::io::ErrorKind::NotFound),
         };
         assert!(err.to_string().starts_with("cluster.toml: cannot read config file: "));
+    }
+
+    #[test]
+    fn a_long_line_shows_a_window_around_the_span_with_the_carets_under_it() {
+        let line = format!("{}TARGET{}", "a".repeat(300), "b".repeat(300));
+        let (shown, col, width) = excerpt(&line, 301, 6);
+        assert!(shown.starts_with("...") && shown.ends_with("..."), "{shown}");
+        assert!(shown.chars().count() <= EXCERPT_CHARS + 6);
+        let at: String = shown.chars().skip(col - 1).take(width).collect();
+        assert_eq!(at, "TARGET");
+        // A short line is shown as it is.
+        assert_eq!(excerpt("host = 1", 8, 1), ("host = 1".to_string(), 8, 1));
+    }
+
+    #[test]
+    fn control_characters_in_an_excerpt_cannot_reach_the_terminal() {
+        let (shown, _, _) = excerpt("x = \"a\u{1b}[31m\r\tb\"", 5, 1);
+        assert_eq!(shown, "x = \"a?[31m?\tb\"");
+    }
+
+    #[test]
+    fn an_error_without_excerpt_is_one_line() {
+        let e = ConfigError::at(Path::new("hosts"), "secret line\n", 0..6, "bad").without_excerpt();
+        assert_eq!(e.to_string(), "hosts:1:1: bad");
     }
 }

@@ -53,7 +53,7 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
         };
         let host_span = host_at..host_at + host.len();
         if let Err(why) = super::check_host(host) {
-            return Err(HostfileError::at(host_span, format!("invalid host {host:?}: {why}")));
+            return Err(HostfileError::at(host_span, format!("invalid host {}: {why}", token(host))));
         }
         let mut slots = None;
         for (at, word) in words {
@@ -74,7 +74,7 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
                         _ => {
                             return Err(HostfileError::at(
                                 span,
-                                format!("slots must be a positive integer, found {value:?}"),
+                                format!("slots must be a positive integer, found {}", token(value)),
                             ))
                         }
                     }
@@ -83,7 +83,7 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
                 _ => {
                     return Err(HostfileError::at(
                         span,
-                        format!("unexpected {word:?} after the host: expected slots=N"),
+                        format!("unexpected {} after the host: expected slots=N", token(word)),
                     ))
                 }
             }
@@ -91,7 +91,7 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
         if let Some(first) = seen.get(host) {
             return Err(HostfileError::at(
                 host_span,
-                format!("duplicate host {host:?}: already listed on line {first}"),
+                format!("duplicate host {}: already listed on line {first}", token(host)),
             ));
         }
         seen.insert(host.to_string(), index + 1);
@@ -115,6 +115,16 @@ fn words(line: &str) -> impl Iterator<Item = (usize, &str)> {
             Some((start, word))
         })
         .filter(|(_, w)| !w.is_empty())
+}
+
+/// A word of the hostfile as an error shows it: quoted, escaped, and cut after 40 characters.
+/// The file may be any file; an error shows no more of it than this.
+fn token(word: &str) -> String {
+    const MAX: usize = 40;
+    match word.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}...", &word[..cut]),
+        None => format!("{word:?}"),
+    }
 }
 
 #[cfg(test)]

@@ -117,7 +117,10 @@ fn node_json(node: &NodePlan) -> NodeJson<'_> {
     }
 }
 
+/// The plan for people. Every value from the config is shown through `printable`: a newline
+/// or an escape sequence in an env value cannot break the layout or drive the terminal.
 pub fn text(plan: &LaunchPlan) -> String {
+    let p = super::printable;
     let mut s = String::new();
     let m = &plan.master;
     let port = match m.port {
@@ -126,24 +129,25 @@ pub fn text(plan: &LaunchPlan) -> String {
         }
         PortSpec::Fixed(p) => p.to_string(),
     };
-    s += &format!("config      {}\n", plan.config_path.display());
+    s += &format!("config      {}\n", p(&plan.config_path.display().to_string()));
     s += &format!("launcher    {}\n", plan.launcher.as_str());
     s += &format!("nodes       {}, world size {}\n", plan.nnodes(), plan.world_size);
     s += &format!("master      node {} ({}), address {}\n", m.node_rank, m.host, m.addr);
     s += &format!("port        {port}\n");
-    s += &format!("workdir     {}\n", plan.workdir);
+    s += &format!("workdir     {}\n", p(&plan.workdir));
     if let Some(setup) = &plan.setup {
-        s += &format!("setup       {}\n", setup.replace('\n', "\n            "));
+        let lines: Vec<_> = setup.split('\n').map(p).collect();
+        s += &format!("setup       {}\n", lines.join("\n            "));
     }
     if let Some(c) = &plan.container {
         s += &format!(
             "container   {} image {}: setup and the launcher run in it{}\n",
             c.runtime.as_str(),
-            c.image,
+            p(&c.image),
             if c.gpus { ", with every GPU" } else { "" }
         );
     }
-    s += &format!("logs        {}/<run-id>/\n", plan.logs_dir.display());
+    s += &format!("logs        {}/<run-id>/\n", p(&plan.logs_dir.display().to_string()));
     for name in &plan.missing_forwarded {
         s += &format!(
             "warning     forward_env names {name}, which is not set here: it will not be exported\n"
@@ -170,11 +174,12 @@ pub fn text(plan: &LaunchPlan) -> String {
             via
         );
         for (k, v) in &node.env {
-            s += &format!("  env  {k}={}\n", v.display());
+            s += &format!("  env  {k}={}\n", p(v.display()));
         }
-        s += &format!("  run  {}\n", node.command);
+        s += &format!("  run  {}\n", p(&node.command));
         if let Some(command) = &node.container_command {
-            s += &format!("  in   {}\n", command.replace('\n', "\n       "));
+            let lines: Vec<_> = command.split('\n').map(p).collect();
+            s += &format!("  in   {}\n", lines.join("\n       "));
         }
     }
     s
