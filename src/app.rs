@@ -87,8 +87,12 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
     let on_stdout_closed = Some(interrupt_tx.clone());
     let reporter = std::thread::spawn(move || {
-        let sinks =
-            Sinks { stdout: Box::new(std::io::stdout()), stderr: Box::new(std::io::stderr()), mode, on_stdout_closed };
+        let sinks = Sinks {
+            stdout: Box::new(std::io::stdout()),
+            stderr: Box::new(std::io::stderr()),
+            mode,
+            on_stdout_closed,
+        };
         output::report(files, events_rx, sinks)
     });
 

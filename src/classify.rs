@@ -28,7 +28,7 @@ pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
         FailureClass::Launch,
     ),
     (
-        r"command not found|: not found$|can't open file .*No such file or directory|No module named torch\.distributed\.run",
+        r"command not found|: not found$|can't open file .*No such file or directory|No module named torch\.distributed\.run|Argument list too long",
         FailureClass::Launch,
     ),
     // Killed by a signal a launcher does not send itself: torchrun and DeepSpeed stop the

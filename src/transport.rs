@@ -207,6 +207,23 @@ pub fn expand_tilde(path: &str) -> PathBuf {
     }
 }
 
+/// What to do about a failed SSH connection, from ssh's own words: a changed host key is
+/// not a host that is down.
+pub fn connect_fix(error: &str) -> &'static str {
+    let has = |s: &str| error.contains(s);
+    if has("REMOTE HOST IDENTIFICATION HAS CHANGED") || has("Host key verification failed") {
+        "the node's host key is not the one in known_hosts: if the node was reinstalled, remove the old key (ssh-keygen -R HOST, or in ssh.known_hosts_file); otherwise do not connect until you know why it changed"
+    } else if has("Permission denied") || has("Too many authentication failures") {
+        "the node refused the login: check ssh.user, ssh.identity_file and ssh-agent; `ssh HOST true` must work without a prompt"
+    } else if has("Could not resolve hostname") || has("Name or service not known") {
+        "the host name does not resolve: check it, or give the node an `addr`"
+    } else if has("Connection refused") {
+        "nothing listens for ssh there: check that sshd runs on the node, and ssh.port"
+    } else {
+        "check that the host is up and that `ssh <host> true` works without a prompt"
+    }
+}
+
 /// An error and its sources on one line; ssh's own words are usually in the innermost one.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

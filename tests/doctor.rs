@@ -195,3 +195,73 @@ fn interface_auto_runs_a_real_gloo_job_with_no_other_network_setting() {
         .clone();
     assert_eq!(hostname["status"], "warn", "{hostname}");
 }
+
+/// Each failure is named for what it is, and nothing else is blamed for it: a missing workdir
+/// is not a port to free, and an environment too large to exec is not a missing python.
+#[test]
+fn a_missing_workdir_and_an_oversized_env_are_named_for_what_they_are() {
+    let c = Cluster::new(2);
+    let path = c.write_config(torch_job(), "");
+    let good = std::fs::read_to_string(&path).unwrap();
+    let missing = good.replace(
+        &format!("workdir = \"{}\"", herd::repo_root().display()),
+        "workdir = \"/nonexistent/herd-workdir\"",
+    );
+    std::fs::write(&path, &missing).unwrap();
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    assert_eq!(failures(&json), vec![(0, "workdir".to_string()), (1, "workdir".to_string())], "{out}");
+
+    // 3 MB of env: every exec on the node fails with E2BIG.
+    let big = "x".repeat(3 * 1024 * 1024);
+    std::fs::write(&path, format!("{good}\n[env]\nHERD_T_BIG = \"{big}\"\n")).unwrap();
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    assert_eq!(failures(&json), vec![(0, "env".to_string()), (1, "env".to_string())], "{out}");
+    let env = json["nodes"][0]["checks"].as_array().unwrap().iter().find(|c| c["name"] == "env").unwrap();
+    assert!(env["detail"].as_str().unwrap().contains("Argument list too long"), "{env}");
+}
+
+/// A node whose host key changed is refused with that reason and the fix for it, not "check
+/// that the host is up".
+#[test]
+fn a_changed_host_key_is_named_with_its_fix() {
+    let c = Cluster::new(2);
+    let path = c.write_config(torch_job(), "");
+    // known_hosts that gives node 1's address the key of node 0.
+    let known = std::fs::read_to_string(c.tb.known_hosts_file()).unwrap();
+    let key_of = |addr: &str| {
+        known
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(addr))
+            .unwrap()
+            .split_once(' ')
+            .unwrap()
+            .1
+            .to_string()
+    };
+    let forged: String = known
+        .lines()
+        .map(|l| {
+            if l.starts_with(&format!("{} ", c.addr(1))) {
+                format!("{} {}\n", c.addr(1), key_of(c.addr(0)))
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let forged_path = c.tb.dir().join("known_hosts.forged");
+    std::fs::write(&forged_path, forged).unwrap();
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(&c.tb.known_hosts_file().display().to_string(), &forged_path.display().to_string());
+    std::fs::write(&path, text).unwrap();
+    let (out, json) = doctor_json(&c);
+    out.assert_code(3);
+    assert_eq!(failures(&json), vec![(1, "ssh".to_string())], "{out}");
+    let ssh = json["nodes"][1]["checks"].as_array().unwrap().iter().find(|c| c["name"] == "ssh").unwrap();
+    assert!(ssh["fix"].as_str().unwrap().contains("host key"), "{ssh}");
+    let run = herd::run(c.tb.dir(), &["run"], LIMIT);
+    run.assert_code(3);
+    assert!(run.stderr.contains("host key is not the one in known_hosts"), "{run}");
+}

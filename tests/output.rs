@@ -235,7 +235,10 @@ fn a_closed_stdout_stops_the_run_and_the_logs_keep_everything() {
     use std::io::{BufRead, BufReader, Read};
     let dir = tempfile::tempdir().unwrap();
     // 60 s of output, one line every 0.1 s, on each node.
-    write_config(dir.path(), r#"i=0; while [ $i -lt 600 ]; do echo "line $i"; i=$((i + 1)); sleep 0.1; done"#);
+    write_config(
+        dir.path(),
+        r#"i=0; while [ $i -lt 600 ]; do echo "line $i"; i=$((i + 1)); sleep 0.1; done"#,
+    );
     let mut child = Command::new(HERD)
         .args(["run", "--no-preflight"])
         .current_dir(dir.path())

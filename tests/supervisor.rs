@@ -213,6 +213,8 @@ fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
     let f = &all(&ev, "attempt_failed")[0];
     assert_eq!(f["class"], "node-lost", "{f}");
     assert_eq!(f["root_cause"]["node_rank"], 2, "{f}");
+    let lost = f["root_cause"]["lost"].as_str().unwrap();
+    assert!(lost.contains("connection to the node was lost") || lost.contains("no heartbeat"), "{f}");
     // The restart waited for the node: its attempt started only once the link was back.
     let restarted = &all(&ev, "attempt_started")[1];
     let at = humantime::parse_rfc3339(restarted["ts"].as_str().unwrap()).unwrap();

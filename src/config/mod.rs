@@ -56,7 +56,8 @@ pub const MAX_NPROC: u32 = 1024;
 /// mean nothing past an hour.
 const MAX_SHORT_DURATION: Duration = Duration::from_secs(3600);
 const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-const SHORT_DURATIONS: [&str; 3] = ["restart.heartbeat_timeout", "restart.grace_period", "ssh.connect_timeout"];
+const SHORT_DURATIONS: [&str; 3] =
+    ["restart.heartbeat_timeout", "restart.grace_period", "ssh.connect_timeout"];
 
 /// `job.python` when not given.
 pub const DEFAULT_PYTHON: &str = "python3";
@@ -938,7 +939,9 @@ impl Cx<'_> {
     fn count(&self, v: &Spanned<i64>, what: &str) -> Result<u32> {
         match u32::try_from(*v.get_ref()) {
             Ok(n) if (1..=MAX_NPROC).contains(&n) => Ok(n),
-            Ok(n) if n >= 1 => Err(self.err(v.span(), format!("{what} must be at most {MAX_NPROC}, found {n}"))),
+            Ok(n) if n >= 1 => {
+                Err(self.err(v.span(), format!("{what} must be at most {MAX_NPROC}, found {n}")))
+            }
             _ => Err(self.err(v.span(), format!("{what} must be at least 1, found {}", v.get_ref()))),
         }
     }
@@ -1515,7 +1518,10 @@ class = "user"
             parse_from(&text, &[], &[("/etc/herd/hosts.txt", hostfile)], false).unwrap_err().to_string()
         };
         // A hostfile may be any file: no line of it is shown, only the offending token.
-        assert_eq!(err("a\nb\nc slots=x\n"), "/etc/herd/hosts.txt:3:3: slots must be a positive integer, found \"x\"");
+        assert_eq!(
+            err("a\nb\nc slots=x\n"),
+            "/etc/herd/hosts.txt:3:3: slots must be a positive integer, found \"x\""
+        );
         let shadow = err("root:$6$0123456789abcdefghijklmnopqrstuvwxyzSECRETHASH:19000:0:99999:7:::\n");
         assert!(!shadow.contains("SECRETHASH") && !shadow.contains("19000"), "{shadow}");
         assert!(err("a\nb\na\n")

@@ -105,11 +105,7 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
         .map(|(node, f)| {
             let mut checks = Vec::new();
             if let Some(err) = &f.unreachable {
-                checks.push(Check::fail(
-                    "ssh",
-                    err.clone(),
-                    "check that the host is up and that `ssh <host> true` works without a prompt",
-                ));
+                checks.push(Check::fail("ssh", err.clone(), crate::transport::connect_fix(err)));
                 return NodeChecks { rank: node.rank, host: node.host.clone(), checks };
             }
             checks.push(Check::pass("ssh", format!("connected in {} ms", f.connect_ms)));
@@ -139,6 +135,15 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
         return;
     }
     checks.push(Check::pass("workdir", plan.workdir.clone()));
+    // An env too large to exec: no probe ran at all, so nothing is "not found".
+    if let Some(line) = f.other_lines.iter().find(|l| l.contains(ARG_LIST_TOO_LONG)) {
+        checks.push(Check::fail(
+            "env",
+            format!("the job's environment is too large to start a process on this node: {line}"),
+            "shrink [env], nodes.env and forward_env (Linux takes at most 128 KiB per variable and about 2 MiB in all, argv included)",
+        ));
+        return;
+    }
     if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: setup failed")) {
         let why = f.other_lines.iter().rev().find(|l| !l.starts_with("herd: ")).cloned().unwrap_or_default();
         checks.push(Check::fail("setup", format!("{line}: {why}"), "run job.setup by hand on this node"));
@@ -414,10 +419,26 @@ fn clock_skew(facts: &[Facts]) -> BTreeMap<usize, Check> {
         .collect()
 }
 
+/// A line that says the job's shell could not start what it was given on the node: the
+/// workdir, `setup`, or an environment too large for exec. Every probe fails the same way, and
+/// the check that names the cause is the one to read.
+fn job_start_failure(line: &str) -> bool {
+    line.starts_with("herd: cannot enter workdir")
+        || line.starts_with("herd: setup failed")
+        || line.contains(ARG_LIST_TOO_LONG)
+}
+
+const ARG_LIST_TOO_LONG: &str = "Argument list too long";
+
 fn port_check(plan: &LaunchPlan, rank: usize, port: &PortReach) -> Check {
     let master = format!("{}:", plan.master.addr);
     match port {
         PortReach::Skipped(why) => Check::pass("port-reach", format!("not tested: {why}")),
+        // The listener never ran: its port says nothing, the master's own checks say why.
+        PortReach::NoListener(err) if job_start_failure(err) => Check::pass(
+            "port-reach",
+            "not tested: the master could not start the listener (see its workdir, setup and env checks)",
+        ),
         PortReach::NoListener(err) if rank == plan.master.node_rank => Check::fail(
             "port-reach",
             format!("cannot listen on the master port: {err}"),

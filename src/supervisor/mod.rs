@@ -32,9 +32,7 @@ pub use node::{Stop, READ_SIZE};
 pub enum RunError {
     #[error("preflight failed: {}", first_failure(.0))]
     Preflight(Vec<doctor::NodeChecks>),
-    #[error(
-        "node {node_rank} ({host}): ssh: {error}\n  fix: check that the host is up and that `ssh <host> true` works without a prompt"
-    )]
+    #[error("node {node_rank} ({host}): ssh: {error}\n  fix: {}", transport::connect_fix(&error.to_string()))]
     Connect { node_rank: usize, host: String, error: TransportError },
     #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
     PortProbe { host: String, detail: String },

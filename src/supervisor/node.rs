@@ -233,7 +233,15 @@ pub async fn run(
 
     let exit = match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
-        (None, TransportExit::Disconnected(why)) => NodeExit::Lost(why),
+        // ssh's multiplexing cannot tell a dead connection from a killed process ("the
+        // remote process has terminated"): ask the connection itself.
+        (None, TransportExit::Disconnected(why)) => {
+            NodeExit::Lost(match tokio::time::timeout(DRAIN_DEADLINE, conn.check()).await {
+                Ok(Ok(())) => format!("the agent's output ended without an exit status ({why})"),
+                _ => "the ssh connection to the node was lost (keepalives unanswered, or the link is down)"
+                    .into(),
+            })
+        }
         (None, TransportExit::Code(code)) => {
             NodeExit::Lost(format!("agent ended with exit code {code} before the job did"))
         }
