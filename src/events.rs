@@ -151,6 +151,13 @@ pub enum Event {
         host: String,
         names: Vec<String>,
     },
+    /// Processes of a node's job still alive after SIGKILL (stuck in the kernel: a hung
+    /// filesystem or driver). herd says so rather than that the node stopped.
+    ProcessesUnstopped {
+        node_rank: usize,
+        host: String,
+        pids: Vec<u32>,
+    },
     /// A restart could not happen (a node did not come back); the run ends failed.
     RestartAbandoned {
         reason: String,

@@ -106,12 +106,18 @@ impl Connection {
         match self {
             Connection::Local => {
                 let argv = inv.local_argv();
-                let mut child = tokio::process::Command::new(&argv[0])
-                    .args(&argv[1..])
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()?;
+                let mut command = tokio::process::Command::new(&argv[0]);
+                command.args(&argv[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                // The agent is a child subreaper, as on a remote node (see
+                // `AgentInvocation::remote_command`): what the job orphans stays its descendant.
+                // SAFETY: prctl is async-signal-safe, and touches nothing of the parent's.
+                unsafe {
+                    command.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+                        Ok(())
+                    });
+                }
+                let mut child = command.spawn()?;
                 Ok(AgentProcess {
                     stdin: Box::new(child.stdin.take().expect("piped")),
                     stdout: Box::new(child.stdout.take().expect("piped")),

@@ -140,3 +140,73 @@ fn a_suspended_herd_does_not_blame_its_nodes() {
     assert!(!names.iter().any(|n| n == "teardown_started" || n == "attempt_failed"), "{names:?}\n{out}");
     assert!(out.stderr.contains("herd was not running for"), "{out}");
 }
+
+/// Live (not zombie) processes whose argv is exactly `argv`.
+fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+fn write_one_node(dir: &Path, script: &str) {
+    let text = format!(
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", '{script}']\n\
+         [restart]\nmax_restarts = 0\ngrace_period = \"1s\"\n"
+    );
+    std::fs::write(dir.join("cluster.toml"), text).unwrap();
+}
+
+/// Ctrl-C stops every process of the job, one that cleared its environment included, and
+/// herd says so only then.
+#[test]
+fn ctrl_c_stops_a_job_process_that_cleared_its_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let secs = (8000 + std::process::id() % 1000).to_string();
+    write_one_node(dir.path(), &format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 120"));
+    let running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
+    assert!(herd::wait_until(Duration::from_secs(30), || !processes_with_argv(&["sleep", &secs]).is_empty()));
+    running.signal("INT");
+    let out = running.wait(LIMIT);
+    out.assert_code(130);
+    assert_eq!(
+        processes_with_argv(&["sleep", &secs]),
+        Vec::<u32>::new(),
+        "env -i escaped the teardown\n{out}"
+    );
+    assert!(out.stderr.contains("run interrupted; every node stopped"), "{out}");
+}
+
+/// A process that survives SIGKILL (frozen here, as one stuck on a hung filesystem or GPU
+/// driver would be) is named, and herd does not claim that every node stopped.
+#[test]
+fn a_process_that_survives_sigkill_is_named_and_not_called_stopped() {
+    let freezer = Path::new("/sys/fs/cgroup/freezer");
+    assert!(freezer.is_dir(), "this test needs the cgroup v1 freezer (and root)");
+    let group = freezer.join(format!("herd-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&group).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secs = (9000 + std::process::id() % 1000).to_string();
+    write_one_node(dir.path(), &format!("sleep {secs} & wait"));
+    let running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
+    assert!(herd::wait_until(Duration::from_secs(30), || !processes_with_argv(&["sleep", &secs]).is_empty()));
+    let stuck = processes_with_argv(&["sleep", &secs])[0];
+    std::fs::write(group.join("cgroup.procs"), stuck.to_string()).unwrap();
+    std::fs::write(group.join("freezer.state"), "FROZEN").unwrap();
+    running.signal("INT");
+    let out = running.wait(LIMIT);
+    std::fs::write(group.join("freezer.state"), "THAWED").unwrap();
+    assert!(herd::wait_until(Duration::from_secs(5), || processes_with_argv(&["sleep", &secs]).is_empty()));
+    let _ = std::fs::remove_dir(&group);
+    out.assert_code(130);
+    assert!(
+        out.stderr.contains(&format!(
+            "could not stop 1 process(es) of the job, still there after SIGKILL: {stuck}"
+        )),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("every node stopped"), "{out}");
+    assert!(out.stderr.contains("run interrupted; 1 process(es) of the job could not be stopped"), "{out}");
+}

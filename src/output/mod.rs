@@ -88,6 +88,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     };
     let mut board = board::Board::new(Instant::now());
     let mut attempt = 0;
+    let mut unstopped = 0;
     let mut report = Report::default();
     let run_dir = files.run_dir().display().to_string();
     let file_result = |report: &mut Report, result: io::Result<()>, screen: &mut Screen| {
@@ -152,7 +153,16 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                 if json {
                     screen.job(&[&json::event_line(other, ts)]);
                 }
-                if let Some(line) = summary::status_line(other) {
+                if let Event::ProcessesUnstopped { pids, .. } = other {
+                    unstopped += pids.len();
+                }
+                let line = match other {
+                    Event::RunFinished { status: crate::events::RunStatus::Interrupted, .. } if unstopped > 0 => {
+                        Some(format!("run interrupted; {unstopped} process(es) of the job could not be stopped (see above)"))
+                    }
+                    _ => summary::status_line(other),
+                };
+                if let Some(line) = line {
                     screen.status(&line);
                 }
                 screen.draw(&board);

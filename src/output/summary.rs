@@ -40,6 +40,13 @@ pub fn status_line(event: &Event) -> Option<String> {
                 names.len()
             )
         }
+        Event::ProcessesUnstopped { node_rank, host, pids } => format!(
+            "node {node_rank} ({host}): could not stop {} process(es) of the job, still there after SIGKILL: {} \
+             (stuck in the kernel? `herd exec -- ps -o pid,stat,wchan,args -p {}` shows where)",
+            pids.len(),
+            pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
+            pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        ),
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
         Event::RunFinished { status, attempts } => match status {
             RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),

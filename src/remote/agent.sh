@@ -16,10 +16,14 @@
 #        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
 # fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
-#        `herd-agent alive` (the heartbeat), `herd-agent exit S`.
+#        `herd-agent alive` (the heartbeat), `herd-agent unstopped PIDS` (still there after
+#        SIGKILL), `herd-agent exit S`.
 #
-# "The job" is its process group plus every process whose environment holds the marker:
-# torchrun starts each worker in a session of its own, out of reach of the group.
+# "The job" is its process group, every process whose environment holds the marker (torchrun
+# starts each worker in a session of its own, out of reach of the group), and every
+# descendant of the agent (a process that cleared its environment). Where /usr/bin/python3
+# can make it one (see `remote::AgentInvocation`), the agent is a child subreaper, so that
+# what the job leaves when its leader exits is still its descendant.
 grace=$1
 beat=$2
 marker=$3
@@ -93,29 +97,59 @@ early_leader() {
   [ "$2" = "$$" ] && [ "$3" != "$pg" ]
 }
 
-# $2: the strays, if just found. Until setsid has run, the group does not exist yet: the
-# leader is signalled by its pid.
+# The job by descent (herd_tree): a process that cleared its environment (env -i) lost its
+# marker, not its parent. The agent's own subshells (heartbeat, watcher) are not the job.
+tree() {
+  herd_tree "$$"
+}
+
+# $2: the processes to signal besides the group, if just found. Until setsid has run, the
+# group does not exist yet: the leader is signalled by its pid.
 signal_job() {
   kill "-$1" "-$pg" 2>/dev/null || { early_leader && kill "-$1" "$pg" 2>/dev/null; }
-  for p in ${2-$(strays)}; do kill "-$1" "$p" 2>/dev/null; done
+  for p in ${2-$(strays) $(tree)}; do kill "-$1" "$p" 2>/dev/null; done
 }
 
 job_alive() {
   kill -0 "-$pg" 2>/dev/null || early_leader
 }
 
-# SIGTERM, up to $1 seconds for everything to go, then SIGKILL. Nothing to do (the usual
-# end of a job that exited by itself) costs one look at /proc.
+# The job's processes still alive, zombies aside: its group, its marker, its tree, and $1
+# (those seen before).
+survivors() {
+  {
+    for p in $1 $(strays) $(tree); do
+      herd_stat "/proc/$p/stat" && [ "$herd_state" != Z ] && echo "$p"
+    done
+    for s in /proc/[0-9]*/stat; do
+      herd_stat "$s" && [ "$herd_pgrp" = "$pg" ] && [ "$herd_state" != Z ] && echo "$herd_pid"
+    done
+  } | sort -u
+}
+
+# SIGTERM, up to $1 seconds for everything to go, then SIGKILL. What is still there a second
+# later (a process stuck in the kernel) is reported, never passed over: `herd-agent unstopped
+# PIDS`. Nothing to do (the usual end of a job that exited by itself) costs two looks at /proc.
 stop_job() {
-  left=$(strays)
-  job_alive || [ -n "$left" ] || return 0
-  signal_job TERM "$left"
+  seen="$(strays) $(tree)"
+  if ! job_alive; then
+    case $seen in *[0-9]*) ;; *) return 0 ;; esac
+  fi
+  signal_job TERM "$seen"
   t=0
-  while [ "$t" -lt "$(($1 * 10))" ] && { job_alive || [ -n "$(strays)" ]; }; do
+  while [ "$t" -lt "$(($1 * 10))" ] && { job_alive || [ -n "$(strays)$(tree)" ]; }; do
     sleep 0.1
     t=$((t + 1))
   done
-  signal_job KILL
+  signal_job KILL "$seen $(strays) $(tree)"
+  t=0
+  left=$(survivors "$seen")
+  while [ -n "$left" ] && [ "$t" -lt 10 ]; do
+    sleep 0.1
+    t=$((t + 1))
+    left=$(survivors "$seen")
+  done
+  [ -z "$left" ] || echo "herd-agent unstopped" $left >&2
 }
 
 (

@@ -11,6 +11,13 @@ pub const PROCS_SCRIPT: &str = include_str!("procs.sh");
 /// `agent.sh` for its protocol.
 pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("agent.sh"));
 
+/// The interpreter that makes a remote agent a child subreaper: the system one, which needs no
+/// shims, virtualenvs or site packages (`-S -I`), and starts in about 10 ms.
+const SUBREAPER_PYTHON: &str = "/usr/bin/python3";
+
+/// PR_SET_CHILD_SUBREAPER (36), then exec the agent's argv; without ctypes, just the exec.
+const SUBREAPER_SHIM: &str = "import os, sys\ntry:\n    import ctypes\n    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\nexcept Exception:\n    pass\nos.execvp(sys.argv[1], sys.argv[1:])\n";
+
 /// Name the agent runs under (`$0`), which also marks it in `ps`.
 pub const AGENT_NAME: &str = "herd-agent";
 
@@ -77,9 +84,15 @@ impl AgentInvocation {
         argv
     }
 
-    /// The command string given to ssh, which the remote login shell runs with `-c`.
+    /// The command string given to ssh, which the remote login shell runs with `-c`: the
+    /// agent's argv, started through /usr/bin/python3 where the node has it, which makes it a
+    /// child subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
-        self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
+        let agent = self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
+        format!(
+            "set -- {agent}; [ -x {SUBREAPER_PYTHON} ] && exec {SUBREAPER_PYTHON} -S -I -c {} \"$@\"; exec \"$@\"",
+            quote(SUBREAPER_SHIM)
+        )
     }
 }
 
@@ -170,6 +183,8 @@ pub enum AgentMessage {
     Alive,
     /// A line of the pre-sweep's output: stopped pids, or `container NAME`.
     Swept(String),
+    /// Processes of the job that were still alive after SIGKILL.
+    Unstopped(Vec<u32>),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
@@ -180,6 +195,9 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     }
     if let Some(swept) = line.strip_prefix("herd-agent swept ") {
         return AgentMessage::Swept(swept.to_string());
+    }
+    if let Some(pids) = line.strip_prefix("herd-agent unstopped ") {
+        return AgentMessage::Unstopped(parse_pids(pids));
     }
     let parsed =
         line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
@@ -393,6 +411,119 @@ mod tests {
         drop(stdin);
         child.wait().unwrap();
         assert_eq!(processes_with_env(&marker), Vec::<u32>::new(), "a process outlived the agent");
+    }
+
+    /// A sleep duration no other test uses, so that its process can be found by its argv.
+    fn unique_secs(base: u32) -> String {
+        (base + std::process::id() % 1000).to_string()
+    }
+
+    fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !cond() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        cond()
+    }
+
+    #[test]
+    fn a_job_process_that_cleared_its_environment_is_stopped_too() {
+        use std::io::Write;
+        let secs = unique_secs(5000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61"),
+            cleanup: None,
+            presweep: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+        assert!(wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()), "the job did not start");
+        drop(stdin);
+        child.wait().unwrap();
+        assert_eq!(processes_with_argv(&["sleep", &secs]), Vec::<u32>::new(), "env -i let it escape");
+    }
+
+    #[test]
+    fn what_the_job_orphans_is_stopped_once_its_leader_has_exited() {
+        // Through sh -c, as sshd runs it: the agent starts as a child subreaper, so the
+        // sleep, orphaned when its shell exits, stays the agent's descendant.
+        let secs = unique_secs(6000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0"),
+            cleanup: None,
+            presweep: None,
+        };
+        use std::io::{Read, Write};
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(inv.remote_command())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        drop(stdin);
+        child.wait().unwrap();
+        assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
+        assert_eq!(
+            processes_with_argv(&["sleep", &secs]),
+            Vec::<u32>::new(),
+            "the orphan outlived the agent"
+        );
+    }
+
+    #[test]
+    fn a_process_that_survives_sigkill_is_reported_not_passed_over() {
+        use std::io::{BufRead, BufReader, Read, Write};
+        // A frozen process (cgroup v1 freezer) is stuck in the kernel, as one on a hung NFS
+        // mount or GPU driver is: SIGKILL waits until it is thawed.
+        let freezer = std::path::Path::new("/sys/fs/cgroup/freezer");
+        assert!(freezer.is_dir(), "this test needs the cgroup v1 freezer (and root)");
+        let group = freezer.join(format!("herd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&group).unwrap();
+        let secs = unique_secs(7000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("sleep {secs} & wait"),
+            cleanup: None,
+            presweep: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        assert!(wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()), "the job did not start");
+        let stuck = processes_with_argv(&["sleep", &secs])[0];
+        std::fs::write(group.join("cgroup.procs"), stuck.to_string()).unwrap();
+        std::fs::write(group.join("freezer.state"), "FROZEN").unwrap();
+        drop(stdin);
+        let mut said = String::new();
+        let mut line = String::new();
+        while stderr.read_line(&mut line).unwrap() > 0 {
+            said.push_str(&line);
+            line.clear();
+        }
+        std::fs::write(group.join("freezer.state"), "THAWED").unwrap();
+        child.wait().unwrap();
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        assert!(wait_for(|| processes_with_argv(&["sleep", &secs]).is_empty()), "killed once thawed");
+        let _ = std::fs::remove_dir(&group);
+        let messages: Vec<AgentMessage> = said.lines().map(parse_agent_line).collect();
+        assert!(messages.contains(&AgentMessage::Unstopped(vec![stuck])), "{said}");
     }
 
     /// A `sleep` whose environment holds `HERD_MARKER=marker`.

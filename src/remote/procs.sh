@@ -15,6 +15,50 @@ herd_with_env() {
   done
 }
 
+# herd_stat FILE: read one /proc/PID/stat into herd_pid, herd_state, herd_ppid and
+# herd_pgrp; false if the process is gone.
+herd_stat() {
+  { IFS= read -r herd_l <"$1"; } 2>/dev/null || return 1
+  herd_pid=${herd_l%% *}
+  herd_fields ${herd_l##*) }
+}
+herd_fields() {
+  herd_state=$1 herd_ppid=$2 herd_pgrp=$3
+}
+
+# herd_tree ROOT: the descendants of ROOT, from /proc. A process that cleared its
+# environment (env -i) has no marker, but is still its parent's child; one whose parent died
+# is its subreaper's. ROOT's own subshells (forks that never exec'd: same command line) are
+# not descended into: they are ROOT's helpers, and the shell running this.
+herd_tree() {
+  herd_root=$1
+  { IFS= read -r herd_rootcmd <"/proc/$herd_root/cmdline"; } 2>/dev/null
+  herd_pairs=$(for herd_s in /proc/[0-9]*/stat; do herd_stat "$herd_s" && echo "$herd_pid:$herd_ppid"; done)
+  herd_in=" $herd_root "
+  herd_skip=" "
+  herd_grew=1
+  while [ -n "$herd_grew" ]; do
+    herd_grew=
+    for herd_pp in $herd_pairs; do
+      herd_p=${herd_pp%:*}
+      herd_q=${herd_pp#*:}
+      case $herd_in$herd_skip in *" $herd_p "*) continue ;; esac
+      case $herd_in in *" $herd_q "*) ;; *) continue ;; esac
+      if [ "$herd_q" = "$herd_root" ]; then
+        herd_c=
+        { IFS= read -r herd_c <"/proc/$herd_p/cmdline"; } 2>/dev/null
+        if [ "$herd_c" = "$herd_rootcmd" ]; then
+          herd_skip="$herd_skip$herd_p "
+          continue
+        fi
+      fi
+      herd_in="$herd_in$herd_p "
+      herd_grew=1
+    done
+  done
+  for herd_p in $herd_in; do [ "$herd_p" = "$herd_root" ] || echo "$herd_p"; done
+}
+
 # herd_live_markers PREFIX: the markers (NAME=VALUE) of the live agents whose marker starts
 # with PREFIX, a config's `HERD_MARKER=<key>:`.
 herd_live_markers() {

@@ -394,6 +394,9 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Alive => continue,
+            AgentMessage::Unstopped(pids) => {
+                Event::ProcessesUnstopped { node_rank: rank, host: host.clone(), pids }
+            }
             AgentMessage::Swept(text) => {
                 for event in super::swept_events(rank, &host, &text) {
                     let _ = events.send(event).await;
