@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::config::{FailureClass, RuleSpec};
 use crate::events::NodeExit;
+use crate::remote::ProcessState;
 
 /// The built-in rules: a line matching the pattern points at the class. Strings from real
 /// PyTorch, NCCL, gloo, DeepSpeed and shell output.
@@ -114,6 +115,9 @@ pub struct NodeOutcome {
     pub stop_requested_at: Option<Duration>,
     /// Its last lines.
     pub lines: Vec<TimedLine>,
+    /// Its job's processes as its agent saw them when herd found the job hung (empty
+    /// otherwise, or when the agent did not answer in time).
+    pub processes: Vec<ProcessState>,
 }
 
 /// Why herd itself ended an attempt, when no node's exit did.
@@ -149,7 +153,9 @@ pub struct Consequence {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     pub class: FailureClass,
-    pub root_cause: RootCause,
+    /// `None` when nothing points at one node: a hang in which every rank stopped making
+    /// progress at once and none was found stopped or stuck. herd blames no node on a guess.
+    pub root_cause: Option<RootCause>,
     pub consequences: Vec<Consequence>,
     pub hint: &'static str,
 }
@@ -211,35 +217,17 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
             let (rank, local_rank, exit) = failing_rank(f.node);
             (
                 f.class,
-                RootCause {
+                Some(RootCause {
                     rank,
                     local_rank,
                     node_rank: f.node.node_rank,
                     host: f.node.host.clone(),
                     exit: exit.unwrap_or_else(|| f.node.exit.clone()),
                     line: f.line.clone(),
-                },
+                }),
             )
         }
-        None if trigger == Trigger::Hang => {
-            // The node that went quiet first is the best lead; what it printed while being
-            // stopped is not.
-            let last_before_stop = |n: &'_ NodeOutcome| {
-                n.lines.iter().rev().find(|l| n.stop_requested_at.is_none_or(|at| l.at < at)).cloned()
-            };
-            let stalest = nodes.iter().min_by_key(|n| (last_before_stop(n).map(|l| l.at), n.node_rank))?;
-            (
-                FailureClass::Hang,
-                RootCause {
-                    rank: None,
-                    local_rank: None,
-                    node_rank: stalest.node_rank,
-                    host: stalest.host.clone(),
-                    exit: stalest.exit.clone(),
-                    line: last_before_stop(stalest).map(|l| l.text),
-                },
-            )
-        }
+        None if trigger == Trigger::Hang => (FailureClass::Hang, hang_culprit(nodes)),
         None => return None,
     };
     let consequences = failures
@@ -256,6 +244,57 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
         .collect();
     Some(Verdict { class, root_cause, consequences, hint: hint(class) })
 }
+
+/// Who a hang waits for, from evidence only:
+/// - a worker its agent found stopped (SIGSTOP, a debugger) or stuck in the kernel (a hung
+///   filesystem or driver): the others wait for it in their collectives;
+/// - else a node whose last line came clearly before every other node's (by `HANG_LEAD`): it
+///   went quiet while the others were still working.
+///
+/// Otherwise `None`: every rank stopped at once, waiting for each other, and the output says
+/// nothing of which one is stuck (its stack does). The lowest node rank is no culprit.
+fn hang_culprit(nodes: &[NodeOutcome]) -> Option<RootCause> {
+    let cause = |n: &NodeOutcome, rank, local_rank, line: Option<String>| RootCause {
+        rank,
+        local_rank,
+        node_rank: n.node_rank,
+        host: n.host.clone(),
+        exit: n.exit.clone(),
+        line,
+    };
+    let stuck = nodes.iter().find_map(|n| {
+        let p = n.processes.iter().filter(|p| p.is_stuck()).min_by_key(|p| (p.rank.is_none(), p.rank))?;
+        let what = if p.state == 'D' { "stuck in the kernel (state D)" } else { "stopped (state T)" };
+        let who = p.rank.map_or(format!("process {}", p.pid), |r| format!("rank {r} (pid {})", p.pid));
+        Some(cause(
+            n,
+            p.rank,
+            p.local_rank,
+            Some(format!("{who} was {what} when the job stopped making progress")),
+        ))
+    });
+    if stuck.is_some() {
+        return stuck;
+    }
+    // What printed while being stopped is not the hang's.
+    let last_before_stop = |n: &NodeOutcome| {
+        n.lines.iter().rev().find(|l| n.stop_requested_at.is_none_or(|at| l.at < at)).cloned()
+    };
+    let mut last: Vec<(Option<Duration>, &NodeOutcome)> =
+        nodes.iter().map(|n| (last_before_stop(n).map(|l| l.at), n)).collect();
+    last.sort_by_key(|(at, n)| (*at, n.node_rank));
+    match last.as_slice() {
+        [(first, n), (second, _), ..]
+            if first.unwrap_or_default() + HANG_LEAD <= second.unwrap_or_default() =>
+        {
+            Some(cause(n, None, None, last_before_stop(n).map(|l| l.text)))
+        }
+        _ => None,
+    }
+}
+
+/// How much sooner than every other node a node must have gone quiet to be named for a hang.
+const HANG_LEAD: Duration = Duration::from_secs(5);
 
 /// The failing rank as the launcher reported it: torchrun's "Root Cause" block gives rank,
 /// local rank and exit code; the DeepSpeed launcher's "exits with return code" line only the
@@ -446,6 +485,7 @@ mod tests {
             exit,
             ended_at: Duration::from_millis(ended_ms),
             stop_requested_at: stop_ms.map(Duration::from_millis),
+            processes: Vec::new(),
             lines: text
                 .lines()
                 .filter(|l| !l.is_empty())
@@ -469,9 +509,12 @@ mod tests {
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::Crash);
-        assert_eq!(v.root_cause.node_rank, 1);
-        assert_eq!((v.root_cause.rank, v.root_cause.local_rank), (Some(3), Some(1)));
-        assert_eq!(v.root_cause.exit, NodeExit::Signal(9));
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 1);
+        assert_eq!(
+            (v.root_cause.as_ref().unwrap().rank, v.root_cause.as_ref().unwrap().local_rank),
+            (Some(3), Some(1))
+        );
+        assert_eq!(v.root_cause.as_ref().unwrap().exit, NodeExit::Signal(9));
         let consequences: Vec<(usize, FailureClass)> =
             v.consequences.iter().map(|c| (c.node_rank, c.class)).collect();
         assert_eq!(consequences, [(0, FailureClass::Comm), (2, FailureClass::Comm)]);
@@ -501,9 +544,12 @@ mod tests {
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::Crash);
-        assert_eq!(v.root_cause.node_rank, 1);
-        assert_eq!((v.root_cause.rank, v.root_cause.local_rank), (Some(3), Some(1)));
-        assert_eq!(v.root_cause.exit, NodeExit::Signal(9));
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 1);
+        assert_eq!(
+            (v.root_cause.as_ref().unwrap().rank, v.root_cause.as_ref().unwrap().local_rank),
+            (Some(3), Some(1))
+        );
+        assert_eq!(v.root_cause.as_ref().unwrap().exit, NodeExit::Signal(9));
     }
 
     #[test]
@@ -539,8 +585,8 @@ mod tests {
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::User);
-        assert_eq!(v.root_cause.node_rank, 1);
-        assert!(v.root_cause.line.as_deref().unwrap().contains("SyntaxError"), "{v:?}");
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 1);
+        assert!(v.root_cause.as_ref().unwrap().line.as_deref().unwrap().contains("SyntaxError"), "{v:?}");
     }
 
     #[test]
@@ -553,8 +599,8 @@ mod tests {
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::Port);
-        assert_eq!(v.root_cause.node_rank, 0);
-        assert!(v.root_cause.line.as_deref().unwrap().contains("EADDRINUSE"), "{v:?}");
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 0);
+        assert!(v.root_cause.as_ref().unwrap().line.as_deref().unwrap().contains("EADDRINUSE"), "{v:?}");
     }
 
     #[test]
@@ -568,27 +614,73 @@ mod tests {
         ];
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::NodeLost);
-        assert_eq!(v.root_cause.node_rank, 2);
-        assert_eq!(v.root_cause.exit, lost);
-        assert_eq!(v.root_cause.line, None);
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 2);
+        assert_eq!(v.root_cause.as_ref().unwrap().exit, lost);
+        assert_eq!(v.root_cause.as_ref().unwrap().line, None);
     }
 
-    #[test]
-    fn a_stalled_job_is_a_hang_and_teardown_noise_is_not_its_line() {
-        let rules = RuleTable::new(&[]);
-        // herd's SIGTERM reached each node where torchrun says "Received 15 death signal".
-        let nodes: Vec<NodeOutcome> = (0..3)
+    /// The hang fixture, stopped by herd where torchrun says "Received 15 death signal".
+    fn hung_nodes() -> Vec<NodeOutcome> {
+        (0..3)
             .map(|n| {
                 let text = fixture("torchrun-hang", n);
                 let stop =
                     text.lines().filter(|l| !l.is_empty()).position(|l| l.contains("death signal")).unwrap();
                 node(n, &text, NodeExit::ExitCode(1), 0, 1_000, Some(stop as u64))
             })
-            .collect();
-        let v = classify(&nodes, Trigger::Hang, &rules).unwrap();
+            .collect()
+    }
+
+    #[test]
+    fn a_hang_with_no_evidence_blames_no_node() {
+        // Every rank stopped making progress at once: the output does not say which one is
+        // stuck, and the lowest node rank (or the last to print) is no culprit.
+        let v = classify(&hung_nodes(), Trigger::Hang, &RuleTable::new(&[])).unwrap();
         assert_eq!(v.class, FailureClass::Hang);
-        let line = v.root_cause.line.unwrap();
-        assert!(!line.contains("signal") && !line.contains("Signal"), "{line}");
+        assert_eq!(v.root_cause, None, "{v:?}");
+    }
+
+    #[test]
+    fn a_hang_is_pinned_on_the_rank_found_stopped() {
+        // One worker on node 1 was SIGSTOPped: its agent saw it in state T.
+        let mut nodes = hung_nodes();
+        let worker =
+            |pid, state, rank, local| ProcessState { pid, state, rank: Some(rank), local_rank: Some(local) };
+        nodes[0].processes = vec![worker(10, 'S', 0, 0), worker(11, 'S', 1, 1)];
+        nodes[1].processes = vec![
+            ProcessState { pid: 19, state: 'S', rank: None, local_rank: None },
+            worker(20, 'S', 2, 0),
+            worker(21, 'T', 3, 1),
+        ];
+        nodes[2].processes = vec![worker(30, 'S', 4, 0), worker(31, 'S', 5, 1)];
+        let v = classify(&nodes, Trigger::Hang, &RuleTable::new(&[])).unwrap();
+        let r = v.root_cause.unwrap();
+        assert_eq!((r.node_rank, r.rank, r.local_rank), (1, Some(3), Some(1)));
+        assert_eq!(
+            r.line.as_deref(),
+            Some("rank 3 (pid 21) was stopped (state T) when the job stopped making progress")
+        );
+        // Stuck in the kernel counts the same way.
+        nodes[1].processes[2].state = 'S';
+        nodes[2].processes[0].state = 'D';
+        let r = classify(&nodes, Trigger::Hang, &RuleTable::new(&[])).unwrap().root_cause.unwrap();
+        assert_eq!((r.node_rank, r.rank), (2, Some(4)));
+    }
+
+    #[test]
+    fn a_hang_is_pinned_on_a_node_that_went_quiet_well_before_the_others() {
+        let rules = RuleTable::new(&[]);
+        // Node 1's last line came 10 s before anyone else's; teardown noise comes after.
+        let mut nodes = vec![
+            node(0, "step 40", NodeExit::ExitCode(1), 20_000, 30_000, Some(29_000)),
+            node(1, "step 20", NodeExit::ExitCode(1), 10_000, 30_000, Some(29_000)),
+            node(2, "step 40", NodeExit::ExitCode(1), 20_000, 30_000, Some(29_000)),
+        ];
+        let r = classify(&nodes, Trigger::Hang, &rules).unwrap().root_cause.unwrap();
+        assert_eq!((r.node_rank, r.line.as_deref()), (1, Some("step 20")));
+        // A second sooner is no lead: nobody is named.
+        nodes[1] = node(1, "step 39", NodeExit::ExitCode(1), 19_000, 30_000, Some(29_000));
+        assert_eq!(classify(&nodes, Trigger::Hang, &rules).unwrap().root_cause, None);
     }
 
     #[test]

@@ -156,8 +156,53 @@ fn a_rank_that_stops_taking_part_is_a_hang() {
     out.assert_code(0);
     assert_results_on_attempt(&out, 6, 1);
     let ev = events(&only_run_dir(&c.logs()));
-    assert_eq!(all(&ev, "attempt_failed")[0]["class"], "hang");
+    let failed = &all(&ev, "attempt_failed")[0];
+    assert_eq!(failed["class"], "hang");
+    // The sleeping rank looks like its peers waiting for it (state S, same last step): herd
+    // names no node rather than a healthy one.
+    assert_eq!(failed["root_cause"], Value::Null, "{failed}");
+    assert!(out.stderr.contains("no single node"), "{out}");
     assert!(all(&ev, "teardown_started")[0]["reason"].as_str().unwrap().starts_with("no progress for"));
+}
+
+/// One worker SIGSTOPped: every rank waits for it. Its node's agent finds it stopped when
+/// herd asks, before the teardown, so the hang is pinned on that rank and not on a healthy
+/// node.
+#[test]
+fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\""),
+        &format!("{FAST_RESTART}hang_timeout = \"20s\"\nprogress_pattern = \"^step \"\n"),
+    );
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    let trained = wait_until(Duration::from_secs(90), || {
+        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
+            std::fs::read_to_string(run.path().join(format!("attempt-0/node1-{}.log", c.addr(1))))
+                .is_ok_and(|log| log.contains("step 5 "))
+        })
+    });
+    assert!(trained, "training did not start");
+    let rank3 = c.tb.processes_with_env(1, "RANK", "3");
+    assert!(!rank3.is_empty(), "no worker with RANK=3 on node 1");
+    for pid in &rank3 {
+        assert!(std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 1);
+    let ev = events(&only_run_dir(&c.logs()));
+    let failed = &all(&ev, "attempt_failed")[0];
+    assert_eq!(failed["class"], "hang", "{failed}");
+    assert_eq!(failed["root_cause"]["node_rank"], 1, "{failed}");
+    assert_eq!(failed["root_cause"]["rank"], 3, "{failed}");
+    assert!(failed["root_cause"]["line"].as_str().unwrap().contains("stopped (state T)"), "{failed}");
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
 }
 
 /// Poll events.jsonl of the single run under `logs` until an event named `name` appears.

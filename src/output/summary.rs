@@ -23,7 +23,7 @@ pub fn status_line(event: &Event) -> Option<String> {
         }
         Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
         Event::AttemptFailed { attempt, verdict, .. } => {
-            format!("attempt {attempt} failed: {}: {}", verdict.class, root_cause_words(&verdict.root_cause))
+            format!("attempt {attempt} failed: {}: {}", verdict.class, cause_words(verdict.root_cause.as_ref()))
         }
         Event::RestartScheduled { attempt, delay_ms, class } => {
             format!("restarting ({class}) as attempt {attempt} in {:.1} s", *delay_ms as f64 / 1000.0)
@@ -65,6 +65,14 @@ fn plural(n: u32) -> &'static str {
     }
 }
 
+/// What herd says when a verdict names no node (a hang that no evidence pins on one).
+pub const NO_ROOT_CAUSE: &str = "no single node: every rank stopped making progress at once, and none was found stopped or stuck in the kernel";
+
+/// The root cause's words, or that there is none.
+pub fn cause_words(r: Option<&RootCause>) -> String {
+    r.map_or_else(|| NO_ROOT_CAUSE.to_string(), root_cause_words)
+}
+
 /// `node 1 (gpu-02), rank 3 (local 1): signal 9 (SIGKILL)`
 pub fn root_cause_words(r: &RootCause) -> String {
     let mut s = format!("node {} ({})", r.node_rank, r.host);
@@ -92,8 +100,11 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
             let (class, cause, line) = match &a.verdict {
                 Some(v) => (
                     v.class.to_string(),
-                    root_cause_words(&v.root_cause).split(':').next().unwrap_or_default().to_string(),
-                    v.root_cause.line.clone().unwrap_or_default(),
+                    match &v.root_cause {
+                        Some(r) => root_cause_words(r).split(':').next().unwrap_or_default().to_string(),
+                        None => "no single node".to_string(),
+                    },
+                    v.root_cause.as_ref().and_then(|r| r.line.clone()).unwrap_or_default(),
                 ),
                 None if status == RunStatus::Interrupted && a.attempt + 1 == attempts.len() as u32 => {
                     ("interrupted".into(), String::new(), String::new())
@@ -114,10 +125,11 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
     if status == RunStatus::Failed {
         if let Some(last) = attempts.last() {
             if let Some(v) = &last.verdict {
-                s += &failure(
-                    v,
-                    &node_log_path(run_dir, last.attempt, v.root_cause.node_rank, &v.root_cause.host),
-                );
+                let log = match &v.root_cause {
+                    Some(r) => node_log_path(run_dir, last.attempt, r.node_rank, &r.host),
+                    None => run_dir.join(format!("attempt-{}", last.attempt)),
+                };
+                s += &failure(v, &log);
             }
         }
     }
@@ -126,8 +138,8 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
 
 /// How the last attempt failed, for people.
 pub fn failure(v: &Verdict, log: &Path) -> String {
-    let mut s = format!("root cause ({}): {}\n", v.class, root_cause_words(&v.root_cause));
-    if let Some(line) = &v.root_cause.line {
+    let mut s = format!("root cause ({}): {}\n", v.class, cause_words(v.root_cause.as_ref()));
+    if let Some(line) = v.root_cause.as_ref().and_then(|r| r.line.as_ref()) {
         let _ = writeln!(s, "  line: {line}");
     }
     let _ = writeln!(s, "  hint: {}", v.hint);
@@ -149,14 +161,14 @@ mod tests {
     fn verdict() -> Verdict {
         Verdict {
             class: FailureClass::Crash,
-            root_cause: RootCause {
+            root_cause: Some(RootCause {
                 rank: Some(3),
                 local_rank: Some(1),
                 node_rank: 1,
                 host: "gpu-02".into(),
                 exit: NodeExit::Signal(9),
                 line: Some("Signal 9 (SIGKILL) received by PID 7".into()),
-            },
+            }),
             consequences: vec![Consequence {
                 node_rank: 0,
                 host: "gpu-01".into(),

@@ -13,11 +13,13 @@
 #           `herd-agent swept LINE`
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
-#        `term` / `kill` signal the job; EOF means herd is gone: TERM, grace, KILL.
+#        `term` / `kill` signal the job; `probe` asks for `herd-agent probe` (below); EOF
+#        means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
 # fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
-#        `herd-agent alive` (the heartbeat), `herd-agent unstopped PIDS` (still there after
-#        SIGKILL), `herd-agent exit S`.
+#        `herd-agent alive` (the heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...`
+#        (each job process, - for a rank it has not), `herd-agent unstopped PIDS` (still there
+#        after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
 # starts each worker in a session of its own, out of reach of the group), and every
@@ -152,15 +154,31 @@ stop_job() {
   [ -z "$left" ] || echo "herd-agent unstopped" $left >&2
 }
 
+# The value of variable $1 in process $2's environment, or -.
+env_of() {
+  v=$(grep -z -- "^$1=" "/proc/$2/environ" 2>/dev/null | tr -d '\0')
+  echo "${v:-$1=-}" | cut -d= -f2-
+}
+
+# Each job process as PID:STATE:RANK:LOCAL_RANK, for a hang's evidence: a rank that is
+# stopped (T) or stuck in the kernel (D) is the one the others wait for.
+probe_job() {
+  for p in $(strays); do
+    herd_stat "/proc/$p/stat" || continue
+    echo "$p:$herd_state:$(env_of RANK "$p"):$(env_of LOCAL_RANK "$p")"
+  done
+}
+
 (
   while IFS= read -r cmd; do
     case $cmd in
       term) signal_job TERM ;;
       kill) signal_job KILL ;;
+      probe) echo "herd-agent probe" $(probe_job) >&4 ;;
     esac
   done
   stop_job "$grace"
-) <&3 >/dev/null 2>&1 &
+) <&3 4>&2 >/dev/null 2>&1 &
 watcher=$!
 
 wait "$pg" 2>/dev/null

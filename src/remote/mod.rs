@@ -171,6 +171,36 @@ pub fn parse_pids(out: &str) -> Vec<u32> {
 /// Control lines herd writes to the agent's stdin after the env block.
 pub const CONTROL_TERM: &[u8] = b"term\n";
 pub const CONTROL_KILL: &[u8] = b"kill\n";
+pub const CONTROL_PROBE: &[u8] = b"probe\n";
+
+/// One process of a node's job as the agent saw it when asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ProcessState {
+    pub pid: u32,
+    /// The state letter of /proc/PID/stat: R, S, D, T, t, Z, ...
+    pub state: char,
+    /// `RANK` and `LOCAL_RANK` of its environment: a worker's; a launcher has none.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+}
+
+impl ProcessState {
+    /// `PID:STATE:RANK:LOCAL_RANK`, `-` for a rank it has not.
+    fn parse(word: &str) -> Option<ProcessState> {
+        let mut parts = word.split(':');
+        let pid = parts.next()?.parse().ok()?;
+        let state = parts.next()?.chars().next()?;
+        let rank = parts.next()?.parse().ok();
+        let local_rank = parts.next()?.parse().ok();
+        Some(ProcessState { pid, state, rank, local_rank })
+    }
+
+    /// Whether it cannot be taking part: stopped (SIGSTOP, a debugger) or stuck in the
+    /// kernel (a hung filesystem or driver).
+    pub fn is_stuck(&self) -> bool {
+        matches!(self.state, 'T' | 't' | 'D')
+    }
+}
 
 /// A line the agent wrote on its stderr.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +215,8 @@ pub enum AgentMessage {
     Swept(String),
     /// Processes of the job that were still alive after SIGKILL.
     Unstopped(Vec<u32>),
+    /// The job's processes as they were when herd asked (`probe`).
+    Probe(Vec<ProcessState>),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
@@ -198,6 +230,11 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     }
     if let Some(pids) = line.strip_prefix("herd-agent unstopped ") {
         return AgentMessage::Unstopped(parse_pids(pids));
+    }
+    if let Some(rest) = line.strip_prefix("herd-agent probe") {
+        if rest.is_empty() || rest.starts_with(' ') {
+            return AgentMessage::Probe(rest.split_whitespace().filter_map(ProcessState::parse).collect());
+        }
     }
     let parsed =
         line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
@@ -720,5 +757,14 @@ mod tests {
         assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));
         assert_eq!(parse_agent_line("herd-agent alive"), AgentMessage::Alive);
         assert_eq!(parse_agent_line("herd-agent exit x"), AgentMessage::Other("herd-agent exit x".into()));
+        assert_eq!(
+            parse_agent_line("herd-agent probe 10:S:-:- 11:T:3:1"),
+            AgentMessage::Probe(vec![
+                ProcessState { pid: 10, state: 'S', rank: None, local_rank: None },
+                ProcessState { pid: 11, state: 'T', rank: Some(3), local_rank: Some(1) },
+            ])
+        );
+        assert_eq!(parse_agent_line("herd-agent probe"), AgentMessage::Probe(vec![]));
+        assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
     }
 }

@@ -85,6 +85,7 @@ pub async fn exec(
             liveness: liveness.clone(),
             progress_pattern: None,
             fatal: None,
+            probe: None,
         };
         set.spawn(node::run(conn, run, stop_rx.clone(), events.clone()));
     }

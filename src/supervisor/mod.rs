@@ -79,6 +79,9 @@ pub type Interrupts = mpsc::UnboundedReceiver<()>;
 
 /// How often the supervisor checks for hangs and silent nodes.
 const TICK: Duration = Duration::from_millis(250);
+/// How long herd waits for the agents' answers to `probe` before it tears a hung attempt
+/// down: the evidence of who is stuck dies with the processes.
+const PROBE_WAIT: Duration = Duration::from_secs(3);
 /// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
 /// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
 const STALLED: Duration = Duration::from_secs(2);
@@ -640,6 +643,9 @@ async fn run_attempt(
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let fatal = ctx.crash.clone().map(|pattern| node::FatalWatch { pattern, report: fatal_tx });
+    let (probe_tx, probe_rx) = watch::channel(0u32);
+    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel();
+    let probe = node::ProbeLink { asks: probe_rx, answers: answers_tx };
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let run = node::NodeRun {
@@ -660,11 +666,16 @@ async fn run_attempt(
             liveness: liveness.clone(),
             progress_pattern: ctx.progress.clone(),
             fatal: fatal.clone(),
+            probe: Some(probe.clone()),
         };
         set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
 
     let mut results: Vec<Option<node::NodeResult>> = plan.nodes.iter().map(|_| None).collect();
+    // A hang found, the agents asked for their processes: until when herd waits, and why.
+    let mut probing: Option<(tokio::time::Instant, String)> = None;
+    let mut processes: Vec<Vec<remote::ProcessState>> = plan.nodes.iter().map(|_| Vec::new()).collect();
+    let mut answered: BTreeSet<usize> = BTreeSet::new();
     let mut stopping: Option<(Stopping, Duration)> = None;
     let mut silent: BTreeSet<usize> = BTreeSet::new();
     let mut kill_at: Option<tokio::time::Instant> = None;
@@ -685,6 +696,12 @@ async fn run_attempt(
         let kill_timer = async {
             match kill_at {
                 Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let probe_timer = async {
+            match &probing {
+                Some((at, _)) => tokio::time::sleep_until(*at).await,
                 None => std::future::pending().await,
             }
         };
@@ -725,6 +742,19 @@ async fn run_attempt(
                     }
                 }
             }
+            Some((rank, seen)) = answers_rx.recv() => {
+                processes[rank] = seen;
+                answered.insert(rank);
+                let running = |r: &usize| results[*r].is_none();
+                if probing.is_some() && (0..plan.nnodes()).filter(running).all(|r| answered.contains(&r)) {
+                    let (_, reason) = probing.take().expect("checked");
+                    teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+                }
+            }
+            () = probe_timer => {
+                let (_, reason) = probing.take().expect("armed");
+                teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+            }
             _ = tick.tick() => {
                 let gap = last_tick.elapsed();
                 last_tick = Instant::now();
@@ -736,12 +766,14 @@ async fn run_attempt(
                     );
                     liveness.forgive();
                 }
-                if stopping.is_none() {
+                if stopping.is_none() && probing.is_none() {
                     if let Some(limit) = plan.restart.hang_timeout {
                         let idle = liveness.since_progress();
                         if idle >= limit {
+                            // First the evidence: which process each node's job is in, and its state.
                             let reason = format!("no progress for {}", humantime::format_duration(round_secs(idle)));
-                            teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+                            let _ = probe_tx.send(1);
+                            probing = Some((tokio::time::Instant::now() + PROBE_WAIT, reason));
                         }
                     }
                 }
@@ -786,6 +818,7 @@ async fn run_attempt(
             exit: r.exit,
             ended_at: r.ended_at,
             lines: r.tail,
+            processes: std::mem::take(&mut processes[r.node_rank]),
         })
         .collect();
     let trigger = if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
 use crate::lines::{LineSplitter, Lines};
-use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::remote::{self, AgentInvocation, AgentMessage, ProcessState};
 use crate::transport::{Connection, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
@@ -63,6 +63,16 @@ pub struct NodeRun {
     /// Lines that mean the node has failed (see `RuleTable::crash_pattern`): the first one
     /// is sent, with the node rank, as soon as it arrives.
     pub fatal: Option<FatalWatch>,
+    /// Where the supervisor asks for the job's processes, and gets them.
+    pub probe: Option<ProbeLink>,
+}
+
+/// How the supervisor asks a node's agent for its job's processes (each change of `asks`
+/// sends one `probe`), and where the answer goes, with the node rank.
+#[derive(Clone)]
+pub struct ProbeLink {
+    pub asks: watch::Receiver<u32>,
+    pub answers: mpsc::UnboundedSender<(usize, Vec<ProcessState>)>,
 }
 
 /// Where a node reports its first fatal line.
@@ -154,6 +164,7 @@ pub async fn run(
         node.progress_pattern.clone(),
         node.fatal.clone(),
     ));
+    let mut asks = node.probe.as_ref().map(|p| p.asks.clone());
     let err_pump = tokio::spawn(pump_agent(
         process.stderr,
         node.attempt,
@@ -161,6 +172,7 @@ pub async fn run(
         node.host.clone(),
         events.clone(),
         node.liveness.clone(),
+        node.probe.map(|p| p.answers),
     ));
 
     let wrote_env = async {
@@ -187,8 +199,19 @@ pub async fn run(
                 None => std::future::pending().await,
             }
         };
+        let asked = async {
+            match &mut asks {
+                Some(asks) => asks.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             joined = &mut err_pump => break joined.ok().flatten(),
+            true = asked => {
+                if let Err(e) = async { stdin.write_all(remote::CONTROL_PROBE).await?; stdin.flush().await }.await {
+                    tracing::debug!(node = rank, "sending probe: {e}");
+                }
+            }
             () = give_up => {
                 // A node whose shell never reached the agent cannot act on `kill`; closing
                 // stdin (below) is all that is left, and the agent acts on that if it ever runs.
@@ -379,6 +402,7 @@ async fn pump_agent(
     host: String,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
+    answers: Option<mpsc::UnboundedSender<(usize, Vec<ProcessState>)>>,
 ) -> Option<i32> {
     let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
@@ -394,6 +418,12 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Alive => continue,
+            AgentMessage::Probe(processes) => {
+                if let Some(answers) = &answers {
+                    let _ = answers.send((rank, processes));
+                }
+                continue;
+            }
             AgentMessage::Unstopped(pids) => {
                 Event::ProcessesUnstopped { node_rank: rank, host: host.clone(), pids }
             }
