@@ -87,15 +87,20 @@ pub struct FatalWatch {
 pub struct Liveness {
     start: Instant,
     last_progress_ms: AtomicU64,
+    /// `NOT_YET` until the node's agent first speaks.
     last_heard_ms: Vec<AtomicU64>,
 }
+
+/// A node whose agent has not spoken yet: its login shell may still be starting (conda,
+/// pyenv, a cold NFS home), which is no silence of the agent's.
+const NOT_YET: u64 = u64::MAX;
 
 impl Liveness {
     pub fn new(nodes: usize) -> Liveness {
         Liveness {
             start: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
-            last_heard_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            last_heard_ms: (0..nodes).map(|_| AtomicU64::new(NOT_YET)).collect(),
         }
     }
 
@@ -126,12 +131,18 @@ impl Liveness {
         let now = self.now_ms();
         self.last_progress_ms.fetch_max(now, Ordering::Relaxed);
         for heard in &self.last_heard_ms {
+            // fetch_max leaves NOT_YET as it is.
             heard.fetch_max(now, Ordering::Relaxed);
         }
     }
 
+    /// How long the node's agent has been silent; zero before it first spoke (a node that
+    /// never gets there is lost by its connection, not by its heartbeat).
     pub fn since_heard(&self, rank: usize) -> Duration {
-        Duration::from_millis(self.now_ms().saturating_sub(self.last_heard_ms[rank].load(Ordering::Relaxed)))
+        match self.last_heard_ms[rank].load(Ordering::Relaxed) {
+            NOT_YET => Duration::ZERO,
+            heard => Duration::from_millis(self.now_ms().saturating_sub(heard)),
+        }
     }
 }
 
@@ -441,4 +452,25 @@ async fn pump_agent(
         let _ = events.send(event).await;
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_silent_only_after_its_agent_first_spoke() {
+        let l = Liveness::new(2);
+        std::thread::sleep(Duration::from_millis(30));
+        // Node 0 still logging in: no silence counted.
+        assert_eq!(l.since_heard(0), Duration::ZERO);
+        l.heard(1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(l.since_heard(1) >= Duration::from_millis(30));
+        assert_eq!(l.since_heard(0), Duration::ZERO);
+        // A stall of herd's own gives the heard nodes a fresh window, and the others none.
+        l.forgive();
+        assert!(l.since_heard(1) < Duration::from_millis(30));
+        assert_eq!(l.since_heard(0), Duration::ZERO);
+    }
 }
