@@ -36,6 +36,8 @@ pub struct LaunchPlan {
     pub nodes: Vec<NodePlan>,
     pub logs_dir: PathBuf,
     pub restart: Restart,
+    /// `ssh.login_timeout`: how long a node's login shell may take to start the agent.
+    pub login_timeout: Duration,
     /// `forward_env` names (not globs) that are not set in the launching environment.
     pub missing_forwarded: Vec<String>,
     /// Identifies the config file across runs; the first part of every HERD_MARKER.
@@ -287,6 +289,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         nodes,
         logs_dir: config.logs.dir.clone(),
         restart: config.restart.clone(),
+        login_timeout: config.ssh.login_timeout,
         missing_forwarded,
         config_key,
         device: job.device,

@@ -67,6 +67,9 @@ pub const DEFAULT_LOGS_DIR: &str = "herd-logs";
 pub const DEFAULT_PORT_RANGE: (u16, u16) = (20000, 40000);
 /// `container.shm_size` when not given.
 pub const DEFAULT_SHM_SIZE: &str = "8g";
+/// `ssh.login_timeout` when not given: generous, since a shared home's shell init can take a
+/// minute on a cold cluster; a login that is stuck is still found.
+pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// `ssh.connect_timeout` when not given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `restart.on` when not given.
@@ -82,6 +85,7 @@ impl Default for SshSettings {
             known_hosts: KnownHostsPolicy::Strict,
             known_hosts_file: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            login_timeout: DEFAULT_LOGIN_TIMEOUT,
         }
     }
 }
@@ -328,6 +332,10 @@ impl Cx<'_> {
             connect_timeout: match &raw.connect_timeout {
                 Some(d) => self.positive_duration(d, "ssh.connect_timeout")?,
                 None => DEFAULT_CONNECT_TIMEOUT,
+            },
+            login_timeout: match &raw.login_timeout {
+                Some(d) => self.positive_duration(d, "ssh.login_timeout")?,
+                None => DEFAULT_LOGIN_TIMEOUT,
             },
         })
     }
@@ -1169,6 +1177,7 @@ class = "user"
                 known_hosts: KnownHostsPolicy::AcceptNew,
                 known_hosts_file: Some("/path/known_hosts".into()),
                 connect_timeout: Duration::from_secs(20),
+                login_timeout: DEFAULT_LOGIN_TIMEOUT,
             },
             nodes: vec![
                 gpu("gpu-01"),
@@ -1234,6 +1243,7 @@ class = "user"
                     known_hosts: KnownHostsPolicy::Strict,
                     known_hosts_file: None,
                     connect_timeout: Duration::from_secs(10),
+                    login_timeout: DEFAULT_LOGIN_TIMEOUT,
                 },
                 nodes: vec![node("a")],
                 job: Job {
@@ -1385,7 +1395,7 @@ class = "user"
             "[ssh]\nusr = \"x\"\n",
             2,
             1,
-            "unknown field `usr`, expected one of `user`, `port`, `identity_file`, `known_hosts`, `known_hosts_file`, `connect_timeout`",
+            "unknown field `usr`, expected one of `user`, `port`, `identity_file`, `known_hosts`, `known_hosts_file`, `connect_timeout`, `login_timeout`",
         );
         assert_err(
             "[[nodes]]\nhost = \"a\"\nnprocs = 2\n",

@@ -33,6 +33,7 @@ pub(crate) struct RawSsh {
     pub known_hosts: Option<Spanned<String>>,
     pub known_hosts_file: Option<Spanned<String>>,
     pub connect_timeout: Option<Spanned<DurationText>>,
+    pub login_timeout: Option<Spanned<DurationText>>,
 }
 
 #[derive(Debug, Deserialize)]

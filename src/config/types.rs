@@ -32,6 +32,9 @@ pub struct SshSettings {
     /// Optional known_hosts file used instead of the user's (`UserKnownHostsFile`).
     pub known_hosts_file: Option<String>,
     pub connect_timeout: Duration,
+    /// How long a node's login shell may take to start the agent (shell init: conda, pyenv,
+    /// modules, a cold NFS home) before the node counts as lost.
+    pub login_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -677,7 +677,8 @@ async fn run_attempt(
     let mut processes: Vec<Vec<remote::ProcessState>> = plan.nodes.iter().map(|_| Vec::new()).collect();
     let mut answered: BTreeSet<usize> = BTreeSet::new();
     let mut stopping: Option<(Stopping, Duration)> = None;
-    let mut silent: BTreeSet<usize> = BTreeSet::new();
+    // Nodes given up on for their silence, and how each one is lost.
+    let mut silent: std::collections::BTreeMap<usize, String> = std::collections::BTreeMap::new();
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut interrupts_open = true;
     let mut tick = tokio::time::interval(TICK);
@@ -710,9 +711,8 @@ async fn run_attempt(
             joined = set.join_next() => {
                 let Some(joined) = joined else { break };
                 let mut result = joined.expect("node task panicked");
-                if silent.contains(&result.node_rank) {
-                    let why = format!("no heartbeat for {}", humantime::format_duration(plan.restart.heartbeat_timeout));
-                    result.exit = NodeExit::Lost(why);
+                if let Some(why) = silent.get(&result.node_rank) {
+                    result.exit = NodeExit::Lost(why.clone());
                 }
                 if !result.exit.success() {
                     let host = &plan.nodes[result.node_rank].host;
@@ -778,12 +778,29 @@ async fn run_attempt(
                     }
                 }
                 for node in &plan.nodes {
-                    if results[node.rank].is_none()
-                        && !silent.contains(&node.rank)
-                        && liveness.since_heard(node.rank) >= plan.restart.heartbeat_timeout
-                    {
-                        silent.insert(node.rank);
-                        let reason = format!("node {} ({}) is silent: no heartbeat", node.rank, node.host);
+                    if results[node.rank].is_some() || silent.contains_key(&node.rank) {
+                        continue;
+                    }
+                    let lost = if !liveness.has_heard(node.rank) {
+                        // Still in its login shell: judged by ssh.login_timeout, not the heartbeat.
+                        (liveness.elapsed() >= plan.login_timeout).then(|| {
+                            let limit = humantime::format_duration(plan.login_timeout);
+                            (
+                                format!("node {} ({}) is silent: its login shell has not started the agent in {limit}", node.rank, node.host),
+                                format!("its login shell did not start the agent within ssh.login_timeout ({limit}): a shell init (conda, pyenv, module) may be stuck"),
+                            )
+                        })
+                    } else {
+                        (liveness.since_heard(node.rank) >= plan.restart.heartbeat_timeout).then(|| {
+                            let limit = humantime::format_duration(plan.restart.heartbeat_timeout);
+                            (
+                                format!("node {} ({}) is silent: no heartbeat", node.rank, node.host),
+                                format!("no heartbeat for {limit}"),
+                            )
+                        })
+                    };
+                    if let Some((reason, why)) = lost {
+                        silent.insert(node.rank, why);
                         if teardown.is_none() {
                             teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
                         }

@@ -136,6 +136,11 @@ impl Liveness {
         }
     }
 
+    /// Whether the node's agent has spoken yet.
+    pub fn has_heard(&self, rank: usize) -> bool {
+        self.last_heard_ms[rank].load(Ordering::Relaxed) != NOT_YET
+    }
+
     /// How long the node's agent has been silent; zero before it first spoke (a node that
     /// never gets there is lost by its connection, not by its heartbeat).
     pub fn since_heard(&self, rank: usize) -> Duration {
