@@ -352,6 +352,14 @@ impl LaunchPlan {
         }
     }
 
+    /// Whether a healthy node's launcher may be ended once its workers are gone (see
+    /// `NodeRun::quick_launcher_exit`): torchrun and DeepSpeed's launcher have nothing to save
+    /// then. A `command` job is the user's own and keeps its grace, and a container's runtime
+    /// client leads a job whose workers herd does not see.
+    pub fn quick_launcher_exit(&self) -> bool {
+        self.launcher != LauncherKind::Command && self.container.is_none()
+    }
+
     /// With `[container]`: what the node's agent runs after the job is gone, to remove the
     /// attempt's container.
     pub fn container_cleanup(&self, node: &NodePlan, values: &AttemptValues<'_>) -> Option<String> {

@@ -13,8 +13,9 @@
 #           `herd-agent swept LINE`
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
-#        `term` / `kill` signal the job; `probe` asks for `herd-agent probe` (below); EOF
-#        means herd is gone: TERM, grace, KILL.
+#        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
+#        launcher (the group's leader) once every other job process is gone; `probe` asks for
+#        `herd-agent probe` (below); EOF means herd is gone: TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
 # fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
 #        `herd-agent alive` (the heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...`
@@ -169,10 +170,31 @@ probe_job() {
   done
 }
 
+# After `term-fast`, on a healthy node of a torch launcher: once its workers are gone, the
+# launcher has nothing left to do but its interpreter's exit (a second or more with torch
+# loaded): end it then. Within the grace, as for `term`.
+end_idle_launcher() {
+  t=0
+  while [ "$t" -lt "$(($1 * 20))" ] && job_alive; do
+    busy=
+    for p in $(strays); do [ "$p" = "$pg" ] || { busy=1; break; }; done
+    if [ -z "$busy" ]; then
+      kill -KILL "-$pg" 2>/dev/null
+      return 0
+    fi
+    sleep 0.05
+    t=$((t + 1))
+  done
+}
+
 (
   while IFS= read -r cmd; do
     case $cmd in
       term) signal_job TERM ;;
+      term-fast)
+        signal_job TERM
+        end_idle_launcher "$grace" 4>&- &
+        ;;
       kill) signal_job KILL ;;
       probe) echo "herd-agent probe" $(probe_job) >&4 ;;
     esac

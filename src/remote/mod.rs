@@ -172,6 +172,8 @@ pub fn parse_pids(out: &str) -> Vec<u32> {
 pub const CONTROL_TERM: &[u8] = b"term\n";
 pub const CONTROL_KILL: &[u8] = b"kill\n";
 pub const CONTROL_PROBE: &[u8] = b"probe\n";
+/// `term`, and then end the launcher as soon as its workers are gone.
+pub const CONTROL_TERM_FAST: &[u8] = b"term-fast\n";
 
 /// One process of a node's job as the agent saw it when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -561,6 +563,46 @@ mod tests {
         let _ = std::fs::remove_dir(&group);
         let messages: Vec<AgentMessage> = said.lines().map(parse_agent_line).collect();
         assert!(messages.contains(&AgentMessage::Unstopped(vec![stuck])), "{said}");
+    }
+
+    #[test]
+    fn term_fast_ends_a_launcher_as_soon_as_its_workers_are_gone() {
+        use std::io::{BufRead, BufReader, Write};
+        // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit
+        // (torch's interpreter shutdown). The worker leaves the group, as torchrun's do.
+        let job = "trap 'kill $w; sleep 8; exit 1' TERM; setsid sleep 62 & w=$!; wait; wait";
+        let run = |control: &[u8]| {
+            let inv = AgentInvocation {
+                grace_secs: 30,
+                heartbeat_secs: 60,
+                marker: format!("HERD_T_MARK={}", test_mark()),
+                job: job.into(),
+                cleanup: None,
+                presweep: None,
+            };
+            let mut child = spawn_agent(&inv);
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+            let mut stderr = BufReader::new(child.stderr.take().unwrap());
+            let mut line = String::new();
+            stderr.read_line(&mut line).unwrap();
+            assert!(wait_for(|| processes_with_env(&format!("HERD_T_MARK={}", test_mark())).len() >= 2));
+            let started = std::time::Instant::now();
+            stdin.write_all(control).unwrap();
+            stdin.flush().unwrap();
+            let mut rest = String::new();
+            while stderr.read_line(&mut rest).unwrap() > 0 {}
+            child.wait().unwrap();
+            (started.elapsed(), rest)
+        };
+        let (took, said) = run(CONTROL_TERM_FAST);
+        assert!(took < std::time::Duration::from_secs(4), "term-fast took {took:?}: {said}");
+        assert!(said.contains("herd-agent exit 137"), "the launcher was SIGKILLed: {said}");
+        assert_eq!(processes_with_env(&format!("HERD_T_MARK={}", test_mark())), Vec::<u32>::new());
+        // Plain `term` leaves the launcher its time (here: its 8 s).
+        let (took, said) = run(CONTROL_TERM);
+        assert!(took >= std::time::Duration::from_secs(7), "term took only {took:?}: {said}");
+        assert!(said.contains("herd-agent exit 1"), "{said}");
     }
 
     /// A `sleep` whose environment holds `HERD_MARKER=marker`.

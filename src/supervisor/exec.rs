@@ -86,6 +86,7 @@ pub async fn exec(
             progress_pattern: None,
             fatal: None,
             probe: None,
+            quick_launcher_exit: None,
         };
         set.spawn(node::run(conn, run, stop_rx.clone(), events.clone()));
     }

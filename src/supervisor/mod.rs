@@ -646,6 +646,8 @@ async fn run_attempt(
     let (probe_tx, probe_rx) = watch::channel(0u32);
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel();
     let probe = node::ProbeLink { asks: probe_rx, answers: answers_tx };
+    let failing = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let quick_launcher_exit = plan.quick_launcher_exit().then(|| failing.clone());
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let run = node::NodeRun {
@@ -667,6 +669,7 @@ async fn run_attempt(
             progress_pattern: ctx.progress.clone(),
             fatal: fatal.clone(),
             probe: Some(probe.clone()),
+            quick_launcher_exit: quick_launcher_exit.clone(),
         };
         set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
@@ -685,14 +688,17 @@ async fn run_attempt(
     // After a stall, one late tick, not a burst of them.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_tick = Instant::now();
-    let stop_all = |why: Stopping, reason: String, stopping: &mut Option<(Stopping, Duration)>| {
-        if stopping.is_some() {
-            return None;
-        }
-        *stopping = Some((why, liveness.elapsed()));
-        let _ = stop_tx.send(Stop::Term);
-        Some(Event::TeardownStarted { attempt, reason })
-    };
+    // `node`: the node whose own failure stops the attempt, if it is still running.
+    let stop_all =
+        |why: Stopping, node: Option<usize>, reason: String, stopping: &mut Option<(Stopping, Duration)>| {
+            if stopping.is_some() {
+                return None;
+            }
+            *stopping = Some((why, liveness.elapsed()));
+            failing.store(node.unwrap_or(usize::MAX), std::sync::atomic::Ordering::Relaxed);
+            let _ = stop_tx.send(Stop::Term);
+            Some(Event::TeardownStarted { attempt, reason })
+        };
     loop {
         let kill_timer = async {
             match kill_at {
@@ -717,7 +723,7 @@ async fn run_attempt(
                 if !result.exit.success() {
                     let host = &plan.nodes[result.node_rank].host;
                     let reason = format!("node {} ({host}) failed: {}", result.node_rank, result.exit);
-                    teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
+                    teardown = stop_all(Stopping::NodeFailed, None, reason, &mut stopping);
                 }
                 let rank = result.node_rank;
                 results[rank] = Some(result);
@@ -727,7 +733,7 @@ async fn run_attempt(
             Some((rank, line)) = fatal_rx.recv() => {
                 let host = &plan.nodes[rank].host;
                 let reason = format!("node {rank} ({host}) failed: {}", line.trim());
-                teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
+                teardown = stop_all(Stopping::NodeFailed, Some(rank), reason, &mut stopping);
             }
             got = interrupts.recv(), if interrupts_open => {
                 match got {
@@ -738,7 +744,7 @@ async fn run_attempt(
                     Some(()) => {
                         // An interrupt overrides whatever else was stopping the attempt.
                         stopping = None;
-                        teardown = stop_all(Stopping::Interrupted, "interrupted".into(), &mut stopping);
+                        teardown = stop_all(Stopping::Interrupted, None, "interrupted".into(), &mut stopping);
                     }
                 }
             }
@@ -748,12 +754,12 @@ async fn run_attempt(
                 let running = |r: &usize| results[*r].is_none();
                 if probing.is_some() && (0..plan.nnodes()).filter(running).all(|r| answered.contains(&r)) {
                     let (_, reason) = probing.take().expect("checked");
-                    teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+                    teardown = stop_all(Stopping::Hang, None, reason, &mut stopping);
                 }
             }
             () = probe_timer => {
                 let (_, reason) = probing.take().expect("armed");
-                teardown = stop_all(Stopping::Hang, reason, &mut stopping);
+                teardown = stop_all(Stopping::Hang, None, reason, &mut stopping);
             }
             _ = tick.tick() => {
                 let gap = last_tick.elapsed();
@@ -802,7 +808,7 @@ async fn run_attempt(
                     if let Some((reason, why)) = lost {
                         silent.insert(node.rank, why);
                         if teardown.is_none() {
-                            teardown = stop_all(Stopping::NodeFailed, reason, &mut stopping);
+                            teardown = stop_all(Stopping::NodeFailed, None, reason, &mut stopping);
                         }
                         // It cannot act on `term`; stop waiting for it soon.
                         let _ = stop_tx.send(Stop::Kill);

@@ -2,7 +2,7 @@
 //! events, pass on stop requests, and report how it ended.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,12 @@ pub struct NodeRun {
     pub fatal: Option<FatalWatch>,
     /// Where the supervisor asks for the job's processes, and gets them.
     pub probe: Option<ProbeLink>,
+    /// With a torch launcher: the node rank whose failure stopped the attempt (`usize::MAX`
+    /// for none), as set before `Stop::Term`. Every other node's agent ends its launcher as
+    /// soon as its workers are gone (`term-fast`): a healthy launcher then has nothing left to
+    /// do but its interpreter's exit, a second or more with torch loaded. The failing node's
+    /// launcher keeps its grace: its summary names the root cause.
+    pub quick_launcher_exit: Option<Arc<AtomicUsize>>,
 }
 
 /// How the supervisor asks a node's agent for its job's processes (each change of `asks`
@@ -249,7 +255,12 @@ pub async fn run(
                     if want == Stop::Kill {
                         give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
                     }
-                    let line = if want == Stop::Kill { remote::CONTROL_KILL } else { remote::CONTROL_TERM };
+                    let quick = node.quick_launcher_exit.as_ref().is_some_and(|failing| failing.load(Ordering::Relaxed) != rank);
+                    let line = match want {
+                        Stop::Kill => remote::CONTROL_KILL,
+                        _ if quick => remote::CONTROL_TERM_FAST,
+                        _ => remote::CONTROL_TERM,
+                    };
                     if let Err(e) = async { stdin.write_all(line).await?; stdin.flush().await }.await {
                         tracing::debug!(node = rank, "sending {want:?}: {e}");
                     }
