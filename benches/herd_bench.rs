@@ -18,6 +18,8 @@
 //! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where;
 //! BENCH_TRACE=1 (teardown) prints when each job process was last seen after the kill;
 //! BENCH_HERD_WRAP puts a profiler in front of herd (`valgrind --tool=massif ...`, `perf record ...`).
+//! BENCH_BASELINE_HERD=PATH (teardown) also runs another herd binary, e.g. one built from an
+//! earlier commit, alternating with this one, for a before/after table from one session.
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
@@ -228,31 +230,34 @@ fn teardown() {
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     let root = env!("CARGO_MANIFEST_DIR");
     let mut herd_t = Vec::new();
+    let mut baseline_t = Vec::new();
+    let baseline = std::env::var_os("BENCH_BASELINE_HERD").map(PathBuf::from);
     let mut shell_t = Vec::new();
     let mut shell_hung = 0;
     for rep in 0..REPS {
         // herd, max_restarts = 0, so the gang stays down. Its processes are found by a mark of
         // this bench's own, not by HERD_MARKER: other herd runs (tests) may share the machine.
-        let mark = format!("BENCH_MARK=teardown-herd-{rep}-{}", std::process::id());
-        let config = torch_config(
-            &tb,
-            dir.path(),
-            &venv,
-            TRAIN_ON,
-            &mark,
-            "[restart]\nmax_restarts = 0\n",
-        );
-        let mut herd = Command::new(HERD)
-            .args(["run", "--no-preflight", "-c"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        if let Some(t) = kill_rank_and_time(&mark, CAP) {
-            herd_t.push(t);
+        // The baseline binary, when given, runs first on odd runs and second on even ones.
+        let mut binaries: Vec<(&Path, &mut Vec<Duration>, &str)> = vec![(Path::new(HERD), &mut herd_t, "herd")];
+        if let Some(b) = &baseline {
+            binaries.insert(rep % 2, (b.as_path(), &mut baseline_t, "base"));
         }
-        let _ = herd.wait();
+        for (binary, times, name) in binaries {
+            let mark = format!("BENCH_MARK=teardown-{name}-{rep}-{}", std::process::id());
+            let config =
+                torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, "[restart]\nmax_restarts = 0\n");
+            let mut herd = Command::new(binary)
+                .args(["run", "--no-preflight", "-c"])
+                .arg(&config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            if let Some(t) = kill_rank_and_time(&mark, CAP) {
+                times.push(t);
+            }
+            let _ = herd.wait();
+        }
 
         // The shell loop everyone writes: ssh nodeN torchrun ... &, with a marker to find it.
         let mark = format!("BENCH_MARK=teardown-loop-{rep}-{}", std::process::id());
@@ -309,6 +314,16 @@ fn teardown() {
         // Without a finished baseline run there is no ratio.
         let herd_row = if shell.is_some() { herd_row } else { herd_row.replace("| 1.00 |", "| - |") };
         println!("{herd_row}");
+    }
+    if let (Some(b), false) = (&baseline, baseline_t.is_empty()) {
+        let base = stats(baseline_t.clone());
+        println!("{}", row(&format!("baseline {}", b.display()), &base, shell.as_ref()));
+        let this = stats(herd_t.clone()).median.as_secs_f64();
+        println!(
+            "\nthis herd against the baseline: {:.2}x (median {this:.3} s against {:.3} s)",
+            this / base.median.as_secs_f64(),
+            base.median.as_secs_f64()
+        );
     }
     if herd_t.len() < REPS {
         println!(
