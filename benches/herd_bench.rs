@@ -317,7 +317,8 @@ fn teardown() {
     }
     if let (Some(b), false) = (&baseline, baseline_t.is_empty()) {
         let base = stats(baseline_t.clone());
-        println!("{}", row(&format!("baseline {}", b.display()), &base, shell.as_ref()));
+        let base_row = row(&format!("baseline {}", b.display()), &base, shell.as_ref());
+        println!("{}", if shell.is_some() { base_row } else { base_row.replace("| 1.00 |", "| - |") });
         let this = stats(herd_t.clone()).median.as_secs_f64();
         println!(
             "\nthis herd against the baseline: {:.2}x (median {this:.3} s against {:.3} s)",
