@@ -28,7 +28,28 @@ pub enum TransportError {
 /// An open way to run commands on one node.
 pub enum Connection {
     Local,
-    Ssh(Arc<Session>),
+    Ssh(SshLink),
+}
+
+/// A node's SSH master connection, with what it takes to open it again: a connection found
+/// dead when herd needs it (the network dropped it, or it expired while herd was stalled) is
+/// re-established once before anything on it counts as failed.
+pub struct SshLink {
+    session: std::sync::Mutex<Arc<Session>>,
+    target: SshTarget,
+    options: ConnectOptions,
+}
+
+/// How herd's SSH master connections behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// SSH keepalives: the connection counts as lost after three unanswered ones.
+    pub alive_interval: Duration,
+    /// How long a master stays up with no channel open (ControlPersist). herd must never
+    /// outwait it while it still needs the connection (a slow login elsewhere, a restart's
+    /// backoff, waiting for a lost node); and a master that herd, killed, left behind exits
+    /// by itself after it.
+    pub idle_persist: Duration,
 }
 
 /// The running agent of one node: its pipes and a handle to wait on it.
@@ -62,25 +83,30 @@ pub fn use_control_dir(dir: PathBuf) {
     let _ = CONTROL_DIR.set(dir);
 }
 
-/// Connect to a node. `alive_interval` sets SSH keepalives: the connection counts as lost
-/// after three unanswered ones.
-pub async fn connect(transport: &Transport, alive_interval: Duration) -> Result<Connection, TransportError> {
+/// Connect to a node.
+pub async fn connect(transport: &Transport, options: ConnectOptions) -> Result<Connection, TransportError> {
     match transport {
         Transport::Local => Ok(Connection::Local),
-        Transport::Ssh(target) => connect_ssh(target, alive_interval).await,
+        Transport::Ssh(target) => Ok(Connection::Ssh(SshLink {
+            session: std::sync::Mutex::new(Arc::new(connect_ssh(target, options).await?)),
+            target: target.clone(),
+            options,
+        })),
     }
 }
 
-async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Connection, TransportError> {
+async fn connect_ssh(target: &SshTarget, options: ConnectOptions) -> Result<Session, TransportError> {
     let mut b = SessionBuilder::default();
     b.known_hosts_check(match target.known_hosts {
         KnownHostsPolicy::Strict => KnownHosts::Strict,
         KnownHostsPolicy::AcceptNew => KnownHosts::Add,
     })
     .connect_timeout(target.connect_timeout)
-    .server_alive_interval(alive_interval.max(Duration::from_secs(1)))
-    // If herd dies without closing the master, it exits on its own once its sessions are gone.
-    .control_persist(ControlPersist::IdleFor(NonZeroUsize::new(30).expect("non-zero")));
+    .server_alive_interval(options.alive_interval.max(Duration::from_secs(1)))
+    // If herd dies without closing the master, it exits on its own once idle that long.
+    .control_persist(ControlPersist::IdleFor(
+        NonZeroUsize::new(options.idle_persist.as_secs() as usize).unwrap_or(NonZeroUsize::MIN),
+    ));
     if let Some(dir) = CONTROL_DIR.get() {
         b.control_directory(dir);
     }
@@ -96,8 +122,35 @@ async fn connect_ssh(target: &SshTarget, alive_interval: Duration) -> Result<Con
     if let Some(file) = &target.known_hosts_file {
         b.user_known_hosts_file(expand_tilde(file));
     }
-    let session = b.connect_mux(&target.host).await.map_err(|e| TransportError::Connect(error_chain(&e)))?;
-    Ok(Connection::Ssh(Arc::new(session)))
+    b.connect_mux(&target.host).await.map_err(|e| TransportError::Connect(error_chain(&e)))
+}
+
+impl SshLink {
+    fn session(&self) -> Arc<Session> {
+        self.session.lock().expect("not poisoned").clone()
+    }
+
+    /// Run `attempt` on the session; when it fails and the master is found dead, connect again
+    /// once and run it on the new one.
+    async fn with_session<T, F, Fut>(&self, attempt: F) -> Result<T, TransportError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, TransportError>>,
+    {
+        let session = self.session();
+        match attempt(session.clone()).await {
+            Ok(v) => Ok(v),
+            Err(first) => {
+                if session.check().await.is_ok() {
+                    return Err(first);
+                }
+                tracing::debug!(host = %self.target.host, "ssh master gone ({first}): connecting again");
+                let fresh = Arc::new(connect_ssh(&self.target, self.options).await?);
+                *self.session.lock().expect("not poisoned") = fresh.clone();
+                attempt(fresh).await
+            }
+        }
+    }
 }
 
 impl Connection {
@@ -125,14 +178,22 @@ impl Connection {
                     handle: AgentHandle::Local(child),
                 })
             }
-            Connection::Ssh(session) => {
-                let mut child = Session::to_raw_command(session.clone(), inv.remote_command())
-                    .stdin(openssh::Stdio::piped())
-                    .stdout(openssh::Stdio::piped())
-                    .stderr(openssh::Stdio::piped())
-                    .spawn()
-                    .await
-                    .map_err(|e| TransportError::Spawn(error_chain(&e)))?;
+            Connection::Ssh(link) => {
+                let command = inv.remote_command();
+                let mut child = link
+                    .with_session(|session| {
+                        let command = command.clone();
+                        async move {
+                            Session::to_raw_command(session, command)
+                                .stdin(openssh::Stdio::piped())
+                                .stdout(openssh::Stdio::piped())
+                                .stderr(openssh::Stdio::piped())
+                                .spawn()
+                                .await
+                                .map_err(|e| TransportError::Spawn(error_chain(&e)))
+                        }
+                    })
+                    .await?;
                 // Taken out here so that wait() cannot close stdin: it is the agent's lifeline.
                 let stdin = child.stdin().take().expect("piped");
                 let stdout = child.stdout().take().expect("piped");
@@ -156,12 +217,17 @@ impl Connection {
                 .stdin(Stdio::null())
                 .output()
                 .await?),
-            Connection::Ssh(session) => session
-                .raw_command(shell)
-                .stdin(openssh::Stdio::null())
-                .output()
+            Connection::Ssh(link) => {
+                link.with_session(|session| async move {
+                    session
+                        .raw_command(shell)
+                        .stdin(openssh::Stdio::null())
+                        .output()
+                        .await
+                        .map_err(|e| TransportError::Spawn(error_chain(&e)))
+                })
                 .await
-                .map_err(|e| TransportError::Spawn(error_chain(&e))),
+            }
         }
     }
 
@@ -169,16 +235,16 @@ impl Connection {
     pub async fn check(&self) -> Result<(), TransportError> {
         match self {
             Connection::Local => Ok(()),
-            Connection::Ssh(session) => {
-                session.check().await.map_err(|e| TransportError::Connect(error_chain(&e)))
+            Connection::Ssh(link) => {
+                link.session().check().await.map_err(|e| TransportError::Connect(error_chain(&e)))
             }
         }
     }
 
     /// Close the master connection.
     pub async fn close(self) {
-        if let Connection::Ssh(session) = self {
-            if let Ok(session) = Arc::try_unwrap(session) {
+        if let Connection::Ssh(link) = self {
+            if let Ok(session) = Arc::try_unwrap(link.session.into_inner().expect("not poisoned")) {
                 if let Err(e) = session.close().await {
                     tracing::debug!("closing ssh master: {}", error_chain(&e));
                 }

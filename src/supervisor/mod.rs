@@ -274,13 +274,13 @@ async fn preflight(
 pub async fn connect_each(
     plan: &LaunchPlan,
 ) -> (Vec<Option<Arc<Connection>>>, Vec<u64>, Vec<Option<String>>) {
-    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
+    let options = policy::connect_options(&plan.restart, plan.login_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let (transport, rank) = (node.transport.clone(), node.rank);
         set.spawn(async move {
             let started = Instant::now();
-            let conn = transport::connect(&transport, alive_interval).await;
+            let conn = transport::connect(&transport, options).await;
             (rank, started.elapsed().as_millis() as u64, conn)
         });
     }
@@ -313,14 +313,14 @@ where
     F: FnOnce(Arc<Connection>) -> Fut,
     Fut: std::future::Future,
 {
-    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
+    let options = policy::connect_options(&plan.restart, plan.login_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let transport = node.transport.clone();
         let (rank, host) = (node.rank, node.host.clone());
         set.spawn(async move {
             let started = Instant::now();
-            let conn = transport::connect(&transport, alive_interval).await;
+            let conn = transport::connect(&transport, options).await;
             (rank, host, started.elapsed(), conn)
         });
     }
@@ -399,7 +399,7 @@ async fn prepare_restart(
     conns: Vec<Arc<Connection>>,
     events: &mpsc::Sender<Event>,
 ) -> Result<Vec<Arc<Connection>>, (usize, Vec<Arc<Connection>>)> {
-    let alive_interval = policy::keepalive_interval(plan.restart.heartbeat_timeout);
+    let options = policy::connect_options(&plan.restart, plan.login_timeout);
     let deadline = Instant::now() + plan.restart.node_wait;
     let mut set = JoinSet::new();
     for (node, conn) in plan.nodes.iter().zip(conns) {
@@ -411,7 +411,7 @@ async fn prepare_restart(
             }
             drop(conn);
             loop {
-                match transport::connect(&transport, alive_interval).await {
+                match transport::connect(&transport, options).await {
                     Ok(c) => return (rank, Some(Arc::new(c))),
                     Err(e) => {
                         let _ = events

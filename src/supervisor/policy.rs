@@ -19,6 +19,18 @@ pub fn keepalive_interval(heartbeat_timeout: Duration) -> Duration {
     Duration::from_secs((heartbeat_timeout.as_secs() / 4).max(1))
 }
 
+/// How herd's SSH masters behave for a run: keepalives from the heartbeat timeout, and an idle
+/// expiry longer than any wait of herd's with no channel open on a node (a slow login
+/// elsewhere, a restart's backoff, a lost node awaited), never less than 30 s.
+pub fn connect_options(policy: &Restart, login_timeout: Duration) -> crate::transport::ConnectOptions {
+    const MARGIN: Duration = Duration::from_secs(30);
+    let longest_wait = login_timeout.max(policy.backoff_max).max(policy.node_wait);
+    crate::transport::ConnectOptions {
+        alive_interval: keepalive_interval(policy.heartbeat_timeout),
+        idle_persist: longest_wait + MARGIN,
+    }
+}
+
 /// How often the agent says it is alive: several times per timeout.
 pub fn heartbeat_interval(heartbeat_timeout: Duration) -> Duration {
     Duration::from_secs((heartbeat_timeout.as_secs() / 5).max(1))
@@ -59,6 +71,16 @@ mod tests {
         assert!(backoff(&p, 0, 0.999) < Duration::from_secs(12));
         assert_eq!(backoff(&p, 5, 0.999), Duration::from_secs(60));
         assert_eq!(backoff(&policy(0, 0), 3, 0.7), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_master_outlives_every_wait_of_herds() {
+        let o = connect_options(&Restart::default(), Duration::from_secs(300));
+        assert_eq!(o.idle_persist, Duration::from_secs(330));
+        let p = Restart { node_wait: Duration::from_secs(900), ..Restart::default() };
+        assert_eq!(connect_options(&p, Duration::from_secs(60)).idle_persist, Duration::from_secs(930));
+        let quick = Restart { node_wait: Duration::ZERO, backoff_max: Duration::ZERO, ..Restart::default() };
+        assert_eq!(connect_options(&quick, Duration::ZERO).idle_persist, Duration::from_secs(30));
     }
 
     #[test]
