@@ -53,8 +53,29 @@ pub struct Facts {
     pub values: BTreeMap<String, String>,
     /// Lines that were not facts (errors of cd, setup, the probe itself).
     pub other_lines: Vec<String>,
-    /// The node's clock minus herd's, in seconds (herd's clock taken halfway through the probe).
-    pub clock_offset: Option<f64>,
+    /// The node's clock against herd's, measured once its agent was up.
+    pub clock: Option<ClockSample>,
+    /// From starting the probe's agent to its first word: the login shell's start.
+    pub login_ms: Option<u64>,
+}
+
+/// One reading of a node's clock, NTP-style: herd asked at `t0` and had the answer at `t1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockSample {
+    /// The node's time minus the midpoint of herd's `t0` and `t1`, in seconds.
+    pub offset: f64,
+    /// Half the round trip: the node read its clock somewhere in it.
+    pub uncertainty: f64,
+}
+
+impl ClockSample {
+    pub fn new(t0: std::time::SystemTime, t1: std::time::SystemTime, remote: f64) -> ClockSample {
+        let secs = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+        };
+        let (t0, t1) = (secs(t0), secs(t1).max(secs(t0)));
+        ClockSample { offset: remote - (t0 + t1) / 2.0, uncertainty: (t1 - t0) / 2.0 }
+    }
 }
 
 /// The result of connecting from every worker to a listener on the master.
@@ -108,7 +129,7 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
                 checks.push(Check::fail("ssh", err.clone(), crate::transport::connect_fix(err)));
                 return NodeChecks { rank: node.rank, host: node.host.clone(), checks };
             }
-            checks.push(Check::pass("ssh", format!("connected in {} ms", f.connect_ms)));
+            checks.push(ssh_check(f));
             node_checks(plan, node.rank, f, fast, &mut checks);
             if let Some(c) = consistency.get(&node.rank) {
                 checks.push(c.clone());
@@ -122,6 +143,23 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
             NodeChecks { rank: node.rank, host: node.host.clone(), checks }
         })
         .collect()
+}
+
+/// Above this, a login shell's start is worth a warning: every login herd makes pays it, on
+/// every node.
+const SLOW_LOGIN_MS: u64 = 2000;
+
+fn ssh_check(f: &Facts) -> Check {
+    let connected = format!("connected in {} ms", f.connect_ms);
+    match f.login_ms {
+        Some(ms) if ms > SLOW_LOGIN_MS => Check::warn(
+            "ssh",
+            format!("{connected}; the login shell took {:.1} s to start", ms as f64 / 1000.0),
+            "move conda / pyenv / module init out of non-interactive shells (in ~/.bashrc, after `case $- in *i*) ;; *) return;; esac`)",
+        ),
+        Some(ms) => Check::pass("ssh", format!("{connected}; login shell {ms} ms")),
+        None => Check::pass("ssh", connected),
+    }
 }
 
 fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &mut Vec<Check>) {
@@ -395,24 +433,29 @@ fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeM
     out
 }
 
+/// Each node's clock against the median node's (the launching machine's clock does not
+/// matter to training). A node warns only when its skew is larger than the threshold even at
+/// the far end of both readings' uncertainty: nodes that share a clock never warn, however
+/// slowly a loaded machine answers.
 fn clock_skew(facts: &[Facts]) -> BTreeMap<usize, Check> {
-    let offsets: Vec<(usize, f64)> =
-        facts.iter().enumerate().filter_map(|(i, f)| Some((i, f.clock_offset?))).collect();
-    let mut sorted: Vec<f64> = offsets.iter().map(|(_, o)| *o).collect();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let Some(median) = sorted.get(sorted.len() / 2).copied() else { return BTreeMap::new() };
-    offsets
+    let samples: Vec<(usize, ClockSample)> =
+        facts.iter().enumerate().filter_map(|(i, f)| Some((i, f.clock?))).collect();
+    let mut sorted: Vec<ClockSample> = samples.iter().map(|(_, s)| *s).collect();
+    sorted.sort_by(|a, b| a.offset.total_cmp(&b.offset));
+    let Some(reference) = sorted.get(sorted.len() / 2).copied() else { return BTreeMap::new() };
+    samples
         .into_iter()
-        .map(|(i, o)| {
-            let skew = o - median;
-            let check = if skew.abs() > CLOCK_SKEW_MAX {
+        .map(|(i, s)| {
+            let skew = s.offset - reference.offset;
+            let margin = s.uncertainty + reference.uncertainty;
+            let check = if skew.abs() - margin > CLOCK_SKEW_MAX {
                 Check::warn(
                     "clock",
-                    format!("{skew:+.2} s from the other nodes"),
+                    format!("{skew:+.2} s (± {margin:.2} s) from the other nodes"),
                     "run NTP / chrony on every node",
                 )
             } else {
-                Check::pass("clock", format!("{skew:+.3} s"))
+                Check::pass("clock", format!("{skew:+.3} s (± {margin:.3} s)"))
             };
             (i, check)
         })
@@ -489,7 +532,14 @@ mod tests {
              herd-fact disk_free_kb=900000000\nherd-fact leftovers=0\n"
         );
         let (values, other_lines) = parse_facts(&text);
-        Facts { values, other_lines, clock_offset: Some(clock_offset), connect_ms: 5, unreachable: None }
+        Facts {
+            values,
+            other_lines,
+            clock: Some(ClockSample { offset: clock_offset, uncertainty: 0.01 }),
+            login_ms: Some(40),
+            connect_ms: 5,
+            unreachable: None,
+        }
     }
 
     fn status_of(nodes: &[NodeChecks], rank: usize, name: &str) -> Option<Status> {
@@ -604,6 +654,54 @@ mod tests {
         let nodes = evaluate(&p, &f, &PortReach::Skipped("test".into()), false);
         assert_eq!(status_of(&nodes, 0, "clock"), Some(Status::Pass));
         assert_eq!(status_of(&nodes, 2, "clock"), Some(Status::Warn));
+    }
+
+    #[test]
+    fn nodes_that_share_a_clock_never_warn_however_slowly_they_answer() {
+        let p = plan();
+        // One kernel clock, a loaded machine: readings 1.6 s apart, each answered within a
+        // 2 s round trip. This warned "-1.59 s from the other nodes" before.
+        let at = |offset, uncertainty| {
+            let mut f = facts("2.15.0", 0.0);
+            f.clock = Some(ClockSample { offset, uncertainty });
+            f
+        };
+        let f = [at(0.0, 1.0), at(-1.59, 1.0), at(0.2, 0.9)];
+        let nodes = evaluate(&p, &f, &PortReach::Skipped("test".into()), false);
+        for rank in 0..3 {
+            assert_eq!(status_of(&nodes, rank, "clock"), Some(Status::Pass), "{:?}", nodes[rank]);
+        }
+        // A node 5 s off, read within 10 ms, is off whatever the uncertainty.
+        let f = [at(0.0, 0.01), at(0.02, 0.01), at(5.0, 0.01)];
+        let nodes = evaluate(&p, &f, &PortReach::Skipped("test".into()), false);
+        assert_eq!(status_of(&nodes, 2, "clock"), Some(Status::Warn));
+        assert_eq!(status_of(&nodes, 0, "clock"), Some(Status::Pass));
+    }
+
+    #[test]
+    fn the_sample_is_taken_at_the_midpoint_of_the_round_trip() {
+        let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(100);
+        let t1 = t0 + std::time::Duration::from_secs(2);
+        let s = ClockSample::new(t0, t1, 101.5);
+        assert!((s.offset - 0.5).abs() < 1e-9 && (s.uncertainty - 1.0).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn a_slow_login_shell_is_a_warning_with_its_fix() {
+        let p = plan();
+        let mut slow = facts("2.15.0", 0.0);
+        slow.login_ms = Some(35_000);
+        let nodes = evaluate(
+            &p,
+            &[slow, facts("2.15.0", 0.0), facts("2.15.0", 0.0)],
+            &PortReach::Skipped("t".into()),
+            false,
+        );
+        let ssh = nodes[0].checks.iter().find(|c| c.name == "ssh").unwrap();
+        assert_eq!(ssh.status, Status::Warn);
+        assert!(ssh.detail.contains("login shell took 35.0 s"), "{ssh:?}");
+        assert!(ssh.fix.as_deref().unwrap().contains("non-interactive"), "{ssh:?}");
+        assert_eq!(status_of(&nodes, 1, "ssh"), Some(Status::Pass));
     }
 
     #[test]

@@ -16,10 +16,17 @@ use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::{self, quote, AgentInvocation};
 use crate::transport::{AgentProcess, Connection};
 
-pub use checks::{evaluate, Check, Facts, NodeChecks, PortReach, Status};
+pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
 
-/// How long one probe may take (imports of torch included).
-const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one probe may take once the node's login shell has started it (imports of torch
+/// included, on a node busy with the other probes); the login itself has `ssh.login_timeout`.
+const PROBE_WORK: Duration = Duration::from_secs(60);
+
+/// How long one probe may take in all: a slow login (conda, pyenv, a cold NFS home) is no
+/// failed probe.
+fn probe_limit(plan: &LaunchPlan) -> Duration {
+    plan.login_timeout + PROBE_WORK
+}
 /// How long the workers may take to connect to the master's listener.
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
@@ -105,7 +112,6 @@ if {full}:
             );
         }
     }
-    s += "echo \"herd-fact clock=$(date +%s.%N)\"\n";
     s
 }
 
@@ -137,8 +143,18 @@ async fn start_in_job_env(
     Ok(p)
 }
 
+/// What a probe printed, and what herd measured of the node on the way.
+#[derive(Debug, Clone, Default)]
+pub struct Probed {
+    pub out: String,
+    /// From starting the agent to its first word: the node's login shell (its init: conda,
+    /// pyenv, modules) and the agent's start.
+    pub login_ms: Option<u64>,
+    pub clock: Option<ClockSample>,
+}
+
 /// Run `script` (a shell snippet) on a node in the job's environment; collect everything it
-/// printed.
+/// printed. Once the agent is up, herd also asks it for its clock.
 pub async fn run_in_job_env(
     conn: &Connection,
     plan: &LaunchPlan,
@@ -146,14 +162,39 @@ pub async fn run_in_job_env(
     values: &AttemptValues<'_>,
     script: &str,
     limit: Duration,
-) -> Result<String, String> {
+) -> Result<Probed, String> {
+    let started = Instant::now();
     let mut p = start_in_job_env(conn, plan, node, values, &format!("sh -c {}", quote(script))).await?;
     let mut out = Vec::new();
-    let read = tokio::time::timeout(limit, p.stdout.read_to_end(&mut out)).await;
-    drop(p.stdin);
+    let mut stdin = p.stdin;
+    let mut agent = BufReader::new(p.stderr).lines();
+    let mut probed = Probed::default();
+    let talk = async {
+        let mut asked_at = None;
+        while let Ok(Some(line)) = agent.next_line().await {
+            if probed.login_ms.is_none() {
+                probed.login_ms = Some(started.elapsed().as_millis() as u64);
+                // NTP-style: the question's time and the answer's bracket the node's reading.
+                asked_at = Some(SystemTime::now());
+                let _ = async {
+                    stdin.write_all(remote::CONTROL_CLOCK).await?;
+                    stdin.flush().await
+                }
+                .await;
+            }
+            if let (remote::AgentMessage::Clock(remote), Some(t0)) =
+                (remote::parse_agent_line(&line), asked_at)
+            {
+                probed.clock = Some(ClockSample::new(t0, SystemTime::now(), remote));
+            }
+        }
+    };
+    let read =
+        tokio::time::timeout(limit, async { tokio::join!(p.stdout.read_to_end(&mut out), talk).0 }).await;
+    drop(stdin);
     let _ = tokio::time::timeout(Duration::from_secs(5), p.handle.wait()).await;
     match read {
-        Ok(Ok(_)) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Ok(Ok(_)) => Ok(Probed { out: String::from_utf8_lossy(&out).into_owned(), ..probed }),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
     }
@@ -179,10 +220,8 @@ pub async fn probe_all(
                 master_port: 0,
                 interfaces: &[],
             };
-            let before = SystemTime::now();
-            let out = run_in_job_env(&conn, &plan, &node, &values, &script, PROBE_TIMEOUT).await;
-            let after = SystemTime::now();
-            (node.rank, before, after, out)
+            let out = run_in_job_env(&conn, &plan, &node, &values, &script, probe_limit(&plan)).await;
+            (node.rank, out)
         });
     }
     let mut facts: Vec<Facts> = plan
@@ -195,16 +234,17 @@ pub async fn probe_all(
         })
         .collect();
     while let Some(joined) = set.join_next().await {
-        let (rank, before, after, out) = joined.expect("probe task panicked");
+        let (rank, out) = joined.expect("probe task panicked");
         match out {
-            Ok(text) => {
-                let (values, other_lines) = checks::parse_facts(&text);
-                let midpoint = before + after.duration_since(before).unwrap_or_default() / 2;
-                let herd_clock =
-                    midpoint.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
-                let clock_offset =
-                    values.get("clock").and_then(|c| c.parse::<f64>().ok()).map(|c| c - herd_clock);
-                facts[rank] = Facts { values, other_lines, clock_offset, ..facts[rank].clone() };
+            Ok(probed) => {
+                let (values, other_lines) = checks::parse_facts(&probed.out);
+                facts[rank] = Facts {
+                    values,
+                    other_lines,
+                    clock: probed.clock,
+                    login_ms: probed.login_ms,
+                    ..facts[rank].clone()
+                };
             }
             Err(e) => facts[rank].unreachable = Some(format!("probe failed: {e}")),
         }
@@ -228,7 +268,9 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
          print('herd-listening', flush=True)\ns.settimeout(1)\nend = time.time() + {secs}\n\
          while time.time() < end:\n    try:\n        c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n    except OSError:\n        pass\n",
         addr = py_str(&plan.master.addr),
-        secs = REACH_TIMEOUT.as_secs() + 5,
+        // Until herd ends it (with its agent's stdin), once every worker has answered; this
+        // bound only covers a herd that is gone.
+        secs = probe_limit(plan).as_secs() * 2,
     );
     let listen_cmd = format!("{} -c {}", quote(&plan.python), quote(&listen));
     // The listener runs under the agent like everything else; it ends with its stdin.
@@ -240,7 +282,7 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
     };
     let mut lines = BufReader::new(&mut listener.stdout).lines();
     let mut said = Vec::new();
-    let ready = tokio::time::timeout(PROBE_TIMEOUT, async {
+    let ready = tokio::time::timeout(probe_limit(plan), async {
         while let Ok(Some(line)) = lines.next_line().await {
             if line == "herd-listening" {
                 return true;
@@ -276,7 +318,8 @@ pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], po
                 master_port: port,
                 interfaces: &[],
             };
-            let out = run_in_job_env(&conn, &plan, &node, &values, &cmd, PROBE_TIMEOUT).await;
+            let out =
+                run_in_job_env(&conn, &plan, &node, &values, &cmd, probe_limit(&plan)).await.map(|p| p.out);
             let result = match out {
                 Ok(text) if text.lines().any(|l| l == "herd-reached") => Ok(()),
                 Ok(text) => Err(text

@@ -15,12 +15,14 @@
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
-#        `herd-agent probe` (below); EOF means herd is gone: TERM, grace, KILL.
+#        `herd-agent probe`, `clock` for `herd-agent clock` (below); EOF means herd is gone:
+#        TERM, grace, KILL.
 # fd 1:  the job's stdout and stderr, merged.
 # fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
 #        `herd-agent alive` (the heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...`
-#        (each job process, - for a rank it has not), `herd-agent unstopped PIDS` (still there
-#        after SIGKILL), `herd-agent exit S`.
+#        (each job process, - for a rank it has not), `herd-agent clock SECONDS` (the node's
+#        time, at once), `herd-agent unstopped PIDS` (still there after SIGKILL),
+#        `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
 # starts each worker in a session of its own, out of reach of the group), and every
@@ -197,6 +199,7 @@ end_idle_launcher() {
         ;;
       kill) signal_job KILL ;;
       probe) echo "herd-agent probe" $(probe_job) >&4 ;;
+      clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
     esac
   done
   stop_job "$grace"

@@ -172,6 +172,7 @@ pub fn parse_pids(out: &str) -> Vec<u32> {
 pub const CONTROL_TERM: &[u8] = b"term\n";
 pub const CONTROL_KILL: &[u8] = b"kill\n";
 pub const CONTROL_PROBE: &[u8] = b"probe\n";
+pub const CONTROL_CLOCK: &[u8] = b"clock\n";
 /// `term`, and then end the launcher as soon as its workers are gone.
 pub const CONTROL_TERM_FAST: &[u8] = b"term-fast\n";
 
@@ -205,7 +206,7 @@ impl ProcessState {
 }
 
 /// A line the agent wrote on its stderr.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum AgentMessage {
     /// The job's process group id.
     Started { pgid: u32 },
@@ -219,6 +220,8 @@ pub enum AgentMessage {
     Unstopped(Vec<u32>),
     /// The job's processes as they were when herd asked (`probe`).
     Probe(Vec<ProcessState>),
+    /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
+    Clock(f64),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
@@ -232,6 +235,9 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     }
     if let Some(pids) = line.strip_prefix("herd-agent unstopped ") {
         return AgentMessage::Unstopped(parse_pids(pids));
+    }
+    if let Some(clock) = line.strip_prefix("herd-agent clock ").and_then(|c| c.trim().parse().ok()) {
+        return AgentMessage::Clock(clock);
     }
     if let Some(rest) = line.strip_prefix("herd-agent probe") {
         if rest.is_empty() || rest.starts_with(' ') {
@@ -807,6 +813,15 @@ mod tests {
             ])
         );
         assert_eq!(parse_agent_line("herd-agent probe"), AgentMessage::Probe(vec![]));
+        assert_eq!(
+            parse_agent_line("herd-agent clock 1796113363.512764529"),
+            AgentMessage::Clock(1796113363.512764529)
+        );
+        // busybox date has no %N.
+        assert_eq!(
+            parse_agent_line("herd-agent clock 1796113363.%N"),
+            AgentMessage::Other("herd-agent clock 1796113363.%N".into())
+        );
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
     }
 }

@@ -444,7 +444,7 @@ async fn pump_agent(
                 status = Some(s);
                 continue;
             }
-            AgentMessage::Alive => continue,
+            AgentMessage::Alive | AgentMessage::Clock(_) => continue,
             AgentMessage::Probe(processes) => {
                 if let Some(answers) = &answers {
                     let _ = answers.send((rank, processes));
