@@ -23,6 +23,10 @@ pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
         FailureClass::Oom,
     ),
     (r"herd: setup failed|herd: cannot enter workdir", FailureClass::Launch),
+    // The launcher itself could not start, before any worker: torchrun's own entry import,
+    // or the module of `python -m` (DeepSpeed's launcher) failing to import. A worker's
+    // failure shows neither (torchrun's frames there are `sys.exit(main())`).
+    (r"^\s*from torch\.distributed\.run import main$|in _get_module_details$", FailureClass::Launch),
     // `[container]`: the runtime could not start the container (no daemon, no such image).
     (
         r"^docker: |Error response from daemon|Cannot connect to the (Docker|Podman) daemon|Unable to find image .* locally|^Error: (initializing source |short-name |.*: image not known)",
@@ -338,7 +342,7 @@ pub fn hint(class: FailureClass) -> &'static str {
         FailureClass::Crash => "a process was killed by a signal: check dmesg for the OOM killer or a segfault, and raise /dev/shm if data loader workers die",
         FailureClass::Oom => "out of memory: lower the batch size or use activation checkpointing; check host RAM and /dev/shm",
         FailureClass::User => "the training script raised an error: fix it and run again (herd does not restart user errors by default)",
-        FailureClass::Launch => "the job could not start: check workdir, setup, and that the launcher and script exist on every node",
+        FailureClass::Launch => "the job could not start on that node: check workdir, setup, and that the launcher and script exist there; `herd doctor` checks the node's environment, its torch import included",
     }
 }
 
@@ -467,6 +471,23 @@ mod tests {
     fn fixture(scenario: &str, node: usize) -> String {
         let path = format!("{}/tests/fixtures/logs/{scenario}/node{node}.txt", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn a_launcher_that_cannot_import_torch_is_launch_not_user() {
+        let rules = RuleTable::new(&[]);
+        for scenario in ["torchrun-broken-torch", "deepspeed-broken-torch"] {
+            let nodes = [node(0, &fixture(scenario, 0), NodeExit::ExitCode(1), 0, 100, None)];
+            let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+            assert_eq!(v.class, FailureClass::Launch, "{scenario}: {v:?}");
+            assert!(v.hint.contains("herd doctor"), "{scenario}");
+        }
+        // A worker's own ImportError, reported by torchrun, stays the user's.
+        let worker = "Traceback (most recent call last):\n  File \"/w/train.py\", line 3, in <module>\n    import missing\n\
+            ModuleNotFoundError: No module named 'missing'\n  File \"/opt/venv/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n\
+            torch.distributed.elastic.multiprocessing.errors.ChildFailedError:";
+        let nodes = [node(0, worker, NodeExit::ExitCode(1), 0, 100, None)];
+        assert_eq!(classify(&nodes, Trigger::NodeFailed, &rules).unwrap().class, FailureClass::User);
     }
 
     /// A node whose lines arrived one millisecond apart from `first_ms`.

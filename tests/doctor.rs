@@ -112,6 +112,19 @@ fn a_node_whose_torch_import_is_broken_is_named() {
         )),
         "{text}"
     );
+
+    // herd run's preflight does not import torch (seconds per node, see the README): the
+    // launcher fails on that node, and that is `launch`, the node's environment, never the
+    // user's script; it is not restarted.
+    let out = herd::run(c.tb.dir(), &["run"], LIMIT);
+    out.assert_code(1);
+    let ev = events(&only_run_dir(&c.logs()));
+    let failed: Vec<&Value> = ev.iter().filter(|e| e["event"] == "attempt_failed").collect();
+    assert_eq!(failed.len(), 1, "{out}");
+    assert_eq!(failed[0]["class"], "launch", "{}", failed[0]);
+    assert_eq!(failed[0]["root_cause"]["node_rank"], 1, "{}", failed[0]);
+    assert!(failed[0]["hint"].as_str().unwrap().contains("herd doctor"), "{}", failed[0]);
+    assert!(!ev.iter().any(|e| e["event"] == "restart_scheduled"), "{out}");
 }
 
 #[test]
