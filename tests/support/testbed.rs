@@ -175,6 +175,22 @@ impl Testbed {
         c
     }
 
+    /// Makes every login shell on the node take `secs` to start, as a shared home whose
+    /// ~/.bashrc runs `conda init` or `pyenv init` does: bash sources it for every command
+    /// sshd runs. Each node has a home of its own.
+    pub fn slow_login(&self, node: usize, secs: f64) {
+        let _ = self.node(node);
+        let home = self.dir.path().join(format!("home{}", node + 1));
+        write_file(
+            &home.join(".bashrc"),
+            &format!(
+                "# a slow shell init, as conda's or pyenv's
+sleep {secs}
+"
+            ),
+        );
+    }
+
     /// Cuts the node off the bridge (`ip link set <veth_host> down`).
     pub fn link_down(&self, node: usize) {
         let veth = &self.node(node).veth_host;
@@ -185,6 +201,24 @@ impl Testbed {
     pub fn link_up(&self, node: usize) {
         let veth = &self.node(node).veth_host;
         run(Command::new("ip").args(["link", "set", veth, "up"]));
+    }
+
+    /// Every live process of the node (its network namespace), with its command line: what
+    /// a command leaves behind shows as a difference.
+    pub fn processes(&self, node: usize) -> Vec<(u32, String)> {
+        let ns = &self.node(node).netns;
+        let Some(ns_id) = netns_id(ns) else {
+            panic!("testbed: network namespace {ns} does not exist (/run/netns/{ns})");
+        };
+        let mut all: Vec<(u32, String)> = pids_in_netns(ns_id)
+            .into_iter()
+            .map(|pid| {
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                (pid, String::from_utf8_lossy(&cmd).replace('\0', " ").chars().take(120).collect())
+            })
+            .collect();
+        all.sort();
+        all
     }
 
     /// Pids (sorted) of live, non-zombie processes in the node's network namespace whose
