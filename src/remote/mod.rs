@@ -815,7 +815,7 @@ mod tests {
         assert_eq!(parse_agent_line("herd-agent probe"), AgentMessage::Probe(vec![]));
         assert_eq!(
             parse_agent_line("herd-agent clock 1796113363.512764529"),
-            AgentMessage::Clock(1796113363.512764529)
+            AgentMessage::Clock(1_796_113_363.512_764_5)
         );
         // busybox date has no %N.
         assert_eq!(
