@@ -97,6 +97,39 @@ impl Testbed {
         tb
     }
 
+    /// `n` nodes that are one host: one namespace (one sshd, one PID namespace) answering on
+    /// `n` addresses of its interface, as a cluster of `n` nodes looks to herd. For the scale
+    /// tests: 64 real namespaces with an sshd each would not fit a 2-core machine's budget.
+    pub fn many(n: usize) -> Testbed {
+        assert!((1..=250 - 100).contains(&n), "Testbed::many({n}): at most 150 addresses");
+        let mut tb = Testbed::new(1);
+        let first = tb.nodes[0].clone();
+        let key = fs::read_to_string(&tb.known_hosts)
+            .expect("known_hosts")
+            .lines()
+            .next()
+            .expect("a line")
+            .to_string();
+        let key = key.split_once(' ').expect("addr key").1.to_string();
+        let mut known = fs::read_to_string(&tb.known_hosts).expect("known_hosts");
+        for j in 1..n {
+            let addr = format!("10.77.{}.{}", tb.k, 100 + j);
+            run(Command::new("ip").args([
+                "-n",
+                &first.netns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ]));
+            known.push_str(&format!("{addr} {key}\n"));
+            tb.nodes.push(TestNode { addr, ..first.clone() });
+        }
+        write_file(&tb.known_hosts, &known);
+        tb
+    }
+
     pub fn nodes(&self) -> &[TestNode] {
         &self.nodes
     }
@@ -348,8 +381,9 @@ sleep {secs}
             let cfg = dir.join(format!("sshd{i}.conf"));
             write_file(
                 &cfg,
+                // Every address of the namespace: `Testbed::many` adds more after the start.
                 &format!(
-                    "ListenAddress {addr}\n\
+                    "ListenAddress 0.0.0.0\n\
                      Port 22\n\
                      HostKey {host_key}\n\
                      PidFile none\n\
@@ -365,7 +399,6 @@ sleep {secs}
                      LogLevel ERROR\n\
                      PrintMotd no\n\
                      Subsystem sftp internal-sftp\n",
-                    addr = node.addr,
                     host_key = host_key.display(),
                     auth = dir.join("authorized_keys").display(),
                 ),
@@ -727,14 +760,16 @@ fn listening_on_22(pid: u32, addr: &str) -> bool {
     let Ok(ip) = addr.parse::<std::net::Ipv4Addr>() else {
         return false;
     };
-    // /proc/net/tcp prints the raw network-order address as a native-endian %08X.
-    let local = format!("{:08X}:0016", u32::from_ne_bytes(ip.octets()));
+    // /proc/net/tcp prints the raw network-order address as a native-endian %08X; sshd
+    // listens on every address of its namespace (0.0.0.0).
+    let wanted = [ip, std::net::Ipv4Addr::UNSPECIFIED]
+        .map(|ip| format!("{:08X}:0016", u32::from_ne_bytes(ip.octets())));
     let Ok(tcp) = fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
         return false;
     };
     tcp.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        f.len() > 3 && f[1] == local && f[3] == "0A"
+        f.len() > 3 && wanted.contains(&f[1].to_string()) && f[3] == "0A"
     })
 }
 

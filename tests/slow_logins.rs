@@ -1,0 +1,59 @@
+//! Slow login shells, as on clusters whose shared home runs `conda init` or `pyenv init` for
+//! every login: herd pays the time, and blames no node for it.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::cluster::Cluster;
+use support::herd::{self, events, only_run_dir};
+
+/// Five shell inits of 35 s in a row on the master (sweep, preflight login and job shell,
+/// agent login and job shell: bash sources ~/.bashrc again in the job shell, see the README),
+/// and torch's start-up: about 200 s here.
+const SLOW_LIMIT: Duration = Duration::from_secs(450);
+
+/// The master's login takes 35 s (a stale lock in the shell init), the others' 2 s. Every
+/// herd connection outlives the wait, no node is lost, and the job succeeds in one attempt.
+#[test]
+fn a_slow_master_login_costs_time_and_no_node() {
+    let c = Cluster::new(3);
+    c.tb.slow_login(0, 35.0);
+    c.tb.slow_login(1, 2.0);
+    c.tb.slow_login(2, 2.0);
+    c.write_config(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--steps\", \"3\"]\nnproc_per_node = 2",
+        "",
+    );
+    let out = herd::run(c.tb.dir(), &["run"], SLOW_LIMIT);
+    out.assert_code(0);
+    let ok = out.stdout.lines().filter(|l| l.contains("result rank=") && l.ends_with(" ok")).count();
+    assert_eq!(ok, 6, "{out}");
+    let ev = events(&only_run_dir(&c.logs()));
+    let names = herd::event_names(&ev);
+    assert_eq!(names.iter().filter(|n| *n == "attempt_started").count(), 1, "{names:?}\n{out}");
+    assert!(!ev.iter().any(|e| e["lost"].is_string() || e["class"] == "node-lost"), "{ev:?}\n{out}");
+}
+
+/// doctor reports a slow login as a warning with its fix, not a failure, and exec works there.
+#[test]
+fn a_slow_login_is_a_doctor_warning_and_exec_still_works() {
+    let c = Cluster::new(2);
+    c.tb.slow_login(1, 3.0);
+    c.write_config("launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 2", "");
+    let out = herd::run(c.tb.dir(), &["doctor", "--json"], SLOW_LIMIT);
+    out.assert_code(0);
+    let json: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    let ssh = |node: usize| {
+        json["nodes"][node]["checks"].as_array().unwrap().iter().find(|c| c["name"] == "ssh").unwrap().clone()
+    };
+    assert_eq!(ssh(1)["status"], "warn", "{}", ssh(1));
+    assert!(ssh(1)["detail"].as_str().unwrap().contains("login shell took"), "{}", ssh(1));
+    assert!(ssh(1)["fix"].as_str().unwrap().contains("non-interactive"), "{}", ssh(1));
+    assert_eq!(ssh(0)["status"], "pass", "{}", ssh(0));
+
+    let out = herd::run(c.tb.dir(), &["exec", "--gather", "--", "echo", "hello"], SLOW_LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains("hello"), "{out}");
+}
