@@ -21,6 +21,28 @@ fn write_config(dir: &Path, script: &str) {
     std::fs::write(dir.join("cluster.toml"), text).unwrap();
 }
 
+/// `herd run --no-preflight` in `dir` with stdout piped for the test to read, and its stderr
+/// read to the end by a thread of its own.
+fn run_reading_stderr(dir: &Path) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    use std::io::Read;
+    let mut child = Command::new(HERD)
+        .args(["run", "--no-preflight"])
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    (child, reader)
+}
+
 /// `program` in `dir` with the environment of a person at a colour terminal (no NO_COLOR,
 /// no CI), whatever the test runner's is.
 fn like_a_person(program: &str, dir: &Path) -> Command {
@@ -125,7 +147,8 @@ fn logs_reads_back_a_past_run() {
     );
     std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
-    let first = herd::only_run_dir(&dir.path().join("logs")).file_name().unwrap().to_string_lossy().into_owned();
+    let first =
+        herd::only_run_dir(&dir.path().join("logs")).file_name().unwrap().to_string_lossy().into_owned();
 
     let out = herd::run(dir.path(), &["logs"], LIMIT);
     out.assert_code(0);
@@ -137,7 +160,8 @@ fn logs_reads_back_a_past_run() {
          [1 127.0.0.1] attempt 1 node 1\n[1 127.0.0.1] noise\n",
         "{out}"
     );
-    let out = herd::run(dir.path(), &["logs", "--node", "127.0.0.1", "--attempt", "1", "--grep", "^att"], LIMIT);
+    let out =
+        herd::run(dir.path(), &["logs", "--node", "127.0.0.1", "--attempt", "1", "--grep", "^att"], LIMIT);
     assert_eq!(out.stdout, "[1 127.0.0.1] attempt 1 node 1\n", "{out}");
     // One rank per node here: global rank 1 is node 1.
     let out = herd::run(dir.path(), &["logs", "--rank", "1", "--attempt", "0", "--grep", "node"], LIMIT);
@@ -149,7 +173,8 @@ fn logs_reads_back_a_past_run() {
     let out = herd::run(dir.path(), &["logs", "--list"], LIMIT);
     assert_eq!(out.stdout.lines().count(), 2, "{out}");
     assert!(out.stdout.starts_with(&first), "{out}");
-    let out = herd::run(dir.path(), &["logs", &first, "--attempt", "0", "--node", "0", "--grep", "att"], LIMIT);
+    let out =
+        herd::run(dir.path(), &["logs", &first, "--attempt", "0", "--node", "0", "--grep", "att"], LIMIT);
     assert_eq!(out.stdout, "[0 localhost] attempt 0 node 0\n", "{out}");
 
     for (args, says) in [
@@ -178,21 +203,7 @@ fn a_slow_reader_loses_no_line_after_the_job_ended() {
         "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"1000000\"]\n[logs]\ndir = \"logs\"\n",
     )
     .unwrap();
-    let mut child = Command::new(HERD)
-        .args(["run", "--no-preflight"])
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+    let (mut child, err_reader) = run_reading_stderr(dir.path());
     // The job is the `seq` running in this test's directory.
     let workdir = dir.path().canonicalize().unwrap();
     let seq_running = || {
@@ -232,28 +243,14 @@ fn a_slow_reader_loses_no_line_after_the_job_ended() {
 /// and exits 141 (128 + SIGPIPE); the log files still hold every line the job printed.
 #[test]
 fn a_closed_stdout_stops_the_run_and_the_logs_keep_everything() {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     // 60 s of output, one line every 0.1 s, on each node.
     write_config(
         dir.path(),
         r#"i=0; while [ $i -lt 600 ]; do echo "line $i"; i=$((i + 1)); sleep 0.1; done"#,
     );
-    let mut child = Command::new(HERD)
-        .args(["run", "--no-preflight"])
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+    let (mut child, err_reader) = run_reading_stderr(dir.path());
     let started = std::time::Instant::now();
     let mut reader = BufReader::new(child.stdout.take().unwrap());
     for _ in 0..3 {

@@ -7,7 +7,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::herd;
+use support::herd::{self, processes_with_argv};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -42,15 +42,28 @@ fn assert_all_ticks(out: &herd::Finished) {
     }
 }
 
-#[test]
-fn the_same_config_from_another_directory_is_refused_while_it_runs() {
+/// A config R.toml and two working directories d1 and d2 beside it.
+struct TwoDirs {
+    tmp: tempfile::TempDir,
+    config: String,
+    d1: std::path::PathBuf,
+    d2: std::path::PathBuf,
+}
+
+fn two_dirs() -> TwoDirs {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("R.toml");
     write_config(&config);
     let (d1, d2) = (tmp.path().join("d1"), tmp.path().join("d2"));
     std::fs::create_dir_all(&d1).unwrap();
     std::fs::create_dir_all(&d2).unwrap();
-    let config = config.to_str().unwrap();
+    TwoDirs { config: config.to_str().unwrap().to_string(), tmp, d1, d2 }
+}
+
+#[test]
+fn the_same_config_from_another_directory_is_refused_while_it_runs() {
+    let TwoDirs { tmp: _tmp, config, d1, d2 } = two_dirs();
+    let config = config.as_str();
 
     let first = herd::start(&d1, &["run", "--no-preflight", "-c", config], &[]);
     wait_started(&d1.join("herd-logs"));
@@ -64,13 +77,8 @@ fn the_same_config_from_another_directory_is_refused_while_it_runs() {
 
 #[test]
 fn a_live_run_from_another_machine_is_never_swept() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("R.toml");
-    write_config(&config);
-    let (d1, d2) = (tmp.path().join("d1"), tmp.path().join("d2"));
-    std::fs::create_dir_all(&d1).unwrap();
-    std::fs::create_dir_all(&d2).unwrap();
-    let config = config.to_str().unwrap();
+    let TwoDirs { tmp, config, d1, d2 } = two_dirs();
+    let config = config.as_str();
     // Another machine, or another user: a state directory of its own, so no shared lock.
     let elsewhere = tmp.path().join("other-state");
 
@@ -139,16 +147,6 @@ fn a_suspended_herd_does_not_blame_its_nodes() {
     let names = herd::event_names(&herd::events(&herd::only_run_dir(&dir.path().join("herd-logs"))));
     assert!(!names.iter().any(|n| n == "teardown_started" || n == "attempt_failed"), "{names:?}\n{out}");
     assert!(out.stderr.contains("herd was not running for"), "{out}");
-}
-
-/// Live (not zombie) processes whose argv is exactly `argv`.
-fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
-    let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
-        .collect()
 }
 
 fn write_one_node(dir: &Path, script: &str) {

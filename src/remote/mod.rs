@@ -307,6 +307,19 @@ mod tests {
         }
     }
 
+    /// The agent as a node's login shell starts it for sshd: `sh -c` of its remote command
+    /// line, with all three pipes.
+    fn spawn_remote(inv: &AgentInvocation) -> std::process::Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg(inv.remote_command())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// The agent on this machine with all three pipes.
     fn spawn_agent(inv: &AgentInvocation) -> std::process::Child {
         let argv = inv.local_argv();
@@ -506,14 +519,7 @@ mod tests {
             presweep: None,
         };
         use std::io::{Read, Write};
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(inv.remote_command())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_remote(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();
         let mut stderr = String::new();
@@ -574,25 +580,29 @@ mod tests {
     #[test]
     fn term_fast_ends_a_launcher_as_soon_as_its_workers_are_gone() {
         use std::io::{BufRead, BufReader, Write};
-        // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit
-        // (torch's interpreter shutdown). The worker leaves the group, as torchrun's do.
-        let job = "trap 'kill $w; sleep 8; exit 1' TERM; setsid sleep 62 & w=$!; wait; wait";
-        let run = |control: &[u8]| {
+        // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit, in
+        // its own process as torch's interpreter shutdown does (bash's read -t on a FIFO: a
+        // `sleep` would be another process of the job). The worker leaves the group, as
+        // torchrun's do.
+        let job = "f=$(mktemp -u); mkfifo \"$f\"; exec 7<>\"$f\"; rm \"$f\"; \
+                   trap 'kill $w; read -t 8 -u 7; exit 1' TERM; setsid sleep 62 & w=$!; wait; wait";
+        // Each run with a marker of its own: nothing of the first may reach the second.
+        let run = |control: &[u8], mark: String| {
             let inv = AgentInvocation {
                 grace_secs: 30,
                 heartbeat_secs: 60,
-                marker: format!("HERD_T_MARK={}", test_mark()),
+                marker: format!("HERD_T_MARK={mark}"),
                 job: job.into(),
                 cleanup: None,
                 presweep: None,
             };
             let mut child = spawn_agent(&inv);
             let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+            stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
             let mut stderr = BufReader::new(child.stderr.take().unwrap());
             let mut line = String::new();
             stderr.read_line(&mut line).unwrap();
-            assert!(wait_for(|| processes_with_env(&format!("HERD_T_MARK={}", test_mark())).len() >= 2));
+            assert!(wait_for(|| processes_with_env(&format!("HERD_T_MARK={mark}")).len() >= 2));
             let started = std::time::Instant::now();
             stdin.write_all(control).unwrap();
             stdin.flush().unwrap();
@@ -601,12 +611,12 @@ mod tests {
             child.wait().unwrap();
             (started.elapsed(), rest)
         };
-        let (took, said) = run(CONTROL_TERM_FAST);
+        let (took, said) = run(CONTROL_TERM_FAST, format!("{}-fast", test_mark()));
         assert!(took < std::time::Duration::from_secs(4), "term-fast took {took:?}: {said}");
         assert!(said.contains("herd-agent exit 137"), "the launcher was SIGKILLed: {said}");
-        assert_eq!(processes_with_env(&format!("HERD_T_MARK={}", test_mark())), Vec::<u32>::new());
+        assert_eq!(processes_with_env(&format!("HERD_T_MARK={}-fast", test_mark())), Vec::<u32>::new());
         // Plain `term` leaves the launcher its time (here: its 8 s).
-        let (took, said) = run(CONTROL_TERM);
+        let (took, said) = run(CONTROL_TERM, format!("{}-slow", test_mark()));
         assert!(took >= std::time::Duration::from_secs(7), "term took only {took:?}: {said}");
         assert!(said.contains("herd-agent exit 1"), "{said}");
     }
@@ -733,14 +743,7 @@ mod tests {
             cleanup: None,
             presweep: None,
         };
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(inv.remote_command())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_remote(&inv);
         use std::io::{Read, Write};
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();

@@ -172,3 +172,13 @@ pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Live processes anywhere on this machine whose argv is exactly `argv`.
+pub fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
