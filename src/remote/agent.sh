@@ -97,9 +97,7 @@ strays() {
 # The leader before its setsid: still the agent's child, in no group of its own yet. (A pid
 # alone could by now be another process's.)
 early_leader() {
-  { IFS= read -r st <"/proc/$pg/stat"; } 2>/dev/null || return 1
-  set -- ${st##*) }
-  [ "$2" = "$$" ] && [ "$3" != "$pg" ]
+  herd_stat "/proc/$pg/stat" && [ "$herd_ppid" = "$$" ] && [ "$herd_pgrp" != "$pg" ]
 }
 
 # The job by descent (herd_tree): a process that cleared its environment (env -i) lost its
@@ -160,7 +158,8 @@ stop_job() {
 # The value of variable $1 in process $2's environment, or -.
 env_of() {
   v=$(grep -z -- "^$1=" "/proc/$2/environ" 2>/dev/null | tr -d '\0')
-  echo "${v:-$1=-}" | cut -d= -f2-
+  v=${v#*=}
+  echo "${v:--}"
 }
 
 # Each job process as PID:STATE:RANK:LOCAL_RANK, for a hang's evidence: a rank that is

@@ -787,25 +787,8 @@ async fn run_attempt(
                     if results[node.rank].is_some() || silent.contains_key(&node.rank) {
                         continue;
                     }
-                    let lost = if !liveness.has_heard(node.rank) {
-                        // Still in its login shell: judged by ssh.login_timeout, not the heartbeat.
-                        (liveness.elapsed() >= plan.login_timeout).then(|| {
-                            let limit = humantime::format_duration(plan.login_timeout);
-                            (
-                                format!("node {} ({}) is silent: its login shell has not started the agent in {limit}", node.rank, node.host),
-                                format!("its login shell did not start the agent within ssh.login_timeout ({limit}): a shell init (conda, pyenv, module) may be stuck"),
-                            )
-                        })
-                    } else {
-                        (liveness.since_heard(node.rank) >= plan.restart.heartbeat_timeout).then(|| {
-                            let limit = humantime::format_duration(plan.restart.heartbeat_timeout);
-                            (
-                                format!("node {} ({}) is silent: no heartbeat", node.rank, node.host),
-                                format!("no heartbeat for {limit}"),
-                            )
-                        })
-                    };
-                    if let Some((reason, why)) = lost {
+                    let heard = liveness.has_heard(node.rank).then(|| liveness.since_heard(node.rank));
+                    if let Some((reason, why)) = judge_silence(plan, node, heard, liveness.elapsed()) {
                         silent.insert(node.rank, why);
                         if teardown.is_none() {
                             teardown = stop_all(Stopping::NodeFailed, None, reason, &mut stopping);
@@ -856,6 +839,62 @@ async fn run_attempt(
     }
 }
 
+/// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.
+/// `silent_for`: how long since its agent last spoke, `None` before it first did (its login
+/// shell is still starting, judged by `ssh.login_timeout`, not by the heartbeat). Pure.
+fn judge_silence(
+    plan: &LaunchPlan,
+    node: &crate::plan::NodePlan,
+    silent_for: Option<Duration>,
+    attempt_age: Duration,
+) -> Option<(String, String)> {
+    let who = format!("node {} ({})", node.rank, node.host);
+    match silent_for {
+        None if attempt_age >= plan.login_timeout => {
+            let limit = humantime::format_duration(plan.login_timeout);
+            Some((
+                format!("{who} is silent: its login shell has not started the agent in {limit}"),
+                format!("its login shell did not start the agent within ssh.login_timeout ({limit}): a shell init (conda, pyenv, module) may be stuck"),
+            ))
+        }
+        Some(silent) if silent >= plan.restart.heartbeat_timeout => Some((
+            format!("{who} is silent: no heartbeat"),
+            format!("no heartbeat for {}", humantime::format_duration(plan.restart.heartbeat_timeout)),
+        )),
+        _ => None,
+    }
+}
+
 fn round_secs(d: Duration) -> Duration {
     Duration::from_secs(d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> LaunchPlan {
+        let text = "[ssh]\nlogin_timeout = \"2m\"\n[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n[restart]\nheartbeat_timeout = \"15s\"\n";
+        let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
+        crate::plan::build(&config, &Default::default())
+    }
+
+    #[test]
+    fn silence_counts_from_the_agents_first_word_and_a_login_has_its_own_limit() {
+        let p = plan();
+        let node = &p.nodes[1];
+        let secs = Duration::from_secs;
+        // Logging in for 100 s: no heartbeat is missed yet; after 2 minutes the login is stuck.
+        assert_eq!(judge_silence(&p, node, None, secs(100)), None);
+        let (reason, why) = judge_silence(&p, node, None, secs(120)).unwrap();
+        assert!(reason.starts_with("node 1 (n2) is silent: its login shell"), "{reason}");
+        assert!(why.contains("ssh.login_timeout (2m)"), "{why}");
+        // Once it spoke, the heartbeat timeout applies, whatever the attempt's age.
+        assert_eq!(judge_silence(&p, node, Some(secs(14)), secs(600)), None);
+        let (reason, why) = judge_silence(&p, node, Some(secs(15)), secs(20)).unwrap();
+        assert_eq!(
+            (reason.as_str(), why.as_str()),
+            ("node 1 (n2) is silent: no heartbeat", "no heartbeat for 15s")
+        );
+    }
 }

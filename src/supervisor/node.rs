@@ -147,8 +147,8 @@ impl Liveness {
         self.last_heard_ms[rank].load(Ordering::Relaxed) != NOT_YET
     }
 
-    /// How long the node's agent has been silent; zero before it first spoke (a node that
-    /// never gets there is lost by its connection, not by its heartbeat).
+    /// How long the node's agent has been silent; zero before it first spoke (until then the
+    /// node is in its login shell, judged by `ssh.login_timeout`: see `judge_silence`).
     pub fn since_heard(&self, rank: usize) -> Duration {
         match self.last_heard_ms[rank].load(Ordering::Relaxed) {
             NOT_YET => Duration::ZERO,
