@@ -280,11 +280,8 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (conns, ms, errors) = supervisor::connect_each(&plan).await;
-        let port = match &conns[plan.master.node_rank] {
-            Some(master) => supervisor::choose_port(&plan, master, &Default::default()).await.ok(),
-            None => None,
-        };
-        let report = doctor::diagnose(&plan, &conns, &ms, &errors, port, false).await;
+        let probe = doctor::ProbeOptions { fast: false, test_port: true, presweep: None };
+        let report = doctor::diagnose(&plan, &conns, &ms, &errors, &probe).await;
         supervisor::close_each(conns).await;
         report
     });

@@ -140,7 +140,12 @@ impl ContainerPlan {
 /// The name of one node's container in one attempt: unique per config, run, attempt and node,
 /// and matched by [`name_prefix`]. Only `[a-zA-Z0-9_.-]`, as container names must be.
 pub fn name(config_key: &str, run_id: &str, attempt: u32, node_rank: usize) -> String {
-    format!("{}{attempt}-{node_rank}", name_prefix(config_key, Some(run_id)))
+    format!("{}{node_rank}", attempt_prefix(config_key, run_id, attempt))
+}
+
+/// The start of the names of every container of one attempt of a run.
+pub fn attempt_prefix(config_key: &str, run_id: &str, attempt: u32) -> String {
+    format!("{}{attempt}-", name_prefix(config_key, Some(run_id)))
 }
 
 /// The start of the names of every container of this config's runs, or of one run.

@@ -98,6 +98,12 @@ pub enum Event {
     PreflightStarted {
         nnodes: usize,
     },
+    /// An attempt's agents are logging in (and, on the master, reporting its ports in use):
+    /// from here on, what its nodes print is the attempt's.
+    AttemptStarting {
+        attempt: u32,
+    },
+    /// Its master port is known, and every node is given its env: the job starts.
     AttemptStarted {
         attempt: u32,
         master_addr: String,

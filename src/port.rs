@@ -1,25 +1,37 @@
-//! Choosing the master port. On a remote master herd reads the kernel's socket tables
-//! (`/proc/net/tcp` and `tcp6`) over the existing SSH connection and picks a port that no
-//! socket uses; on this machine it asks portpicker. Parsing and picking are pure.
+//! Choosing the master port. The master's agent reports the ports its kernel's socket tables
+//! (`/proc/net/tcp` and `tcp6`) hold, in any state, on the login that starts it, and herd
+//! picks one that no socket uses. Pure.
 
 use std::collections::BTreeSet;
 
 use rand::Rng;
 
-/// The command that prints the master's socket tables.
-pub const SOCKET_TABLES_COMMAND: &str = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null";
+use crate::config::PortSpec;
 
-/// Every local port in use (any state, so TIME_WAIT leftovers count too) in the text of
-/// `/proc/net/tcp` and/or `/proc/net/tcp6`.
-pub fn ports_in_use(tables: &str) -> BTreeSet<u16> {
-    tables
-        .lines()
-        .filter_map(|line| {
-            let local = line.split_whitespace().nth(1)?;
-            let (_, port) = local.rsplit_once(':')?;
-            u16::from_str_radix(port, 16).ok()
-        })
-        .collect()
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    #[error("cannot read its socket tables (/proc/net/tcp, /proc/net/tcp6) to choose a port")]
+    NoTables,
+    #[error("no free port in {0}-{1}")]
+    NoFreePort(u16, u16),
+}
+
+/// The master port for an attempt: the fixed one, or a free one in `range` (inclusive) that
+/// no socket of the master uses (`in_use`, as its agent reported them; `None`: it could not
+/// read them) and no earlier attempt of this run used (`avoid`).
+pub fn choose(
+    spec: PortSpec,
+    range: (u16, u16),
+    in_use: Option<&BTreeSet<u16>>,
+    avoid: &BTreeSet<u16>,
+) -> Result<u16, PortError> {
+    match spec {
+        PortSpec::Fixed(p) => Ok(p),
+        PortSpec::Auto => {
+            let used = in_use.ok_or(PortError::NoTables)?;
+            pick(range, avoid, |p| !used.contains(&p)).ok_or(PortError::NoFreePort(range.0, range.1))
+        }
+    }
 }
 
 /// A random port in `range` (inclusive) for which `usable` holds and which is not in `avoid`
@@ -36,19 +48,17 @@ pub fn pick(range: (u16, u16), avoid: &BTreeSet<u16>, mut usable: impl FnMut(u16
 mod tests {
     use super::*;
 
-    const TABLES: &str = "\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
-   1: 0100007F:4E21 0100007F:9C40 06 00000000:00000000 03:00000F4E 00000000     0        0 0 3 0000000000000000
-  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000000000000:7531 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 100 0 0 10 0
-";
-
     #[test]
-    fn parses_v4_and_v6_tables_in_any_state() {
-        assert_eq!(ports_in_use(TABLES), BTreeSet::from([22, 20001, 30001]));
-        assert!(ports_in_use("").is_empty());
-        assert!(ports_in_use("garbage\nmore garbage here").is_empty());
+    fn choose_takes_the_fixed_port_or_a_free_one() {
+        let used = BTreeSet::from([20000, 20001]);
+        let none = BTreeSet::new();
+        assert_eq!(choose(PortSpec::Fixed(29500), (1, 2), None, &none), Ok(29500));
+        assert_eq!(choose(PortSpec::Auto, (20000, 20002), Some(&used), &none), Ok(20002));
+        assert_eq!(
+            choose(PortSpec::Auto, (20000, 20001), Some(&used), &none),
+            Err(PortError::NoFreePort(20000, 20001))
+        );
+        assert_eq!(choose(PortSpec::Auto, (20000, 20001), None, &none), Err(PortError::NoTables));
     }
 
     #[test]

@@ -87,6 +87,7 @@ impl Sandbox {
             job: plan.job_snippet(node),
             cleanup: plan.container_cleanup(node, &values),
             presweep: None,
+            report_ports: false,
         };
         let path = format!("{}:/usr/bin:/bin", self.dir.path().join("bin").display());
         let mut child = Command::new("sh")

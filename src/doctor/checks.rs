@@ -735,6 +735,7 @@ mod tests {
                 job,
                 cleanup: None,
                 presweep: None,
+                report_ports: false,
             };
             let argv = inv.local_argv();
             let mut child = Command::new(&argv[0])

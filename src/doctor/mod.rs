@@ -5,16 +5,18 @@
 
 pub mod checks;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use crate::config::PortSpec;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
-use crate::remote::{self, quote, AgentInvocation};
-use crate::transport::{AgentProcess, Connection};
+use crate::port::{self, PortError};
+use crate::remote::{self, quote, AgentInvocation, AgentMessage};
+use crate::transport::Connection;
 
 pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
 
@@ -27,15 +29,15 @@ const PROBE_WORK: Duration = Duration::from_secs(60);
 fn probe_limit(plan: &LaunchPlan) -> Duration {
     plan.login_timeout + PROBE_WORK
 }
-/// How long the workers may take to connect to the master's listener.
+/// How long a worker may take to connect to the master's listener, which is up by then.
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
 pub const DOCTOR_RUN_ID: &str = "doctor";
-/// The attempt numbers in the markers of the facts probe and of the port reachability check.
-/// They run at the same time on the same nodes: when one's agent ends, it stops every process
-/// that has its exact marker, and must not take the other's with it.
-const FACTS_ATTEMPT: u32 = 0;
-const REACH_ATTEMPT: u32 = 1;
+/// What the master's probe prints once its test listener is up, or when it cannot listen.
+const LISTENING: &str = "herd-listening";
+const LISTEN_FAILED: &str = "herd-listen-failed";
+/// What the master's probe prints once its facts are in (its listener lives on).
+const FACTS_DONE: &str = "herd-facts-done";
 
 /// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
 pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
@@ -115,32 +117,63 @@ if {full}:
     s
 }
 
-/// Start `command` (a command line, as the job's launcher line would be) on a node under
-/// the agent, after `cd workdir` and `setup`, with the node's env. It ends with its stdin.
-async fn start_in_job_env(
-    conn: &Connection,
-    plan: &LaunchPlan,
-    node: &NodePlan,
-    values: &AttemptValues<'_>,
-    command: &str,
-) -> Result<AgentProcess, String> {
-    let inv = AgentInvocation {
-        grace_secs: 1,
-        heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
-            .as_secs(),
-        marker: node.marker(values),
-        // With [container], setup is for inside the image: the probes run on the node itself.
-        job: remote::job_snippet(
-            &plan.workdir,
-            plan.setup.as_deref().filter(|_| plan.container.is_none()),
-            command,
-        ),
-        cleanup: None,
-        presweep: None,
+/// The master's probe when the port is tested: a listener bound to `$MASTER_PORT` on every
+/// address, which says so and only then starts the facts (`$1`), so that their lines never
+/// share one with its own, and says when they are done. It accepts until herd ends the probe
+/// (with its agent's stdin), once the facts are in and every worker has answered; its own
+/// bound only covers a herd that is gone. Without the interpreter, the facts alone.
+fn listener_command(plan: &LaunchPlan, facts: &str) -> String {
+    let listen = format!(
+        "import os, socket, subprocess, sys, threading, time\n\
+         try:\n    s = socket.socket(socket.AF_INET6 if ':' in {addr} else socket.AF_INET)\n\
+         \x20   s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         \x20   s.bind(('', int(os.environ['MASTER_PORT'])))\n    s.listen(1024)\n\
+         \x20   print({LISTENING:?}, flush=True)\n\
+         except OSError as e:\n    print({LISTEN_FAILED:?} + ' ' + str(e), flush=True)\n    s = None\n\
+         facts = subprocess.Popen(['sh', '-c', sys.argv[1]])\n\
+         if s is None:\n    sys.exit(facts.wait())\n\
+         def serve():\n    while True:\n        try:\n            c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n        except OSError:\n            pass\n\
+         threading.Thread(target=serve, daemon=True).start()\n\
+         facts.wait()\nprint({FACTS_DONE:?}, flush=True)\ntime.sleep({secs})\n",
+        addr = py_str(&plan.master.addr),
+        secs = probe_limit(plan).as_secs() * 2,
+    );
+    let python = quote(&plan.python);
+    format!(
+        "if command -v {python} >/dev/null 2>&1; then exec {python} -c {} {}; fi\necho {}\nexec sh -c {}",
+        quote(&listen),
+        quote(facts),
+        quote(&format!("{LISTEN_FAILED} {} not found", plan.python)),
+        quote(facts)
+    )
+}
+
+/// A worker's side of the reachability test: one connection to the master's listener.
+fn connect_command(plan: &LaunchPlan) -> String {
+    let connect = format!(
+        "import os, socket\ntry:\n    socket.create_connection(({}, int(os.environ['MASTER_PORT'])), timeout={}).close()\n    print('herd-reached')\n\
+         except OSError as e:\n    print('herd-unreached ' + str(e))\n",
+        py_str(&plan.master.addr),
+        REACH_TIMEOUT.as_secs()
+    );
+    format!("{} -c {}", quote(&plan.python), quote(&connect))
+}
+
+/// The command one node's probe runs: its facts and, where the env gives a master port (0:
+/// none to test), its side of the reachability test. The workers get their env, and so
+/// start, only once the master's listener is up.
+fn probe_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
+    let facts = facts_script(plan, fast);
+    let script = if node.rank == plan.master.node_rank {
+        format!(
+            "if [ \"$MASTER_PORT\" = 0 ]; then exec sh -c {}; fi\n{}",
+            quote(&facts),
+            listener_command(plan, &facts)
+        )
+    } else {
+        format!("sh -c {}\nif [ \"$MASTER_PORT\" != 0 ]; then {}; fi", quote(&facts), connect_command(plan))
     };
-    let mut p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
-    p.stdin.write_all(&node.env_block(values)).await.map_err(|e| e.to_string())?;
-    Ok(p)
+    format!("sh -c {}", quote(&script))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -151,199 +184,135 @@ pub struct Probed {
     /// pyenv, modules) and the agent's start.
     pub login_ms: Option<u64>,
     pub clock: Option<ClockSample>,
+    /// What the agent's presweep stopped, as it printed it.
+    pub swept: Vec<String>,
 }
 
-/// Run `script` (a shell snippet) on a node in the job's environment; collect everything it
-/// printed. Once the agent is up, herd also asks it for its clock.
-pub async fn run_in_job_env(
-    conn: &Connection,
-    plan: &LaunchPlan,
-    node: &NodePlan,
-    values: &AttemptValues<'_>,
-    script: &str,
+/// What a node's probe tells the doctor while it runs.
+#[derive(Debug)]
+enum Said {
+    /// The master's ports in use (`None`: its socket tables cannot be read).
+    Ports(Option<std::collections::BTreeSet<u16>>),
+    /// The master's listener is up.
+    Listening,
+    /// The master's facts are in; its listener lives on.
+    FactsDone,
+}
+
+/// One node's probe: one login, one agent. It waits for its env (which holds the master port
+/// to test, or 0) before it starts anything; then herd asks for its clock. It ends when its
+/// output does, or, for the master (whose listener lives on), when `close` fires.
+#[allow(clippy::too_many_arguments)]
+async fn probe_node(
+    conn: Arc<Connection>,
+    inv: AgentInvocation,
+    env: oneshot::Receiver<Vec<u8>>,
+    close: Option<oneshot::Receiver<()>>,
+    said: mpsc::UnboundedSender<(usize, Said)>,
+    rank: usize,
     limit: Duration,
 ) -> Result<Probed, String> {
     let started = Instant::now();
-    let mut p = start_in_job_env(conn, plan, node, values, &format!("sh -c {}", quote(script))).await?;
-    let mut out = Vec::new();
-    let mut stdin = p.stdin;
-    let mut agent = BufReader::new(p.stderr).lines();
+    let p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
+    let (mut stdin, stdout, stderr) = (p.stdin, p.stdout, p.stderr);
     let mut probed = Probed::default();
+    let mut asked_at = None;
+    let mut out = Vec::new();
     let talk = async {
-        let mut asked_at = None;
-        while let Ok(Some(line)) = agent.next_line().await {
-            if probed.login_ms.is_none() {
-                probed.login_ms = Some(started.elapsed().as_millis() as u64);
-                // NTP-style: the question's time and the answer's bracket the node's reading.
-                asked_at = Some(SystemTime::now());
-                let _ = async {
-                    stdin.write_all(remote::CONTROL_CLOCK).await?;
-                    stdin.flush().await
+        let mut agent = BufReader::new(stderr).lines();
+        let mut output = BufReader::new(stdout).lines();
+        let (mut env, mut close) = (Some(env), close);
+        let (mut agent_open, mut output_open) = (true, true);
+        while agent_open || output_open {
+            let env_known = async {
+                match &mut env {
+                    Some(rx) => rx.await.ok(),
+                    None => std::future::pending().await,
                 }
-                .await;
-            }
-            if let (remote::AgentMessage::Clock(remote), Some(t0)) =
-                (remote::parse_agent_line(&line), asked_at)
-            {
-                probed.clock = Some(ClockSample::new(t0, SystemTime::now(), remote));
+            };
+            let closing = async {
+                match &mut close {
+                    Some(rx) => {
+                        let _ = rx.await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                line = agent.next_line(), if agent_open => match line {
+                    Ok(Some(line)) => match remote::parse_agent_line(&line) {
+                        AgentMessage::Up => probed.login_ms = Some(started.elapsed().as_millis() as u64),
+                        AgentMessage::Ports(in_use) => {
+                            let _ = said.send((rank, Said::Ports(in_use)));
+                        }
+                        AgentMessage::Swept(text) => probed.swept.push(text),
+                        AgentMessage::Clock(remote) => {
+                            if let Some(t0) = asked_at {
+                                probed.clock = Some(ClockSample::new(t0, SystemTime::now(), remote));
+                            }
+                        }
+                        _ => {}
+                    },
+                    _ => agent_open = false,
+                },
+                line = output.next_line(), if output_open => match line {
+                    Ok(Some(line)) => {
+                        if line == LISTENING {
+                            let _ = said.send((rank, Said::Listening));
+                        } else if line == FACTS_DONE {
+                            let _ = said.send((rank, Said::FactsDone));
+                        } else {
+                            out.extend_from_slice(line.as_bytes());
+                            out.push(b'\n');
+                        }
+                    }
+                    _ => output_open = false,
+                },
+                block = env_known => {
+                    env = None;
+                    match block {
+                        // NTP-style: the question's time and the answer's bracket the node's reading.
+                        Some(block) => {
+                            let _ = async {
+                                stdin.write_all(&block).await?;
+                                stdin.write_all(remote::CONTROL_CLOCK).await?;
+                                asked_at = Some(SystemTime::now());
+                                stdin.flush().await
+                            }
+                            .await;
+                        }
+                        // The doctor gave up on this probe before it started: end its agent.
+                        None => {
+                            let _ = stdin.write_all(remote::CONTROL_TERM).await;
+                        }
+                    }
+                }
+                () = closing => {
+                    close = None;
+                    let _ = stdin.write_all(remote::CONTROL_TERM).await;
+                }
             }
         }
     };
-    let read =
-        tokio::time::timeout(limit, async { tokio::join!(p.stdout.read_to_end(&mut out), talk).0 }).await;
+    let talked = tokio::time::timeout(limit, talk).await;
     drop(stdin);
     let _ = tokio::time::timeout(Duration::from_secs(5), p.handle.wait()).await;
-    match read {
-        Ok(Ok(_)) => Ok(Probed { out: String::from_utf8_lossy(&out).into_owned(), ..probed }),
-        Ok(Err(e)) => Err(e.to_string()),
+    match talked {
+        Ok(()) => Ok(Probed { out: String::from_utf8_lossy(&out).into_owned(), ..probed }),
         Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
     }
 }
 
-/// Probe every node at once.
-pub async fn probe_all(
-    plan: &LaunchPlan,
-    conns: &[Option<Arc<Connection>>],
-    connect_ms: &[u64],
-    connect_errors: &[Option<String>],
-    fast: bool,
-) -> Vec<Facts> {
-    let script = facts_script(plan, fast);
-    let mut set = JoinSet::new();
-    for node in &plan.nodes {
-        let Some(conn) = conns[node.rank].clone() else { continue };
-        let (plan, node, script) = (plan.clone(), node.clone(), script.clone());
-        set.spawn(async move {
-            let values = AttemptValues {
-                run_id: DOCTOR_RUN_ID,
-                attempt: FACTS_ATTEMPT,
-                master_port: 0,
-                interfaces: &[],
-            };
-            let out = run_in_job_env(&conn, &plan, &node, &values, &script, probe_limit(&plan)).await;
-            (node.rank, out)
-        });
-    }
-    let mut facts: Vec<Facts> = plan
-        .nodes
-        .iter()
-        .map(|n| Facts {
-            unreachable: connect_errors[n.rank].clone(),
-            connect_ms: connect_ms[n.rank],
-            ..Facts::default()
-        })
-        .collect();
-    while let Some(joined) = set.join_next().await {
-        let (rank, out) = joined.expect("probe task panicked");
-        match out {
-            Ok(probed) => {
-                let (values, other_lines) = checks::parse_facts(&probed.out);
-                facts[rank] = Facts {
-                    values,
-                    other_lines,
-                    clock: probed.clock,
-                    login_ms: probed.login_ms,
-                    ..facts[rank].clone()
-                };
-            }
-            Err(e) => facts[rank].unreachable = Some(format!("probe failed: {e}")),
-        }
-    }
-    facts
-}
-
-/// Start a listener on the master at `port` and connect to it from every other node.
-pub async fn port_reach(plan: &LaunchPlan, conns: &[Option<Arc<Connection>>], port: u16) -> PortReach {
-    if plan.nnodes() < 2 {
-        return PortReach::Skipped("one node".into());
-    }
-    if conns.iter().any(Option::is_none) {
-        return PortReach::Skipped("a node is unreachable".into());
-    }
-    let master = &plan.nodes[plan.master.node_rank];
-    let master_conn = conns[master.rank].clone().expect("checked");
-    let listen = format!(
-        "import socket, time\ns = socket.socket(socket.AF_INET6 if ':' in {addr} else socket.AF_INET)\n\
-         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('', {port}))\ns.listen(64)\n\
-         print('herd-listening', flush=True)\ns.settimeout(1)\nend = time.time() + {secs}\n\
-         while time.time() < end:\n    try:\n        c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n    except OSError:\n        pass\n",
-        addr = py_str(&plan.master.addr),
-        // Until herd ends it (with its agent's stdin), once every worker has answered; this
-        // bound only covers a herd that is gone.
-        secs = probe_limit(plan).as_secs() * 2,
-    );
-    let listen_cmd = format!("{} -c {}", quote(&plan.python), quote(&listen));
-    // The listener runs under the agent like everything else; it ends with its stdin.
-    let values =
-        AttemptValues { run_id: DOCTOR_RUN_ID, attempt: REACH_ATTEMPT, master_port: port, interfaces: &[] };
-    let mut listener = match start_in_job_env(&master_conn, plan, master, &values, &listen_cmd).await {
-        Ok(p) => p,
-        Err(e) => return PortReach::NoListener(e),
-    };
-    let mut lines = BufReader::new(&mut listener.stdout).lines();
-    let mut said = Vec::new();
-    let ready = tokio::time::timeout(probe_limit(plan), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line == "herd-listening" {
-                return true;
-            }
-            said.push(line);
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
-    if !ready {
-        drop(listener.stdin);
-        let why =
-            said.iter().rev().find(|l| !l.trim().is_empty()).cloned().unwrap_or_else(|| "no listener".into());
-        return PortReach::NoListener(why);
-    }
-
-    let connect = format!(
-        "import socket\ntry:\n    socket.create_connection(({}, {port}), timeout={}).close()\n    print('herd-reached')\n\
-         except OSError as e:\n    print('herd-unreached ' + str(e))\n",
-        py_str(&plan.master.addr),
-        REACH_TIMEOUT.as_secs()
-    );
-    let connect_cmd = format!("{} -c {}", quote(&plan.python), quote(&connect));
-    let mut set = JoinSet::new();
-    for node in plan.nodes.iter().filter(|n| n.rank != master.rank) {
-        let (conn, plan, node, cmd) =
-            (conns[node.rank].clone().expect("checked"), plan.clone(), node.clone(), connect_cmd.clone());
-        set.spawn(async move {
-            let values = AttemptValues {
-                run_id: DOCTOR_RUN_ID,
-                attempt: REACH_ATTEMPT,
-                master_port: port,
-                interfaces: &[],
-            };
-            let out =
-                run_in_job_env(&conn, &plan, &node, &values, &cmd, probe_limit(&plan)).await.map(|p| p.out);
-            let result = match out {
-                Ok(text) if text.lines().any(|l| l == "herd-reached") => Ok(()),
-                Ok(text) => Err(text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("herd-unreached "))
-                    .unwrap_or_else(|| text.lines().last().unwrap_or("no answer"))
-                    .to_string()),
-                Err(e) => Err(e),
-            };
-            (node.rank, result)
-        });
-    }
-    let mut results = BTreeMap::new();
-    while let Some(joined) = set.join_next().await {
-        let (rank, r) = joined.expect("reach task panicked");
-        results.insert(rank, r);
-    }
-    drop(listener.stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(5), listener.handle.wait()).await;
-    PortReach::Tested { port, results }
-}
-
-fn py_str(s: &str) -> String {
-    serde_json::to_string(s).expect("a string")
+/// How the doctor probes: what `herd doctor` does, and the subset `herd run` checks first.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Leave out what costs time (importing torch) and what only advises.
+    pub fast: bool,
+    /// Test that every node reaches the master port (chosen on the master, when `auto`, from
+    /// the ports it reports in use).
+    pub test_port: bool,
+    /// A sweep each probe's agent runs before anything else (`herd run`'s leftovers).
+    pub presweep: Option<String>,
 }
 
 /// Everything `herd doctor` (or `herd run`'s preflight) found.
@@ -351,6 +320,11 @@ pub struct Report {
     pub nodes: Vec<NodeChecks>,
     /// Per node: the interface that routes to the master (for `interface = "auto"`).
     pub route_devs: Vec<Option<String>>,
+    /// The master port tested (the one the run's first attempt is to use); the error when
+    /// none could be chosen.
+    pub port: Option<Result<u16, PortError>>,
+    /// Per node: what its probe's presweep stopped.
+    pub swept: Vec<Vec<String>>,
 }
 
 impl Report {
@@ -359,25 +333,194 @@ impl Report {
     }
 }
 
-/// Run the checks over open connections (`None` where connecting failed, with the error).
+/// Probe every node at once over its open connection (`None` where connecting failed, with
+/// the error): one login per node, for the facts and the reachability test together.
 pub async fn diagnose(
     plan: &LaunchPlan,
     conns: &[Option<Arc<Connection>>],
     connect_ms: &[u64],
     connect_errors: &[Option<String>],
-    port: Option<u16>,
-    fast: bool,
+    options: &ProbeOptions,
 ) -> Report {
     let started = Instant::now();
-    // Independent, so at once: each is a Python start-up or two on every node.
-    let (facts, reach) = tokio::join!(probe_all(plan, conns, connect_ms, connect_errors, fast), async {
-        match port {
-            Some(p) => port_reach(plan, conns, p).await,
-            None => PortReach::Skipped("no free port to test".into()),
+    let n = plan.nnodes();
+    let master = plan.master.node_rank;
+    let all_connected = conns.iter().all(Option::is_some);
+    let reach = options.test_port && n > 1 && all_connected;
+    let values =
+        |port: u16| AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+    let (said_tx, mut said) = mpsc::unbounded_channel();
+    let mut envs: Vec<Option<oneshot::Sender<Vec<u8>>>> = (0..n).map(|_| None).collect();
+    let mut close_master = None;
+    let choosing = options.test_port && plan.master.port == PortSpec::Auto && conns[master].is_some();
+    let mut set = JoinSet::new();
+    for node in &plan.nodes {
+        let Some(conn) = conns[node.rank].clone() else { continue };
+        let (env_tx, env_rx) = oneshot::channel();
+        envs[node.rank] = Some(env_tx);
+        let close = (node.rank == master && reach).then(|| {
+            let (tx, rx) = oneshot::channel();
+            close_master = Some(tx);
+            rx
+        });
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
+                .as_secs(),
+            marker: node.marker(&values(0)),
+            // With [container], setup is for inside the image: the probes run on the node itself.
+            job: remote::job_snippet(
+                &plan.workdir,
+                plan.setup.as_deref().filter(|_| plan.container.is_none()),
+                &probe_command(plan, node, options.fast),
+            ),
+            cleanup: None,
+            presweep: options.presweep.clone(),
+            report_ports: choosing && node.rank == master,
+        };
+        let (said_tx, rank, limit) = (said_tx.clone(), node.rank, probe_limit(plan));
+        set.spawn(async move { (rank, probe_node(conn, inv, env_rx, close, said_tx, rank, limit).await) });
+    }
+    drop(said_tx);
+
+    let send_env = |envs: &mut Vec<Option<oneshot::Sender<Vec<u8>>>>, rank: usize, port: u16| {
+        if let Some(tx) = envs[rank].take() {
+            let _ = tx.send(plan.nodes[rank].env_block(&values(port)));
         }
-    });
+    };
+    let workers: Vec<usize> = (0..n).filter(|r| *r != master).collect();
+    // The port to test: fixed, chosen from the master's report, or none.
+    let mut port: Option<Result<u16, PortError>> = match plan.master.port {
+        PortSpec::Fixed(p) if options.test_port => Some(Ok(p)),
+        _ => None,
+    };
+    if !choosing {
+        send_env(&mut envs, master, if reach { port_value(&port) } else { 0 });
+    }
+    if !reach {
+        for &w in &workers {
+            send_env(&mut envs, w, 0);
+        }
+    }
+    let mut results: Vec<Option<Result<Probed, String>>> = (0..n).map(|_| None).collect();
+    let (mut listening, mut master_facts) = (false, false);
+    loop {
+        tokio::select! {
+            Some((_, what)) = said.recv() => match what {
+                Said::Ports(in_use) => {
+                    let chosen = port::choose(plan.master.port, plan.master.port_range, in_use.as_ref(), &Default::default());
+                    let p = chosen.as_ref().copied().unwrap_or(0);
+                    port = Some(chosen);
+                    send_env(&mut envs, master, if reach { p } else { 0 });
+                    if reach && p == 0 {
+                        for &w in &workers {
+                            send_env(&mut envs, w, 0);
+                        }
+                    }
+                }
+                Said::Listening => {
+                    listening = true;
+                    let p = port_value(&port);
+                    for &w in &workers {
+                        send_env(&mut envs, w, p);
+                    }
+                }
+                Said::FactsDone => master_facts = true,
+            },
+            joined = set.join_next() => {
+                let Some(joined) = joined else { break };
+                let (rank, result) = joined.expect("probe task panicked");
+                results[rank] = Some(result);
+                // The master's probe ended without a listener: the workers test nothing.
+                if rank == master {
+                    for &w in &workers {
+                        send_env(&mut envs, w, 0);
+                    }
+                }
+            }
+        }
+        // The listener has served its purpose once the master's facts are in and every
+        // worker has answered.
+        if master_facts && workers.iter().all(|w| results[*w].is_some()) {
+            if let Some(tx) = close_master.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
     tracing::debug!("preflight took {:?}", started.elapsed());
-    let nodes = evaluate(plan, &facts, &reach, fast);
+
+    let mut swept = vec![Vec::new(); n];
+    let facts: Vec<Facts> = plan
+        .nodes
+        .iter()
+        .map(|node| {
+            let base = Facts {
+                unreachable: connect_errors[node.rank].clone(),
+                connect_ms: connect_ms[node.rank],
+                ..Facts::default()
+            };
+            match results[node.rank].take() {
+                None => base,
+                Some(Err(e)) => Facts { unreachable: Some(format!("probe failed: {e}")), ..base },
+                Some(Ok(probed)) => {
+                    swept[node.rank] = probed.swept;
+                    let (values, other_lines) = checks::parse_facts(&probed.out);
+                    Facts { values, other_lines, clock: probed.clock, login_ms: probed.login_ms, ..base }
+                }
+            }
+        })
+        .collect();
+    let reach_result = match (&port, reach) {
+        _ if !options.test_port => PortReach::Skipped("not tested".into()),
+        _ if n < 2 => PortReach::Skipped("one node".into()),
+        _ if !all_connected => PortReach::Skipped("a node is unreachable".into()),
+        (None | Some(Err(_)), _) => PortReach::Skipped("no free port to test".into()),
+        (Some(Ok(_)), _) if !listening => {
+            let failed = format!("{LISTEN_FAILED} ");
+            let why = facts[master]
+                .other_lines
+                .iter()
+                .find_map(|l| l.strip_prefix(&failed).map(str::to_string))
+                // The probe did not start (workdir, setup, env): its last word says why.
+                .or_else(|| facts[master].other_lines.iter().rev().find(|l| !l.trim().is_empty()).cloned())
+                .or_else(|| facts[master].unreachable.clone())
+                .unwrap_or_else(|| "no listener".into());
+            PortReach::NoListener(why)
+        }
+        (Some(Ok(p)), _) => PortReach::Tested {
+            port: *p,
+            results: workers.iter().map(|&w| (w, reach_of(&facts[w]))).collect(),
+        },
+    };
+    let nodes = evaluate(plan, &facts, &reach_result, options.fast);
     let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
-    Report { nodes, route_devs }
+    Report { nodes, route_devs, port, swept }
+}
+
+fn port_value(port: &Option<Result<u16, PortError>>) -> u16 {
+    match port {
+        Some(Ok(p)) => *p,
+        _ => 0,
+    }
+}
+
+/// A worker's reachability answer, from the lines its probe printed.
+fn reach_of(f: &Facts) -> Result<(), String> {
+    if let Some(e) = &f.unreachable {
+        return Err(e.clone());
+    }
+    if f.other_lines.iter().any(|l| l == "herd-reached") {
+        return Ok(());
+    }
+    Err(f
+        .other_lines
+        .iter()
+        .find_map(|l| l.strip_prefix("herd-unreached "))
+        .or_else(|| f.other_lines.last().map(String::as_str))
+        .unwrap_or("no answer")
+        .to_string())
+}
+
+fn py_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string")
 }

@@ -120,14 +120,17 @@ impl Board {
             }
             Event::NodeConnected { node_rank, .. } => self.set(*node_rank, NodeState::Connected),
             Event::PreflightStarted { .. } => set_all(&mut self.nodes, NodeState::Preflight),
-            Event::AttemptStarted { attempt, master_addr, master_port } => {
+            Event::AttemptStarting { attempt } => {
                 self.attempt = *attempt;
-                self.master = Some(format!("{master_addr}:{master_port}"));
+                self.master = None;
                 self.teardown = false;
                 set_all(&mut self.nodes, NodeState::Starting);
                 for n in &mut self.nodes {
                     n.last_output = None;
                 }
+            }
+            Event::AttemptStarted { master_addr, master_port, .. } => {
+                self.master = Some(format!("{master_addr}:{master_port}"));
             }
             Event::NodeStarted { node_rank, .. } => self.set(*node_rank, NodeState::Running),
             Event::NodeExited { node_rank, exit, .. } => {
@@ -304,6 +307,7 @@ mod tests {
              \x20    1  node2  connecting                -\n\
              \x20    2  node3  connecting                -"
         );
+        b.apply(&Event::AttemptStarting { attempt: 0 }, t0);
         b.apply(
             &Event::AttemptStarted { attempt: 0, master_addr: "10.0.0.1".into(), master_port: 23456 },
             t0,
@@ -328,6 +332,7 @@ mod tests {
             at(t0, 66),
         );
         assert!(b.render(at(t0, 67), 200).contains("node1  restarting in 3s"));
+        b.apply(&Event::AttemptStarting { attempt: 1 }, at(t0, 70));
         b.apply(
             &Event::AttemptStarted { attempt: 1, master_addr: "10.0.0.1".into(), master_port: 23457 },
             at(t0, 70),
@@ -344,7 +349,7 @@ mod tests {
     fn many_nodes_collapse_into_counts_and_the_unhealthy() {
         let t0 = Instant::now();
         let mut b = started(t0, 100);
-        b.apply(&Event::AttemptStarted { attempt: 0, master_addr: "m".into(), master_port: 1 }, t0);
+        b.apply(&Event::AttemptStarting { attempt: 0 }, t0);
         for r in 0..100 {
             b.apply(&Event::NodeStarted { attempt: 0, node_rank: r, host: String::new(), pgid: 1 }, t0);
             b.output(r, at(t0, 100));

@@ -136,14 +136,14 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                 }
             }
             other => {
-                if let Event::AttemptStarted { attempt: a, .. } = other {
+                if let Event::AttemptStarting { attempt: a } = other {
                     attempt = *a;
                 }
                 board.apply(other, Instant::now());
                 let ts = json::timestamp();
                 if files_ok {
                     let written = match other {
-                        Event::AttemptStarted { attempt, .. } => files.start_attempt(*attempt),
+                        Event::AttemptStarting { attempt } => files.start_attempt(*attempt),
                         Event::NodeExited { node_rank, .. } => files.flush_node(*node_rank),
                         _ => Ok(()),
                     }

@@ -1,28 +1,33 @@
 # herd node agent: runs one node's job in its own process group and ties the job's life to
 # herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill. Shipped
-# after procs.sh, whose functions it uses.
+# after procs.sh, whose functions it uses. One login per node does all a start needs: the
+# sweep of leftovers, the master's socket tables (for choosing its port), and the job.
 #
 # argv:  $1 grace seconds (SIGTERM -> SIGKILL)
 #        $2 seconds between heartbeats
 #        $3 the run marker, NAME=VALUE, which the env block also exports
 #        $4 the job as a shell snippet
-#        $5 optional: a shell command run once the job is gone (removes its container);
+#        $5 a shell command run once the job is gone (removes its container); may be empty
+#        $6 a shell command run before the job starts (sweeps leftovers of earlier runs, with
+#           procs.sh's functions); each line it prints is reported as `herd-agent swept
+#           LINE`; may be empty
+#        $7 `ports`: after the sweep, report the local ports in use (`herd-agent ports`), and
+#           only then read the env block, which holds the master port herd chose from them;
 #           may be empty
-#        $6 optional: a shell command run before the job starts (sweeps leftovers of
-#           earlier runs, with procs.sh's functions); each line it prints is reported as
-#           `herd-agent swept LINE`
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
 #        `herd-agent probe`, `clock` for `herd-agent clock` (below); EOF means herd is gone:
-#        TERM, grace, KILL.
+#        TERM, grace, KILL. A control line in place of the count (herd stopped the attempt
+#        before it started) ends the agent with `herd-agent exit 143`, having started nothing.
 # fd 1:  the job's stdout and stderr, merged.
-# fd 2:  agent messages, one per line: `herd-agent swept ...`, `herd-agent pgid P`,
-#        `herd-agent alive` (the heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...`
-#        (each job process, - for a rank it has not), `herd-agent clock SECONDS` (the node's
-#        time, at once), `herd-agent unstopped PIDS` (still there after SIGKILL),
-#        `herd-agent exit S`.
+# fd 2:  agent messages, one per line: `herd-agent up` (at once: the login is done),
+#        `herd-agent swept ...`, `herd-agent ports HEX...` (every local TCP port in use, any
+#        state; `?` when no table can be read), `herd-agent pgid P`, `herd-agent alive` (the
+#        heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...` (each job process, -
+#        for a rank it has not), `herd-agent clock SECONDS` (the node's time, at once),
+#        `herd-agent unstopped PIDS` (still there after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
 # starts each worker in a session of its own, out of reach of the group), and every
@@ -35,21 +40,15 @@ marker=$3
 job=$4
 cleanup=${5-}
 presweep=${6-}
+report=${7-}
 
-IFS= read -r count || exit 70
-envs=
-i=0
-while [ "$i" -lt "$count" ]; do
-  IFS= read -r line || exit 70
-  envs="$envs$line
-"
-  i=$((i + 1))
-done
+echo "herd-agent up" >&2
 
 # Only the subshell holds fd 2, never its sleep. On TERM it stops and reaps its sleep
 # (a TERM between `sleep &` and `nap=$!` is caught by the check after it), and the agent waits
 # for it: nothing of the heartbeat outlives the agent. It beats from here on, so that a slow
-# pre-sweep never looks like a silent node.
+# pre-sweep, or the wait for the env while the master's port is chosen, never looks like a
+# silent node.
 (
   stop=
   trap 'stop=1; kill "$nap" 2>/dev/null' TERM
@@ -79,14 +78,51 @@ if [ -n "$presweep" ]; then
   set +f
 fi
 
+# Ends the agent before any job started; nothing of the heartbeat is left.
+quit() {
+  {
+    kill "$heart"
+    wait "$heart"
+  } 2>/dev/null
+  [ -z "${2-}" ] || echo "$2" >&2
+  exit "$1"
+}
+
+# The local port of every TCP socket, in hex, from the kernel's tables (the header's word is
+# no hex number; herd skips it). `?` when there is no table to read.
+ports_in_use() {
+  [ -r /proc/net/tcp ] || [ -r /proc/net/tcp6 ] || {
+    echo "?"
+    return
+  }
+  for t in /proc/net/tcp /proc/net/tcp6; do
+    [ -r "$t" ] || continue
+    while read -r _ local _; do echo "${local##*:}"; done <"$t"
+  done | sort -u
+}
+[ "$report" != ports ] || echo "herd-agent ports" $(ports_in_use) >&2
+
+IFS= read -r count || quit 70
+case $count in
+  '' | *[!0-9]*) quit 143 "herd-agent exit 143" ;;
+esac
+envs=
+i=0
+while [ "$i" -lt "$count" ]; do
+  IFS= read -r line || quit 70
+  envs="$envs$line
+"
+  i=$((i + 1))
+done
+
 # Background lists get /dev/null as stdin unless told otherwise: keep ours on fd 3.
 exec 3<&0
-if command -v bash >/dev/null 2>&1; then jobsh=bash; else jobsh=sh; fi
 
 # The env is exported only in the job's subshell: the agent and its helpers (grep, sleep)
 # must not carry the marker, or they would find and kill themselves. setsid does not fork
-# here (a background child is not a group leader), so $! leads the job's new group.
-(eval "$envs" && exec setsid "$jobsh" -c "$job") </dev/null 3<&- 2>&1 &
+# here (a background child is not a group leader), so $! leads the job's new group. sh reads
+# no shell init: the job snippet asks for bash where it needs it (`setup`).
+(eval "$envs" && exec setsid sh -c "$job") </dev/null 3<&- 2>&1 &
 pg=$!
 echo "herd-agent pgid $pg" >&2
 

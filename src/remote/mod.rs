@@ -57,13 +57,16 @@ pub struct AgentInvocation {
     /// with no env and stdin from /dev/null. Each line it prints is reported as `herd-agent
     /// swept LINE`.
     pub presweep: Option<String>,
+    /// After the presweep, report the node's ports in use, and only then read the env block
+    /// (on the master, when herd chooses its port).
+    pub report_ports: bool,
 }
 
 impl AgentInvocation {
     /// argv for running the agent on this machine:
-    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB [CLEANUP [PRESWEEP]]`.
+    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS`.
     pub fn local_argv(&self) -> Vec<String> {
-        let mut argv: Vec<String> = vec![
+        vec![
             "sh".into(),
             "-c".into(),
             AGENT_SCRIPT.into(),
@@ -72,16 +75,10 @@ impl AgentInvocation {
             self.heartbeat_secs.to_string(),
             self.marker.clone(),
             self.job.clone(),
-        ];
-        match (&self.cleanup, &self.presweep) {
-            (cleanup, Some(presweep)) => {
-                argv.push(cleanup.clone().unwrap_or_default());
-                argv.push(presweep.clone());
-            }
-            (Some(cleanup), None) => argv.push(cleanup.clone()),
-            (None, None) => {}
-        }
-        argv
+            self.cleanup.clone().unwrap_or_default(),
+            self.presweep.clone().unwrap_or_default(),
+            if self.report_ports { "ports" } else { "" }.into(),
+        ]
     }
 
     /// The command string given to ssh, which the remote login shell runs with `-c`: the
@@ -96,8 +93,8 @@ impl AgentInvocation {
     }
 }
 
-/// The job snippet: enter the workdir, run `setup`, then `exec` the launcher so that the
-/// launcher is the leader of the group the agent tears down.
+/// The job snippet, for `sh`: enter the workdir, run `setup` (in bash, see [`in_bash`]), then
+/// `exec` the launcher so that the launcher is the leader of the group the agent tears down.
 pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String {
     let mut s = String::new();
     let wd = quote(workdir);
@@ -107,8 +104,22 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
         s,
         "cd -- {wd} || {{ printf 'herd: cannot enter workdir \"%s\" on %s\\n' {wd} \"$(hostname)\" >&2; exit 2; }}"
     );
-    s += &setup_and_exec(setup, command);
+    match setup {
+        None => s += &setup_and_exec(None, command),
+        Some(_) => s += &in_bash(&setup_and_exec(setup, command)),
+    }
     s
+}
+
+/// `snippet` run by bash where the node has it (else by sh): what `setup` and `herd exec`
+/// commands are written for. Under sshd, bash reads ~/.bashrc, which gives `setup` the shell
+/// functions of conda, pyenv or modules that it defines; the agent, and a job without setup,
+/// run in sh, which reads nothing: the login's shell init is not paid twice.
+pub fn in_bash(snippet: &str) -> String {
+    format!(
+        "herd_sh=sh; command -v bash >/dev/null 2>&1 && herd_sh=bash; exec \"$herd_sh\" -c {}",
+        quote(snippet)
+    )
 }
 
 /// The part of the job snippet after `cd`: `setup`, then `exec` the launcher. On its own, the
@@ -137,22 +148,30 @@ pub fn env_block<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<
 
 /// Which of a config's processes a sweep stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SweepScope {
+pub enum SweepScope<'a> {
     /// Those whose agent is gone: a live run, of this herd or another, is never touched.
     Leftovers,
-    /// All of them, live agent or not: what is left of this herd's own earlier attempts,
-    /// whose agents it has given up on.
+    /// All of them, live agent or not.
     All,
+    /// All of them but those whose marker entry starts with this (live agent or not): as a
+    /// restart starts, what is left of the run's earlier attempts, whose agents herd has given
+    /// up on, and never a node's new job, started beside it on a shared host.
+    AllBut(&'a str),
 }
 
 /// The shell call (for a shell where `procs.sh` is defined) that stops a config's processes
 /// whose marker entry starts with `prefix`, in `scope` (SIGTERM, up to `grace_secs`, SIGKILL),
 /// and prints their pids.
-pub fn sweep_call(prefix: &str, scope: SweepScope, grace_secs: u64) -> String {
-    debug_assert!(prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b)), "{prefix}");
+pub fn sweep_call(prefix: &str, scope: SweepScope<'_>, grace_secs: u64) -> String {
+    let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_=:-".contains(&b));
+    debug_assert!(plain(prefix), "{prefix}");
     let scope = match scope {
-        SweepScope::Leftovers => "leftovers",
-        SweepScope::All => "all",
+        SweepScope::Leftovers => "leftovers".to_string(),
+        SweepScope::All => "all".to_string(),
+        SweepScope::AllBut(skip) => {
+            debug_assert!(plain(skip) && skip.starts_with(prefix), "{skip}");
+            quote(&format!("except={skip}"))
+        }
     };
     format!("herd_sweep {} {scope} {grace_secs}", quote(prefix))
 }
@@ -208,6 +227,10 @@ impl ProcessState {
 /// A line the agent wrote on its stderr.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentMessage {
+    /// The agent's first word: the login shell has started it.
+    Up,
+    /// The node's local TCP ports in use, any state; `None`: its socket tables cannot be read.
+    Ports(Option<std::collections::BTreeSet<u16>>),
     /// The job's process group id.
     Started { pgid: u32 },
     /// The launcher's wait status as the shell reports it (128+N for signal N).
@@ -227,8 +250,21 @@ pub enum AgentMessage {
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
-    if line == "herd-agent alive" {
-        return AgentMessage::Alive;
+    match line {
+        "herd-agent alive" => return AgentMessage::Alive,
+        "herd-agent up" => return AgentMessage::Up,
+        _ => {}
+    }
+    if let Some(rest) = line.strip_prefix("herd-agent ports") {
+        if rest.is_empty() || rest.starts_with(' ') {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            if words.contains(&"?") {
+                return AgentMessage::Ports(None);
+            }
+            return AgentMessage::Ports(Some(
+                words.iter().filter_map(|w| u16::from_str_radix(w, 16).ok()).collect(),
+            ));
+        }
     }
     if let Some(swept) = line.strip_prefix("herd-agent swept ") {
         return AgentMessage::Swept(swept.to_string());
@@ -301,7 +337,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -347,6 +383,19 @@ mod tests {
         out
     }
 
+    /// Reads the agent's messages up to `herd-agent pgid P`; returns P.
+    fn started(stderr: &mut impl std::io::BufRead) -> u32 {
+        let mut said = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "no pgid line in {said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Started { pgid } => return pgid,
+                other => said.push(other),
+            }
+        }
+    }
+
     /// Live (not zombie) processes of a process group, from /proc.
     fn live_members(pgid: u32) -> Vec<u32> {
         std::fs::read_dir("/proc")
@@ -367,7 +416,7 @@ mod tests {
 
     #[test]
     fn closing_stdin_tears_the_whole_group_down() {
-        use std::io::{BufRead, BufReader, Write};
+        use std::io::{BufReader, Write};
         // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
         let inv = AgentInvocation {
             grace_secs: 1,
@@ -376,16 +425,13 @@ mod tests {
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([])).unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut first = String::new();
-        stderr.read_line(&mut first).unwrap();
-        let AgentMessage::Started { pgid } = parse_agent_line(first.trim_end()) else {
-            panic!("expected a pgid line, got {first:?}")
-        };
+        let pgid = started(&mut stderr);
         let group_alive = || !live_members(pgid).is_empty();
         // The agent names the group as it forks its leader, which then calls setsid.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -422,6 +468,7 @@ mod tests {
             job: "sleep 0.3".into(),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let out = run_agent(&inv, &env_block([]));
         assert!(out.status.success());
@@ -444,7 +491,7 @@ mod tests {
 
     #[test]
     fn processes_that_leave_the_group_are_found_by_marker_and_stopped() {
-        use std::io::{BufRead, BufReader, Write};
+        use std::io::{BufReader, Write};
         let marker = format!("HERD_T_MARK=escape-{}", std::process::id());
         let inv = AgentInvocation {
             grace_secs: 1,
@@ -453,13 +500,13 @@ mod tests {
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         let (name, value) = marker.split_once('=').unwrap();
         stdin.write_all(&env_block([(name, value)])).unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        started(&mut BufReader::new(child.stderr.take().unwrap()));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         // The job's bash, its sleep, and the sleep that left for a session of its own.
         while processes_with_env(&marker).len() < 3 && std::time::Instant::now() < deadline {
@@ -495,6 +542,7 @@ mod tests {
             job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61"),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -517,6 +565,7 @@ mod tests {
             job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0"),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         use std::io::{Read, Write};
         let mut child = spawn_remote(&inv);
@@ -551,6 +600,7 @@ mod tests {
             job: format!("sleep {secs} & wait"),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -592,16 +642,16 @@ mod tests {
                 grace_secs: 30,
                 heartbeat_secs: 60,
                 marker: format!("HERD_T_MARK={mark}"),
-                job: job.into(),
+                job: in_bash(job),
                 cleanup: None,
                 presweep: None,
+                report_ports: false,
             };
             let mut child = spawn_agent(&inv);
             let mut stdin = child.stdin.take().unwrap();
             stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
             let mut stderr = BufReader::new(child.stderr.take().unwrap());
-            let mut line = String::new();
-            stderr.read_line(&mut line).unwrap();
+            started(&mut stderr);
             assert!(wait_for(|| processes_with_env(&format!("HERD_T_MARK={mark}")).len() >= 2));
             let started = std::time::Instant::now();
             stdin.write_all(control).unwrap();
@@ -647,8 +697,33 @@ mod tests {
     }
 
     #[test]
+    fn a_restarts_sweep_stops_the_earlier_attempts_and_spares_its_own() {
+        let tag = format!("{}-{}", std::process::id(), rand_suffix());
+        let mut first = marked_sleep(&format!("k{tag}:run1:0:0"));
+        let mut second = marked_sleep(&format!("k{tag}:run1:1:1"));
+        // Attempt 2 already started on another node of the same host.
+        let mut current = marked_sleep(&format!("k{tag}:run1:2:0"));
+        let mut other_run = marked_sleep(&format!("k{tag}:run2:0:0"));
+        let prefix = format!("HERD_MARKER=k{tag}:run1:");
+        let mut swept = sweep(&prefix, SweepScope::AllBut(&format!("{prefix}2:")));
+        swept.sort();
+        assert_eq!(swept, vec![first.id(), second.id()]);
+        for gone in [&mut first, &mut second] {
+            assert!(gone.wait().unwrap().code().is_none(), "killed by a signal");
+        }
+        for spared in [&mut current, &mut other_run] {
+            assert!(
+                spared.try_wait().unwrap().is_none(),
+                "a process of this attempt or another run was touched"
+            );
+            spared.kill().unwrap();
+            let _ = spared.wait();
+        }
+    }
+
+    #[test]
     fn a_leftover_sweep_spares_every_process_whose_agent_is_alive() {
-        use std::io::{BufRead, BufReader, Write};
+        use std::io::{BufReader, Write};
         let tag = format!("{}-{}", std::process::id(), rand_suffix());
         // A live run of the same config: its agent is alive, so its job is not a leftover.
         let live = format!("HERD_MARKER=k{tag}:run2:0:0");
@@ -656,17 +731,16 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: live.clone(),
-            job: "sleep 63".into(),
+            job: "exec sleep 63".into(),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut agent = spawn_agent(&inv);
         let mut stdin = agent.stdin.take().unwrap();
         let (name, value) = live.split_once('=').unwrap();
         stdin.write_all(&env_block([(name, value)])).unwrap();
-        let mut line = String::new();
-        BufReader::new(agent.stderr.take().unwrap()).read_line(&mut line).unwrap();
-        assert!(matches!(parse_agent_line(line.trim_end()), AgentMessage::Started { .. }), "{line}");
+        started(&mut BufReader::new(agent.stderr.take().unwrap()));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while processes_with_env(&live).is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -704,16 +778,18 @@ mod tests {
                 "echo sweep >> {}; echo 12 34; echo \"container herd-k-old-0-$HERD_T_MARK\"; echo noise >&2",
                 quote(order.to_str().unwrap())
             )),
+            report_ports: false,
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert!(out.status.success());
         assert_eq!(std::fs::read_to_string(&order).unwrap(), "sweep\njob\n");
         let stderr = String::from_utf8(out.stderr).unwrap();
         let messages: Vec<AgentMessage> = stderr.lines().map(parse_agent_line).collect();
-        assert_eq!(messages[0], AgentMessage::Swept("12 34".into()), "{stderr}");
+        assert_eq!(messages[0], AgentMessage::Up, "{stderr}");
+        assert_eq!(messages[1], AgentMessage::Swept("12 34".into()), "{stderr}");
         // It runs without the job's env, and its own stderr is dropped.
-        assert_eq!(messages[1], AgentMessage::Swept("container herd-k-old-0-".into()), "{stderr}");
-        assert!(matches!(messages[2], AgentMessage::Started { .. }), "{stderr}");
+        assert_eq!(messages[2], AgentMessage::Swept("container herd-k-old-0-".into()), "{stderr}");
+        assert!(matches!(messages[3], AgentMessage::Started { .. }), "{stderr}");
         assert!(!messages.iter().any(|m| matches!(m, AgentMessage::Other(_))), "{stderr}");
     }
 
@@ -742,6 +818,7 @@ mod tests {
             job: "exec echo 'hi there'".into(),
             cleanup: None,
             presweep: None,
+            report_ports: false,
         };
         let mut child = spawn_remote(&inv);
         use std::io::{Read, Write};
@@ -758,7 +835,7 @@ mod tests {
 
     #[test]
     fn job_snippet_reports_missing_workdir_and_failed_setup() {
-        let run = |snippet: String| Command::new("bash").arg("-c").arg(snippet).output().unwrap();
+        let run = |snippet: String| Command::new("sh").arg("-c").arg(snippet).output().unwrap();
         let out = run(job_snippet("/nonexistent dir", None, "true"));
         assert_eq!(out.status.code(), Some(2));
         assert!(
@@ -771,6 +848,11 @@ mod tests {
 
         let out = run(job_snippet("/", Some("X=1"), "echo \"$X\" \"$PWD\""));
         assert_eq!(out.stdout, b"1 /\n");
+        // Setup is bash's (arrays, [[ ]]); a job without it needs no bash at all.
+        let out = run(job_snippet("/", Some("a=(x y); [[ ${a[1]} == y ]]"), "echo \"$BASH_VERSION\""));
+        assert!(out.status.success() && out.stdout.len() > 1, "{out:?}");
+        let out = run(job_snippet("/", None, "echo \"${BASH_VERSION:-none}\""));
+        assert_eq!(out.stdout, b"none\n");
     }
 
     #[test]
@@ -787,18 +869,84 @@ mod tests {
                 quote(&record.display().to_string())
             )),
             presweep: None,
+            report_ports: false,
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert_eq!(out.stdout, b"job-ran\n");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.ends_with("herd-agent exit 3\n") && !stderr.contains("noise"), "{stderr}");
         assert_eq!(std::fs::read_to_string(&record).unwrap(), "cleaned without-marker\n");
-        // Without a cleanup the agent's argv is what it always was.
-        assert_eq!(AgentInvocation { cleanup: None, ..inv.clone() }.local_argv().len(), 8);
-        assert_eq!(inv.local_argv().len(), 9);
-        // A pre-sweep without a cleanup passes an empty one before it.
+        // The optional arguments are always there, empty when not wanted.
         let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
-        assert_eq!(presweep.local_argv()[8..], ["".to_string(), "true".to_string()]);
+        assert_eq!(presweep.local_argv()[8..], ["", "true", ""].map(String::from));
+    }
+
+    #[test]
+    fn the_master_reports_its_ports_before_it_reads_the_env() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "echo \"port $MASTER_PORT\"".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: true,
+        };
+        let mut agent = spawn_agent(&inv);
+        let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+        let mut line = String::new();
+        let mut said = Vec::new();
+        let ports = loop {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "{said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Ports(ports) => break ports.expect("readable tables"),
+                other => said.push(other),
+            }
+        };
+        // First word at once; nothing started before the env came.
+        assert_eq!(said, [AgentMessage::Up]);
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        let mut stdin = agent.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, &env_block([("MASTER_PORT", "29555")])).unwrap();
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"port 29555\n");
+    }
+
+    #[test]
+    fn an_attempt_stopped_before_its_env_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        // A heartbeat interval no other test uses, so that its sleep can be told apart.
+        let beat = unique_secs(6000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: beat.parse().unwrap(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("touch {}", quote(ran.to_str().unwrap())),
+            cleanup: None,
+            presweep: None,
+            report_ports: true,
+        };
+        for control in [CONTROL_TERM, CONTROL_KILL] {
+            let out = run_agent(&inv, control);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.starts_with("herd-agent up\n") && stderr.ends_with("herd-agent exit 143\n"),
+                "{stderr}"
+            );
+            assert_eq!(out.status.code(), Some(143));
+            assert!(!ran.exists());
+        }
+        // herd gone before it sent the env: the agent ends quietly, its heartbeat with it.
+        let mut agent = spawn_agent(&inv);
+        drop(agent.stdin.take());
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(70));
+        assert_eq!(processes_with_argv(&["sleep", &beat]), Vec::<u32>::new(), "the heartbeat outlived it");
     }
 
     #[test]

@@ -85,13 +85,29 @@ $herd_m
   done
 }
 
-# herd_pick PREFIX all|leftovers: every process whose marker starts with PREFIX, or only the
-# leftovers among them.
-herd_pick() {
-  if [ "$2" = all ]; then herd_with_env -- "^$1"; else herd_leftovers "$1"; fi
+# herd_others PREFIX SKIP: the pids whose marker starts with PREFIX and not with SKIP (a run's
+# processes but those of its current attempt).
+herd_others() {
+  for herd_p in $(herd_with_env -- "^$1"); do
+    herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
+    case $herd_m in
+      "" | "$2"*) ;;
+      *) echo "$herd_p" ;;
+    esac
+  done
 }
 
-# herd_sweep PREFIX all|leftovers GRACE: stop what herd_pick finds (SIGTERM, up to GRACE
+# herd_pick PREFIX all|leftovers|except=SKIP: every process whose marker starts with PREFIX,
+# only the leftovers among them, or all but those whose marker starts with SKIP.
+herd_pick() {
+  case $2 in
+    all) herd_with_env -- "^$1" ;;
+    except=*) herd_others "$1" "${2#except=}" ;;
+    *) herd_leftovers "$1" ;;
+  esac
+}
+
+# herd_sweep PREFIX all|leftovers|except=SKIP GRACE: stop what herd_pick finds (SIGTERM, up to GRACE
 # seconds, SIGKILL) and print their pids on one line. PREFIX holds only characters that mean
 # themselves in a basic regular expression (a marker prefix does).
 herd_sweep() {

@@ -77,11 +77,14 @@ pub async fn exec(
                 // interval bounds how long anything of it may outlive the agent.
                 heartbeat_secs: super::policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
                 marker: format!("{EXEC_MARKER_VAR}={value}"),
-                job: command.to_string(),
+                // As a login shell would run it, in bash where the node has it.
+                job: remote::in_bash(command),
                 cleanup: None,
                 presweep: None,
+                report_ports: false,
             },
-            env_block: remote::env_block([(EXEC_MARKER_VAR, value.as_str())]),
+            env: node::env_now(remote::env_block([(EXEC_MARKER_VAR, value.as_str())])),
+            ports: None,
             liveness: liveness.clone(),
             progress_pattern: None,
             fatal: None,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use regex::Regex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::classify::{self, NodeOutcome, RuleTable, Trigger, Verdict};
@@ -21,7 +21,7 @@ use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, NodeExit, RunStatus};
 use crate::plan::{AttemptValues, LaunchPlan};
-use crate::port;
+use crate::port::{self, PortError};
 use crate::remote::{self, AgentInvocation, SweepScope};
 use crate::transport::{self, Connection, TransportError};
 
@@ -34,10 +34,8 @@ pub enum RunError {
     Preflight(Vec<doctor::NodeChecks>),
     #[error("node {node_rank} ({host}): ssh: {error}\n  fix: {}", transport::connect_fix(&error.to_string()))]
     Connect { node_rank: usize, host: String, error: TransportError },
-    #[error("master node {host}: cannot read its socket tables to choose a port: {detail}")]
-    PortProbe { host: String, detail: String },
-    #[error("master node {host}: no free port in {lo}-{hi}")]
-    NoFreePort { host: String, lo: u16, hi: u16 },
+    #[error("master node {host}: {error}")]
+    Port { host: String, error: PortError },
 }
 
 fn first_failure(nodes: &[doctor::NodeChecks]) -> String {
@@ -119,26 +117,14 @@ pub async fn run(
         Ok(RunOutcome { status, attempts })
     };
 
-    // Nothing has started yet: an interrupt here just ends the run. As soon as the master is
-    // connected, and while the other handshakes go on, its leftovers are swept (one could hold
-    // the fixed port) and the first attempt's port is chosen. Every other node sweeps its own
-    // in the agent that starts the job: herd runs one remote command per node, as pdsh does.
-    let at_master = |master: Arc<Connection>| {
-        let events = events.clone();
-        async move {
-            // At once: a port a leftover still holds is only avoided, and a fixed port is free
-            // once the sweep is done, which is before anything starts.
-            let sweep = sweep_nodes(plan, [(plan.master.node_rank, master.clone())], Sweep::CONFIG, &events);
-            let none = BTreeSet::new();
-            let ((), port) = tokio::join!(sweep, choose_port(plan, &master, &none));
-            port
-        }
-    };
+    // Nothing has started yet: an interrupt here just ends the run. Every node's leftovers
+    // are swept, and the master's port chosen, by the agents that start the probes or the job:
+    // one login per node, as pdsh has.
     let connected = tokio::select! {
-        conns = connect_all(plan, &events, Some(at_master)) => Some(conns?),
+        conns = connect_all(plan, &events) => Some(conns?),
         _ = interrupts.recv() => None,
     };
-    let Some((mut conns, mut first_port)) = connected else {
+    let Some(mut conns) = connected else {
         return finish(RunStatus::Interrupted, vec![]).await;
     };
 
@@ -149,28 +135,19 @@ pub async fn run(
     let mut attempts = Vec::new();
     let mut attempt = 0;
     let mut interfaces = Vec::new();
+    // What the preflight did for the first attempt: tested its port, swept the nodes.
+    let mut checked = Preflighted::default();
     loop {
-        let port = match first_port.take() {
-            Some(chosen) => chosen,
-            None => choose_port(plan, &conns[plan.master.node_rank], &used_ports).await,
-        };
-        let port = match port {
-            Ok(p) => p,
-            Err(e) => {
-                close_all(conns).await;
-                return Err(e);
-            }
-        };
         if attempt == 0 {
             if options.preflight {
                 emit(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
             }
-            let checked = tokio::select! {
-                checked = preflight(plan, &conns, options, port) => Some(checked),
+            let preflighted = tokio::select! {
+                checked = preflight(plan, run_id, &conns, options, &events) => Some(checked),
                 _ = interrupts.recv() => None,
             };
-            match checked {
-                Some(Ok(found)) => interfaces = found,
+            match preflighted {
+                Some(Ok(found)) => (checked, interfaces) = (found.clone(), found.interfaces),
                 Some(Err(e)) => {
                     close_all(conns).await;
                     return Err(e);
@@ -181,7 +158,6 @@ pub async fn run(
                 }
             }
         }
-        used_ports.insert(port);
         let started = Instant::now();
         let ctx = AttemptContext {
             plan,
@@ -192,7 +168,9 @@ pub async fn run(
             interfaces: &interfaces,
             events: &events,
         };
-        let outcome = run_attempt(&ctx, attempt, port, &conns, &mut interrupts).await;
+        let first = std::mem::take(&mut checked);
+        let (outcome, port) = run_attempt(&ctx, attempt, &first, &used_ports, &conns, &mut interrupts).await;
+        used_ports.extend(port);
         let duration = started.elapsed();
         let verdict = match outcome {
             AttemptOutcome::Succeeded => {
@@ -204,6 +182,10 @@ pub async fn run(
                 attempts.push(AttemptSummary { attempt, duration, verdict: None });
                 close_all(conns).await;
                 return finish(RunStatus::Interrupted, attempts).await;
+            }
+            AttemptOutcome::NoPort(e) => {
+                close_all(conns).await;
+                return Err(e);
             }
             AttemptOutcome::Failed(v) => v,
         };
@@ -222,7 +204,7 @@ pub async fn run(
         let ready = tokio::select! {
             ready = async {
                 tokio::time::sleep(delay).await;
-                prepare_restart(plan, run_id, conns, &events).await
+                reconnect_all(plan, conns, &events).await
             } => Some(ready),
             _ = interrupts.recv() => None,
         };
@@ -245,27 +227,58 @@ pub async fn run(
     }
 }
 
+/// What the preflight leaves the first attempt.
+#[derive(Debug, Clone, Default)]
+struct Preflighted {
+    /// Per node, its interface to the master (for `rendezvous.interface = "auto"`); empty when
+    /// not needed.
+    interfaces: Vec<String>,
+    /// The master port the checks tested, which the first attempt uses.
+    port: Option<u16>,
+    /// Every node's leftovers were swept as its probe started.
+    swept: bool,
+}
+
 /// Before the first attempt: the fast preflight checks (unless turned off), which also find
-/// each node's interface to the master for `rendezvous.interface = "auto"`. Returns those
-/// interfaces (empty when not needed).
+/// each node's interface to the master for `rendezvous.interface = "auto"`, and sweep every
+/// node's leftovers as they log in.
 async fn preflight(
     plan: &LaunchPlan,
+    run_id: &str,
     conns: &[Arc<Connection>],
     options: RunOptions,
-    port: u16,
-) -> Result<Vec<String>, RunError> {
+    events: &mpsc::Sender<Event>,
+) -> Result<Preflighted, RunError> {
     let auto_interface = plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE);
     if !options.preflight && !auto_interface {
-        return Ok(Vec::new());
+        return Ok(Preflighted::default());
     }
     let open: Vec<Option<Arc<Connection>>> = conns.iter().cloned().map(Some).collect();
     let (no_errors, no_times) = (vec![None; conns.len()], vec![0; conns.len()]);
-    let report =
-        doctor::diagnose(plan, &open, &no_times, &no_errors, options.preflight.then_some(port), true).await;
+    let probe = doctor::ProbeOptions {
+        fast: true,
+        test_port: options.preflight,
+        presweep: Some(Sweep::Config { spare_run: Some(run_id) }.body(plan)),
+    };
+    let report = doctor::diagnose(plan, &open, &no_times, &no_errors, &probe).await;
+    for (rank, lines) in report.swept.iter().enumerate() {
+        for event in lines.iter().flat_map(|l| swept_events(rank, &plan.nodes[rank].host, l)) {
+            let _ = events.send(event).await;
+        }
+    }
+    let port = match report.port {
+        Some(Ok(p)) => Some(p),
+        Some(Err(error)) => return Err(RunError::Port { host: plan.master.host.clone(), error }),
+        None => None,
+    };
     if options.preflight && !report.ok() {
         return Err(RunError::Preflight(report.nodes));
     }
-    Ok(report.route_devs.into_iter().map(Option::unwrap_or_default).collect())
+    Ok(Preflighted {
+        interfaces: report.route_devs.into_iter().map(Option::unwrap_or_default).collect(),
+        port,
+        swept: true,
+    })
 }
 
 /// One SSH master connection per node, all at once, keeping going past failures: for
@@ -302,17 +315,11 @@ pub async fn close_each(conns: Vec<Option<Arc<Connection>>>) {
 }
 
 /// One SSH master connection per node, all at once. Any failure closes the others: nothing
-/// is half-started. `at_master` runs on the master as soon as it is connected, while the
-/// other handshakes go on; its result is returned with the connections.
-async fn connect_all<F, Fut>(
+/// is half-started.
+async fn connect_all(
     plan: &LaunchPlan,
     events: &mpsc::Sender<Event>,
-    at_master: Option<F>,
-) -> Result<(Vec<Arc<Connection>>, Option<Fut::Output>), RunError>
-where
-    F: FnOnce(Arc<Connection>) -> Fut,
-    Fut: std::future::Future,
-{
+) -> Result<Vec<Arc<Connection>>, RunError> {
     let options = policy::connect_options(&plan.restart, plan.login_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
@@ -324,23 +331,9 @@ where
             (rank, host, started.elapsed(), conn)
         });
     }
-    let mut at_master = at_master;
-    let mut early = std::pin::pin!(None);
-    let mut early_result = None;
     let mut conns: Vec<Option<Arc<Connection>>> = plan.nodes.iter().map(|_| None).collect();
     let mut failure: Option<RunError> = None;
-    loop {
-        let joined = tokio::select! {
-            joined = set.join_next() => match joined {
-                Some(joined) => joined,
-                None => break,
-            },
-            out = async { early.as_mut().as_pin_mut().expect("polled only while set").await }, if early.is_some() => {
-                early_result = Some(out);
-                early.set(None);
-                continue;
-            }
-        };
+    while let Some(joined) = set.join_next().await {
         let (rank, host, took, conn) = joined.expect("connect task panicked");
         match conn {
             Ok(c) => {
@@ -348,13 +341,7 @@ where
                 let _ = events
                     .send(Event::NodeConnected { node_rank: rank, host, millis: took.as_millis() as u64 })
                     .await;
-                let c = Arc::new(c);
-                if rank == plan.master.node_rank {
-                    if let Some(f) = at_master.take() {
-                        early.set(Some(f(c.clone())));
-                    }
-                }
-                conns[rank] = Some(c);
+                conns[rank] = Some(Arc::new(c));
             }
             Err(error) => {
                 // Report the lowest rank that failed, whatever order they failed in.
@@ -368,16 +355,11 @@ where
             }
         }
     }
-    if let Some(f) = early.as_mut().as_pin_mut() {
-        early_result = Some(f.await);
-    }
-    // Dropping the early work lets go of its hold on the master, which can then be closed.
-    early.set(None);
     if let Some(err) = failure {
         close_all(conns.into_iter().flatten().collect()).await;
         return Err(err);
     }
-    Ok((conns.into_iter().map(|c| c.expect("every node connected")).collect(), early_result))
+    Ok(conns.into_iter().map(|c| c.expect("every node connected")).collect())
 }
 
 async fn close_all(conns: Vec<Arc<Connection>>) {
@@ -391,11 +373,10 @@ async fn close_all(conns: Vec<Arc<Connection>>) {
 }
 
 /// Before a restart: every node reachable again (a lost one is waited for, up to
-/// restart.node_wait), and nothing of this run left on any of them. On failure, returns the
-/// node that could not be reached.
-async fn prepare_restart(
+/// restart.node_wait). What the earlier attempts left, each node's agent sweeps as the
+/// restart starts. On failure, returns the node that could not be reached.
+async fn reconnect_all(
     plan: &LaunchPlan,
-    run_id: &str,
     conns: Vec<Arc<Connection>>,
     events: &mpsc::Sender<Event>,
 ) -> Result<Vec<Arc<Connection>>, (usize, Vec<Arc<Connection>>)> {
@@ -440,55 +421,51 @@ async fn prepare_restart(
         }
     }
     let conns: Vec<Arc<Connection>> = slots.iter().flatten().cloned().collect();
-    if let Some(rank) = missing {
-        return Err((rank, conns));
+    match missing {
+        Some(rank) => Err((rank, conns)),
+        None => Ok(conns),
     }
-    sweep_nodes(plan, all_nodes(&conns), Sweep::run(run_id), events).await;
-    Ok(conns)
 }
 
-/// What a sweep stops: this config's leftovers (processes whose agent is gone, of any run),
-/// or everything of one of this herd's own runs; and which containers it removes.
+/// What a sweep stops, and which containers it removes.
 #[derive(Debug, Clone, Copy)]
-struct Sweep<'a> {
-    run_id: Option<&'a str>,
-    /// Containers of this run are kept (they are the run's own, starting on other nodes).
-    spare_containers_of: Option<&'a str>,
+enum Sweep<'a> {
+    /// Before a run (in the agents of its preflight and first attempt) and `herd kill`: every
+    /// leftover of the config. A process whose agent is alive belongs to a live run, of this
+    /// machine or another, and is never touched. The containers of `spare_run` are kept (they
+    /// are the run's own, starting on other nodes).
+    Config { spare_run: Option<&'a str> },
+    /// In the agents of a restart: everything of the run's earlier attempts, live agent or not
+    /// (an agent cut off from herd may not know it yet), and nothing of this attempt's, which
+    /// other nodes on the same host may already have started.
+    Restart { run_id: &'a str, attempt: u32 },
 }
 
-impl<'a> Sweep<'a> {
-    /// Before a run, and `herd kill`: every leftover of the config. A process whose agent is
-    /// alive belongs to a live run, of this machine or another, and is never touched.
-    const CONFIG: Sweep<'static> = Sweep { run_id: None, spare_containers_of: None };
-
-    /// Before a restart: everything of this run's earlier attempts, live agent or not (an
-    /// agent cut off from herd may not know it yet).
-    fn run(run_id: &'a str) -> Sweep<'a> {
-        Sweep { run_id: Some(run_id), spare_containers_of: None }
-    }
-
-    /// In a node's agent, as the run starts: the config's leftovers, and its containers but
-    /// this run's.
-    fn in_agent(run_id: &'a str) -> Sweep<'a> {
-        Sweep { run_id: None, spare_containers_of: Some(run_id) }
-    }
-
+impl Sweep<'_> {
     /// The shell for a shell where `procs.sh` is defined: stop the processes, then, with
     /// `[container]`, remove the containers they leave.
     fn body(self, plan: &LaunchPlan) -> String {
-        let scope = if self.run_id.is_some() { SweepScope::All } else { SweepScope::Leftovers };
-        let mut body = remote::sweep_call(
-            &plan.marker_prefix(self.run_id),
-            scope,
-            policy::grace_secs(plan.restart.grace_period),
-        );
+        let grace = policy::grace_secs(plan.restart.grace_period);
+        let key = &plan.config_key;
+        let (mut body, containers, spare) = match self {
+            Sweep::Config { spare_run } => (
+                remote::sweep_call(&plan.marker_prefix(None), SweepScope::Leftovers, grace),
+                crate::container::name_prefix(key, None),
+                spare_run.map(|run| crate::container::name_prefix(key, Some(run))),
+            ),
+            Sweep::Restart { run_id, attempt } => {
+                let prefix = plan.marker_prefix(Some(run_id));
+                let current = format!("{prefix}{attempt}:");
+                (
+                    remote::sweep_call(&prefix, SweepScope::AllBut(&current), grace),
+                    crate::container::name_prefix(key, Some(run_id)),
+                    Some(crate::container::attempt_prefix(key, run_id, attempt)),
+                )
+            }
+        };
         if let Some(c) = &plan.container {
             // The processes first (their runtime clients among them), then what they leave.
-            let prefix = crate::container::name_prefix(&plan.config_key, self.run_id);
-            let spare = self
-                .spare_containers_of
-                .map(|run| crate::container::name_prefix(&plan.config_key, Some(run)));
-            body = format!("{body}; ({})", c.sweep_command(&prefix, spare.as_deref()));
+            body = format!("{body}; ({})", c.sweep_command(&containers, spare.as_deref()));
         }
         body
     }
@@ -535,10 +512,6 @@ async fn sweep_nodes(
     }
 }
 
-fn all_nodes(conns: &[Arc<Connection>]) -> impl Iterator<Item = (usize, Arc<Connection>)> + '_ {
-    conns.iter().cloned().enumerate()
-}
-
 /// `herd kill`: connect to every node and stop whatever is left of earlier runs of this
 /// config. The caller holds the config's run lock, so no run of it is live. Returns the
 /// events it produced (connections and stopped leftovers).
@@ -551,59 +524,22 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
         }
         seen
     });
-    let conns = connect_all(plan, &tx, None::<fn(Arc<Connection>) -> std::future::Ready<()>>).await;
-    if let Ok((conns, _)) = &conns {
-        sweep_nodes(plan, all_nodes(conns), Sweep::CONFIG, &tx).await;
+    let conns = connect_all(plan, &tx).await;
+    if let Ok(conns) = &conns {
+        sweep_nodes(plan, conns.iter().cloned().enumerate(), Sweep::Config { spare_run: None }, &tx).await;
     }
     drop(tx);
     let seen = collect.await.expect("event collector");
-    close_all(conns?.0).await;
+    close_all(conns?).await;
     Ok(seen)
-}
-
-/// The master port for an attempt: the fixed one, or a free one on the master node itself
-/// that no earlier attempt of this run used.
-pub(crate) async fn choose_port(
-    plan: &LaunchPlan,
-    master: &Connection,
-    avoid: &BTreeSet<u16>,
-) -> Result<u16, RunError> {
-    let host = plan.master.host.clone();
-    let range = plan.master.port_range;
-    match plan.master.port {
-        PortSpec::Fixed(p) => Ok(p),
-        PortSpec::Auto => {
-            let picked = match master {
-                Connection::Local => port::pick(range, avoid, portpicker::is_free),
-                Connection::Ssh(_) => {
-                    let out = master
-                        .output(port::SOCKET_TABLES_COMMAND)
-                        .await
-                        .map_err(|e| RunError::PortProbe { host: host.clone(), detail: e.to_string() })?;
-                    let tables = String::from_utf8_lossy(&out.stdout);
-                    if !out.status.success() || tables.trim().is_empty() {
-                        return Err(RunError::PortProbe {
-                            host,
-                            detail: format!(
-                                "`{}` failed: {}",
-                                port::SOCKET_TABLES_COMMAND,
-                                String::from_utf8_lossy(&out.stderr).trim()
-                            ),
-                        });
-                    }
-                    let used = port::ports_in_use(&tables);
-                    port::pick(range, avoid, |p| !used.contains(&p))
-                }
-            };
-            picked.ok_or(RunError::NoFreePort { host, lo: range.0, hi: range.1 })
-        }
-    }
 }
 
 enum AttemptOutcome {
     Succeeded,
     Failed(Verdict),
     Interrupted,
+    /// No master port could be chosen: nothing started.
+    NoPort(RunError),
 }
 
 struct AttemptContext<'a> {
@@ -625,20 +561,33 @@ enum Stopping {
 }
 
 /// Start every node, wait for all of them, and stop the whole gang as soon as one fails,
-/// goes silent, or the job stops making progress.
+/// goes silent, or the job stops making progress. Every node's agent logs in at once and
+/// sweeps; the master's also reports its ports in use, unless the port is known (fixed, or
+/// tested by the preflight), and herd chooses one that `used_ports` does not hold. Only then
+/// does any node get its env, and start. Returns how it went and the port it used.
 async fn run_attempt(
     ctx: &AttemptContext<'_>,
     attempt: u32,
-    master_port: u16,
+    preflighted: &Preflighted,
+    used_ports: &BTreeSet<u16>,
     conns: &[Arc<Connection>],
     interrupts: &mut Interrupts,
-) -> AttemptOutcome {
+) -> (AttemptOutcome, Option<u16>) {
     let plan = ctx.plan;
     let events = ctx.events;
-    let _ = events
-        .send(Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port })
-        .await;
-    let values = AttemptValues { run_id: ctx.run_id, attempt, master_port, interfaces: ctx.interfaces };
+    let _ = events.send(Event::AttemptStarting { attempt }).await;
+    let known_port = preflighted.port.or(match plan.master.port {
+        PortSpec::Fixed(p) => Some(p),
+        PortSpec::Auto => None,
+    });
+    // What the agents need before the port is known: the marker and the container's name.
+    let unported = AttemptValues { run_id: ctx.run_id, attempt, master_port: 0, interfaces: ctx.interfaces };
+    let presweep = match attempt {
+        _ if preflighted.swept => None,
+        0 => Some(Sweep::Config { spare_run: Some(ctx.run_id) }),
+        _ => Some(Sweep::Restart { run_id: ctx.run_id, attempt }),
+    }
+    .map(|sweep| sweep.body(plan));
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
@@ -648,8 +597,13 @@ async fn run_attempt(
     let probe = node::ProbeLink { asks: probe_rx, answers: answers_tx };
     let failing = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     let quick_launcher_exit = plan.quick_launcher_exit().then(|| failing.clone());
+    let (ports_tx, mut ports_rx) = mpsc::unbounded_channel();
+    let mut envs = Vec::new();
     let mut set = JoinSet::new();
     for node in &plan.nodes {
+        let (env_tx, env_rx) = oneshot::channel();
+        envs.push(Some(env_tx));
+        let report_ports = known_port.is_none() && node.rank == plan.master.node_rank;
         let run = node::NodeRun {
             node_rank: node.rank,
             host: node.host.clone(),
@@ -657,14 +611,14 @@ async fn run_attempt(
             invocation: AgentInvocation {
                 grace_secs: policy::grace_secs(plan.restart.grace_period),
                 heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
-                marker: node.marker(&values),
+                marker: node.marker(&unported),
                 job: plan.job_snippet(node),
-                cleanup: plan.container_cleanup(node, &values),
-                // The master was swept before its port was chosen; the others sweep here.
-                presweep: (attempt == 0 && node.rank != plan.master.node_rank)
-                    .then(|| Sweep::in_agent(ctx.run_id).body(plan)),
+                cleanup: plan.container_cleanup(node, &unported),
+                presweep: presweep.clone(),
+                report_ports,
             },
-            env_block: node.env_block(&values),
+            env: env_rx,
+            ports: report_ports.then(|| ports_tx.clone()),
             liveness: liveness.clone(),
             progress_pattern: ctx.progress.clone(),
             fatal: fatal.clone(),
@@ -673,6 +627,22 @@ async fn run_attempt(
         };
         set.spawn(node::run(conns[node.rank].clone(), run, stop_rx.clone(), events.clone()));
     }
+    drop(ports_tx);
+    // The port is known: every node gets its env, and the job starts.
+    let start = |port: u16, envs: &mut Vec<Option<oneshot::Sender<Vec<u8>>>>| {
+        let values = AttemptValues { master_port: port, ..unported };
+        for (node, env) in plan.nodes.iter().zip(envs.iter_mut()) {
+            if let Some(env) = env.take() {
+                let _ = env.send(node.env_block(&values));
+            }
+        }
+        Event::AttemptStarted { attempt, master_addr: plan.master.addr.clone(), master_port: port }
+    };
+    let mut port = known_port;
+    if let Some(p) = port {
+        let _ = events.send(start(p, &mut envs)).await;
+    }
+    let mut no_port = None;
 
     let mut results: Vec<Option<node::NodeResult>> = plan.nodes.iter().map(|_| None).collect();
     // A hang found, the agents asked for their processes: until when herd waits, and why.
@@ -714,6 +684,19 @@ async fn run_attempt(
         };
         let mut teardown = None;
         tokio::select! {
+            Some(in_use) = ports_rx.recv(), if port.is_none() && stopping.is_none() => {
+                match port::choose(plan.master.port, plan.master.port_range, in_use.as_ref(), used_ports) {
+                    Ok(p) => {
+                        port = Some(p);
+                        let _ = events.send(start(p, &mut envs)).await;
+                    }
+                    Err(error) => {
+                        let error = RunError::Port { host: plan.master.host.clone(), error };
+                        teardown = stop_all(Stopping::NodeFailed, None, error.to_string(), &mut stopping);
+                        no_port = Some(error);
+                    }
+                }
+            }
             joined = set.join_next() => {
                 let Some(joined) = joined else { break };
                 let mut result = joined.expect("node task panicked");
@@ -811,7 +794,10 @@ async fn run_attempt(
 
     let stop = stopping;
     if matches!(stop, Some((Stopping::Interrupted, _))) {
-        return AttemptOutcome::Interrupted;
+        return (AttemptOutcome::Interrupted, port);
+    }
+    if let Some(error) = no_port {
+        return (AttemptOutcome::NoPort(error), None);
     }
     let outcomes: Vec<NodeOutcome> = results
         .into_iter()
@@ -828,7 +814,7 @@ async fn run_attempt(
         })
         .collect();
     let trigger = if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
-    match classify::classify(&outcomes, trigger, ctx.rules) {
+    let outcome = match classify::classify(&outcomes, trigger, ctx.rules) {
         Some(verdict) => AttemptOutcome::Failed(verdict),
         None => {
             let _ = events
@@ -836,7 +822,8 @@ async fn run_attempt(
                 .await;
             AttemptOutcome::Succeeded
         }
-    }
+    };
+    (outcome, port)
 }
 
 /// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.

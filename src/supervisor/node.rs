@@ -1,7 +1,7 @@
 //! One node during one attempt: start its agent, hand it the env, pump its output into
 //! events, pass on stop requests, and report how it ended.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use regex::Regex;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
@@ -25,6 +25,13 @@ pub enum Stop {
     Term,
     /// SIGKILL it.
     Kill,
+}
+
+/// An env block that is known at once.
+pub fn env_now(block: Vec<u8>) -> oneshot::Receiver<Vec<u8>> {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(block);
+    rx
 }
 
 /// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
@@ -56,7 +63,12 @@ pub struct NodeRun {
     pub host: String,
     pub attempt: u32,
     pub invocation: AgentInvocation,
-    pub env_block: Vec<u8>,
+    /// The node's env block, when it is known: the agent starts (logs in, sweeps) before,
+    /// and starts nothing until it comes. A sender dropped unsent means the attempt is being
+    /// stopped: a stop request follows.
+    pub env: oneshot::Receiver<Vec<u8>>,
+    /// Where the agent's report of its ports in use goes (with `invocation.report_ports`).
+    pub ports: Option<mpsc::UnboundedSender<Option<BTreeSet<u16>>>>,
     pub liveness: Arc<Liveness>,
     /// Only lines matching it count as progress; `None`: every line does.
     pub progress_pattern: Option<Arc<Regex>>,
@@ -194,17 +206,9 @@ pub async fn run(
         node.host.clone(),
         events.clone(),
         node.liveness.clone(),
-        node.probe.map(|p| p.answers),
+        Replies { probes: node.probe.map(|p| p.answers), ports: node.ports },
     ));
-
-    let wrote_env = async {
-        stdin.write_all(&node.env_block).await?;
-        stdin.flush().await
-    }
-    .await;
-    if let Err(e) = wrote_env {
-        tracing::debug!(node = rank, "writing env block: {e}");
-    }
+    let mut env = Some(node.env);
 
     // The node is done when the agent's stderr ends (the agent exited, having said how the
     // job ended, or the connection went). Only then is the transport asked for its exit
@@ -227,8 +231,23 @@ pub async fn run(
                 None => std::future::pending().await,
             }
         };
+        let env_known = async {
+            match &mut env {
+                Some(rx) => rx.await.ok(),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             joined = &mut err_pump => break joined.ok().flatten(),
+            block = env_known => {
+                env = None;
+                // Once a stop was sent, the agent has ended without starting anything.
+                if let (Some(block), Stop::Run) = (block, sent) {
+                    if let Err(e) = async { stdin.write_all(&block).await?; stdin.flush().await }.await {
+                        tracing::debug!(node = rank, "writing env block: {e}");
+                    }
+                }
+            }
             true = asked => {
                 if let Err(e) = async { stdin.write_all(remote::CONTROL_PROBE).await?; stdin.flush().await }.await {
                     tracing::debug!(node = rank, "sending probe: {e}");
@@ -420,6 +439,12 @@ async fn pump_output(
     tail.into()
 }
 
+/// Where the agent's answers go: to `probe` (with the node rank), and its ports in use.
+struct Replies {
+    probes: Option<mpsc::UnboundedSender<(usize, Vec<ProcessState>)>>,
+    ports: Option<mpsc::UnboundedSender<Option<BTreeSet<u16>>>>,
+}
+
 /// Read the agent's own messages; anything that is not one is shown as node output.
 /// Returns the job's wait status if the agent reported one.
 async fn pump_agent(
@@ -429,7 +454,7 @@ async fn pump_agent(
     host: String,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
-    answers: Option<mpsc::UnboundedSender<(usize, Vec<ProcessState>)>>,
+    replies: Replies,
 ) -> Option<i32> {
     let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
@@ -444,9 +469,15 @@ async fn pump_agent(
                 status = Some(s);
                 continue;
             }
-            AgentMessage::Alive | AgentMessage::Clock(_) => continue,
+            AgentMessage::Up | AgentMessage::Alive | AgentMessage::Clock(_) => continue,
+            AgentMessage::Ports(in_use) => {
+                if let Some(ports) = &replies.ports {
+                    let _ = ports.send(in_use);
+                }
+                continue;
+            }
             AgentMessage::Probe(processes) => {
-                if let Some(answers) = &answers {
+                if let Some(answers) = &replies.probes {
                     let _ = answers.send((rank, processes));
                 }
                 continue;
