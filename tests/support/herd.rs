@@ -109,6 +109,10 @@ pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
     let mut cmd = Command::new(HERD);
     cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    // For a look at what herd did in a failing test: HERD_TEST_RUST_LOG=herd=debug.
+    if let Ok(filter) = std::env::var("HERD_TEST_RUST_LOG") {
+        cmd.env("RUST_LOG", filter);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

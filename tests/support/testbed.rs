@@ -212,8 +212,7 @@ impl Testbed {
     /// ~/.bashrc runs `conda init` or `pyenv init` does: bash sources it for every command
     /// sshd runs. Each node has a home of its own.
     pub fn slow_login(&self, node: usize, secs: f64) {
-        let _ = self.node(node);
-        let home = self.dir.path().join(format!("home{}", node + 1));
+        let home = self.home(node);
         write_file(
             &home.join(".bashrc"),
             &format!(
@@ -222,6 +221,55 @@ sleep {secs}
 "
             ),
         );
+    }
+
+    /// From now on, every login on the node's host (a shell sshd starts) writes a line to a
+    /// file of its home: `logins` counts them. A shell that a login's command starts is no
+    /// login, and is not counted; a shell init it pays is, though: see `shell_inits`. Call it
+    /// after `slow_login`, which writes the same `.bashrc`.
+    pub fn count_logins(&self) {
+        let mut homes: Vec<PathBuf> = (0..self.nodes.len()).map(|i| self.home(i)).collect();
+        homes.dedup();
+        for home in homes {
+            let rc = home.join(".bashrc");
+            let old = fs::read_to_string(&rc).unwrap_or_default();
+            write_file(
+                &rc,
+                &format!(
+                    "{old}# herd's tests count logins (parent sshd) and shell inits (any parent)
+h=${{SSH_CONNECTION#* * }}
+case $(cat /proc/$PPID/comm 2>/dev/null) in sshd*) echo \"login ${{h%% *}}\" >> ~/.herd-logins ;; *) echo \"init ${{h%% *}}\" >> ~/.herd-logins ;; esac
+unset h
+"
+                ),
+            );
+        }
+    }
+
+    /// How many logins the node has had since `count_logins`.
+    pub fn logins(&self, node: usize) -> usize {
+        self.counted(node, "login")
+    }
+
+    /// How many times a shell on the node read its init (`~/.bashrc`) since `count_logins`,
+    /// logins included.
+    pub fn shell_inits(&self, node: usize) -> usize {
+        self.logins(node) + self.counted(node, "init")
+    }
+
+    fn counted(&self, node: usize, kind: &str) -> usize {
+        let want = format!("{kind} {}", self.node(node).addr);
+        fs::read_to_string(self.home(node).join(".herd-logins"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == want)
+            .count()
+    }
+
+    /// The node's home: its own, or, in `Testbed::many`, the one host's.
+    fn home(&self, node: usize) -> PathBuf {
+        let host = self.nodes.iter().position(|n| n.netns == self.node(node).netns).unwrap_or(node);
+        self.dir.path().join(format!("home{}", host + 1))
     }
 
     /// Cuts the node off the bridge (`ip link set <veth_host> down`).
