@@ -281,7 +281,7 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let report = runtime()?.block_on(async {
         let (conns, ms, errors) = supervisor::connect_each(&plan).await;
         let probe = doctor::ProbeOptions { fast: false, test_port: true, presweep: None };
-        let report = doctor::diagnose(&plan, &conns, &ms, &errors, &probe).await;
+        let report = doctor::diagnose(&plan, &conns, &ms, &errors, &probe, Vec::new()).await;
         supervisor::close_each(conns).await;
         report
     });

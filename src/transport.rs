@@ -52,6 +52,36 @@ pub struct ConnectOptions {
     pub idle_persist: Duration,
 }
 
+/// An agent started ahead of its use (its login overlapping other work), with what it was
+/// started as and when.
+pub struct Started {
+    pub invocation: AgentInvocation,
+    pub process: AgentProcess,
+    pub at: std::time::Instant,
+}
+
+impl Started {
+    /// Start `inv` on `conn` now.
+    pub async fn start(conn: &Connection, inv: AgentInvocation) -> Result<Started, TransportError> {
+        let at = std::time::Instant::now();
+        let process = conn.spawn_agent(&inv).await?;
+        Ok(Started { invocation: inv, process, at })
+    }
+
+    /// The agent, if it was started as `inv`; otherwise a new one (the early one ends, having
+    /// started nothing, as its stdin closes).
+    pub async fn take_or_start(
+        early: Option<Started>,
+        conn: &Connection,
+        inv: &AgentInvocation,
+    ) -> Result<Started, TransportError> {
+        match early {
+            Some(s) if s.invocation == *inv => Ok(s),
+            _ => Started::start(conn, inv.clone()).await,
+        }
+    }
+}
+
 /// The running agent of one node: its pipes and a handle to wait on it.
 pub struct AgentProcess {
     pub stdin: Box<dyn AsyncWrite + Send + Unpin>,

@@ -16,7 +16,7 @@ use crate::config::PortSpec;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
 use crate::remote::{self, quote, AgentInvocation, AgentMessage};
-use crate::transport::Connection;
+use crate::transport::{Connection, Started};
 
 pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
 
@@ -206,14 +206,15 @@ enum Said {
 async fn probe_node(
     conn: Arc<Connection>,
     inv: AgentInvocation,
+    early: Option<Started>,
     env: oneshot::Receiver<Vec<u8>>,
     close: Option<oneshot::Receiver<()>>,
     said: mpsc::UnboundedSender<(usize, Said)>,
     rank: usize,
     limit: Duration,
 ) -> Result<Probed, String> {
-    let started = Instant::now();
-    let p = conn.spawn_agent(&inv).await.map_err(|e| e.to_string())?;
+    let agent = Started::take_or_start(early, &conn, &inv).await.map_err(|e| e.to_string())?;
+    let (started, p) = (agent.at, agent.process);
     let (mut stdin, stdout, stderr) = (p.stdin, p.stdout, p.stderr);
     let mut probed = Probed::default();
     let mut asked_at = None;
@@ -333,14 +334,39 @@ impl Report {
     }
 }
 
+/// The agent of one node's probe.
+pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> AgentInvocation {
+    let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: 0, interfaces: &[] };
+    AgentInvocation {
+        grace_secs: 1,
+        heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
+            .as_secs(),
+        marker: node.marker(&values),
+        // With [container], setup is for inside the image: the probes run on the node itself.
+        job: remote::job_snippet(
+            &plan.workdir,
+            plan.setup.as_deref().filter(|_| plan.container.is_none()),
+            &probe_command(plan, node, options.fast),
+        ),
+        cleanup: None,
+        presweep: options.presweep.clone(),
+        report_ports: options.test_port
+            && plan.master.port == PortSpec::Auto
+            && node.rank == plan.master.node_rank,
+    }
+}
+
 /// Probe every node at once over its open connection (`None` where connecting failed, with
-/// the error): one login per node, for the facts and the reachability test together.
+/// the error): one login per node, for the facts and the reachability test together. `early`
+/// holds the probes' agents already started (`probe_invocation`), by node; the others start
+/// here.
 pub async fn diagnose(
     plan: &LaunchPlan,
     conns: &[Option<Arc<Connection>>],
     connect_ms: &[u64],
     connect_errors: &[Option<String>],
     options: &ProbeOptions,
+    mut early: Vec<Option<Started>>,
 ) -> Report {
     let started = Instant::now();
     let n = plan.nnodes();
@@ -363,23 +389,12 @@ pub async fn diagnose(
             close_master = Some(tx);
             rx
         });
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
-                .as_secs(),
-            marker: node.marker(&values(0)),
-            // With [container], setup is for inside the image: the probes run on the node itself.
-            job: remote::job_snippet(
-                &plan.workdir,
-                plan.setup.as_deref().filter(|_| plan.container.is_none()),
-                &probe_command(plan, node, options.fast),
-            ),
-            cleanup: None,
-            presweep: options.presweep.clone(),
-            report_ports: choosing && node.rank == master,
-        };
+        let inv = probe_invocation(plan, node, options);
+        let agent = early.get_mut(node.rank).and_then(Option::take);
         let (said_tx, rank, limit) = (said_tx.clone(), node.rank, probe_limit(plan));
-        set.spawn(async move { (rank, probe_node(conn, inv, env_rx, close, said_tx, rank, limit).await) });
+        set.spawn(
+            async move { (rank, probe_node(conn, inv, agent, env_rx, close, said_tx, rank, limit).await) },
+        );
     }
     drop(said_tx);
 

@@ -83,6 +83,7 @@ pub async fn exec(
                 presweep: None,
                 report_ports: false,
             },
+            early: None,
             env: node::env_now(remote::env_block([(EXEC_MARKER_VAR, value.as_str())])),
             ports: None,
             liveness: liveness.clone(),

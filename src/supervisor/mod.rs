@@ -23,7 +23,7 @@ use crate::events::{Event, NodeExit, RunStatus};
 use crate::plan::{AttemptValues, LaunchPlan};
 use crate::port::{self, PortError};
 use crate::remote::{self, AgentInvocation, SweepScope};
-use crate::transport::{self, Connection, TransportError};
+use crate::transport::{self, Connection, Started, TransportError};
 
 use node::Liveness;
 pub use node::{Stop, READ_SIZE};
@@ -120,13 +120,25 @@ pub async fn run(
     // Nothing has started yet: an interrupt here just ends the run. Every node's leftovers
     // are swept, and the master's port chosen, by the agents that start the probes or the job:
     // one login per node, as pdsh has.
+    // Each node's first agents start as soon as it is connected, while other handshakes go on,
+    // as pdsh's logins do: the preflight's probe and, logging in beside it, the first
+    // attempt's job agent, which starts nothing before it gets its env.
+    let probing = will_preflight(plan, options).then(|| preflight_options(plan, run_id, options));
+    let first = Preflighted { port: None, swept: probing.is_some(), interfaces: Vec::new() };
+    let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
+    let early_agents = |node: &crate::plan::NodePlan| EarlyAgents {
+        probe: probing.as_ref().map(|o| doctor::probe_invocation(plan, node, o)),
+        job: Some(job_invocation(plan, run_id, node, 0, port_known, first.swept)),
+    };
     let connected = tokio::select! {
-        conns = connect_all(plan, &events) => Some(conns?),
+        conns = connect_all(plan, &events, early_agents) => Some(conns?),
         _ = interrupts.recv() => None,
     };
-    let Some(mut conns) = connected else {
+    let Some((mut conns, early)) = connected else {
         return finish(RunStatus::Interrupted, vec![]).await;
     };
+    let (mut early_probes, mut early_jobs): (Vec<_>, Vec<_>) =
+        early.into_iter().map(|e| (e.probe, e.job)).unzip();
 
     let rules = RuleTable::new(&plan.restart.rules);
     let progress = plan.restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new);
@@ -143,7 +155,7 @@ pub async fn run(
                 emit(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
             }
             let preflighted = tokio::select! {
-                checked = preflight(plan, run_id, &conns, options, &events) => Some(checked),
+                checked = preflight(plan, run_id, &conns, options, &events, std::mem::take(&mut early_probes)) => Some(checked),
                 _ = interrupts.recv() => None,
             };
             match preflighted {
@@ -169,7 +181,9 @@ pub async fn run(
             events: &events,
         };
         let first = std::mem::take(&mut checked);
-        let (outcome, port) = run_attempt(&ctx, attempt, &first, &used_ports, &conns, &mut interrupts).await;
+        let early = std::mem::take(&mut early_jobs);
+        let (outcome, port) =
+            run_attempt(&ctx, attempt, &first, early, &used_ports, &conns, &mut interrupts).await;
         used_ports.extend(port);
         let duration = started.elapsed();
         let verdict = match outcome {
@@ -227,6 +241,22 @@ pub async fn run(
     }
 }
 
+/// Whether the run probes its nodes before the first attempt: for the checks, or to find
+/// each node's interface to the master for `rendezvous.interface = "auto"`.
+fn will_preflight(plan: &LaunchPlan, options: RunOptions) -> bool {
+    options.preflight || plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE)
+}
+
+/// How the run's preflight probes: the fast checks, the port test with the checks, and a
+/// sweep of the config's leftovers first on every node.
+fn preflight_options(plan: &LaunchPlan, run_id: &str, options: RunOptions) -> doctor::ProbeOptions {
+    doctor::ProbeOptions {
+        fast: true,
+        test_port: options.preflight,
+        presweep: Some(Sweep::Config { spare_run: Some(run_id) }.body(plan)),
+    }
+}
+
 /// What the preflight leaves the first attempt.
 #[derive(Debug, Clone, Default)]
 struct Preflighted {
@@ -248,19 +278,15 @@ async fn preflight(
     conns: &[Arc<Connection>],
     options: RunOptions,
     events: &mpsc::Sender<Event>,
+    early: Vec<Option<Started>>,
 ) -> Result<Preflighted, RunError> {
-    let auto_interface = plan.interface.as_deref() == Some(crate::plan::AUTO_INTERFACE);
-    if !options.preflight && !auto_interface {
+    if !will_preflight(plan, options) {
         return Ok(Preflighted::default());
     }
     let open: Vec<Option<Arc<Connection>>> = conns.iter().cloned().map(Some).collect();
     let (no_errors, no_times) = (vec![None; conns.len()], vec![0; conns.len()]);
-    let probe = doctor::ProbeOptions {
-        fast: true,
-        test_port: options.preflight,
-        presweep: Some(Sweep::Config { spare_run: Some(run_id) }.body(plan)),
-    };
-    let report = doctor::diagnose(plan, &open, &no_times, &no_errors, &probe).await;
+    let probe = preflight_options(plan, run_id, options);
+    let report = doctor::diagnose(plan, &open, &no_times, &no_errors, &probe, early).await;
     for (rank, lines) in report.swept.iter().enumerate() {
         for event in lines.iter().flat_map(|l| swept_events(rank, &plan.nodes[rank].host, l)) {
             let _ = events.send(event).await;
@@ -314,34 +340,58 @@ pub async fn close_each(conns: Vec<Option<Arc<Connection>>>) {
     close_all(conns.into_iter().flatten().collect()).await;
 }
 
-/// One SSH master connection per node, all at once. Any failure closes the others: nothing
-/// is half-started.
+/// The agents a node starts as soon as it is connected (see `run`), and, once started, them.
+struct EarlyAgents<T> {
+    probe: Option<T>,
+    job: Option<T>,
+}
+
+/// One SSH master connection per node, all at once; on each, as soon as it is up, the agents
+/// `early` names for its node, whose logins then overlap the other handshakes. Any failure
+/// closes the others: nothing is half-started (an early agent starts nothing before its env,
+/// and ends when its stdin closes).
 async fn connect_all(
     plan: &LaunchPlan,
     events: &mpsc::Sender<Event>,
-) -> Result<Vec<Arc<Connection>>, RunError> {
+    early: impl Fn(&crate::plan::NodePlan) -> EarlyAgents<AgentInvocation>,
+) -> Result<(Vec<Arc<Connection>>, Vec<EarlyAgents<Started>>), RunError> {
     let options = policy::connect_options(&plan.restart, plan.login_timeout);
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let transport = node.transport.clone();
         let (rank, host) = (node.rank, node.host.clone());
+        let want = early(node);
         set.spawn(async move {
             let started = Instant::now();
             let conn = transport::connect(&transport, options).await;
-            (rank, host, started.elapsed(), conn)
+            let took = started.elapsed();
+            // A start that fails here is tried again, and reported, where the agent is used.
+            let mut agents = EarlyAgents { probe: None, job: None };
+            if let Ok(c) = &conn {
+                if let Some(inv) = want.probe {
+                    agents.probe = Started::start(c, inv).await.ok();
+                }
+                if let Some(inv) = want.job {
+                    agents.job = Started::start(c, inv).await.ok();
+                }
+            }
+            (rank, host, took, conn.map(|c| (c, agents)))
         });
     }
+    let mut agents: Vec<EarlyAgents<Started>> =
+        plan.nodes.iter().map(|_| EarlyAgents { probe: None, job: None }).collect();
     let mut conns: Vec<Option<Arc<Connection>>> = plan.nodes.iter().map(|_| None).collect();
     let mut failure: Option<RunError> = None;
     while let Some(joined) = set.join_next().await {
         let (rank, host, took, conn) = joined.expect("connect task panicked");
         match conn {
-            Ok(c) => {
+            Ok((c, early)) => {
                 tracing::debug!(node = rank, %host, "connected in {took:?}");
                 let _ = events
                     .send(Event::NodeConnected { node_rank: rank, host, millis: took.as_millis() as u64 })
                     .await;
                 conns[rank] = Some(Arc::new(c));
+                agents[rank] = early;
             }
             Err(error) => {
                 // Report the lowest rank that failed, whatever order they failed in.
@@ -356,10 +406,11 @@ async fn connect_all(
         }
     }
     if let Some(err) = failure {
+        drop(agents);
         close_all(conns.into_iter().flatten().collect()).await;
         return Err(err);
     }
-    Ok(conns.into_iter().map(|c| c.expect("every node connected")).collect())
+    Ok((conns.into_iter().map(|c| c.expect("every node connected")).collect(), agents))
 }
 
 async fn close_all(conns: Vec<Arc<Connection>>) {
@@ -524,7 +575,8 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
         }
         seen
     });
-    let conns = connect_all(plan, &tx).await;
+    let nothing = |_: &crate::plan::NodePlan| EarlyAgents { probe: None, job: None };
+    let conns = connect_all(plan, &tx, nothing).await.map(|(conns, _)| conns);
     if let Ok(conns) = &conns {
         sweep_nodes(plan, conns.iter().cloned().enumerate(), Sweep::Config { spare_run: None }, &tx).await;
     }
@@ -565,10 +617,12 @@ enum Stopping {
 /// sweeps; the master's also reports its ports in use, unless the port is known (fixed, or
 /// tested by the preflight), and herd chooses one that `used_ports` does not hold. Only then
 /// does any node get its env, and start. Returns how it went and the port it used.
+#[allow(clippy::too_many_arguments)]
 async fn run_attempt(
     ctx: &AttemptContext<'_>,
     attempt: u32,
     preflighted: &Preflighted,
+    mut early: Vec<Option<Started>>,
     used_ports: &BTreeSet<u16>,
     conns: &[Arc<Connection>],
     interrupts: &mut Interrupts,
@@ -580,14 +634,7 @@ async fn run_attempt(
         PortSpec::Fixed(p) => Some(p),
         PortSpec::Auto => None,
     });
-    // What the agents need before the port is known: the marker and the container's name.
     let unported = AttemptValues { run_id: ctx.run_id, attempt, master_port: 0, interfaces: ctx.interfaces };
-    let presweep = match attempt {
-        _ if preflighted.swept => None,
-        0 => Some(Sweep::Config { spare_run: Some(ctx.run_id) }),
-        _ => Some(Sweep::Restart { run_id: ctx.run_id, attempt }),
-    }
-    .map(|sweep| sweep.body(plan));
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
@@ -608,15 +655,15 @@ async fn run_attempt(
             node_rank: node.rank,
             host: node.host.clone(),
             attempt,
-            invocation: AgentInvocation {
-                grace_secs: policy::grace_secs(plan.restart.grace_period),
-                heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
-                marker: node.marker(&unported),
-                job: plan.job_snippet(node),
-                cleanup: plan.container_cleanup(node, &unported),
-                presweep: presweep.clone(),
-                report_ports,
-            },
+            invocation: job_invocation(
+                plan,
+                ctx.run_id,
+                node,
+                attempt,
+                known_port.is_some(),
+                preflighted.swept,
+            ),
+            early: early.get_mut(node.rank).and_then(Option::take),
             env: env_rx,
             ports: report_ports.then(|| ports_tx.clone()),
             liveness: liveness.clone(),
@@ -824,6 +871,34 @@ async fn run_attempt(
         }
     };
     (outcome, port)
+}
+
+/// The agent of one node's job in one attempt. `port_known`: the master need not report its
+/// ports; `swept`: the preflight swept the node already.
+fn job_invocation(
+    plan: &LaunchPlan,
+    run_id: &str,
+    node: &crate::plan::NodePlan,
+    attempt: u32,
+    port_known: bool,
+    swept: bool,
+) -> AgentInvocation {
+    // What the agent needs before the port is known: the marker and the container's name.
+    let unported = AttemptValues { run_id, attempt, master_port: 0, interfaces: &[] };
+    let presweep = match attempt {
+        _ if swept => None,
+        0 => Some(Sweep::Config { spare_run: Some(run_id) }),
+        _ => Some(Sweep::Restart { run_id, attempt }),
+    };
+    AgentInvocation {
+        grace_secs: policy::grace_secs(plan.restart.grace_period),
+        heartbeat_secs: policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
+        marker: node.marker(&unported),
+        job: plan.job_snippet(node),
+        cleanup: plan.container_cleanup(node, &unported),
+        presweep: presweep.map(|sweep| sweep.body(plan)),
+        report_ports: !port_known && node.rank == plan.master.node_rank,
+    }
 }
 
 /// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.

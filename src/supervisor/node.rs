@@ -15,7 +15,7 @@ use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
 use crate::lines::{LineSplitter, Lines};
 use crate::remote::{self, AgentInvocation, AgentMessage, ProcessState};
-use crate::transport::{Connection, TransportExit};
+use crate::transport::{Connection, Started, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,6 +63,8 @@ pub struct NodeRun {
     pub host: String,
     pub attempt: u32,
     pub invocation: AgentInvocation,
+    /// The agent, if it was started ahead (as `invocation`: another is started otherwise).
+    pub early: Option<Started>,
     /// The node's env block, when it is known: the agent starts (logs in, sweeps) before,
     /// and starts nothing until it comes. A sender dropped unsent means the attempt is being
     /// stopped: a stop request follows.
@@ -183,8 +185,8 @@ pub async fn run(
         ended_at: liveness.elapsed(),
         tail,
     };
-    let process = match conn.spawn_agent(&node.invocation).await {
-        Ok(p) => p,
+    let process = match Started::take_or_start(node.early, &conn, &node.invocation).await {
+        Ok(started) => started.process,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let mut stdin = process.stdin;
