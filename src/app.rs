@@ -178,6 +178,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
         }
         if let Some(rank) = args.rank {
             selection.nodes.push(logs::node_of_rank(run, rank).map_err(usage)?);
+            selection.rank = Some(rank);
         }
         if let Some(attempt) = args.attempt {
             if !run.attempts.contains(&attempt) {

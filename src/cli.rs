@@ -164,7 +164,8 @@ pub struct LogsArgs {
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
 
-    /// Only the node that ran this global rank.
+    /// Only this global rank: its own log (every line it wrote, byte for byte), or, for runs
+    /// without one, the log of the node that ran it.
     #[arg(long, value_name = "RANK", conflicts_with = "node")]
     pub rank: Option<u32>,
 

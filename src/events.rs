@@ -1,6 +1,7 @@
 //! What happens during a run, as plain data. The supervisor emits these; the output side
 //! turns them into prefixed lines, log files and events.jsonl. Neither looks at the other.
 
+pub use crate::remote::frames::Source;
 use serde::Serialize;
 
 use crate::classify::Verdict;
@@ -115,10 +116,12 @@ pub enum Event {
         host: String,
         pgid: u32,
     },
-    /// Lines of a node's merged stdout/stderr, bytes exactly as they arrived.
+    /// Lines one source of a node (its launcher, or one rank: see `Source`) wrote, bytes
+    /// exactly as they arrived.
     #[serde(skip)]
     NodeOutput {
         node_rank: usize,
+        source: Source,
         lines: Lines,
     },
     NodeExited {

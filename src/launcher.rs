@@ -30,6 +30,32 @@ pub fn program(job: &Job) -> &str {
 }
 
 const MASTER_PORT_REF: &str = "\"$MASTER_PORT\"";
+/// The rank wrapper herd's output multiplexer writes (see `remote::under_mux`): each worker is
+/// started through it, and gets a stdout and a stderr of its own.
+const RANK_WRAPPER_REF: &str = "\"$HERD_RANK_WRAPPER\"";
+
+/// How a torch launcher starts each worker: through the rank wrapper, which is told how many
+/// of the words after it are herd's (the interpreter, `-u`, `-m`, the script: DeepSpeed puts
+/// `--local_rank=N` after them), then the interpreter, as the launcher itself would run it.
+/// `no_python_flag`: the launcher's own flag for running what follows as it is. With the
+/// user's own `no_python_flag` (the script is a program), only the wrapper is added.
+fn worker_words(job: &Job, no_python_flag: &str, words: &mut Vec<String>) {
+    let users_own = job.launcher_args.iter().any(|a| a == "--no-python" || a == "--no_python");
+    if users_own {
+        if job.module {
+            // The launcher's own refusal of both says it best.
+            words.push(if no_python_flag == "--no-python" { "-m" } else { "--module" }.into());
+        }
+        words.extend([RANK_WRAPPER_REF.to_string(), "1".into()]);
+        return;
+    }
+    let mut run = vec![quote(job.python()), "-u".into()];
+    if job.module {
+        run.push("-m".into());
+    }
+    words.extend([no_python_flag.to_string(), RANK_WRAPPER_REF.to_string(), (run.len() + 1).to_string()]);
+    words.extend(run);
+}
 
 pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
     let mut words: Vec<String> = Vec::new();
@@ -53,9 +79,7 @@ pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
             // herd owns restarts: torchrun must not restart workers behind its back.
             words.extend(["--rdzv-backend", "static", "--max-restarts", "0"].map(quote));
             words.extend(job.launcher_args.iter().map(|a| quote(a)));
-            if job.module {
-                words.push("-m".into());
-            }
+            worker_words(job, "--no-python", &mut words);
         }
         LauncherKind::Deepspeed => {
             // The per-node launcher that `deepspeed` itself runs on every host through pdsh;
@@ -66,9 +90,7 @@ pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
             words.push(quote(&format!("--master_addr={}", node.master_addr)));
             words.push(format!("--master_port={MASTER_PORT_REF}"));
             words.extend(job.launcher_args.iter().map(|a| quote(a)));
-            if job.module {
-                words.push("--module".into());
-            }
+            worker_words(job, "--no_python", &mut words);
         }
         LauncherKind::Command => {
             if job.module {
@@ -129,7 +151,8 @@ mod tests {
         assert_eq!(
             line,
             "torchrun --nnodes 2 --nproc-per-node 4 --node-rank 1 --master-addr 10.0.0.1 \
-             --master-port \"$MASTER_PORT\" --rdzv-backend static --max-restarts 0 train.py --name 'a b'"
+             --master-port \"$MASTER_PORT\" --rdzv-backend static --max-restarts 0 \
+             --no-python \"$HERD_RANK_WRAPPER\" 3 python3 -u train.py --name 'a b'"
         );
     }
 
@@ -144,7 +167,9 @@ mod tests {
         assert_eq!(String::from_utf8(decoded).unwrap(), r#"{"n1": [0, 1], "n2": [0, 1, 2, 3]}"#);
         assert!(line.starts_with("python3 -m deepspeed.launcher.launch --world_info="), "{line}");
         assert!(
-            line.contains("--node_rank=0 --master_addr=n1 --master_port=\"$MASTER_PORT\" train.py"),
+            line.contains(
+                "--node_rank=0 --master_addr=n1 --master_port=\"$MASTER_PORT\" --no_python \"$HERD_RANK_WRAPPER\" 3 python3 -u train.py"
+            ),
             "{line}"
         );
     }
@@ -161,6 +186,11 @@ mod tests {
         let mut j = job(LauncherKind::Torchrun);
         j.module = true;
         j.launcher_args = vec!["--log-dir".into(), "/tmp/x".into()];
-        assert!(command_line(&j, &n).ends_with("--max-restarts 0 --log-dir /tmp/x -m train.py --name 'a b'"));
+        assert!(command_line(&j, &n)
+            .ends_with("--max-restarts 0 --log-dir /tmp/x --no-python \"$HERD_RANK_WRAPPER\" 4 python3 -u -m train.py --name 'a b'"));
+        // The user's own --no-python: the script is a program, started through the wrapper.
+        j.module = false;
+        j.launcher_args = vec!["--no-python".into()];
+        assert!(command_line(&j, &n).ends_with("--no-python \"$HERD_RANK_WRAPPER\" 1 train.py --name 'a b'"));
     }
 }

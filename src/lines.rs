@@ -53,6 +53,13 @@ impl Lines {
         lines
     }
 
+    /// Appends every line of `other`.
+    pub fn extend(&mut self, other: &Lines) {
+        for line in other.iter() {
+            self.push(&[line.text], line.end);
+        }
+    }
+
     /// Appends a line made of `parts`, joined.
     fn push(&mut self, parts: &[&[u8]], end: LineEnd) {
         for p in parts {

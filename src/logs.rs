@@ -123,6 +123,8 @@ pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, String> {
 pub struct Selection {
     /// Node ranks; empty: every node.
     pub nodes: Vec<usize>,
+    /// A global rank: its own log (`rank<R>.log`) where the attempt has one, else its node's.
+    pub rank: Option<u32>,
     /// Attempts; empty: every attempt.
     pub attempts: Vec<u32>,
     pub grep: Option<Regex>,
@@ -140,7 +142,19 @@ pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn
             writeln!(out, "==> attempt {attempt} <==")?;
         }
         for &node in &nodes {
-            let path = node_log_path(&run.dir, attempt, node, &run.hosts[node]);
+            let mut prefix = &prefixes[node];
+            let mut path = node_log_path(&run.dir, attempt, node, &run.hosts[node]);
+            let rank_prefix;
+            if let Some(rank) = sel.rank {
+                let own = crate::output::files::rank_log_path(&run.dir, attempt, rank);
+                if own.is_file() {
+                    let mut p =
+                        crate::output::prefix::RankPrefixes::new(run.hosts.clone(), color_of(prefixes));
+                    p.set_ranks(&run.nprocs);
+                    rank_prefix = p.get(rank, node).to_vec();
+                    (path, prefix) = (own, &rank_prefix);
+                }
+            }
             let file = match std::fs::File::open(&path) {
                 Ok(f) => f,
                 // A node that never started in that attempt has no log.
@@ -151,7 +165,7 @@ pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn
                 let line = line?;
                 let text = line.strip_suffix(b"\r").unwrap_or(&line);
                 if sel.grep.as_ref().is_none_or(|re| re.is_match(text)) {
-                    out.write_all(&prefixes[node])?;
+                    out.write_all(prefix)?;
                     out.write_all(&line)?;
                     out.write_all(b"\n")?;
                 }
@@ -159,6 +173,11 @@ pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn
         }
     }
     Ok(())
+}
+
+/// Whether the node prefixes are coloured (the rank prefixes follow them).
+fn color_of(prefixes: &[Vec<u8>]) -> bool {
+    prefixes.first().is_some_and(|p| p.starts_with(b"\x1b["))
 }
 
 #[cfg(test)]

@@ -247,7 +247,8 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                 &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
             );
             let container_command = container.as_ref().map(|c| {
-                let inner = remote::setup_and_exec(job.setup.as_deref(), &command);
+                let run = remote::under_mux(job.python(), &command, job.launcher != LauncherKind::Command);
+                let inner = remote::setup_and_exec(job.setup.as_deref(), &run);
                 c.run_command(&workdir, env.keys().map(String::as_str), &inner)
             });
             let transport = if is_local_host(&node.host) {
@@ -348,8 +349,14 @@ impl LaunchPlan {
     pub fn job_snippet(&self, node: &NodePlan) -> String {
         match &node.container_command {
             Some(command) => remote::job_snippet(&self.workdir, None, command),
-            None => remote::job_snippet(&self.workdir, self.setup.as_deref(), &node.command),
+            None => remote::job_snippet(&self.workdir, self.setup.as_deref(), &self.run_line(&node.command)),
         }
+    }
+
+    /// A node's launcher line as it runs: under the output multiplexer (see
+    /// `remote::under_mux`), which a torch launcher's ranks need.
+    fn run_line(&self, command: &str) -> String {
+        remote::under_mux(&self.python, command, self.launcher != LauncherKind::Command)
     }
 
     /// Whether a healthy node's launcher may be ended once its workers are gone (see

@@ -21,7 +21,7 @@ pub fn collect(
     let mut out = io::BufWriter::new(out);
     let mut out_ok = true;
     while let Some(event) = events.blocking_recv() {
-        if let Event::NodeOutput { node_rank, lines } = event {
+        if let Event::NodeOutput { node_rank, lines, .. } = event {
             for line in lines.iter() {
                 if gather {
                     kept[node_rank].extend_from_slice(line.text);

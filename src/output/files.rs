@@ -12,6 +12,9 @@ pub struct RunFiles {
     events: BufWriter<File>,
     hosts: Vec<String>,
     node_logs: Vec<Option<BufWriter<File>>>,
+    /// The current attempt's per-rank logs, opened as each rank first writes.
+    attempt: Option<u32>,
+    rank_logs: std::collections::HashMap<u32, BufWriter<File>>,
 }
 
 impl RunFiles {
@@ -20,7 +23,7 @@ impl RunFiles {
         fs::create_dir_all(&run_dir)?;
         let events = BufWriter::new(File::create(run_dir.join("events.jsonl"))?);
         let node_logs = hosts.iter().map(|_| None).collect();
-        Ok(RunFiles { run_dir, events, hosts, node_logs })
+        Ok(RunFiles { run_dir, events, hosts, node_logs, attempt: None, rank_logs: Default::default() })
     }
 
     /// `(node rank, host)` of every node.
@@ -39,6 +42,8 @@ impl RunFiles {
 
     pub fn start_attempt(&mut self, attempt: u32) -> io::Result<()> {
         self.flush_node_logs()?;
+        self.rank_logs.clear();
+        self.attempt = Some(attempt);
         fs::create_dir_all(attempt_dir(&self.run_dir, attempt))?;
         for rank in 0..self.hosts.len() {
             self.node_logs[rank] = Some(BufWriter::new(File::create(self.node_log_path(attempt, rank))?));
@@ -53,11 +58,25 @@ impl RunFiles {
         }
     }
 
-    pub fn flush_node(&mut self, node_rank: usize) -> io::Result<()> {
-        match self.node_logs.get_mut(node_rank) {
-            Some(Some(log)) => log.flush(),
-            _ => Ok(()),
+    /// Appends to the current attempt's log of one rank.
+    pub fn write_rank(&mut self, rank: u32, bytes: &[u8]) -> io::Result<()> {
+        let Some(attempt) = self.attempt else { return Ok(()) };
+        if !self.rank_logs.contains_key(&rank) {
+            let file = File::create(rank_log_path(&self.run_dir, attempt, rank))?;
+            self.rank_logs.insert(rank, BufWriter::new(file));
         }
+        self.rank_logs.get_mut(&rank).expect("opened").write_all(bytes)
+    }
+
+    /// A node has ended: its log, and the ranks' (few, and cheap when flushed), on disk.
+    pub fn flush_node(&mut self, node_rank: usize) -> io::Result<()> {
+        if let Some(Some(log)) = self.node_logs.get_mut(node_rank) {
+            log.flush()?;
+        }
+        for log in self.rank_logs.values_mut() {
+            log.flush()?;
+        }
+        Ok(())
     }
 
     pub fn record(&mut self, event: &Event, ts: String) -> io::Result<()> {
@@ -70,12 +89,21 @@ impl RunFiles {
         for log in self.node_logs.iter_mut().flatten() {
             log.flush()?;
         }
+        for log in self.rank_logs.values_mut() {
+            log.flush()?;
+        }
         Ok(())
     }
 }
 
 fn attempt_dir(run_dir: &Path, attempt: u32) -> PathBuf {
     run_dir.join(format!("attempt-{attempt}"))
+}
+
+/// One rank's log in one attempt: exactly the bytes that rank wrote, stdout and stderr, line
+/// by line as they came.
+pub fn rank_log_path(run_dir: &Path, attempt: u32, rank: u32) -> PathBuf {
+    attempt_dir(run_dir, attempt).join(format!("rank{rank}.log"))
 }
 
 pub fn node_log_path(run_dir: &Path, attempt: u32, node_rank: usize, host: &str) -> PathBuf {

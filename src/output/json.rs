@@ -21,6 +21,9 @@ struct Output<'a> {
     attempt: u32,
     node_rank: usize,
     host: &'a str,
+    /// The worker's global and local rank; `null` for the launcher's lines.
+    rank: Option<u32>,
+    local_rank: Option<u32>,
     line: std::borrow::Cow<'a, str>,
     /// Only when the line did not end in a newline: `cr`, `cut` (at 64 KiB) or `eof`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,14 +40,29 @@ pub fn event_line(event: &Event, ts: String) -> Vec<u8> {
 }
 
 /// A node's output line as one `output` event, newline included.
-pub fn output_line(attempt: u32, node_rank: usize, host: &str, line: Line<'_>, ts: String) -> Vec<u8> {
+pub fn output_line(
+    attempt: u32,
+    node_rank: usize,
+    host: &str,
+    source: crate::events::Source,
+    line: Line<'_>,
+    ts: String,
+) -> Vec<u8> {
     let end = match line.end {
         LineEnd::Lf | LineEnd::CrLf => None,
         LineEnd::Cr => Some("cr"),
         LineEnd::Cut => Some("cut"),
         LineEnd::Eof => Some("eof"),
     };
-    let event = Output { attempt, node_rank, host, line: String::from_utf8_lossy(line.text), end };
+    let event = Output {
+        attempt,
+        node_rank,
+        host,
+        rank: source.rank,
+        local_rank: source.local_rank,
+        line: String::from_utf8_lossy(line.text),
+        end,
+    };
     to_line(&Stamped { ts, event: &event })
 }
 
@@ -61,13 +79,17 @@ mod tests {
     #[test]
     fn output_events_carry_attempt_node_and_text() {
         let line = Line { text: b"loss \"1.0\"\t\xff", end: LineEnd::Lf };
-        let got = output_line(2, 1, "node2", line, "T".into());
+        let rank = crate::events::Source { rank: Some(3), local_rank: Some(1), stderr: false };
+        let got = output_line(2, 1, "node2", rank, line, "T".into());
         assert_eq!(
             String::from_utf8(got).unwrap(),
-            "{\"ts\":\"T\",\"event\":\"output\",\"attempt\":2,\"node_rank\":1,\"host\":\"node2\",\"line\":\"loss \\\"1.0\\\"\\t\u{fffd}\"}\n"
+            "{\"ts\":\"T\",\"event\":\"output\",\"attempt\":2,\"node_rank\":1,\"host\":\"node2\",\"rank\":3,\"local_rank\":1,\"line\":\"loss \\\"1.0\\\"\\t\u{fffd}\"}\n"
         );
         let cut = Line { text: b"x", end: LineEnd::Cut };
-        assert!(String::from_utf8(output_line(0, 0, "h", cut, "T".into()))
+        let launcher = crate::events::Source::default();
+        let text = String::from_utf8(output_line(0, 0, "h", launcher, cut, "T".into())).unwrap();
+        assert!(text.contains("\"rank\":null,\"local_rank\":null"), "{text}");
+        assert!(String::from_utf8(output_line(0, 0, "h", launcher, cut, "T".into()))
             .unwrap()
             .ends_with(",\"end\":\"cut\"}\n"));
     }

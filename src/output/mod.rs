@@ -5,7 +5,7 @@
 pub mod board;
 pub mod doctor_view;
 pub mod exec_view;
-mod files;
+pub mod files;
 pub mod json;
 mod live;
 pub mod mode;
@@ -72,6 +72,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
     let prefixes = prefix::prefixes(files.hosts(), color);
+    let mut rank_prefixes = prefix::RankPrefixes::new(files.hosts().to_vec(), color);
     let hosts = files.hosts().to_vec();
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     // Waiting with a timeout needs a timer; only the board needs one.
@@ -117,27 +118,46 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
         };
         let files_ok = report.file_error.is_none();
         match &event {
-            Event::NodeOutput { node_rank, lines } => {
+            Event::NodeOutput { node_rank, source, lines } => {
                 board.output(*node_rank, Instant::now());
                 let ts = if json { json::timestamp() } else { String::new() };
+                let prefix = match source.rank {
+                    Some(rank) => rank_prefixes.get(rank, *node_rank),
+                    None => &prefixes[*node_rank],
+                };
                 for line in lines.iter() {
                     if files_ok {
-                        let written = files
+                        let mut written = files
                             .write_node(*node_rank, line.text)
                             .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
+                        if let Some(rank) = source.rank {
+                            written = written
+                                .and_then(|_| files.write_rank(rank, line.text))
+                                .and_then(|_| files.write_rank(rank, line.end.bytes()));
+                        }
                         file_result(&mut report, written, &mut screen);
                     }
                     if json {
                         let host = &hosts[*node_rank];
-                        screen.job(&[&json::output_line(attempt, *node_rank, host, line, ts.clone())]);
+                        screen.job(&[&json::output_line(
+                            attempt,
+                            *node_rank,
+                            host,
+                            *source,
+                            line,
+                            ts.clone(),
+                        )]);
                     } else {
-                        screen.job(&[&prefixes[*node_rank], line.text, b"\n"]);
+                        screen.job(&[prefix, line.text, b"\n"]);
                     }
                 }
             }
             other => {
                 if let Event::AttemptStarting { attempt: a } = other {
                     attempt = *a;
+                }
+                if let Event::RunStarted { nprocs, .. } = other {
+                    rank_prefixes.set_ranks(nprocs);
                 }
                 board.apply(other, Instant::now());
                 let ts = json::timestamp();

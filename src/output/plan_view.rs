@@ -178,9 +178,17 @@ pub fn text(plan: &LaunchPlan) -> String {
         }
         s += &format!("  run  {}\n", p(&node.command));
         if let Some(command) = &node.container_command {
+            let command = without_mux(command);
             let lines: Vec<_> = command.split('\n').map(p).collect();
             s += &format!("  in   {}\n", lines.join("\n       "));
         }
     }
     s
+}
+
+/// A container's command with herd's output multiplexer (its 200 lines of Python, as the
+/// container's shell gets them) named instead of shown; `--json` keeps it all.
+fn without_mux(command: &str) -> String {
+    let nested = crate::remote::quote(crate::remote::MUX_SCRIPT).replace('\'', "'\\''");
+    command.replace(&nested, "<herd's output multiplexer, src/remote/mux.py>")
 }

@@ -207,16 +207,26 @@ probe_job() {
   done
 }
 
-# After `term-fast`, on a healthy node of a torch launcher: once its workers are gone, the
-# launcher has nothing left to do but its interpreter's exit (a second or more with torch
-# loaded): end it then. Within the grace, as for `term`.
+# After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
+# with a LOCAL_RANK) are gone, the launcher has nothing left to do but its interpreter's exit
+# (a second or more with torch loaded): end it then. The group's leader, herd's output
+# multiplexer, is left to pass on the last lines and exit; without one, the leader is the
+# launcher. Within the grace, as for `term`.
 end_idle_launcher() {
   t=0
   while [ "$t" -lt "$(($1 * 20))" ] && job_alive; do
     busy=
-    for p in $(strays); do [ "$p" = "$pg" ] || { busy=1; break; }; done
+    rest=
+    for p in $(strays); do
+      [ "$p" != "$pg" ] || continue
+      if [ "$(env_of LOCAL_RANK "$p")" != - ]; then
+        busy=1
+        break
+      fi
+      rest="$rest $p"
+    done
     if [ -z "$busy" ]; then
-      kill -KILL "-$pg" 2>/dev/null
+      if [ -n "$rest" ]; then kill -KILL $rest 2>/dev/null; else kill -KILL "-$pg" 2>/dev/null; fi
       return 0
     fi
     sleep 0.05

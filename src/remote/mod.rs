@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+pub mod frames;
+
 /// The process functions shared by the agent, the sweeps and the doctor's probe (POSIX sh).
 /// See the header of `procs.sh`.
 pub const PROCS_SCRIPT: &str = include_str!("procs.sh");
@@ -10,6 +12,24 @@ pub const PROCS_SCRIPT: &str = include_str!("procs.sh");
 /// The node agent (POSIX sh), after the process functions it uses. See the header of
 /// `agent.sh` for its protocol.
 pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("agent.sh"));
+
+/// herd's output multiplexer (Python, standard library only). See the header of `mux.py`.
+pub const MUX_SCRIPT: &str = include_str!("mux.py");
+
+/// `command` (a launcher line, as it would follow `exec`) run under the output multiplexer,
+/// by `python`, as a line that follows `exec`: each rank's stdout and stderr reach herd as
+/// streams of their own. The line itself runs in `sh` under the multiplexer, so that it sees
+/// `HERD_RANK_WRAPPER`. `required`: without that interpreter the job fails (a torch launcher
+/// needs it anyway, and its ranks the wrapper); otherwise the command runs without.
+pub fn under_mux(python: &str, command: &str, required: bool) -> String {
+    let py = quote(python);
+    let mux = format!("{py} -IS -c {} sh -c {}", quote(MUX_SCRIPT), quote(&format!("exec {command}")));
+    if required {
+        return mux;
+    }
+    let choose = format!("if command -v {py} >/dev/null 2>&1; then exec {mux}; fi\nexec {command}");
+    format!("sh -c {}", quote(&choose))
+}
 
 /// The interpreter that makes a remote agent a child subreaper: the system one, which needs no
 /// shims, virtualenvs or site packages (`-S -I`), and starts in about 10 ms.
@@ -632,10 +652,10 @@ mod tests {
         use std::io::{BufRead, BufReader, Write};
         // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit, in
         // its own process as torch's interpreter shutdown does (bash's read -t on a FIFO: a
-        // `sleep` would be another process of the job). The worker leaves the group, as
-        // torchrun's do.
+        // `sleep` would be another process of the job). The worker has a LOCAL_RANK and leaves
+        // the group, as torchrun's do.
         let job = "f=$(mktemp -u); mkfifo \"$f\"; exec 7<>\"$f\"; rm \"$f\"; \
-                   trap 'kill $w; read -t 8 -u 7; exit 1' TERM; setsid sleep 62 & w=$!; wait; wait";
+                   trap 'kill $w; read -t 8 -u 7; exit 1' TERM; LOCAL_RANK=0 setsid sleep 62 & w=$!; wait; wait";
         // Each run with a marker of its own: nothing of the first may reach the second.
         let run = |control: &[u8], mark: String| {
             let inv = AgentInvocation {

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::classify::TimedLine;
 use crate::events::{Event, NodeExit};
 use crate::lines::{LineSplitter, Lines};
+use crate::remote::frames::{Frame, FrameReader, Source};
 use crate::remote::{self, AgentInvocation, AgentMessage, ProcessState};
 use crate::transport::{Connection, Started, TransportExit};
 
@@ -374,31 +375,144 @@ async fn pump_output(
     progress_pattern: Option<Arc<Regex>>,
     mut fatal: Option<FatalWatch>,
 ) -> Vec<TimedLine> {
-    let mut splitter = LineSplitter::default();
+    let mut split = SourceSplitter::default();
     let mut tail: VecDeque<TimedLine> = VecDeque::with_capacity(TAIL_LINES);
     let mut buf = vec![0u8; READ_SIZE];
     loop {
-        let mut lines = Lines::default();
-        let n = match stdout.read(&mut buf).await {
-            Ok(0) => {
-                splitter.finish(&mut lines);
-                0
-            }
+        let (n, batches) = match stdout.read(&mut buf).await {
+            Ok(0) => (0, split.finish()),
             Err(e) => {
                 tracing::warn!(
                     node = rank,
                     "reading the node's output failed, after {} bytes: {e}",
                     progress.read.load(Ordering::Relaxed)
                 );
-                splitter.finish(&mut lines);
-                0
+                (0, split.finish())
             }
             Ok(n) => {
                 progress.read.fetch_add(n as u64, Ordering::Relaxed);
-                splitter.push(&buf[..n], &mut lines);
-                n
+                (n, split.push(&buf[..n]))
             }
         };
+        for (source, lines) in batches {
+            pass_on(
+                rank,
+                source,
+                lines,
+                &mut tail,
+                &events,
+                &liveness,
+                &progress,
+                &progress_pattern,
+                &mut fatal,
+            )
+            .await;
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    tail.into()
+}
+
+/// A node's output as lines of each source: the multiplexer's records (see
+/// `remote::frames`) split by source, each source's bytes into lines of its own.
+#[derive(Default)]
+struct SourceSplitter {
+    frames: FrameReader,
+    raw: LineSplitter,
+    sources: std::collections::HashMap<u32, (Source, LineSplitter)>,
+}
+
+impl SourceSplitter {
+    /// The lines `chunk` completes, by source, in the order they came.
+    fn push(&mut self, chunk: &[u8]) -> Vec<(Source, Lines)> {
+        let mut frames = Vec::new();
+        self.frames.push(chunk, &mut frames);
+        self.apply(frames)
+    }
+
+    /// The end of the output: every source's last, unfinished line.
+    fn finish(&mut self) -> Vec<(Source, Lines)> {
+        let mut frames = Vec::new();
+        self.frames.finish(&mut frames);
+        let mut out = self.apply(frames);
+        let mut lines = Lines::default();
+        self.raw.finish(&mut lines);
+        add(&mut out, Source::default(), lines);
+        let mut open: Vec<u32> = self.sources.keys().copied().collect();
+        open.sort();
+        for sid in open {
+            let (source, mut splitter) = self.sources.remove(&sid).expect("listed");
+            let mut lines = Lines::default();
+            splitter.finish(&mut lines);
+            add(&mut out, source, lines);
+        }
+        out
+    }
+
+    fn apply(&mut self, frames: Vec<Frame>) -> Vec<(Source, Lines)> {
+        let mut out = Vec::new();
+        for frame in frames {
+            let mut lines = Lines::default();
+            let source = match frame {
+                Frame::Raw(bytes) => {
+                    self.raw.push(&bytes, &mut lines);
+                    Source::default()
+                }
+                Frame::Open { sid, source } => {
+                    self.sources.insert(sid, (source, LineSplitter::default()));
+                    continue;
+                }
+                Frame::Data { sid, bytes } => match self.sources.get_mut(&sid) {
+                    Some((source, splitter)) => {
+                        splitter.push(&bytes, &mut lines);
+                        *source
+                    }
+                    None => {
+                        self.raw.push(&bytes, &mut lines);
+                        Source::default()
+                    }
+                },
+                Frame::Close { sid } => match self.sources.remove(&sid) {
+                    Some((source, mut splitter)) => {
+                        splitter.finish(&mut lines);
+                        source
+                    }
+                    None => continue,
+                },
+            };
+            add(&mut out, source, lines);
+        }
+        out
+    }
+}
+
+/// Append `lines` of `source`, to the last batch when it is the same source's.
+fn add(out: &mut Vec<(Source, Lines)>, source: Source, lines: Lines) {
+    if lines.is_empty() {
+        return;
+    }
+    match out.last_mut() {
+        Some((s, batch)) if *s == source => batch.extend(&lines),
+        _ => out.push((source, lines)),
+    }
+}
+
+/// One source's new lines: progress, the fatal-line watch, the tail, and the event.
+#[allow(clippy::too_many_arguments)]
+async fn pass_on(
+    rank: usize,
+    source: Source,
+    mut lines: Lines,
+    tail: &mut VecDeque<TimedLine>,
+    events: &mpsc::Sender<Event>,
+    liveness: &Liveness,
+    progress: &PumpProgress,
+    progress_pattern: &Option<Arc<Regex>>,
+    fatal: &mut Option<FatalWatch>,
+) {
+    {
         let at = liveness.elapsed();
         let text = |l: crate::lines::Line<'_>| -> String {
             String::from_utf8_lossy(&l.text[..l.text.len().min(TAIL_LINE_CHARS * 4)])
@@ -406,17 +520,17 @@ async fn pump_output(
                 .take(TAIL_LINE_CHARS)
                 .collect()
         };
-        let progressed = match &progress_pattern {
+        let progressed = match progress_pattern {
             None => lines.iter().any(|l| !l.text.is_empty()),
             Some(p) => lines.iter().any(|l| !l.text.is_empty() && p.is_match(&text(l))),
         };
         if progressed {
             liveness.progress();
         }
-        if let Some(watch) = &fatal {
+        if let Some(watch) = fatal.as_ref() {
             if let Some(line) = lines.iter().find(|l| watch.pattern.is_match(l.text)) {
                 let _ = watch.report.send((rank, text(line)));
-                fatal = None;
+                *fatal = None;
             }
         }
         // Only the last TAIL_LINES of a batch can stay in the tail.
@@ -431,14 +545,10 @@ async fn pump_output(
         if !lines.is_empty() {
             lines.shrink_to_fit();
             progress.sending.store(true, Ordering::Relaxed);
-            let _ = events.send(Event::NodeOutput { node_rank: rank, lines }).await;
+            let _ = events.send(Event::NodeOutput { node_rank: rank, source, lines }).await;
             progress.sending.store(false, Ordering::Relaxed);
         }
-        if n == 0 {
-            break;
-        }
     }
-    tail.into()
 }
 
 /// Where the agent's answers go: to `probe` (with the node rank), and its ports in use.
@@ -495,6 +605,7 @@ async fn pump_agent(
             }
             AgentMessage::Other(text) => Event::NodeOutput {
                 node_rank: rank,
+                source: crate::events::Source::default(),
                 lines: Lines::one(text.as_bytes(), crate::lines::LineEnd::Lf),
             },
         };
