@@ -10,14 +10,17 @@ use std::time::{Duration, Instant};
 use support::cluster::Cluster;
 use support::herd::{self, event_names, events, only_run_dir, wait_until};
 
-/// Every global rank printed exactly one correct result, under the prefix of its node.
+/// Every global rank printed exactly one correct result, under its own prefix: its rank and
+/// its node's host.
 fn assert_all_reduce(c: &Cluster, out: &herd::Finished, nproc: usize, extra_tag: &str) {
     let n = c.tb.nodes().len();
     let world = n * nproc;
     let host_w = (0..n).map(|i| c.addr(i).len()).max().unwrap();
+    let rank_w = (world - 1).to_string().len();
     let mut seen = BTreeSet::new();
-    for node in 0..n {
-        let prefix = format!("[{node} {:<host_w$}] ", c.addr(node));
+    for r in 0..world {
+        let node = r / nproc;
+        let prefix = format!("[r{r:<rank_w$} {:<host_w$}] ", c.addr(node));
         for line in out.node_lines(&prefix).into_iter().filter(|l| l.starts_with("result ")) {
             assert!(line.ends_with(" ok"), "bad result line: {line}\n{out}");
             assert!(line.contains(&format!(" world={world} ")), "{line}");
@@ -27,7 +30,7 @@ fn assert_all_reduce(c: &Cluster, out: &herd::Finished, nproc: usize, extra_tag:
             assert!(line.contains(extra_tag), "{line}");
             let rank: usize =
                 line.split(" rank=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-            assert_eq!(rank / nproc, node, "global rank {rank} printed by node {node}: {line}");
+            assert_eq!(rank, r, "global rank {rank} printed under rank {r}'s prefix: {line}");
             assert!(seen.insert(rank), "rank {rank} reported twice\n{out}");
         }
     }
@@ -252,7 +255,8 @@ fn env_values_arrive_byte_identical_and_secrets_never_touch_argv() {
     std::fs::write(&path, text).unwrap();
 
     let running = herd::start(c.tb.dir(), &["run"], &[("MY_SECRET", &secret)]);
-    assert!(wait_until(Duration::from_secs(60), || c.leftovers("HERD_TEST_MARK", &mark(&c)).len() == 2));
+    // On each node the job and the output multiplexer it runs under.
+    assert!(wait_until(Duration::from_secs(60), || c.leftovers("HERD_TEST_MARK", &mark(&c)).len() == 4));
     let leaks = processes_with_arg_containing(&secret);
     let out = running.wait(Duration::from_secs(60));
     out.assert_code(0);
@@ -348,12 +352,15 @@ fn the_readme_demo_runs_on_the_local_transport() {
             .wait(support::cluster::LIMIT);
     out.assert_code(0);
     for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
-        let results: Vec<&str> = out
-            .node_lines(&format!("[{node} {host:<9}] "))
-            .into_iter()
-            .filter(|l| l.starts_with("result ") && l.ends_with(" ok") && l.contains(" world=4 "))
-            .collect();
-        assert_eq!(results.len(), 2, "node {node}\n{out}");
+        let results: usize = (node * 2..node * 2 + 2)
+            .map(|rank| {
+                out.node_lines(&format!("[r{rank} {host:<9}] "))
+                    .into_iter()
+                    .filter(|l| l.starts_with("result ") && l.ends_with(" ok") && l.contains(" world=4 "))
+                    .count()
+            })
+            .sum();
+        assert_eq!(results, 2, "node {node}\n{out}");
     }
 }
 

@@ -39,9 +39,15 @@ impl Sandbox {
         // Each fake writes its argv (NUL-separated, one file per call: with [container] the
         // agent also runs `docker rm`) and its environment, then succeeds.
         let fake = "#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$HERD_T_RECORD.argv.$$\"\nenv -0 > \"$HERD_T_RECORD.env\"\n";
+        // The fake python3 passes the output multiplexer's argv through (`-IS -c MUX CMD...`):
+        // CMD is the launcher line, run as the multiplexer would.
+        let python = format!(
+            "#!/bin/sh\nif [ \"$1\" = -IS ] && [ \"$2\" = -c ]; then shift 3; exec \"$@\"; fi\n{}",
+            &fake[10..]
+        );
         for name in ["torchrun", "python3", "docker", "train.py"] {
             let path = bin.join(name);
-            std::fs::write(&path, fake).unwrap();
+            std::fs::write(&path, if name == "python3" { python.as_str() } else { fake }).unwrap();
             Command::new("chmod").arg("+x").arg(&path).status().unwrap();
         }
         Sandbox { dir }
