@@ -63,7 +63,10 @@ fn plan_command(args: PlanArgs) -> Result<u8, Error> {
 }
 
 fn run_command(args: RunArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
+    let mut plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
+    if let Some(list) = &args.ranks {
+        plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
+    }
     let run_id = new_run_id();
     let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 
@@ -81,6 +84,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         plan.logs_dir.display()
     )))?;
     let run_dir = files.run_dir().to_path_buf();
+    let console = plan.console.clone();
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
@@ -92,6 +96,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
             stderr: Box::new(std::io::stderr()),
             mode,
             on_stdout_closed,
+            console,
         };
         output::report(files, events_rx, sinks)
     });

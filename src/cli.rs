@@ -113,6 +113,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_preflight: bool,
 
+    /// Only these ranks' lines on the terminal, e.g. `0` or `0,8-15` (`all`: every rank; the
+    /// default is `[logs] console`, else all). The launchers' and herd's own lines always
+    /// show, the log files keep everything, and a failing rank's last lines show anyway.
+    #[arg(long, value_name = "LIST")]
+    pub ranks: Option<String>,
+
     /// Print events and job output as JSON lines on stdout (the objects of events.jsonl,
     /// plus one `output` event per line a node prints) instead of prefixed lines.
     #[arg(long)]

@@ -35,6 +35,8 @@ pub struct LaunchPlan {
     pub setup: Option<String>,
     pub nodes: Vec<NodePlan>,
     pub logs_dir: PathBuf,
+    /// The ranks whose lines reach the terminal (`None`: all; see `[logs] console`).
+    pub console: Option<crate::config::RankList>,
     pub restart: Restart,
     /// `ssh.login_timeout`: how long a node's login shell may take to start the agent.
     pub login_timeout: Duration,
@@ -289,6 +291,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         setup: job.setup.clone(),
         nodes,
         logs_dir: config.logs.dir.clone(),
+        console: config.logs.console.clone(),
         restart: config.restart.clone(),
         login_timeout: config.ssh.login_timeout,
         missing_forwarded,

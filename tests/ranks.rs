@@ -113,3 +113,31 @@ fn herd_logs_reads_one_ranks_own_file() {
     assert_eq!(out.node_lines(&prefix), want, "{out}");
     assert_eq!(out.stdout.lines().count(), 6, "{out}");
 }
+
+/// `--ranks 0`: only rank 0's lines, the launchers' and herd's reach stdout, every file keeps
+/// all, and a failing rank 3's last lines are shown anyway, with the path of its log.
+#[test]
+fn a_console_filter_shows_its_ranks_and_a_failing_ranks_last_lines() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &job("torchrun").replace(&format!("\"{LINES}\""), "\"50\""),
+        "[env]\nHERD_T_FAIL_RANK = \"3\"\n\n[restart]\nmax_restarts = 0\n",
+    );
+    let out = herd::run(c.tb.dir(), &["run", "--ranks", "0"], support::cluster::LIMIT);
+    out.assert_code(1);
+    let ranks_shown = |r: usize| out.stdout.lines().filter(|l| l.starts_with(&format!("[r{r} "))).count();
+    assert_eq!(ranks_shown(0), 51, "rank 0: its 50 lines and its stderr line\n{out}");
+    for r in [1, 2, 4, 5] {
+        assert_eq!(ranks_shown(r), 0, "rank {r} was shown\n{out}");
+    }
+    assert!((1..=20).contains(&ranks_shown(3)), "rank 3's last lines\n{out}");
+    assert!(out.stdout.lines().any(|l| l.starts_with("[r3 ") && l.ends_with("rank 3 dying")), "{out}");
+    assert!(out.stderr.contains("rank 3 failed; its last") && out.stderr.contains("rank3.log"), "{out}");
+    // The launchers' own lines still show (torchrun's failure summary among them).
+    assert!(out.stdout.lines().any(|l| l.starts_with("[1 ")), "{out}");
+    let run_dir = only_run_dir(&c.logs());
+    for rank in 0..6 {
+        let file = std::fs::read_to_string(run_dir.join(format!("attempt-0/rank{rank}.log"))).unwrap();
+        assert_eq!(file.lines().filter(|l| l.contains(" line ")).count(), 50, "rank {rank}'s file");
+    }
+}

@@ -11,6 +11,7 @@
 mod error;
 pub mod hostfile;
 pub mod hostlist;
+pub mod ranks;
 mod raw;
 pub mod select;
 pub mod suggest;
@@ -18,6 +19,7 @@ mod types;
 
 pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;
+pub use ranks::RankList;
 pub use select::{select_nodes, SelectionError};
 pub use types::*;
 
@@ -98,7 +100,7 @@ impl Default for Rendezvous {
 
 impl Default for Logs {
     fn default() -> Self {
-        Logs { dir: PathBuf::from(DEFAULT_LOGS_DIR) }
+        Logs { dir: PathBuf::from(DEFAULT_LOGS_DIR), console: None }
     }
 }
 
@@ -729,10 +731,18 @@ impl Cx<'_> {
     }
 
     fn logs(&self, raw: Option<RawLogs>) -> Result<Logs> {
-        match raw.and_then(|l| l.dir) {
-            None => Ok(Logs::default()),
-            Some(dir) => Ok(Logs { dir: PathBuf::from(self.non_empty(dir, "logs.dir")?) }),
-        }
+        let Some(raw) = raw else { return Ok(Logs::default()) };
+        let dir = match raw.dir {
+            None => Logs::default().dir,
+            Some(dir) => PathBuf::from(self.non_empty(dir, "logs.dir")?),
+        };
+        let console = match raw.console {
+            None => None,
+            Some(c) => {
+                RankList::parse(c.get_ref()).map_err(|e| self.err(c.span(), format!("logs.console: {e}")))?
+            }
+        };
+        Ok(Logs { dir, console })
     }
 
     fn restart(&self, raw: Option<RawRestart>) -> Result<Restart> {
@@ -1065,6 +1075,20 @@ mod tests {
 
     const JOB: &str = "[job]\nscript = \"train.py\"\n";
 
+    #[test]
+    fn logs_console_takes_all_or_a_rank_list_and_names_a_bad_one() {
+        let nodes = "[[nodes]]\nhost = \"n1\"\n";
+        let c = parse_ok(&format!("{nodes}{JOB}[logs]\nconsole = \"0,8-15\"\n"));
+        assert!(c.logs.console.as_ref().is_some_and(|l| l.contains(9) && !l.contains(1)));
+        assert_eq!(parse_ok(&format!("{nodes}{JOB}[logs]\nconsole = \"all\"\n")).logs.console, None);
+        assert_err(
+            &format!("{nodes}{JOB}[logs]\nconsole = \"0-x\"\n"),
+            6,
+            11,
+            "logs.console: \"0-x\" is not a rank or a range of ranks (\"all\", \"0\", \"0,8-15\")",
+        );
+    }
+
     fn parse_ok(text: &str) -> Config {
         parse(Path::new("cluster.toml"), text).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -1208,7 +1232,7 @@ class = "user"
                 port_range: (30000, 31000),
                 interface: Some("eth0".into()),
             },
-            logs: Logs { dir: PathBuf::from("/var/log/herd") },
+            logs: Logs { dir: PathBuf::from("/var/log/herd"), console: None },
             restart: Restart {
                 max_restarts: 5,
                 on: vec![FailureClass::Comm, FailureClass::Oom],
@@ -1266,7 +1290,7 @@ class = "user"
                     port_range: (20000, 40000),
                     interface: None,
                 },
-                logs: Logs { dir: PathBuf::from("herd-logs") },
+                logs: Logs { dir: PathBuf::from("herd-logs"), console: None },
                 restart: Restart {
                     max_restarts: 3,
                     on: vec![

@@ -77,6 +77,7 @@ pub(crate) struct RawRendezvous {
 #[serde(deny_unknown_fields, expecting = "a [logs] table")]
 pub(crate) struct RawLogs {
     pub dir: Option<Spanned<String>>,
+    pub console: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -150,6 +150,8 @@ pub struct Rendezvous {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Logs {
     pub dir: PathBuf,
+    /// The ranks whose lines reach the terminal (`None`: every rank); the files keep all.
+    pub console: Option<super::RankList>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -46,6 +46,8 @@ pub struct Sinks {
     /// Told once when stdout is closed under the reporter (`herd run | head`): the reader
     /// is gone, and the run should stop as for Ctrl-C.
     pub on_stdout_closed: Option<mpsc::UnboundedSender<()>>,
+    /// The ranks whose lines are shown (`None`: all); the files keep every line.
+    pub console: Option<crate::config::RankList>,
 }
 
 /// What the reporter knows at the end.
@@ -61,6 +63,8 @@ pub struct Report {
 /// long job output waits under it: every write to the terminal takes the board down and puts
 /// it back, so with a board, output goes out in batches at this pace.
 const BOARD_TICK: Duration = Duration::from_millis(100);
+/// How many of a hidden rank's last lines are kept, to show if it fails.
+const HIDDEN_TAIL: usize = 20;
 /// Job output is written to stdout in pieces of about this size, or when no event waits.
 const STDOUT_CHUNK: usize = 64 * 1024;
 
@@ -73,6 +77,9 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     let json = sinks.mode == Mode::Json;
     let prefixes = prefix::prefixes(files.hosts(), color);
     let mut rank_prefixes = prefix::RankPrefixes::new(files.hosts().to_vec(), color);
+    let sinks_console = sinks.console.clone();
+    let mut hidden_tails: std::collections::HashMap<u32, std::collections::VecDeque<Vec<u8>>> =
+        Default::default();
     let hosts = files.hosts().to_vec();
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     // Waiting with a timeout needs a timer; only the board needs one.
@@ -121,6 +128,11 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
             Event::NodeOutput { node_rank, source, lines } => {
                 board.output(*node_rank, Instant::now());
                 let ts = if json { json::timestamp() } else { String::new() };
+                // `--json` is for programs, which filter themselves: every line.
+                let hidden = match (source.rank, &sinks_console) {
+                    (Some(rank), Some(shown)) => !json && !shown.contains(rank),
+                    _ => false,
+                };
                 let prefix = match source.rank {
                     Some(rank) => rank_prefixes.get(rank, *node_rank),
                     None => &prefixes[*node_rank],
@@ -137,7 +149,14 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                         }
                         file_result(&mut report, written, &mut screen);
                     }
-                    if json {
+                    if hidden {
+                        // Kept for a failure's evidence: the last lines of each hidden rank.
+                        let kept = hidden_tails.entry(source.rank.expect("a rank")).or_default();
+                        if kept.len() == HIDDEN_TAIL {
+                            kept.pop_front();
+                        }
+                        kept.push_back([prefix, line.text].concat());
+                    } else if json {
                         let host = &hosts[*node_rank];
                         screen.job(&[&json::output_line(
                             attempt,
@@ -155,6 +174,23 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
             other => {
                 if let Event::AttemptStarting { attempt: a } = other {
                     attempt = *a;
+                    hidden_tails.clear();
+                }
+                // A failing rank the filter hid: its last lines, and where the rest is.
+                if let Event::AttemptFailed { attempt: a, verdict, .. } = other {
+                    if let Some(rank) = verdict.root_cause.as_ref().and_then(|c| c.rank) {
+                        if let Some(kept) = hidden_tails.remove(&rank) {
+                            let path = files::rank_log_path(files.run_dir(), *a, rank);
+                            screen.status(&format!(
+                                "rank {rank} failed; its last {} line(s), not shown before (all of it: {}):",
+                                kept.len(),
+                                path.display()
+                            ));
+                            for line in kept {
+                                screen.job(&[&line, b"\n"]);
+                            }
+                        }
+                    }
                 }
                 if let Event::RunStarted { nprocs, .. } = other {
                     rank_prefixes.set_ranks(nprocs);
