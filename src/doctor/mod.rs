@@ -378,7 +378,9 @@ pub async fn diagnose(
     let (said_tx, mut said) = mpsc::unbounded_channel();
     let mut envs: Vec<Option<oneshot::Sender<Vec<u8>>>> = (0..n).map(|_| None).collect();
     let mut close_master = None;
-    let choosing = options.test_port && plan.master.port == PortSpec::Auto && conns[master].is_some();
+    // The master's agent reports its ports (see `probe_invocation`): herd chooses from them.
+    let choosing =
+        conns[master].is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
     let mut set = JoinSet::new();
     for node in &plan.nodes {
         let Some(conn) = conns[node.rank].clone() else { continue };
