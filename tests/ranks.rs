@@ -141,3 +141,20 @@ fn a_console_filter_shows_its_ranks_and_a_failing_ranks_last_lines() {
         assert_eq!(file.lines().filter(|l| l.contains(" line ")).count(), 50, "rank {rank}'s file");
     }
 }
+
+/// A multiplexer SIGKILLed under its job leaves neither its socket nor its rank wrapper on the
+/// node: its agent removes their directory once the job is gone.
+#[test]
+fn a_killed_multiplexer_leaves_no_files_behind() {
+    let c = Cluster::new(1);
+    c.write_config(
+        "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"echo mux home ${HERD_OUTPUT%/s}; sleep 1; kill -9 $PPID; sleep 1\"]",
+        "[restart]\nmax_restarts = 0\n",
+    );
+    let out = c.run();
+    out.assert_code(1);
+    let home = out.stdout.lines().find_map(|l| l.split_once("mux home ")).map(|(_, d)| d.to_string());
+    let home = home.unwrap_or_else(|| panic!("no `mux home` line\n{out}"));
+    assert!(home.contains("/herd-out-"), "{home}\n{out}");
+    assert!(!std::path::Path::new(&home).exists(), "{home} is still there\n{out}");
+}

@@ -122,7 +122,10 @@ exec 3<&0
 # must not carry the marker, or they would find and kill themselves. setsid does not fork
 # here (a background child is not a group leader), so $! leads the job's new group. sh reads
 # no shell init: the job snippet asks for bash where it needs it (`setup`).
-(eval "$envs" && exec setsid sh -c "$job") </dev/null 3<&- 2>&1 &
+# The output multiplexer keeps its socket and rank wrapper in HERD_MUX_HOME, which the agent
+# removes once the job is gone, SIGKILLed or not.
+muxhome=${TMPDIR:-/tmp}/herd-out-$$
+(HERD_MUX_HOME=$muxhome && export HERD_MUX_HOME && eval "$envs" && exec setsid sh -c "$job") </dev/null 3<&- 2>&1 &
 pg=$!
 echo "herd-agent pgid $pg" >&2
 
@@ -257,6 +260,7 @@ status=$?
 stop_job "$grace"
 # A killed `docker run` leaves its container running: remove it (quietly, best effort).
 [ -z "$cleanup" ] || sh -c "$cleanup" </dev/null >/dev/null 2>&1 3<&-
+[ ! -d "$muxhome" ] || rm -rf "$muxhome"
 # Waiting also collects the watcher, killed by TERM: the shell's own note of that goes nowhere.
 {
   kill "$watcher" "$heart"
