@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
-# Python venv support), creates the cached torch + deepspeed virtualenv, then runs the suite.
+# Python venv support, shellcheck), creates the cached torch + deepspeed virtualenv, then runs
+# the suite.
 # Needs root: the tests build network namespaces with an sshd in each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ command -v ssh >/dev/null || missing+=(openssh-client)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v setsid >/dev/null && command -v flock >/dev/null && command -v unshare >/dev/null || missing+=(util-linux)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
+command -v shellcheck >/dev/null || missing+=(shellcheck)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
   apt-get update -qq

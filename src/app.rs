@@ -285,10 +285,10 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[])?;
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
-        let (conns, ms, errors) = supervisor::connect_each(&plan).await;
+        let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
         let probe = doctor::ProbeOptions { fast: false, test_port: true, presweep: None };
-        let report = doctor::diagnose(&plan, &conns, &ms, &errors, &probe, Vec::new()).await;
-        supervisor::close_each(conns).await;
+        let report = doctor::diagnose(&plan, &fleet, &probe, Vec::new()).await;
+        fleet.close().await;
         report
     });
     if args.json {

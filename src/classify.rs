@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use regex::Regex;
-use serde::Serialize;
 
-use crate::config::{FailureClass, RuleSpec};
-use crate::events::NodeExit;
-use crate::remote::ProcessState;
+use crate::config::RuleSpec;
+use crate::outcome::{
+    Consequence, FailureClass, NodeExit, NodeOutcome, RootCause, TimedLine, Trigger, Verdict,
+};
 
 /// The built-in rules: a line matching the pattern points at the class. Strings from real
 /// PyTorch, NCCL, gloo, DeepSpeed and shell output.
@@ -97,71 +97,6 @@ impl RuleTable {
         }
         regex::bytes::Regex::new(&parts.join("|")).ok()
     }
-}
-
-/// A line as the supervisor received it, with its arrival time since the attempt started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimedLine {
-    pub at: Duration,
-    pub text: String,
-}
-
-/// What the supervisor saw of one node in one attempt.
-#[derive(Debug, Clone)]
-pub struct NodeOutcome {
-    pub node_rank: usize,
-    pub host: String,
-    /// The global rank of its local rank 0.
-    pub first_rank: u32,
-    pub exit: NodeExit,
-    pub ended_at: Duration,
-    /// When herd asked it to stop, if it was still running then.
-    pub stop_requested_at: Option<Duration>,
-    /// Its last lines.
-    pub lines: Vec<TimedLine>,
-    /// Its job's processes as its agent saw them when herd found the job hung (empty
-    /// otherwise, or when the agent did not answer in time).
-    pub processes: Vec<ProcessState>,
-}
-
-/// Why herd itself ended an attempt, when no node's exit did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    NodeFailed,
-    /// No progress for `restart.hang_timeout`.
-    Hang,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RootCause {
-    /// Global rank of the failing process, when the launcher said which.
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    pub node_rank: usize,
-    pub host: String,
-    #[serde(flatten)]
-    pub exit: NodeExit,
-    pub line: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Consequence {
-    pub node_rank: usize,
-    pub host: String,
-    pub class: FailureClass,
-    #[serde(flatten)]
-    pub exit: NodeExit,
-    pub line: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
-    pub class: FailureClass,
-    /// `None` when nothing points at one node: a hang in which every rank stopped making
-    /// progress at once and none was found stopped or stuck. herd blames no node on a guess.
-    pub root_cause: Option<RootCause>,
-    pub consequences: Vec<Consequence>,
-    pub hint: &'static str,
 }
 
 /// One node's failure as the rules and its exit explain it.
@@ -374,6 +309,7 @@ pub fn last_error_line(tail: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::ProcessState;
 
     fn lines(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

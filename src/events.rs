@@ -4,63 +4,8 @@
 pub use crate::remote::frames::Source;
 use serde::Serialize;
 
-use crate::classify::Verdict;
-use crate::config::FailureClass;
 use crate::lines::Lines;
-
-/// How a node's launcher ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeExit {
-    /// It exited with this code.
-    ExitCode(i32),
-    /// It was killed by this signal.
-    Signal(i32),
-    /// herd lost the node (SSH connection gone) before it reported an exit.
-    Lost(String),
-}
-
-impl NodeExit {
-    pub fn success(&self) -> bool {
-        matches!(self, NodeExit::ExitCode(0))
-    }
-
-    /// From the wait status a POSIX shell reports: 128+N means signal N.
-    pub fn from_shell_status(status: i32) -> NodeExit {
-        if (129..=128 + 64).contains(&status) {
-            NodeExit::Signal(status - 128)
-        } else {
-            NodeExit::ExitCode(status)
-        }
-    }
-}
-
-impl std::fmt::Display for NodeExit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NodeExit::ExitCode(c) => write!(f, "exit code {c}"),
-            NodeExit::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
-            NodeExit::Lost(why) => write!(f, "connection lost ({why})"),
-        }
-    }
-}
-
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => "signal",
-    }
-}
+use crate::outcome::{FailureClass, NodeExit, Verdict};
 
 /// Why the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

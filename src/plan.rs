@@ -4,13 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use regex::Regex;
 use serde::Serialize;
 
+use crate::classify::RuleTable;
 use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
 use crate::container::{self, ContainerPlan};
 use crate::launcher::{self, NodeLaunch};
+use crate::marker::{self, Marker};
+use crate::policy;
 use crate::remote;
 
 /// What the plan takes from outside the config file.
@@ -55,6 +60,58 @@ pub struct LaunchPlan {
     pub launcher_program: String,
     /// `[container]`: the launcher runs in it on every node.
     pub container: Option<ContainerPlan>,
+    /// The timings derived from `[restart]` and `[ssh]`, once.
+    pub timing: Timing,
+    /// `[restart]`'s patterns, compiled once.
+    pub patterns: Patterns,
+}
+
+/// `[restart]`'s patterns, compiled (the config checked that they compile). Derived from
+/// `LaunchPlan::restart`: two plans with equal `restart` have equal patterns.
+#[derive(Clone)]
+pub struct Patterns {
+    /// The failure rules, the user's before the built-in ones.
+    pub rules: Arc<RuleTable>,
+    /// `restart.progress_pattern`: only lines matching it count as progress.
+    pub progress: Option<Arc<Regex>>,
+    /// The `crash` rules as one pattern over raw bytes (see `RuleTable::crash_pattern`).
+    pub crash: Option<Arc<regex::bytes::Regex>>,
+}
+
+impl Patterns {
+    fn new(restart: &Restart) -> Patterns {
+        let rules = RuleTable::new(&restart.rules);
+        Patterns {
+            progress: restart.progress_pattern.as_deref().and_then(|p| Regex::new(p).ok()).map(Arc::new),
+            crash: rules.crash_pattern().map(Arc::new),
+            rules: Arc::new(rules),
+        }
+    }
+}
+
+impl PartialEq for Patterns {
+    fn eq(&self, _: &Patterns) -> bool {
+        true
+    }
+}
+
+impl Eq for Patterns {}
+
+impl std::fmt::Debug for Patterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Patterns(from restart)")
+    }
+}
+
+/// What herd's timeouts mean for its connections and agents (see `policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How herd's SSH masters behave: keepalives, idle expiry.
+    pub connect: policy::ConnectOptions,
+    /// The agents' grace between SIGTERM and SIGKILL, in whole seconds.
+    pub grace_secs: u64,
+    /// Seconds between the agents' heartbeats.
+    pub heartbeat_secs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,9 +198,6 @@ pub struct AttemptValues<'a> {
 
 /// `rendezvous.interface` value that asks herd to find each node's interface.
 pub const AUTO_INTERFACE: &str = "auto";
-
-/// The variable that marks every process of a node's job.
-pub const MARKER_VAR: &str = "HERD_MARKER";
 
 /// Identifies a config file across runs (FNV-1a of its canonical path), so that leftovers of
 /// runs of the same config can be told from other jobs', and `herd logs` finds its runs
@@ -239,7 +293,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
             set("HERD_RUN_ID", EnvValue::RunId);
             set("HERD_ATTEMPT", EnvValue::Attempt);
             set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
-            set(MARKER_VAR, EnvValue::Marker { config_key: config_key.clone() });
+            set(marker::RUN_VAR, EnvValue::Marker { config_key: config_key.clone() });
             if container.is_some() {
                 set(container::NAME_VAR, EnvValue::ContainerName { config_key: config_key.clone() });
             }
@@ -294,6 +348,12 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         console: config.logs.console.clone(),
         restart: config.restart.clone(),
         login_timeout: config.ssh.login_timeout,
+        patterns: Patterns::new(&config.restart),
+        timing: Timing {
+            connect: policy::connect_options(&config.restart, config.ssh.login_timeout),
+            grace_secs: policy::grace_secs(config.restart.grace_period),
+            heartbeat_secs: policy::heartbeat_interval(config.restart.heartbeat_timeout).as_secs(),
+        },
         missing_forwarded,
         config_key,
         device: job.device,
@@ -340,11 +400,23 @@ impl LaunchPlan {
 
     /// The start of the HERD_MARKER entry of every process of this config's runs, or of one
     /// run: what a sweep for leftovers matches.
-    pub fn marker_prefix(&self, run_id: Option<&str>) -> String {
-        match run_id {
-            Some(run) => format!("{MARKER_VAR}={}:{run}:", self.config_key),
-            None => format!("{MARKER_VAR}={}:", self.config_key),
+    /// The agent of a job (a shell snippet) whose processes carry `marker` (`NAME=VALUE`),
+    /// with the plan's timings; the rest as the caller sets it.
+    pub fn agent(&self, marker: String, job: String) -> remote::AgentInvocation {
+        remote::AgentInvocation {
+            grace_secs: self.timing.grace_secs,
+            heartbeat_secs: self.timing.heartbeat_secs,
+            marker,
+            job,
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
         }
+    }
+
+    /// The agent's `NAME=VALUE` marker line for one node in one attempt.
+    pub fn marker(&self, node: &NodePlan, values: &AttemptValues<'_>) -> String {
+        node_marker(&self.config_key, node.rank, values).entry()
     }
 
     /// The job snippet each node's agent runs. With `[container]`, `setup` runs in the
@@ -373,7 +445,7 @@ impl LaunchPlan {
     /// With `[container]`: what the node's agent runs after the job is gone, to remove the
     /// attempt's container.
     pub fn container_cleanup(&self, node: &NodePlan, values: &AttemptValues<'_>) -> Option<String> {
-        let name = node.resolved_env(values).into_iter().find(|(k, _)| k == container::NAME_VAR)?.1;
+        let name = container::name(&self.config_key, values.run_id, values.attempt, node.rank);
         Some(self.container.as_ref()?.remove_command(&name))
     }
 }
@@ -393,9 +465,7 @@ impl NodePlan {
                     EnvValue::MasterPort => values.master_port.to_string(),
                     EnvValue::RunId => values.run_id.to_string(),
                     EnvValue::Attempt => values.attempt.to_string(),
-                    EnvValue::Marker { config_key } => {
-                        format!("{config_key}:{}:{}:{}", values.run_id, values.attempt, self.rank)
-                    }
+                    EnvValue::Marker { config_key } => node_marker(config_key, self.rank, values).value(),
                     EnvValue::ContainerName { config_key } => {
                         container::name(config_key, values.run_id, values.attempt, self.rank)
                     }
@@ -411,15 +481,14 @@ impl NodePlan {
         remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
-    /// The agent's `NAME=VALUE` marker line for one attempt.
-    pub fn marker(&self, values: &AttemptValues<'_>) -> String {
-        let value = self.resolved_env(values).into_iter().find(|(k, _)| k == MARKER_VAR).map(|(_, v)| v);
-        format!("{MARKER_VAR}={}", value.unwrap_or_default())
-    }
-
     pub fn global_ranks(&self) -> std::ops::Range<u32> {
         self.first_global_rank..self.first_global_rank + self.nproc
     }
+}
+
+/// The marker of one node's processes in one attempt.
+fn node_marker<'a>(config_key: &'a str, node_rank: usize, values: &AttemptValues<'a>) -> Marker<'a> {
+    Marker::config(config_key).run(values.run_id).attempt(values.attempt).node(node_rank)
 }
 
 impl EnvValue {
@@ -463,16 +532,19 @@ mod tests {
     fn markers_name_config_run_attempt_and_node() {
         let p = plan();
         let values = |attempt| AttemptValues { run_id: "r1", attempt, master_port: 1, interfaces: &[] };
-        let m0 = p.nodes[1].marker(&values(0));
-        let m1 = p.nodes[1].marker(&values(1));
+        let m0 = p.marker(&p.nodes[1], &values(0));
+        let m1 = p.marker(&p.nodes[1], &values(1));
         // An agent left over from attempt 0 sweeps only its own attempt's processes.
         assert_ne!(m0, m1);
         assert_eq!(m0, format!("HERD_MARKER={}:r1:0:1", p.config_key));
         // Sweeps by run and by config still match every attempt and node.
-        for m in [&m0, &m1, &p.nodes[0].marker(&values(0))] {
-            assert!(m.starts_with(&p.marker_prefix(Some("r1"))), "{m}");
-            assert!(m.starts_with(&p.marker_prefix(None)), "{m}");
+        let config = Marker::config(&p.config_key);
+        for m in [&m0, &m1, &p.marker(&p.nodes[0], &values(0))] {
+            assert!(m.starts_with(&config.run("r1").entry()), "{m}");
+            assert!(m.starts_with(&config.entry()), "{m}");
         }
-        assert!(!m0.starts_with(&p.marker_prefix(Some("r10"))));
+        // The env every job process gets holds the same marker.
+        let env = p.nodes[1].resolved_env(&values(0));
+        assert!(env.iter().any(|(k, v)| format!("{k}={v}") == m0), "{env:?}");
     }
 }

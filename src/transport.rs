@@ -3,6 +3,8 @@
 //! later action multiplexed over it; or this machine directly, for `localhost`.
 
 use std::num::NonZeroUsize;
+
+use crate::policy::ConnectOptions;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -38,18 +40,6 @@ pub struct SshLink {
     session: std::sync::Mutex<Arc<Session>>,
     target: SshTarget,
     options: ConnectOptions,
-}
-
-/// How herd's SSH master connections behave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectOptions {
-    /// SSH keepalives: the connection counts as lost after three unanswered ones.
-    pub alive_interval: Duration,
-    /// How long a master stays up with no channel open (ControlPersist). herd must never
-    /// outwait it while it still needs the connection (a slow login elsewhere, a restart's
-    /// backoff, waiting for a lost node); and a master that herd, killed, left behind exits
-    /// by itself after it.
-    pub idle_persist: Duration,
 }
 
 /// An agent started ahead of its use (its login overlapping other work), with what it was

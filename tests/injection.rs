@@ -89,11 +89,8 @@ impl Sandbox {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
-            marker: node.marker(&values),
-            job: plan.job_snippet(node),
             cleanup: plan.container_cleanup(node, &values),
-            presweep: None,
-            report_ports: false,
+            ..plan.agent(plan.marker(node, &values), plan.job_snippet(node))
         };
         let path = format!("{}:/usr/bin:/bin", self.dir.path().join("bin").display());
         let mut child = Command::new("sh")

@@ -3,7 +3,11 @@
 //! Both take a hostlist expression. The selected nodes keep the config's order, so node ranks
 //! are recounted from 0 over what is left (a node's rank is its index in `Config::nodes`).
 
-use super::{help_line, hostlist, node_list, suggest, Config, HostlistError, Node};
+use super::check::node_list;
+use super::error::help_line;
+use super::hostlist::{self, HostlistError};
+use super::suggest;
+use super::types::{Config, Node};
 
 /// Why `--nodes` / `--exclude` cannot be applied. `Display` is the whole message, with a
 /// `= help:` line when a misspelt host is probably another one.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::outcome::FailureClass;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The file this came from (as given on the command line).
@@ -175,57 +177,94 @@ pub struct RuleSpec {
     pub class: FailureClass,
 }
 
-/// Why an attempt failed. Ordered by how the classifier reports them, not by severity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FailureClass {
-    Comm,
-    NodeLost,
-    Hang,
-    Port,
-    Crash,
-    Oom,
-    User,
-    Launch,
+/// `job.python` when not given.
+pub const DEFAULT_PYTHON: &str = "python3";
+/// `logs.dir` when not given.
+pub const DEFAULT_LOGS_DIR: &str = "herd-logs";
+/// `rendezvous.port_range` when not given.
+pub const DEFAULT_PORT_RANGE: (u16, u16) = (20000, 40000);
+/// `container.shm_size` when not given.
+pub const DEFAULT_SHM_SIZE: &str = "8g";
+/// `ssh.login_timeout` when not given: generous, since a shared home's shell init can take a
+/// minute on a cold cluster; a login that is stuck is still found.
+pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// `ssh.connect_timeout` when not given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `restart.on` when not given.
+pub const DEFAULT_RESTART_ON: [FailureClass; 5] =
+    [FailureClass::Comm, FailureClass::NodeLost, FailureClass::Hang, FailureClass::Port, FailureClass::Crash];
+
+impl Default for SshSettings {
+    fn default() -> Self {
+        SshSettings {
+            user: None,
+            port: None,
+            identity_file: None,
+            known_hosts: KnownHostsPolicy::Strict,
+            known_hosts_file: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            login_timeout: DEFAULT_LOGIN_TIMEOUT,
+        }
+    }
 }
 
-impl FailureClass {
-    pub const ALL: [FailureClass; 8] = [
-        FailureClass::Comm,
-        FailureClass::NodeLost,
-        FailureClass::Hang,
-        FailureClass::Port,
-        FailureClass::Crash,
-        FailureClass::Oom,
-        FailureClass::User,
-        FailureClass::Launch,
-    ];
+impl Default for Rendezvous {
+    fn default() -> Self {
+        Rendezvous { master: None, port: PortSpec::Auto, port_range: DEFAULT_PORT_RANGE, interface: None }
+    }
+}
 
+impl Default for Logs {
+    fn default() -> Self {
+        Logs { dir: PathBuf::from(DEFAULT_LOGS_DIR), console: None }
+    }
+}
+
+impl Default for Restart {
+    fn default() -> Self {
+        Restart {
+            max_restarts: 3,
+            on: DEFAULT_RESTART_ON.to_vec(),
+            backoff: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(5 * 60),
+            grace_period: Duration::from_secs(10),
+            hang_timeout: None,
+            progress_pattern: None,
+            node_wait: Duration::from_secs(5 * 60),
+            heartbeat_timeout: Duration::from_secs(15),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl KnownHostsPolicy {
     pub fn as_str(self) -> &'static str {
         match self {
-            FailureClass::Comm => "comm",
-            FailureClass::NodeLost => "node-lost",
-            FailureClass::Hang => "hang",
-            FailureClass::Port => "port",
-            FailureClass::Crash => "crash",
-            FailureClass::Oom => "oom",
-            FailureClass::User => "user",
-            FailureClass::Launch => "launch",
+            KnownHostsPolicy::Strict => "strict",
+            KnownHostsPolicy::AcceptNew => "accept-new",
         }
     }
 
-    pub fn parse(s: &str) -> Option<FailureClass> {
-        FailureClass::ALL.into_iter().find(|c| c.as_str() == s)
+    pub const ALL: [KnownHostsPolicy; 2] = [KnownHostsPolicy::Strict, KnownHostsPolicy::AcceptNew];
+
+    pub fn parse(s: &str) -> Option<KnownHostsPolicy> {
+        KnownHostsPolicy::ALL.into_iter().find(|p| p.as_str() == s)
     }
 }
 
-impl serde::Serialize for FailureClass {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
+impl LauncherKind {
+    pub const ALL: [LauncherKind; 3] =
+        [LauncherKind::Torchrun, LauncherKind::Deepspeed, LauncherKind::Command];
 
-impl std::fmt::Display for FailureClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LauncherKind::Torchrun => "torchrun",
+            LauncherKind::Deepspeed => "deepspeed",
+            LauncherKind::Command => "command",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LauncherKind> {
+        LauncherKind::ALL.into_iter().find(|l| l.as_str() == s)
     }
 }

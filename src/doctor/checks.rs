@@ -720,18 +720,19 @@ mod tests {
 
     #[test]
     fn the_leftovers_fact_counts_only_the_configs_processes_whose_agent_is_gone() {
+        use crate::marker::{Marker, RUN_VAR};
         use crate::remote::{env_block, AgentInvocation};
         use std::io::{Read, Write};
         use std::process::{Command, Stdio};
         let p = plan();
-        let marker = |run: &str| format!("{}:{run}:0:0", p.config_key);
+        let marker = |run: &str| Marker::config(&p.config_key).run(run).attempt(0).node(0).value();
         // The agent as the doctor starts it, with `job` and the marker of `run`.
         let agent = |run: &str, job: String| {
             let m = marker(run);
             let inv = AgentInvocation {
                 grace_secs: 1,
                 heartbeat_secs: 60,
-                marker: format!("HERD_MARKER={m}"),
+                marker: format!("{RUN_VAR}={m}"),
                 job,
                 cleanup: None,
                 presweep: None,
@@ -745,13 +746,13 @@ mod tests {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            child.stdin.as_mut().unwrap().write_all(&env_block([("HERD_MARKER", m.as_str())])).unwrap();
+            child.stdin.as_mut().unwrap().write_all(&env_block([(RUN_VAR, m.as_str())])).unwrap();
             child
         };
         // A leftover: marked, and no agent.
         let mut old = Command::new("sleep")
             .arg("62")
-            .env("HERD_MARKER", marker("20000101-000000-dead"))
+            .env(RUN_VAR, marker("20000101-000000-dead"))
             .stdin(Stdio::null())
             .spawn()
             .unwrap();

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::config::PortSpec;
+use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
 use crate::remote::{self, quote, AgentInvocation, AgentMessage};
@@ -106,7 +107,7 @@ if {full}:
         s += remote::PROCS_SCRIPT;
         s += &format!(
             "echo \"herd-fact leftovers=$(herd_leftovers {} | wc -l)\"\n",
-            quote(&plan.marker_prefix(None))
+            quote(&crate::marker::Marker::config(&plan.config_key).entry())
         );
         if let crate::config::PortSpec::Fixed(p) = plan.master.port {
             s += &format!(
@@ -337,22 +338,19 @@ impl Report {
 /// The agent of one node's probe.
 pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> AgentInvocation {
     let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: 0, interfaces: &[] };
+    // With [container], setup is for inside the image: the probes run on the node itself.
+    let job = remote::job_snippet(
+        &plan.workdir,
+        plan.setup.as_deref().filter(|_| plan.container.is_none()),
+        &probe_command(plan, node, options.fast),
+    );
     AgentInvocation {
         grace_secs: 1,
-        heartbeat_secs: crate::supervisor::policy::heartbeat_interval(plan.restart.heartbeat_timeout)
-            .as_secs(),
-        marker: node.marker(&values),
-        // With [container], setup is for inside the image: the probes run on the node itself.
-        job: remote::job_snippet(
-            &plan.workdir,
-            plan.setup.as_deref().filter(|_| plan.container.is_none()),
-            &probe_command(plan, node, options.fast),
-        ),
-        cleanup: None,
         presweep: options.presweep.clone(),
         report_ports: options.test_port
             && plan.master.port == PortSpec::Auto
             && node.rank == plan.master.node_rank,
+        ..plan.agent(plan.marker(node, &values), job)
     }
 }
 
@@ -362,16 +360,14 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
 /// here.
 pub async fn diagnose(
     plan: &LaunchPlan,
-    conns: &[Option<Arc<Connection>>],
-    connect_ms: &[u64],
-    connect_errors: &[Option<String>],
+    fleet: &Fleet,
     options: &ProbeOptions,
     mut early: Vec<Option<Started>>,
 ) -> Report {
     let started = Instant::now();
     let n = plan.nnodes();
     let master = plan.master.node_rank;
-    let all_connected = conns.iter().all(Option::is_some);
+    let all_connected = fleet.links().iter().all(|l| l.conn.is_ok());
     let reach = options.test_port && n > 1 && all_connected;
     let values =
         |port: u16| AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
@@ -380,10 +376,10 @@ pub async fn diagnose(
     let mut close_master = None;
     // The master's agent reports its ports (see `probe_invocation`): herd chooses from them.
     let choosing =
-        conns[master].is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
+        fleet.conn(master).is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
     let mut set = JoinSet::new();
     for node in &plan.nodes {
-        let Some(conn) = conns[node.rank].clone() else { continue };
+        let Some(conn) = fleet.conn(node.rank).cloned() else { continue };
         let (env_tx, env_rx) = oneshot::channel();
         envs[node.rank] = Some(env_tx);
         let close = (node.rank == master && reach).then(|| {
@@ -472,8 +468,8 @@ pub async fn diagnose(
         .iter()
         .map(|node| {
             let base = Facts {
-                unreachable: connect_errors[node.rank].clone(),
-                connect_ms: connect_ms[node.rank],
+                unreachable: fleet.links()[node.rank].conn.as_ref().err().cloned(),
+                connect_ms: fleet.links()[node.rank].connect_ms,
                 ..Facts::default()
             };
             match results[node.rank].take() {

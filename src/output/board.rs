@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::events::{Event, NodeExit};
+use crate::events::Event;
+use crate::outcome::NodeExit;
 
 /// From this many nodes on, the board shows counts per state and only the nodes that are
 /// not healthy, so that it fits on a screen.
@@ -137,7 +138,7 @@ impl Board {
                 let state = match exit {
                     NodeExit::ExitCode(c) => NodeState::Exited(*c),
                     NodeExit::Signal(s) => {
-                        NodeState::Failed(format!("signal {s} ({})", crate::events::signal_name(*s)))
+                        NodeState::Failed(format!("signal {s} ({})", crate::outcome::signal_name(*s)))
                     }
                     NodeExit::Lost(_) => NodeState::Failed("connection lost".into()),
                 };
@@ -328,7 +329,11 @@ mod tests {
         assert!(text.ends_with("    2  node3  failed: signal 9 (SIGKILL)  -"), "{text}");
 
         b.apply(
-            &Event::RestartScheduled { attempt: 1, delay_ms: 4000, class: crate::config::FailureClass::Comm },
+            &Event::RestartScheduled {
+                attempt: 1,
+                delay_ms: 4000,
+                class: crate::outcome::FailureClass::Comm,
+            },
             at(t0, 66),
         );
         assert!(b.render(at(t0, 67), 200).contains("node1  restarting in 3s"));

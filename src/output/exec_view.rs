@@ -157,7 +157,7 @@ pub fn compress_hosts(hosts: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::NodeExit;
+    use crate::outcome::NodeExit;
 
     #[test]
     fn hostlists_compress_runs_of_numbers() {

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::classify::{RootCause, Verdict};
 use crate::events::{Event, RunStatus};
+use crate::outcome::{RootCause, Verdict};
 use crate::output::node_log_path;
 use crate::supervisor::AttemptSummary;
 
@@ -153,9 +153,7 @@ pub fn failure(v: &Verdict, log: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::Consequence;
-    use crate::config::FailureClass;
-    use crate::events::NodeExit;
+    use crate::outcome::{Consequence, FailureClass, NodeExit};
     use std::time::Duration;
 
     fn verdict() -> Verdict {

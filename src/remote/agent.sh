@@ -100,6 +100,7 @@ ports_in_use() {
     while read -r _ local _; do echo "${local##*:}"; done <"$t"
   done | sort -u
 }
+# shellcheck disable=SC2046 # one word per port, on one line
 [ "$report" != ports ] || echo "herd-agent ports" $(ports_in_use) >&2
 
 IFS= read -r count || quit 70
@@ -191,6 +192,7 @@ stop_job() {
     t=$((t + 1))
     left=$(survivors "$seen")
   done
+  # shellcheck disable=SC2086 # one word per pid
   [ -z "$left" ] || echo "herd-agent unstopped" $left >&2
 }
 
@@ -229,6 +231,7 @@ end_idle_launcher() {
       rest="$rest $p"
     done
     if [ -z "$busy" ]; then
+      # shellcheck disable=SC2086 # one word per pid
       if [ -n "$rest" ]; then kill -KILL $rest 2>/dev/null; else kill -KILL "-$pg" 2>/dev/null; fi
       return 0
     fi
@@ -246,7 +249,10 @@ end_idle_launcher() {
         end_idle_launcher "$grace" 4>&- &
         ;;
       kill) signal_job KILL ;;
-      probe) echo "herd-agent probe" $(probe_job) >&4 ;;
+      probe)
+        # shellcheck disable=SC2046 # one word per process, on one line
+        echo "herd-agent probe" $(probe_job) >&4
+        ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
     esac
   done

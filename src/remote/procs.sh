@@ -9,6 +9,7 @@
 
 # herd_with_env GREP_ARGS...: the pids whose environment has an entry grep -z matches.
 herd_with_env() {
+  # shellcheck disable=SC2013 # paths of /proc hold no blank
   for herd_f in $(grep -lz "$@" /proc/[0-9]*/environ 2>/dev/null); do
     herd_f=${herd_f#/proc/}
     echo "${herd_f%/environ}"
@@ -20,6 +21,7 @@ herd_with_env() {
 herd_stat() {
   { IFS= read -r herd_l <"$1"; } 2>/dev/null || return 1
   herd_pid=${herd_l%% *}
+  # shellcheck disable=SC2086 # the fields of /proc/PID/stat after the name, one word each
   herd_fields ${herd_l##*) }
 }
 herd_fields() {
@@ -113,7 +115,9 @@ herd_pick() {
 herd_sweep() {
   herd_found=$(herd_pick "$1" "$2")
   [ -n "$herd_found" ] || return 0
+  # shellcheck disable=SC2086 # one word per pid
   echo $herd_found
+  # shellcheck disable=SC2086 # one word per pid
   kill -TERM $herd_found 2>/dev/null
   herd_t=0
   while [ -n "$(herd_pick "$1" "$2")" ] && [ "$herd_t" -lt "$(($3 * 10))" ]; do
@@ -121,6 +125,7 @@ herd_sweep() {
     herd_t=$((herd_t + 1))
   done
   herd_left=$(herd_pick "$1" "$2")
+  # shellcheck disable=SC2086 # one word per pid
   [ -z "$herd_left" ] || kill -KILL $herd_left 2>/dev/null
   return 0
 }

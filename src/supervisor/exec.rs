@@ -7,14 +7,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::node::{self, Liveness, NodeRun, Stop};
-use super::{close_each, connect_each, Interrupts};
-use crate::events::{Event, NodeExit};
+use super::types::Interrupts;
+use crate::events::Event;
+use crate::fleet::Fleet;
+use crate::marker::Marker;
+use crate::outcome::NodeExit;
 use crate::plan::LaunchPlan;
 use crate::remote::{self, AgentInvocation};
-
-/// The variable that marks an exec's processes. It is not HERD_MARKER on purpose: a run's
-/// sweep of leftovers must never stop someone's `herd exec` of the same config.
-pub const EXEC_MARKER_VAR: &str = "HERD_EXEC";
 
 /// Seconds between SIGTERM and SIGKILL when an exec is interrupted.
 const GRACE_SECS: u64 = 3;
@@ -58,33 +57,30 @@ pub async fn exec(
     events: mpsc::Sender<Event>,
     mut interrupts: Interrupts,
 ) -> ExecOutcome {
-    let (conns, _, errors) = connect_each(plan).await;
-    let mut ends: Vec<Option<ExecExit>> =
-        errors.iter().map(|e| e.as_ref().map(|e| ExecExit::Unreachable(e.clone()))).collect();
+    let (fleet, _, _) = Fleet::connect(plan, None, |_| Vec::new()).await;
+    let mut ends: Vec<Option<ExecExit>> = fleet
+        .links()
+        .iter()
+        .map(|l| l.conn.as_ref().err().map(|e| ExecExit::Unreachable(e.clone())))
+        .collect();
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
-    for (rank, conn) in conns.iter().enumerate() {
-        let Some(conn) = conn.clone() else { continue };
-        let value = format!("{}:{exec_id}:{rank}", plan.config_key);
+    for (rank, conn) in fleet.connected() {
+        let marker = Marker::exec(&plan.config_key, exec_id).node(rank);
         let run = NodeRun {
             node_rank: rank,
             host: plan.nodes[rank].host.clone(),
             attempt: 0,
+            // Nobody watches an exec's heartbeat (a lost connection still ends it), but its
+            // interval bounds how long anything of it may outlive the agent. The command runs
+            // as a login shell would run it, in bash where the node has it.
             invocation: AgentInvocation {
                 grace_secs: GRACE_SECS,
-                // Nobody watches an exec's heartbeat (a lost connection still ends it), but its
-                // interval bounds how long anything of it may outlive the agent.
-                heartbeat_secs: super::policy::heartbeat_interval(plan.restart.heartbeat_timeout).as_secs(),
-                marker: format!("{EXEC_MARKER_VAR}={value}"),
-                // As a login shell would run it, in bash where the node has it.
-                job: remote::in_bash(command),
-                cleanup: None,
-                presweep: None,
-                report_ports: false,
+                ..plan.agent(marker.entry(), remote::in_bash(command))
             },
             early: None,
-            env: node::env_now(remote::env_block([(EXEC_MARKER_VAR, value.as_str())])),
+            env: node::env_now(remote::env_block([(marker.var, marker.value().as_str())])),
             ports: None,
             liveness: liveness.clone(),
             progress_pattern: None,
@@ -92,7 +88,7 @@ pub async fn exec(
             probe: None,
             quick_launcher_exit: None,
         };
-        set.spawn(node::run(conn, run, stop_rx.clone(), events.clone()));
+        set.spawn(node::run(conn.clone(), run, stop_rx.clone(), events.clone()));
     }
     let mut interrupted = 0;
     loop {
@@ -110,7 +106,7 @@ pub async fn exec(
             }
         }
     }
-    close_each(conns).await;
+    fleet.close().await;
     let ends =
         ends.into_iter().map(|e| e.unwrap_or_else(|| ExecExit::Unreachable("no result".into()))).collect();
     ExecOutcome { ends, interrupted: interrupted > 0 }

@@ -11,11 +11,11 @@ use regex::Regex;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::classify::TimedLine;
-use crate::events::{Event, NodeExit};
+use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
+use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::frames::{Frame, FrameReader, Source};
-use crate::remote::{self, AgentInvocation, AgentMessage, ProcessState};
+use crate::remote::{self, AgentInvocation, AgentMessage};
 use crate::transport::{Connection, Started, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
@@ -175,7 +175,7 @@ impl Liveness {
 pub async fn run(
     conn: Arc<Connection>,
     node: NodeRun,
-    mut stop: watch::Receiver<Stop>,
+    stop: watch::Receiver<Stop>,
     events: mpsc::Sender<Event>,
 ) -> NodeResult {
     let rank = node.node_rank;
@@ -190,7 +190,6 @@ pub async fn run(
         Ok(started) => started.process,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
-    let mut stdin = process.stdin;
     let progress = Arc::new(PumpProgress::default());
     let out_pump = tokio::spawn(pump_output(
         process.stdout,
@@ -201,7 +200,7 @@ pub async fn run(
         node.progress_pattern.clone(),
         node.fatal.clone(),
     ));
-    let mut asks = node.probe.as_ref().map(|p| p.asks.clone());
+    let asks = node.probe.as_ref().map(|p| p.asks.clone());
     let err_pump = tokio::spawn(pump_agent(
         process.stderr,
         node.attempt,
@@ -211,86 +210,8 @@ pub async fn run(
         node.liveness.clone(),
         Replies { probes: node.probe.map(|p| p.answers), ports: node.ports },
     ));
-    let mut env = Some(node.env);
-
-    // The node is done when the agent's stderr ends (the agent exited, having said how the
-    // job ended, or the connection went). Only then is the transport asked for its exit
-    // status: over SSH, collecting it closes the session, and with it any output the SSH
-    // master still holds for a reader that fell behind.
-    let mut err_pump = err_pump;
-    let mut sent = Stop::Run;
-    let mut give_up_at = None;
-    let mut gave_up = None;
-    let agent_status = loop {
-        let give_up = async {
-            match give_up_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let asked = async {
-            match &mut asks {
-                Some(asks) => asks.changed().await.is_ok(),
-                None => std::future::pending().await,
-            }
-        };
-        let env_known = async {
-            match &mut env {
-                Some(rx) => rx.await.ok(),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            joined = &mut err_pump => break joined.ok().flatten(),
-            block = env_known => {
-                env = None;
-                // Once a stop was sent, the agent has ended without starting anything.
-                if let (Some(block), Stop::Run) = (block, sent) {
-                    if let Err(e) = async { stdin.write_all(&block).await?; stdin.flush().await }.await {
-                        tracing::debug!(node = rank, "writing env block: {e}");
-                    }
-                }
-            }
-            true = asked => {
-                if let Err(e) = async { stdin.write_all(remote::CONTROL_PROBE).await?; stdin.flush().await }.await {
-                    tracing::debug!(node = rank, "sending probe: {e}");
-                }
-            }
-            () = give_up => {
-                // A node whose shell never reached the agent cannot act on `kill`; closing
-                // stdin (below) is all that is left, and the agent acts on that if it ever runs.
-                err_pump.abort();
-                gave_up = Some(format!(
-                    "no exit status {} s after SIGKILL was requested; stopped waiting for it",
-                    KILL_DEADLINE.as_secs()
-                ));
-                break None;
-            }
-            changed = stop.changed() => {
-                if changed.is_err() {
-                    // The supervisor is gone: closing stdin tears the job down.
-                    continue;
-                }
-                let want = *stop.borrow_and_update();
-                if want > sent {
-                    sent = want;
-                    if want == Stop::Kill {
-                        give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
-                    }
-                    let quick = node.quick_launcher_exit.as_ref().is_some_and(|failing| failing.load(Ordering::Relaxed) != rank);
-                    let line = match want {
-                        Stop::Kill => remote::CONTROL_KILL,
-                        _ if quick => remote::CONTROL_TERM_FAST,
-                        _ => remote::CONTROL_TERM,
-                    };
-                    if let Err(e) = async { stdin.write_all(line).await?; stdin.flush().await }.await {
-                        tracing::debug!(node = rank, "sending {want:?}: {e}");
-                    }
-                }
-            }
-        }
-    };
-    drop(stdin);
+    let control = Control { stdin: process.stdin, rank, sent: Stop::Run, quick: node.quick_launcher_exit };
+    let (agent_status, gave_up) = control.serve(err_pump, node.env, asks, stop).await;
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
     let transport_exit = match gave_up {
         Some(why) => TransportExit::Disconnected(why),
@@ -302,8 +223,22 @@ pub async fn run(
             )),
         },
     };
+    let exit = node_exit(agent_status, transport_exit, &conn).await;
+    let _ = events
+        .send(Event::NodeExited {
+            attempt: node.attempt,
+            node_rank: rank,
+            host: node.host,
+            exit: exit.clone(),
+        })
+        .await;
+    result(exit, tail)
+}
 
-    let exit = match (agent_status, transport_exit) {
+/// How the node ended, from what its agent said (its job's wait status) and how its
+/// transport ended.
+async fn node_exit(agent_status: Option<i32>, transport_exit: TransportExit, conn: &Connection) -> NodeExit {
+    match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
         // ssh's multiplexing cannot tell a dead connection from a killed process ("the
         // remote process has terminated"): ask the connection itself.
@@ -318,16 +253,113 @@ pub async fn run(
             NodeExit::Lost(format!("agent ended with exit code {code} before the job did"))
         }
         (None, TransportExit::Signal(sig)) => NodeExit::Lost(format!("agent killed by signal {sig}")),
-    };
-    let _ = events
-        .send(Event::NodeExited {
-            attempt: node.attempt,
-            node_rank: rank,
-            host: node.host,
-            exit: exit.clone(),
-        })
-        .await;
-    result(exit, tail)
+    }
+}
+
+/// The agent's stdin: the env block, then control lines.
+struct Control {
+    stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    rank: usize,
+    /// The strongest stop sent so far.
+    sent: Stop,
+    quick: Option<Arc<AtomicUsize>>,
+}
+
+impl Control {
+    /// Hand the agent its env when it is known, the supervisor's probes and stop requests as
+    /// they come, until the agent's stderr ends (it exited, having said how the job ended, or
+    /// the connection went). Only then may the transport be asked for its exit status: over
+    /// SSH, collecting it closes the session, and with it any output the SSH master still
+    /// holds for a reader that fell behind. Returns the job's status if the agent reported it,
+    /// or why herd stopped waiting.
+    async fn serve(
+        mut self,
+        mut err_pump: tokio::task::JoinHandle<Option<i32>>,
+        env: oneshot::Receiver<Vec<u8>>,
+        mut asks: Option<watch::Receiver<u32>>,
+        mut stop: watch::Receiver<Stop>,
+    ) -> (Option<i32>, Option<String>) {
+        let mut env = Some(env);
+        let mut give_up_at = None;
+        loop {
+            let asked = async {
+                match &mut asks {
+                    Some(asks) => asks.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let env_known = async {
+                match &mut env {
+                    Some(rx) => rx.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                joined = &mut err_pump => return (joined.ok().flatten(), None),
+                block = env_known => {
+                    env = None;
+                    // Once a stop was sent, the agent has ended without starting anything.
+                    if let (Some(block), Stop::Run) = (block, self.sent) {
+                        self.send(&block, "env block").await;
+                    }
+                }
+                true = asked => self.send(remote::CONTROL_PROBE, "probe").await,
+                () = sleep_until(give_up_at) => {
+                    // A node whose shell never reached the agent cannot act on `kill`; closing
+                    // stdin (on return) is all that is left, and the agent acts on that if it
+                    // ever runs.
+                    err_pump.abort();
+                    let secs = KILL_DEADLINE.as_secs();
+                    return (None, Some(format!("no exit status {secs} s after SIGKILL was requested; stopped waiting for it")));
+                }
+                changed = stop.changed() => {
+                    // An error: the supervisor is gone; closing stdin tears the job down.
+                    if changed.is_ok() {
+                        let want = *stop.borrow_and_update();
+                        if want == Stop::Kill && self.sent < Stop::Kill {
+                            give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
+                        }
+                        self.stop(want).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pass on a stop request stronger than any sent. With a torch launcher, every node but
+    /// the failing one ends its launcher as soon as its workers are gone (`term-fast`).
+    async fn stop(&mut self, want: Stop) {
+        if want <= self.sent {
+            return;
+        }
+        self.sent = want;
+        let quick = self.quick.as_ref().is_some_and(|failing| failing.load(Ordering::Relaxed) != self.rank);
+        let line = match want {
+            Stop::Kill => remote::CONTROL_KILL,
+            _ if quick => remote::CONTROL_TERM_FAST,
+            _ => remote::CONTROL_TERM,
+        };
+        self.send(line, if want == Stop::Kill { "kill" } else { "term" }).await;
+    }
+
+    async fn send(&mut self, bytes: &[u8], what: &str) {
+        if let Err(e) = async {
+            self.stdin.write_all(bytes).await?;
+            self.stdin.flush().await
+        }
+        .await
+        {
+            tracing::debug!(node = self.rank, "sending {what}: {e}");
+        }
+    }
+}
+
+/// Sleep until `at`; never, without one.
+pub(super) async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What an output pump is doing, for `drain`.
@@ -598,7 +630,7 @@ async fn pump_agent(
                 Event::ProcessesUnstopped { node_rank: rank, host: host.clone(), pids }
             }
             AgentMessage::Swept(text) => {
-                for event in super::swept_events(rank, &host, &text) {
+                for event in super::sweep::swept_events(rank, &host, &text) {
                     let _ = events.send(event).await;
                 }
                 continue;

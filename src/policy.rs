@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::config::Restart;
+use crate::outcome::FailureClass;
 
 /// The delay before restart number `restarts_done + 1`: `backoff` doubling with every
 /// restart, up to `backoff_max`, times a jitter factor in [0.8, 1.2) (from `unit`, a random
@@ -11,6 +12,12 @@ pub fn backoff(policy: &Restart, restarts_done: u32, unit: f64) -> Duration {
     let doubled = policy.backoff.saturating_mul(1u32.checked_shl(restarts_done.min(30)).unwrap_or(u32::MAX));
     let base = doubled.min(policy.backoff_max);
     base.mul_f64(0.8 + 0.4 * unit.clamp(0.0, 1.0)).min(policy.backoff_max)
+}
+
+/// The delay before the restart that follows attempt `attempt`'s failure as `class`, if the
+/// policy calls for one: restarts left, and a class it restarts on.
+pub fn restart_delay(policy: &Restart, attempt: u32, class: FailureClass, unit: f64) -> Option<Duration> {
+    (attempt < policy.max_restarts && policy.on.contains(&class)).then(|| backoff(policy, attempt, unit))
 }
 
 /// SSH keepalive interval, in whole seconds as OpenSSH takes it: the connection drops after
@@ -22,10 +29,10 @@ pub fn keepalive_interval(heartbeat_timeout: Duration) -> Duration {
 /// How herd's SSH masters behave for a run: keepalives from the heartbeat timeout, and an idle
 /// expiry longer than any wait of herd's with no channel open on a node (a slow login
 /// elsewhere, a restart's backoff, a lost node awaited), never less than 30 s.
-pub fn connect_options(policy: &Restart, login_timeout: Duration) -> crate::transport::ConnectOptions {
+pub fn connect_options(policy: &Restart, login_timeout: Duration) -> ConnectOptions {
     const MARGIN: Duration = Duration::from_secs(30);
     let longest_wait = login_timeout.max(policy.backoff_max).max(policy.node_wait);
-    crate::transport::ConnectOptions {
+    ConnectOptions {
         alive_interval: keepalive_interval(policy.heartbeat_timeout),
         idle_persist: longest_wait + MARGIN,
     }
@@ -39,6 +46,18 @@ pub fn heartbeat_interval(heartbeat_timeout: Duration) -> Duration {
 /// Grace before SIGKILL as the agent takes it: whole seconds, at least one.
 pub fn grace_secs(d: Duration) -> u64 {
     d.as_secs().max(1)
+}
+
+/// How herd's SSH master connections behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// SSH keepalives: the connection counts as lost after three unanswered ones.
+    pub alive_interval: Duration,
+    /// How long a master stays up with no channel open (ControlPersist). herd must never
+    /// outwait it while it still needs the connection (a slow login elsewhere, a restart's
+    /// backoff, waiting for a lost node); and a master that herd, killed, left behind exits
+    /// by itself after it.
+    pub idle_persist: Duration,
 }
 
 #[cfg(test)]
@@ -71,6 +90,15 @@ mod tests {
         assert!(backoff(&p, 0, 0.999) < Duration::from_secs(12));
         assert_eq!(backoff(&p, 5, 0.999), Duration::from_secs(60));
         assert_eq!(backoff(&policy(0, 0), 3, 0.7), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_restart_needs_restarts_left_and_a_class_the_policy_restarts_on() {
+        let p = Restart { max_restarts: 2, on: vec![FailureClass::Comm], ..policy(10, 60) };
+        assert_eq!(restart_delay(&p, 0, FailureClass::Comm, 0.5), Some(Duration::from_secs(10)));
+        assert_eq!(restart_delay(&p, 1, FailureClass::Comm, 0.5), Some(Duration::from_secs(20)));
+        assert_eq!(restart_delay(&p, 2, FailureClass::Comm, 0.5), None);
+        assert_eq!(restart_delay(&p, 0, FailureClass::User, 0.5), None);
     }
 
     #[test]

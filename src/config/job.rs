@@ -1,0 +1,102 @@
+//! `[job]`: what runs on every node, and how it is launched.
+
+use super::check::*;
+use super::raw::*;
+use super::suggest;
+use super::types::*;
+
+impl Cx<'_> {
+    pub(super) fn job(&self, raw: RawJob) -> Result<Job> {
+        let launcher = match &raw.launcher {
+            None => LauncherKind::Torchrun,
+            Some(l) => LauncherKind::parse(l.get_ref()).ok_or_else(|| {
+                self.err(
+                    l.span(),
+                    format!(
+                        "unknown launcher {:?}: expected one of {}",
+                        l.get_ref(),
+                        LauncherKind::ALL.map(LauncherKind::as_str).join(", ")
+                    ),
+                )
+                .with_help(suggest::help_for(l.get_ref(), LauncherKind::ALL.map(LauncherKind::as_str)))
+            })?,
+        };
+        if raw.script.get_ref().trim().is_empty() {
+            return Err(self.err(raw.script.span(), "job.script must not be empty"));
+        }
+        let mut forward_env = Vec::new();
+        for pattern in raw.forward_env.unwrap_or_default() {
+            if !is_env_pattern(pattern.get_ref()) {
+                return Err(self.err(
+                    pattern.span(),
+                    format!(
+                        "invalid job.forward_env entry {:?}: expected a variable name or a \
+                         NAME_* prefix glob (letters, digits and _, not starting with a digit, \
+                         optionally ending in *)",
+                        pattern.get_ref()
+                    ),
+                ));
+            }
+            forward_env.push(pattern.into_inner());
+        }
+        Ok(Job {
+            launcher,
+            script: raw.script.into_inner(),
+            args: raw.args.unwrap_or_default(),
+            module: raw.module.unwrap_or(false),
+            workdir: raw.workdir.map(|w| self.non_empty(w, "job.workdir")).transpose()?,
+            nproc_per_node: match &raw.nproc_per_node {
+                Some(n) => self.count(n, "job.nproc_per_node")?,
+                None => 1,
+            },
+            setup: raw.setup,
+            launcher_args: raw.launcher_args.unwrap_or_default(),
+            forward_env,
+            python: raw.python.map(|p| self.non_empty(p, "job.python")).transpose()?,
+            device: match &raw.device {
+                None => Device::Cuda,
+                Some(d) => match d.get_ref().as_str() {
+                    "cuda" => Device::Cuda,
+                    "cpu" => Device::Cpu,
+                    other => {
+                        return Err(self
+                            .err(
+                                d.span(),
+                                format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
+                            )
+                            .with_help(suggest::help_for(other, ["cuda", "cpu"])))
+                    }
+                },
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    #[test]
+    fn job_missing_or_script_empty() {
+        assert_file_err(
+            "[[nodes]]\nhost = \"a\"\n",
+            "missing [job] table: add [job] with at least `script = \"train.py\"`",
+        );
+        assert_err("[[nodes]]\nhost = \"a\"\n[job]\nscript = \"\"\n", 4, 10, "job.script must not be empty");
+    }
+
+    #[test]
+    fn forward_env_patterns() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}");
+        let ok = parse_ok(&format!("{base}forward_env = [\"A\", \"_x1\", \"HF_*\", \"P*\"]\n"));
+        assert_eq!(ok.job.forward_env, ["A", "_x1", "HF_*", "P*"]);
+        for bad in ["*", "HF-*", "*_TOKEN", "A**", "1A", ""] {
+            assert_err(
+                &format!("{base}forward_env = [\"OK\", \"{bad}\"]\n"),
+                5,
+                22,
+                &format!("invalid job.forward_env entry {bad:?}: expected a variable name or a NAME_* prefix glob (letters, digits and _, not starting with a digit, optionally ending in *)"),
+            );
+        }
+    }
+}

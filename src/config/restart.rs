@@ -1,0 +1,109 @@
+//! `[restart]`: when a failed attempt is restarted, how soon, and how failures are classified.
+
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::check::*;
+use super::error::ConfigError;
+use super::raw::*;
+use super::types::*;
+
+impl Cx<'_> {
+    pub(super) fn restart(&self, raw: Option<RawRestart>) -> Result<Restart> {
+        let defaults = Restart::default();
+        let Some(raw) = raw else {
+            return Ok(defaults);
+        };
+        let max_restarts = match &raw.max_restarts {
+            None => defaults.max_restarts,
+            Some(n) => u32::try_from(*n.get_ref()).map_err(|_| {
+                self.err(
+                    n.span(),
+                    format!("restart.max_restarts must be between 0 and {}, found {}", u32::MAX, n.get_ref()),
+                )
+            })?,
+        };
+        let on = match raw.on {
+            None => defaults.on,
+            Some(classes) => {
+                classes.iter().map(|c| self.failure_class(c, "restart.on")).collect::<Result<_>>()?
+            }
+        };
+        let duration = |v: &Option<Spanned<DurationText>>, what: &str, default: Duration| match v {
+            Some(d) => self.duration(d, what),
+            None => Ok(default),
+        };
+        let backoff = duration(&raw.backoff, "restart.backoff", defaults.backoff)?;
+        let backoff_max = duration(&raw.backoff_max, "restart.backoff_max", defaults.backoff_max)?;
+        if backoff > backoff_max {
+            let message = format!(
+                "restart.backoff ({}) is longer than restart.backoff_max ({})",
+                humantime::format_duration(backoff),
+                humantime::format_duration(backoff_max)
+            );
+            // Point at whichever was written (backoff_max first); the defaults are consistent.
+            return Err(match raw.backoff_max.as_ref().or(raw.backoff.as_ref()) {
+                Some(v) => self.err(v.span(), message),
+                None => ConfigError::whole_file(self.path, message),
+            });
+        }
+        let hang_timeout = raw
+            .hang_timeout
+            .as_ref()
+            .map(|d| self.positive_duration(d, "restart.hang_timeout"))
+            .transpose()?;
+        let progress_pattern = match raw.progress_pattern {
+            Some(p) if p.get_ref().is_empty() => {
+                return Err(self.err(p.span(), "restart.progress_pattern must not be empty"))
+            }
+            Some(p) => {
+                self.regex(&p, "restart.progress_pattern")?;
+                Some(p.into_inner())
+            }
+            None => None,
+        };
+        let mut rules = Vec::new();
+        for (i, rule) in raw.rules.unwrap_or_default().into_iter().enumerate() {
+            if rule.pattern.get_ref().is_empty() {
+                return Err(
+                    self.err(rule.pattern.span(), format!("restart.rules[{i}].pattern must not be empty"))
+                );
+            }
+            self.regex(&rule.pattern, &format!("restart.rules[{i}].pattern"))?;
+            let class = self.failure_class(&rule.class, &format!("restart.rules[{i}].class"))?;
+            rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class });
+        }
+        Ok(Restart {
+            max_restarts,
+            on,
+            backoff,
+            backoff_max,
+            grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
+            hang_timeout,
+            progress_pattern,
+            node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
+            heartbeat_timeout: match &raw.heartbeat_timeout {
+                Some(d) => self.positive_duration(d, "restart.heartbeat_timeout")?,
+                None => defaults.heartbeat_timeout,
+            },
+            rules,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    #[test]
+    fn invalid_regexes_are_config_errors() {
+        let text = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\nprogress_pattern = \"step (\"\n");
+        let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(err.contains("restart.progress_pattern is not a valid regular expression"), "{err}");
+        let text =
+            format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"[x\"\nclass = \"comm\"\n");
+        let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
+        assert!(err.contains("restart.rules[0].pattern is not a valid regular expression"), "{err}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Every node's connection for the life of one command (run, doctor, exec, kill): connect all
+//! at once, start each node's first agents as soon as its own connection is up, check and
+//! reconnect before a restart, close. Each node's result is one `Link`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::events::Event;
+use crate::plan::{LaunchPlan, NodePlan};
+use crate::remote::AgentInvocation;
+use crate::transport::{self, Connection, Started, TransportError};
+
+/// How often an unreachable node is tried again before a restart.
+const RECONNECT_EVERY: Duration = Duration::from_secs(2);
+
+/// A node that could not be connected, in a command that needs them all.
+#[derive(Debug, thiserror::Error)]
+#[error("node {node_rank} ({host}): ssh: {error}\n  fix: {}", transport::connect_fix(&error.to_string()))]
+pub struct ConnectError {
+    pub node_rank: usize,
+    pub host: String,
+    pub error: TransportError,
+}
+
+/// One node's connection, or why there is none, and how long connecting took.
+#[derive(Clone)]
+pub struct Link {
+    pub conn: Result<Arc<Connection>, String>,
+    pub connect_ms: u64,
+}
+
+/// Every node's link, by node rank.
+pub struct Fleet {
+    links: Vec<Link>,
+}
+
+/// Per node, the agents started as soon as it was connected, in the order asked.
+pub type EarlyAgents = Vec<Vec<Option<Started>>>;
+
+impl Fleet {
+    /// Connect to every node at once; on each, as soon as it is up, start the agents `early`
+    /// names for it, whose logins then overlap the other handshakes. `NodeConnected` goes to
+    /// `events` for each. Nodes that fail are in the fleet with their error: see `require_all`.
+    pub async fn connect(
+        plan: &LaunchPlan,
+        events: Option<&mpsc::Sender<Event>>,
+        early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
+    ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
+        let options = plan.timing.connect;
+        let mut set = JoinSet::new();
+        for node in &plan.nodes {
+            let (transport, rank, want) = (node.transport.clone(), node.rank, early(node));
+            set.spawn(async move {
+                let started = Instant::now();
+                let conn = transport::connect(&transport, options).await;
+                let took = started.elapsed();
+                // A start that fails here is tried again, and reported, where the agent is used.
+                let mut agents = Vec::new();
+                if let Ok(c) = &conn {
+                    for inv in want {
+                        agents.push(Started::start(c, inv).await.ok());
+                    }
+                }
+                (rank, took, conn, agents)
+            });
+        }
+        let n = plan.nnodes();
+        let mut links: Vec<Link> =
+            (0..n).map(|_| Link { conn: Err("not connected".into()), connect_ms: 0 }).collect();
+        let mut errors: Vec<Option<TransportError>> = (0..n).map(|_| None).collect();
+        let mut started: EarlyAgents = (0..n).map(|_| Vec::new()).collect();
+        while let Some(joined) = set.join_next().await {
+            let (rank, took, conn, agents) = joined.expect("connect task panicked");
+            let host = plan.nodes[rank].host.clone();
+            links[rank].connect_ms = took.as_millis() as u64;
+            match conn {
+                Ok(c) => {
+                    tracing::debug!(node = rank, %host, "connected in {took:?}");
+                    if let Some(events) = events {
+                        let millis = took.as_millis() as u64;
+                        let _ = events.send(Event::NodeConnected { node_rank: rank, host, millis }).await;
+                    }
+                    links[rank].conn = Ok(Arc::new(c));
+                    started[rank] = agents;
+                }
+                Err(e) => {
+                    links[rank].conn = Err(e.to_string());
+                    errors[rank] = Some(e);
+                }
+            }
+        }
+        (Fleet { links }, started, errors)
+    }
+
+    /// `connect`, for a command that needs every node: any failure closes the others, and the
+    /// lowest node rank that failed is the error. Nothing is half-started (an early agent
+    /// starts nothing before its env, and ends when its connection closes).
+    pub async fn connect_all(
+        plan: &LaunchPlan,
+        events: &mpsc::Sender<Event>,
+        early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
+    ) -> Result<(Fleet, EarlyAgents), ConnectError> {
+        let (fleet, agents, errors) = Fleet::connect(plan, Some(events), early).await;
+        let failed = errors.into_iter().enumerate().find_map(|(rank, e)| Some((rank, e?)));
+        if let Some((node_rank, error)) = failed {
+            drop(agents);
+            fleet.close().await;
+            return Err(ConnectError { node_rank, host: plan.nodes[node_rank].host.clone(), error });
+        }
+        Ok((fleet, agents))
+    }
+
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The node's connection, if it has one.
+    pub fn conn(&self, node_rank: usize) -> Option<&Arc<Connection>> {
+        self.links[node_rank].conn.as_ref().ok()
+    }
+
+    /// Every connected node, with its rank.
+    pub fn connected(&self) -> impl Iterator<Item = (usize, &Arc<Connection>)> {
+        self.links.iter().enumerate().filter_map(|(rank, l)| Some((rank, l.conn.as_ref().ok()?)))
+    }
+
+    /// Before a restart: every node reachable again, a lost one waited for up to
+    /// `restart.node_wait` (`NodeWaiting` for each try that fails). On failure, the lowest
+    /// node rank that could not be reached, and the fleet of the others.
+    pub async fn reconnect(
+        self,
+        plan: &LaunchPlan,
+        events: &mpsc::Sender<Event>,
+    ) -> Result<Fleet, (usize, Fleet)> {
+        let options = plan.timing.connect;
+        let deadline = Instant::now() + plan.restart.node_wait;
+        let mut set = JoinSet::new();
+        for (node, link) in plan.nodes.iter().zip(self.links) {
+            let (transport, rank, host, events) =
+                (node.transport.clone(), node.rank, node.host.clone(), events.clone());
+            set.spawn(async move {
+                if let Ok(conn) = &link.conn {
+                    if conn.check().await.is_ok() {
+                        return (rank, link);
+                    }
+                }
+                drop(link);
+                loop {
+                    let started = Instant::now();
+                    let error = match transport::connect(&transport, options).await {
+                        Ok(c) => {
+                            let connect_ms = started.elapsed().as_millis() as u64;
+                            return (rank, Link { conn: Ok(Arc::new(c)), connect_ms });
+                        }
+                        Err(e) => e.to_string(),
+                    };
+                    let waiting =
+                        Event::NodeWaiting { node_rank: rank, host: host.clone(), error: error.clone() };
+                    let _ = events.send(waiting).await;
+                    if Instant::now() + RECONNECT_EVERY > deadline {
+                        return (rank, Link { conn: Err(error), connect_ms: 0 });
+                    }
+                    tokio::time::sleep(RECONNECT_EVERY).await;
+                }
+            });
+        }
+        let mut links: Vec<Option<Link>> = plan.nodes.iter().map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            let (rank, link) = joined.expect("reconnect task panicked");
+            links[rank] = Some(link);
+        }
+        let fleet = Fleet { links: links.into_iter().map(|l| l.expect("every node answered")).collect() };
+        match fleet.links.iter().position(|l| l.conn.is_err()) {
+            Some(rank) => Err((rank, fleet)),
+            None => Ok(fleet),
+        }
+    }
+
+    /// Close every connection (each SSH master exits), all at once.
+    pub async fn close(self) {
+        let mut set = JoinSet::new();
+        for link in self.links {
+            if let Ok(conn) = link.conn {
+                if let Ok(conn) = Arc::try_unwrap(conn) {
+                    set.spawn(conn.close());
+                }
+            }
+        }
+        while set.join_next().await.is_some() {}
+    }
+}

@@ -1,0 +1,486 @@
+//! The decisions of one attempt, as a pure state machine: `Attempt::decide(now, input)`
+//! takes what happened (a node ended, a fatal line came, a tick with the nodes' silences, a
+//! signal, a timer) and returns what to do (start the job on a port, SIGTERM or SIGKILL every
+//! node, ask the agents for their processes, arm a timer, say why the attempt is being torn
+//! down). No I/O, no clock: `now` is the attempt's age, given by the caller. The async shell
+//! in `supervisor::run_attempt` only performs the actions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::config::PortSpec;
+use crate::outcome::NodeExit;
+use crate::plan::LaunchPlan;
+use crate::port::{self, PortError};
+
+/// How long herd waits for the agents' answers to `probe` before it tears a hung attempt
+/// down: the evidence of who is stuck dies with the processes.
+pub const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
+/// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
+pub const STALLED: Duration = Duration::from_secs(2);
+
+/// Why herd is stopping the attempt's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopping {
+    NodeFailed,
+    Hang,
+    Interrupted,
+}
+
+/// What the attempt's shell saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// The master's agent reported the local ports in use (`None`: no table was readable).
+    Ports(Option<BTreeSet<u16>>),
+    /// A node's agent ended, or herd stopped waiting for it.
+    NodeEnded { node_rank: usize, exit: NodeExit },
+    /// A node printed a line that means one of its processes was killed.
+    FatalLine { node_rank: usize, line: String },
+    /// Ctrl-C or SIGTERM.
+    Interrupt,
+    /// A node's agent answered `probe`.
+    ProbeAnswered { node_rank: usize },
+    /// The wait for the probe's answers is over.
+    ProbeTimedOut,
+    /// The grace period after SIGTERM is over.
+    KillTimer,
+    /// The periodic check.
+    Tick(Clock),
+}
+
+/// What a tick knows of time, from the shell's clocks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Clock {
+    /// Since the tick before: a long gap means herd itself was not running.
+    pub gap: Duration,
+    /// Since the job last made progress (a line matching `restart.progress_pattern`).
+    pub since_progress: Duration,
+    /// Per node, how long since its agent last spoke; `None` before it first did (its login
+    /// shell is still starting).
+    pub heard: Vec<Option<Duration>>,
+}
+
+/// What the shell does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Every node gets its env, with this master port: the job starts.
+    Start(u16),
+    /// SIGTERM every node's job. `failing`: the node whose own failure stops the attempt,
+    /// which keeps its launcher's grace (see `NodeRun::quick_launcher_exit`).
+    Term { failing: Option<usize> },
+    /// SIGKILL every node's job.
+    Kill,
+    /// Say that the attempt is being torn down, and why.
+    Teardown(String),
+    /// Send `Input::KillTimer` after this long.
+    KillAfter(Duration),
+    /// Ask every agent for its job's processes; send `Input::ProbeTimedOut` after this long.
+    Probe(Duration),
+    /// herd was not running for this long: every node gets a fresh window to be heard.
+    Forgive(Duration),
+}
+
+/// How the attempt ended, for classification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// Why herd stopped the nodes, and when (the attempt's age); `None` if they all ended.
+    pub stopping: Option<(Stopping, Duration)>,
+    /// Each node's exit, a silent node's made `Lost` with why.
+    pub exits: Vec<Option<NodeExit>>,
+    /// No master port could be chosen: nothing started.
+    pub no_port: Option<PortError>,
+    pub port: Option<u16>,
+}
+
+/// One attempt's state. See the module's header.
+pub struct Attempt<'a> {
+    plan: &'a LaunchPlan,
+    used_ports: &'a BTreeSet<u16>,
+    port: Option<u16>,
+    no_port: Option<PortError>,
+    stopping: Option<(Stopping, Duration)>,
+    /// A hang found, the agents asked for their processes: why.
+    probing: Option<String>,
+    answered: BTreeSet<usize>,
+    exits: Vec<Option<NodeExit>>,
+    /// Nodes given up on for their silence, and how each one is lost.
+    silent: BTreeMap<usize, String>,
+    kill_armed: bool,
+}
+
+impl<'a> Attempt<'a> {
+    /// `known_port`: fixed in the config, or tested by the preflight; otherwise the master's
+    /// agent reports its ports and one is chosen that `used_ports` (earlier attempts') lacks.
+    pub fn new(plan: &'a LaunchPlan, known_port: Option<u16>, used_ports: &'a BTreeSet<u16>) -> Attempt<'a> {
+        Attempt {
+            plan,
+            used_ports,
+            port: known_port,
+            no_port: None,
+            stopping: None,
+            probing: None,
+            answered: BTreeSet::new(),
+            exits: vec![None; plan.nnodes()],
+            silent: BTreeMap::new(),
+            kill_armed: false,
+        }
+    }
+
+    /// The port the attempt starts on, if known now; the actions that start it.
+    pub fn begin(&self) -> Vec<Action> {
+        self.port.map(Action::Start).into_iter().collect()
+    }
+
+    /// Whether the master's report of its ports is still of use.
+    pub fn wants_ports(&self) -> bool {
+        self.port.is_none() && self.stopping.is_none()
+    }
+
+    pub fn decide(&mut self, now: Duration, input: Input) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match input {
+            Input::Ports(in_use) => self.ports(now, in_use.as_ref(), &mut actions),
+            Input::NodeEnded { node_rank, exit } => self.node_ended(now, node_rank, exit, &mut actions),
+            Input::FatalLine { node_rank, line } => {
+                let reason = format!("{} failed: {}", self.who(node_rank), line.trim());
+                self.stop_all(now, Stopping::NodeFailed, Some(node_rank), reason, &mut actions);
+            }
+            Input::Interrupt => self.interrupt(now, &mut actions),
+            Input::ProbeAnswered { node_rank } => {
+                self.answered.insert(node_rank);
+                let running = |r: &usize| self.exits[*r].is_none();
+                if self.probing.is_some()
+                    && (0..self.exits.len()).filter(running).all(|r| self.answered.contains(&r))
+                {
+                    let reason = self.probing.take().expect("checked");
+                    self.stop_all(now, Stopping::Hang, None, reason, &mut actions);
+                }
+            }
+            Input::ProbeTimedOut => {
+                if let Some(reason) = self.probing.take() {
+                    self.stop_all(now, Stopping::Hang, None, reason, &mut actions);
+                }
+            }
+            Input::KillTimer => actions.push(Action::Kill),
+            Input::Tick(clock) => self.tick(now, clock, &mut actions),
+        }
+        actions
+    }
+
+    /// Every node has ended: what the attempt leaves for classification.
+    pub fn ended(self) -> Ended {
+        Ended { stopping: self.stopping, exits: self.exits, no_port: self.no_port, port: self.port }
+    }
+
+    fn who(&self, node_rank: usize) -> String {
+        format!("node {node_rank} ({})", self.plan.nodes[node_rank].host)
+    }
+
+    fn ports(&mut self, now: Duration, in_use: Option<&BTreeSet<u16>>, actions: &mut Vec<Action>) {
+        if !self.wants_ports() {
+            return;
+        }
+        let master = &self.plan.master;
+        match port::choose(master.port, master.port_range, in_use, self.used_ports) {
+            Ok(p) => {
+                self.port = Some(p);
+                actions.push(Action::Start(p));
+            }
+            Err(error) => {
+                let reason = format!("master node {}: {error}", master.host);
+                self.no_port = Some(error);
+                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
+            }
+        }
+    }
+
+    fn node_ended(&mut self, now: Duration, node_rank: usize, exit: NodeExit, actions: &mut Vec<Action>) {
+        let exit = match self.silent.get(&node_rank) {
+            Some(why) => NodeExit::Lost(why.clone()),
+            None => exit,
+        };
+        if !exit.success() {
+            let reason = format!("{} failed: {exit}", self.who(node_rank));
+            self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
+        }
+        self.exits[node_rank] = Some(exit);
+    }
+
+    /// The first interrupt stops the attempt gracefully, whatever else was stopping it; the
+    /// next one kills.
+    fn interrupt(&mut self, now: Duration, actions: &mut Vec<Action>) {
+        if self.stopping.is_some_and(|(why, _)| why == Stopping::Interrupted) {
+            actions.push(Action::Kill);
+            return;
+        }
+        self.stopping = None;
+        self.stop_all(now, Stopping::Interrupted, None, "interrupted".into(), actions);
+    }
+
+    fn tick(&mut self, now: Duration, mut clock: Clock, actions: &mut Vec<Action>) {
+        if clock.gap >= STALLED {
+            // What the nodes said meanwhile is still unread: nobody's silence counts.
+            actions.push(Action::Forgive(clock.gap));
+            clock.since_progress = Duration::ZERO;
+            clock.heard.iter_mut().flatten().for_each(|d| *d = Duration::ZERO);
+        }
+        if let Some(limit) = self.plan.restart.hang_timeout {
+            if self.stopping.is_none() && self.probing.is_none() && clock.since_progress >= limit {
+                // First the evidence: which process each node's job is in, and its state.
+                let idle = Duration::from_secs(clock.since_progress.as_secs());
+                self.probing = Some(format!("no progress for {}", humantime::format_duration(idle)));
+                actions.push(Action::Probe(PROBE_WAIT));
+            }
+        }
+        for (node_rank, heard) in clock.heard.iter().enumerate() {
+            if self.exits[node_rank].is_some() || self.silent.contains_key(&node_rank) {
+                continue;
+            }
+            if let Some((reason, why)) = judge_silence(self.plan, node_rank, *heard, now) {
+                self.silent.insert(node_rank, why);
+                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
+                // It cannot act on `term`; stop waiting for it soon.
+                actions.push(Action::Kill);
+            }
+        }
+    }
+
+    /// Stop every node, unless that is under way; SIGKILL follows after the grace period.
+    fn stop_all(
+        &mut self,
+        now: Duration,
+        why: Stopping,
+        failing: Option<usize>,
+        reason: String,
+        actions: &mut Vec<Action>,
+    ) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some((why, now));
+        actions.push(Action::Term { failing });
+        actions.push(Action::Teardown(reason));
+        if !self.kill_armed {
+            self.kill_armed = true;
+            actions.push(Action::KillAfter(self.plan.restart.grace_period));
+        }
+    }
+}
+
+/// The port an attempt knows before any node reports: the preflight's, or a fixed one.
+pub fn known_port(plan: &LaunchPlan, preflight_port: Option<u16>) -> Option<u16> {
+    preflight_port.or(match plan.master.port {
+        PortSpec::Fixed(p) => Some(p),
+        PortSpec::Auto => None,
+    })
+}
+
+/// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.
+/// `silent_for`: how long since its agent last spoke, `None` before it first did (its login
+/// shell is still starting, judged by `ssh.login_timeout`, not by the heartbeat).
+fn judge_silence(
+    plan: &LaunchPlan,
+    node_rank: usize,
+    silent_for: Option<Duration>,
+    attempt_age: Duration,
+) -> Option<(String, String)> {
+    let who = format!("node {node_rank} ({})", plan.nodes[node_rank].host);
+    match silent_for {
+        None if attempt_age >= plan.login_timeout => {
+            let limit = humantime::format_duration(plan.login_timeout);
+            Some((
+                format!("{who} is silent: its login shell has not started the agent in {limit}"),
+                format!("its login shell did not start the agent within ssh.login_timeout ({limit}): a shell init (conda, pyenv, module) may be stuck"),
+            ))
+        }
+        Some(silent) if silent >= plan.restart.heartbeat_timeout => Some((
+            format!("{who} is silent: no heartbeat"),
+            format!("no heartbeat for {}", humantime::format_duration(plan.restart.heartbeat_timeout)),
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(extra: &str) -> LaunchPlan {
+        let text = format!(
+            "[ssh]\nlogin_timeout = \"2m\"\n[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\n[restart]\nheartbeat_timeout = \"15s\"\ngrace_period = \"7s\"\n{extra}"
+        );
+        let config = crate::config::parse(std::path::Path::new("c.toml"), &text).unwrap();
+        crate::plan::build(&config, &Default::default())
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    fn tick(heard: [Option<u64>; 3], since_progress: u64, gap_ms: u64) -> Input {
+        Input::Tick(Clock {
+            gap: Duration::from_millis(gap_ms),
+            since_progress: S(since_progress),
+            heard: heard.iter().map(|h| h.map(S)).collect(),
+        })
+    }
+
+    fn teardown(reason: &str, failing: Option<usize>) -> Vec<Action> {
+        vec![Action::Term { failing }, Action::Teardown(reason.into()), Action::KillAfter(S(7))]
+    }
+
+    #[test]
+    fn a_known_port_starts_at_once_and_a_reported_one_on_the_report() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        assert_eq!(Attempt::new(&p, Some(29500), &used).begin(), vec![Action::Start(29500)]);
+        let mut a = Attempt::new(&p, None, &used);
+        assert!(a.begin().is_empty() && a.wants_ports());
+        let in_use: BTreeSet<u16> = [29500].into();
+        let actions = a.decide(S(1), Input::Ports(Some(in_use)));
+        assert!(matches!(actions[..], [Action::Start(port)] if port != 29500), "{actions:?}");
+        assert!(!a.wants_ports());
+        // A second report changes nothing.
+        assert!(a.decide(S(1), Input::Ports(Some(BTreeSet::new()))).is_empty());
+    }
+
+    #[test]
+    fn a_port_range_that_is_full_tears_down_before_anything_started() {
+        let p = plan("[rendezvous]\nport_range = [29500, 29501]\n");
+        let used: BTreeSet<u16> = [29501].into();
+        let mut a = Attempt::new(&p, None, &used);
+        let actions = a.decide(S(1), Input::Ports(Some([29500].into())));
+        assert!(
+            matches!(&actions[..], [Action::Term { failing: None }, Action::Teardown(r), Action::KillAfter(_)] if r.starts_with("master node n1: ")),
+            "{actions:?}"
+        );
+        let ended = a.ended();
+        assert!(ended.no_port.is_some() && ended.port.is_none());
+        assert_eq!(ended.stopping, Some((Stopping::NodeFailed, S(1))));
+    }
+
+    #[test]
+    fn a_failed_node_starts_one_teardown_and_a_clean_exit_none() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert!(a.decide(S(5), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(0) }).is_empty());
+        let actions = a.decide(S(6), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(3) });
+        assert_eq!(actions, teardown("node 2 (n3) failed: exit code 3", None));
+        // The others, stopped, end non-zero too: no second teardown.
+        assert!(a.decide(S(7), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(15) }).is_empty());
+        let ended = a.ended();
+        assert_eq!(ended.stopping, Some((Stopping::NodeFailed, S(6))));
+        assert_eq!(ended.exits[2], Some(NodeExit::ExitCode(3)));
+    }
+
+    #[test]
+    fn a_fatal_line_names_its_node_as_the_one_keeping_its_grace() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let line = "  failed (exitcode: -9) local_rank: 1 \n".to_string();
+        let actions = a.decide(S(2), Input::FatalLine { node_rank: 1, line });
+        assert_eq!(actions, teardown("node 1 (n2) failed: failed (exitcode: -9) local_rank: 1", Some(1)));
+    }
+
+    #[test]
+    fn sigkill_follows_the_grace_period_once() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let first = a.decide(S(1), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(1) });
+        assert_eq!(first.last(), Some(&Action::KillAfter(S(7))));
+        // An interrupt during that teardown takes it over, without a second timer.
+        let actions = a.decide(S(2), Input::Interrupt);
+        assert_eq!(actions, vec![Action::Term { failing: None }, Action::Teardown("interrupted".into())]);
+        assert_eq!(a.decide(S(8), Input::KillTimer), vec![Action::Kill]);
+    }
+
+    #[test]
+    fn a_second_interrupt_kills() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert_eq!(a.decide(S(1), Input::Interrupt), teardown("interrupted", None));
+        assert_eq!(a.decide(S(2), Input::Interrupt), vec![Action::Kill]);
+        assert_eq!(a.ended().stopping, Some((Stopping::Interrupted, S(1))));
+    }
+
+    #[test]
+    fn a_silent_node_is_killed_and_lost_with_why() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert!(a.decide(S(20), tick([Some(1), Some(14), Some(0)], 0, 250)).is_empty());
+        let actions = a.decide(S(21), tick([Some(1), Some(15), Some(0)], 0, 250));
+        let mut want = teardown("node 1 (n2) is silent: no heartbeat", None);
+        want.push(Action::Kill);
+        assert_eq!(actions, want);
+        // Judged once; when its task ends, its exit is the silence.
+        assert!(a.decide(S(22), tick([Some(1), Some(16), Some(0)], 0, 250)).is_empty());
+        a.decide(S(23), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
+        assert_eq!(a.ended().exits[1], Some(NodeExit::Lost("no heartbeat for 15s".into())));
+    }
+
+    #[test]
+    fn a_login_that_never_reaches_the_agent_has_its_own_limit() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        // Logging in for 100 s: no heartbeat is missed yet; after 2 minutes the login is stuck.
+        assert!(a.decide(S(100), tick([Some(0), None, Some(0)], 0, 250)).is_empty());
+        let actions = a.decide(S(120), tick([Some(0), None, Some(0)], 0, 250));
+        let Action::Teardown(reason) = &actions[1] else { panic!("{actions:?}") };
+        assert!(reason.starts_with("node 1 (n2) is silent: its login shell"), "{reason}");
+        a.decide(S(121), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
+        let Some(NodeExit::Lost(why)) = &a.ended().exits[1] else { panic!() };
+        assert!(why.contains("ssh.login_timeout (2m)"), "{why}");
+    }
+
+    #[test]
+    fn a_stall_of_herds_own_forgives_every_silence() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert_eq!(
+            a.decide(S(60), tick([Some(40), Some(40), Some(40)], 0, 30_000)),
+            vec![Action::Forgive(S(30))]
+        );
+    }
+
+    #[test]
+    fn a_hang_asks_for_evidence_then_tears_down_once_all_running_nodes_answered() {
+        let p = plan("hang_timeout = \"1m\"\n");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert!(a.decide(S(59), tick([Some(0); 3], 59, 250)).is_empty());
+        assert_eq!(a.decide(S(61), tick([Some(0); 3], 61, 250)), vec![Action::Probe(PROBE_WAIT)]);
+        // Asked once.
+        assert!(a.decide(S(62), tick([Some(0); 3], 62, 250)).is_empty());
+        a.decide(S(62), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(0) });
+        assert!(a.decide(S(62), Input::ProbeAnswered { node_rank: 0 }).is_empty());
+        let actions = a.decide(S(63), Input::ProbeAnswered { node_rank: 1 });
+        assert_eq!(actions, teardown("no progress for 1m 1s", None));
+        // The wait's end comes after: nothing more.
+        assert!(a.decide(S(64), Input::ProbeTimedOut).is_empty());
+        assert_eq!(a.ended().stopping, Some((Stopping::Hang, S(63))));
+    }
+
+    #[test]
+    fn a_hang_whose_nodes_do_not_all_answer_tears_down_when_the_wait_ends() {
+        let p = plan("hang_timeout = \"1m\"\n");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(61), tick([Some(0); 3], 61, 250));
+        a.decide(S(62), Input::ProbeAnswered { node_rank: 0 });
+        assert_eq!(a.decide(S(64), Input::ProbeTimedOut), teardown("no progress for 1m 1s", None));
+    }
+
+    #[test]
+    fn without_a_hang_timeout_silence_of_output_is_no_hang() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert!(a.decide(S(3600), tick([Some(0); 3], 3600, 250)).is_empty());
+    }
+}

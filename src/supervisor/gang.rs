@@ -1,0 +1,346 @@
+//! One attempt over every node at once: start each node's task, feed what they report to the
+//! attempt's state machine (`attempt`), and perform what it decides. Every node's agent logs
+//! in at once and sweeps; the master's also reports its ports in use, unless the port is
+//! known (fixed, or tested by the preflight). Only once the port is chosen does any node get
+//! its env, and start.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant as Deadline;
+
+use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
+use super::node::{self, sleep_until, Liveness, NodeResult, NodeRun, Stop};
+use super::preflight::Preflighted;
+use super::sweep::Sweep;
+use super::types::{Interrupts, RunError};
+use crate::classify;
+use crate::events::Event;
+use crate::fleet::Fleet;
+use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
+use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
+use crate::remote::AgentInvocation;
+use crate::transport::Started;
+
+/// How often the supervisor checks for hangs and silent nodes.
+const TICK: Duration = Duration::from_millis(250);
+
+/// What every attempt of a run shares.
+pub(super) struct AttemptContext<'a> {
+    pub plan: &'a LaunchPlan,
+    pub run_id: &'a str,
+    pub interfaces: &'a [String],
+    pub events: &'a mpsc::Sender<Event>,
+}
+
+pub(super) enum AttemptOutcome {
+    Succeeded,
+    Failed(Verdict),
+    Interrupted,
+    /// No master port could be chosen: nothing started.
+    NoPort(RunError),
+}
+
+/// Run one attempt to its end. Returns how it went and the port it used.
+pub(super) async fn run_attempt(
+    ctx: &AttemptContext<'_>,
+    attempt: u32,
+    preflighted: &Preflighted,
+    early: Vec<Option<Started>>,
+    used_ports: &BTreeSet<u16>,
+    fleet: &Fleet,
+    interrupts: &mut Interrupts,
+) -> (AttemptOutcome, Option<u16>) {
+    let _ = ctx.events.send(Event::AttemptStarting { attempt }).await;
+    let known_port = attempt::known_port(ctx.plan, preflighted.port);
+    let mut machine = Attempt::new(ctx.plan, known_port, used_ports);
+    let mut gang = Gang::start(ctx, attempt, preflighted.swept, known_port.is_some(), early, fleet);
+    for action in machine.begin() {
+        gang.perform(action).await;
+    }
+    while let Some(input) = gang.next_input(&machine, interrupts).await {
+        for action in machine.decide(gang.liveness.elapsed(), input) {
+            gang.perform(action).await;
+        }
+    }
+    gang.outcome(machine.ended()).await
+}
+
+/// The agent of one node's job in one attempt. `port_known`: the master need not report its
+/// ports; `swept`: the preflight swept the node already.
+pub(super) fn job_invocation(
+    plan: &LaunchPlan,
+    run_id: &str,
+    node: &NodePlan,
+    attempt: u32,
+    port_known: bool,
+    swept: bool,
+) -> AgentInvocation {
+    // What the agent needs before the port is known: the marker and the container's name.
+    let unported = AttemptValues { run_id, attempt, master_port: 0, interfaces: &[] };
+    let presweep = match attempt {
+        _ if swept => None,
+        0 => Some(Sweep::Config { spare_run: Some(run_id) }),
+        _ => Some(Sweep::Restart { run_id, attempt }),
+    };
+    AgentInvocation {
+        cleanup: plan.container_cleanup(node, &unported),
+        presweep: presweep.map(|sweep| sweep.body(plan)),
+        report_ports: !port_known && node.rank == plan.master.node_rank,
+        ..plan.agent(plan.marker(node, &unported), plan.job_snippet(node))
+    }
+}
+
+/// The attempt's nodes, their channels and timers: everything `run_attempt` performs on.
+struct Gang<'a> {
+    ctx: &'a AttemptContext<'a>,
+    attempt: u32,
+    liveness: Arc<Liveness>,
+    set: JoinSet<NodeResult>,
+    results: Vec<Option<NodeResult>>,
+    /// Each node's env, sent once the port is known.
+    envs: Vec<Option<oneshot::Sender<Vec<u8>>>>,
+    stop: watch::Sender<Stop>,
+    /// The node whose own failure stops the attempt (`usize::MAX`: none); see
+    /// `NodeRun::quick_launcher_exit`.
+    failing: Arc<AtomicUsize>,
+    ports: mpsc::UnboundedReceiver<Option<BTreeSet<u16>>>,
+    fatal: mpsc::UnboundedReceiver<(usize, String)>,
+    probe: watch::Sender<u32>,
+    answers: mpsc::UnboundedReceiver<(usize, Vec<ProcessState>)>,
+    processes: Vec<Vec<ProcessState>>,
+    kill_at: Option<Deadline>,
+    probe_at: Option<Deadline>,
+    tick: tokio::time::Interval,
+    last_tick: Instant,
+    interrupts_open: bool,
+}
+
+/// The channels one node's task reports on, and is told on.
+struct Links {
+    stop: watch::Receiver<Stop>,
+    fatal: Option<node::FatalWatch>,
+    probe: node::ProbeLink,
+    ports: mpsc::UnboundedSender<Option<BTreeSet<u16>>>,
+    quick: Option<Arc<AtomicUsize>>,
+}
+
+impl<'a> Gang<'a> {
+    fn start(
+        ctx: &'a AttemptContext<'a>,
+        attempt: u32,
+        swept: bool,
+        port_known: bool,
+        mut early: Vec<Option<Started>>,
+        fleet: &Fleet,
+    ) -> Gang<'a> {
+        let plan = ctx.plan;
+        let liveness = Arc::new(Liveness::new(plan.nnodes()));
+        let (stop, stop_rx) = watch::channel(Stop::Run);
+        let (fatal_tx, fatal) = mpsc::unbounded_channel();
+        let (probe, asks) = watch::channel(0u32);
+        let (answers_tx, answers) = mpsc::unbounded_channel();
+        let (ports_tx, ports) = mpsc::unbounded_channel();
+        let failing = Arc::new(AtomicUsize::new(usize::MAX));
+        let links = Links {
+            stop: stop_rx,
+            fatal: plan.patterns.crash.clone().map(|pattern| node::FatalWatch { pattern, report: fatal_tx }),
+            probe: node::ProbeLink { asks, answers: answers_tx },
+            ports: ports_tx,
+            quick: plan.quick_launcher_exit().then(|| failing.clone()),
+        };
+        let mut set = JoinSet::new();
+        let mut envs = Vec::new();
+        for node in &plan.nodes {
+            let (env_tx, env_rx) = oneshot::channel();
+            envs.push(Some(env_tx));
+            let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, swept);
+            let agent = early.get_mut(node.rank).and_then(Option::take);
+            let run = node_run(ctx, node, attempt, invocation, agent, env_rx, &links, &liveness);
+            let conn = fleet.conn(node.rank).expect("every node of a run is connected").clone();
+            set.spawn(node::run(conn, run, links.stop.clone(), ctx.events.clone()));
+        }
+        let mut tick = tokio::time::interval(TICK);
+        // After a stall, one late tick, not a burst of them.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Gang {
+            ctx,
+            attempt,
+            liveness,
+            set,
+            results: plan.nodes.iter().map(|_| None).collect(),
+            envs,
+            stop,
+            failing,
+            ports,
+            fatal,
+            probe,
+            answers,
+            processes: plan.nodes.iter().map(|_| Vec::new()).collect(),
+            kill_at: None,
+            probe_at: None,
+            tick,
+            last_tick: Instant::now(),
+            interrupts_open: true,
+        }
+    }
+
+    /// What happens next; `None` once every node's task has ended.
+    async fn next_input(&mut self, machine: &Attempt<'_>, interrupts: &mut Interrupts) -> Option<Input> {
+        loop {
+            let (kill_at, probe_at) = (self.kill_at, self.probe_at);
+            tokio::select! {
+                Some(in_use) = self.ports.recv(), if machine.wants_ports() => return Some(Input::Ports(in_use)),
+                joined = self.set.join_next() => {
+                    let result = joined?.expect("node task panicked");
+                    let (node_rank, exit) = (result.node_rank, result.exit.clone());
+                    self.results[node_rank] = Some(result);
+                    return Some(Input::NodeEnded { node_rank, exit });
+                }
+                Some((node_rank, line)) = self.fatal.recv() => return Some(Input::FatalLine { node_rank, line }),
+                got = interrupts.recv(), if self.interrupts_open => match got {
+                    Some(()) => return Some(Input::Interrupt),
+                    None => self.interrupts_open = false,
+                },
+                Some((node_rank, seen)) = self.answers.recv() => {
+                    self.processes[node_rank] = seen;
+                    return Some(Input::ProbeAnswered { node_rank });
+                }
+                () = sleep_until(probe_at) => {
+                    self.probe_at = None;
+                    return Some(Input::ProbeTimedOut);
+                }
+                () = sleep_until(kill_at) => {
+                    self.kill_at = None;
+                    return Some(Input::KillTimer);
+                }
+                _ = self.tick.tick() => return Some(Input::Tick(self.clock())),
+            }
+        }
+    }
+
+    fn clock(&mut self) -> Clock {
+        let gap = self.last_tick.elapsed();
+        self.last_tick = Instant::now();
+        let l = &self.liveness;
+        Clock {
+            gap,
+            since_progress: l.since_progress(),
+            heard: (0..self.results.len()).map(|r| l.has_heard(r).then(|| l.since_heard(r))).collect(),
+        }
+    }
+
+    async fn perform(&mut self, action: Action) {
+        let (plan, events) = (self.ctx.plan, self.ctx.events);
+        match action {
+            Action::Start(port) => {
+                let values = AttemptValues {
+                    run_id: self.ctx.run_id,
+                    attempt: self.attempt,
+                    master_port: port,
+                    interfaces: self.ctx.interfaces,
+                };
+                for (node, env) in plan.nodes.iter().zip(self.envs.iter_mut()) {
+                    if let Some(env) = env.take() {
+                        let _ = env.send(node.env_block(&values));
+                    }
+                }
+                let master_addr = plan.master.addr.clone();
+                let _ = events
+                    .send(Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port })
+                    .await;
+            }
+            Action::Term { failing } => {
+                self.failing.store(failing.unwrap_or(usize::MAX), Ordering::Relaxed);
+                let _ = self.stop.send(Stop::Term);
+            }
+            Action::Kill => {
+                let _ = self.stop.send(Stop::Kill);
+            }
+            Action::Teardown(reason) => {
+                let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
+            }
+            Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
+            Action::Probe(wait) => {
+                let _ = self.probe.send(1);
+                self.probe_at = Some(Deadline::now() + wait);
+            }
+            Action::Forgive(gap) => {
+                tracing::warn!(
+                    "herd was not running for {} (suspended or starved): every node gets a fresh {} to be heard",
+                    humantime::format_duration(Duration::from_secs(gap.as_secs())),
+                    humantime::format_duration(plan.restart.heartbeat_timeout)
+                );
+                self.liveness.forgive();
+            }
+        }
+    }
+
+    /// Every node has ended: classify what they left.
+    async fn outcome(mut self, ended: Ended) -> (AttemptOutcome, Option<u16>) {
+        let plan = self.ctx.plan;
+        let stop = ended.stopping;
+        if matches!(stop, Some((Stopping::Interrupted, _))) {
+            return (AttemptOutcome::Interrupted, ended.port);
+        }
+        if let Some(error) = ended.no_port {
+            return (AttemptOutcome::NoPort(RunError::Port { host: plan.master.host.clone(), error }), None);
+        }
+        let outcomes: Vec<NodeOutcome> = (self.results.iter_mut().zip(ended.exits))
+            .filter_map(|(r, exit)| Some((r.take()?, exit.unwrap_or(NodeExit::Lost("no result".into())))))
+            .map(|(r, exit)| NodeOutcome {
+                node_rank: r.node_rank,
+                host: plan.nodes[r.node_rank].host.clone(),
+                first_rank: plan.nodes[r.node_rank].global_ranks().start,
+                stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
+                exit,
+                ended_at: r.ended_at,
+                lines: r.tail,
+                processes: std::mem::take(&mut self.processes[r.node_rank]),
+            })
+            .collect();
+        let trigger =
+            if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
+        let outcome = match classify::classify(&outcomes, trigger, &plan.patterns.rules) {
+            Some(verdict) => AttemptOutcome::Failed(verdict),
+            None => {
+                let millis = self.liveness.elapsed().as_millis() as u64;
+                let _ = self.ctx.events.send(Event::AttemptSucceeded { attempt: self.attempt, millis }).await;
+                AttemptOutcome::Succeeded
+            }
+        };
+        (outcome, ended.port)
+    }
+}
+
+/// One node's part of the attempt.
+#[allow(clippy::too_many_arguments)]
+fn node_run(
+    ctx: &AttemptContext<'_>,
+    node: &NodePlan,
+    attempt: u32,
+    invocation: AgentInvocation,
+    early: Option<Started>,
+    env: oneshot::Receiver<Vec<u8>>,
+    links: &Links,
+    liveness: &Arc<Liveness>,
+) -> NodeRun {
+    NodeRun {
+        node_rank: node.rank,
+        host: node.host.clone(),
+        attempt,
+        ports: invocation.report_ports.then(|| links.ports.clone()),
+        invocation,
+        early,
+        env,
+        liveness: liveness.clone(),
+        progress_pattern: ctx.plan.patterns.progress.clone(),
+        fatal: links.fatal.clone(),
+        probe: Some(links.probe.clone()),
+        quick_launcher_exit: links.quick.clone(),
+    }
+}

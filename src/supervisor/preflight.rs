@@ -1,0 +1,81 @@
+//! Before the first attempt: the fast checks of `herd doctor` on every node (unless turned
+//! off), which also find each node's interface to the master for
+//! `rendezvous.interface = "auto"`, and sweep every node's leftovers as they log in.
+
+use tokio::sync::mpsc;
+
+use super::sweep::{swept_events, Sweep};
+use super::types::{RunError, RunOptions};
+use crate::doctor;
+use crate::events::Event;
+use crate::fleet::Fleet;
+use crate::plan::{LaunchPlan, AUTO_INTERFACE};
+use crate::transport::Started;
+
+/// What the preflight leaves the first attempt.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Preflighted {
+    /// Per node, its interface to the master (for `rendezvous.interface = "auto"`); empty when
+    /// not needed.
+    pub interfaces: Vec<String>,
+    /// The master port the checks tested, which the first attempt uses.
+    pub port: Option<u16>,
+    /// Every node's leftovers were swept as its probe started.
+    pub swept: bool,
+}
+
+/// Whether the run probes its nodes before the first attempt: for the checks, or to find
+/// each node's interface to the master for `rendezvous.interface = "auto"`.
+pub(super) fn will_preflight(plan: &LaunchPlan, options: RunOptions) -> bool {
+    options.preflight || plan.interface.as_deref() == Some(AUTO_INTERFACE)
+}
+
+/// How the run's preflight probes, if it does: the fast checks, the port test with the
+/// checks, and a sweep of the config's leftovers first on every node.
+pub(super) fn probe_options(
+    plan: &LaunchPlan,
+    run_id: &str,
+    options: RunOptions,
+) -> Option<doctor::ProbeOptions> {
+    will_preflight(plan, options).then(|| doctor::ProbeOptions {
+        fast: true,
+        test_port: options.preflight,
+        presweep: Some(Sweep::Config { spare_run: Some(run_id) }.body(plan)),
+    })
+}
+
+/// Probe every node, over the fleet's connections, with the probes `early` already started.
+pub(super) async fn preflight(
+    plan: &LaunchPlan,
+    run_id: &str,
+    fleet: &Fleet,
+    options: RunOptions,
+    events: &mpsc::Sender<Event>,
+    early: Vec<Option<Started>>,
+) -> Result<Preflighted, RunError> {
+    let Some(probe) = probe_options(plan, run_id, options) else {
+        return Ok(Preflighted::default());
+    };
+    if options.preflight {
+        let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
+    }
+    let report = doctor::diagnose(plan, fleet, &probe, early).await;
+    for (rank, lines) in report.swept.iter().enumerate() {
+        for event in lines.iter().flat_map(|l| swept_events(rank, &plan.nodes[rank].host, l)) {
+            let _ = events.send(event).await;
+        }
+    }
+    let port = match report.port {
+        Some(Ok(p)) => Some(p),
+        Some(Err(error)) => return Err(RunError::Port { host: plan.master.host.clone(), error }),
+        None => None,
+    };
+    if options.preflight && !report.ok() {
+        return Err(RunError::Preflight(report.nodes));
+    }
+    Ok(Preflighted {
+        interfaces: report.route_devs.into_iter().map(Option::unwrap_or_default).collect(),
+        port,
+        swept: true,
+    })
+}

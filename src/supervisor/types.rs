@@ -1,0 +1,56 @@
+//! What a run takes and gives: its options, its outcome, its errors, its interrupts.
+
+use tokio::sync::mpsc;
+
+use crate::doctor;
+use crate::events::RunStatus;
+use crate::fleet::ConnectError;
+use crate::outcome::Verdict;
+use crate::port::PortError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("preflight failed: {}", first_failure(.0))]
+    Preflight(Vec<doctor::NodeChecks>),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("master node {host}: {error}")]
+    Port { host: String, error: PortError },
+}
+
+fn first_failure(nodes: &[doctor::NodeChecks]) -> String {
+    nodes
+        .iter()
+        .find_map(|n| {
+            let c = n.checks.iter().find(|c| c.status == doctor::Status::Fail)?;
+            Some(format!("node {} ({}): {}: {}", n.rank, n.host, c.name, c.detail))
+        })
+        .unwrap_or_default()
+}
+
+/// Choices for one run that are not in the config.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Check the nodes (launcher, versions, interface, master port reachable) before starting.
+    pub preflight: bool,
+}
+
+/// One attempt, for the closing table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptSummary {
+    pub attempt: u32,
+    pub duration: std::time::Duration,
+    /// `None`: it succeeded or was interrupted.
+    pub verdict: Option<Verdict>,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    pub attempts: Vec<AttemptSummary>,
+}
+
+/// Requests from outside the run: each one is a Ctrl-C / SIGTERM. The first stops the job
+/// gracefully, the second kills it.
+pub type Interrupts = mpsc::UnboundedReceiver<()>;
