@@ -124,8 +124,10 @@ exec 3<&0
 # here (a background child is not a group leader), so $! leads the job's new group. sh reads
 # no shell init: the job snippet asks for bash where it needs it (`setup`).
 # The output multiplexer keeps its socket and rank wrapper in HERD_MUX_HOME, which the agent
-# removes once the job is gone, SIGKILLed or not.
-muxhome=${TMPDIR:-/tmp}/herd-out-$$
+# removes once the job is gone, SIGKILLed or not. Named by the marker, which no other agent
+# holds: nodes that share a /tmp but not a PID namespace (containers, the testbed) have
+# agents of the same pid.
+muxhome=${TMPDIR:-/tmp}/herd-out-${marker#*=}
 (HERD_MUX_HOME=$muxhome && export HERD_MUX_HOME && eval "$envs" && exec setsid sh -c "$job") </dev/null 3<&- 2>&1 &
 pg=$!
 echo "herd-agent pgid $pg" >&2
