@@ -174,9 +174,9 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
         runs.iter()
             .try_for_each(|r| writeln!(out, "{}  {} attempt(s)  {}", r.id, r.attempts.len(), r.dir.display()))
     } else {
-        let usage = |e: String| Error::Usage(format!("{e} (under {})", dir.display()));
+        let usage = |e: logs::LookupError| Error::Usage(format!("{e} (under {})", dir.display()));
         let run = logs::pick_run(&runs, args.run.as_deref()).map_err(usage)?;
-        let usage = |e: String| Error::Usage(e);
+        let usage = |e: logs::LookupError| Error::Usage(e.to_string());
         let mut selection = logs::Selection::default();
         if let Some(node) = &args.node {
             selection.nodes.push(logs::pick_node(run, node).map_err(usage)?);

@@ -366,7 +366,7 @@ image = "img"
             }
             assert!(!argv.iter().any(|w| w.contains("s3cr3t")), "secret in argv {argv:?}");
             assert!(!snippet.contains("s3cr3t"));
-            let name = container::name(&p.config_key, "r1", 2, node.rank);
+            let name = container::name(&p.config_key, "r1", 2, node.node_rank);
             assert!(has_pair(&argv, "--name", &name), "{argv:?}");
             assert_eq!(
                 p.container_cleanup(node, &values).unwrap(),

@@ -52,7 +52,7 @@ impl Fleet {
         let options = plan.timing.connect;
         let mut set = JoinSet::new();
         for node in &plan.nodes {
-            let (transport, rank, want) = (node.transport.clone(), node.rank, early(node));
+            let (transport, rank, want) = (node.transport.clone(), node.node_rank, early(node));
             set.spawn(async move {
                 let started = Instant::now();
                 let conn = transport::connect(&transport, options).await;
@@ -140,7 +140,7 @@ impl Fleet {
         let mut set = JoinSet::new();
         for (node, link) in plan.nodes.iter().zip(self.links) {
             let (transport, rank, host, events) =
-                (node.transport.clone(), node.rank, node.host.clone(), events.clone());
+                (node.transport.clone(), node.node_rank, node.host.clone(), events.clone());
             set.spawn(async move {
                 if let Ok(conn) = &link.conn {
                     if conn.check().await.is_ok() {

@@ -67,46 +67,65 @@ fn first_line(path: &Path) -> Option<String> {
     Some(line)
 }
 
+/// A run, node or rank asked of `herd logs` that is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("no runs of this config yet")]
+    NoRuns,
+    #[error("no run {wanted}: no runs of this config yet")]
+    NoRunYet { wanted: String },
+    #[error("no run {wanted} of this config; the latest runs are: {}", latest.join(", "))]
+    NoSuchRun { wanted: String, latest: Vec<String> },
+    #[error("{wanted} matches {} runs ({}); give more of the run id", matching.len(), matching.join(", "))]
+    Ambiguous { wanted: String, matching: Vec<String> },
+    #[error("run {run} has nodes 0-{last}, not {wanted}")]
+    NoSuchNodeRank { run: String, last: usize, wanted: usize },
+    #[error("run {run} has no node {wanted}; its nodes are {}", hosts.join(", "))]
+    NoSuchHost { run: String, wanted: String, hosts: Vec<String> },
+    #[error("run {run} does not record its ranks per node; use --node")]
+    NoRanks { run: String },
+    #[error("run {run} has ranks 0-{last}, not {wanted}")]
+    NoSuchRank { run: String, last: u32, wanted: u32 },
+}
+
 /// The run asked for (a run id or a unique prefix of one), or the latest.
-pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a RunInfo, String> {
-    let recent = || {
-        let ids: Vec<&str> = runs.iter().rev().take(5).map(|r| r.id.as_str()).collect();
-        format!("the latest runs are: {}", ids.join(", "))
-    };
+pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a RunInfo, LookupError> {
     let Some(wanted) = wanted else {
-        return runs.last().ok_or_else(|| "no runs of this config yet".to_string());
+        return runs.last().ok_or(LookupError::NoRuns);
     };
     let matching: Vec<&RunInfo> = runs.iter().filter(|r| r.id.starts_with(wanted)).collect();
+    let wanted = wanted.to_string();
     match matching.as_slice() {
         [one] => Ok(one),
-        [] if runs.is_empty() => Err(format!("no run {wanted}: no runs of this config yet")),
-        [] => Err(format!("no run {wanted} of this config; {}", recent())),
-        many => Err(format!(
-            "{wanted} matches {} runs ({}); give more of the run id",
-            many.len(),
-            many.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ")
-        )),
+        [] if runs.is_empty() => Err(LookupError::NoRunYet { wanted }),
+        [] => Err(LookupError::NoSuchRun {
+            wanted,
+            latest: runs.iter().rev().take(5).map(|r| r.id.clone()).collect(),
+        }),
+        many => Err(LookupError::Ambiguous { wanted, matching: many.iter().map(|r| r.id.clone()).collect() }),
     }
 }
 
-/// A node by its rank or its host name.
-pub fn pick_node(run: &RunInfo, wanted: &str) -> Result<usize, String> {
-    if let Ok(rank) = wanted.parse::<usize>() {
-        if rank < run.hosts.len() {
-            return Ok(rank);
+/// A node by its node rank or its host name.
+pub fn pick_node(run: &RunInfo, wanted: &str) -> Result<usize, LookupError> {
+    if let Ok(node_rank) = wanted.parse::<usize>() {
+        if node_rank < run.hosts.len() {
+            return Ok(node_rank);
         }
-        return Err(format!("run {} has nodes 0-{}, not {rank}", run.id, run.hosts.len().saturating_sub(1)));
+        let last = run.hosts.len().saturating_sub(1);
+        return Err(LookupError::NoSuchNodeRank { run: run.id.clone(), last, wanted: node_rank });
     }
-    run.hosts
-        .iter()
-        .position(|h| h == wanted)
-        .ok_or_else(|| format!("run {} has no node {wanted}; its nodes are {}", run.id, run.hosts.join(", ")))
+    run.hosts.iter().position(|h| h == wanted).ok_or_else(|| LookupError::NoSuchHost {
+        run: run.id.clone(),
+        wanted: wanted.to_string(),
+        hosts: run.hosts.clone(),
+    })
 }
 
 /// The node that ran global rank `rank`.
-pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, String> {
+pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, LookupError> {
     if run.nprocs.is_empty() {
-        return Err(format!("run {} does not record its ranks per node; use --node", run.id));
+        return Err(LookupError::NoRanks { run: run.id.clone() });
     }
     let mut first = 0;
     for (node, &n) in run.nprocs.iter().enumerate() {
@@ -115,7 +134,7 @@ pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, String> {
         }
         first += n;
     }
-    Err(format!("run {} has ranks 0-{}, not {rank}", run.id, first.saturating_sub(1)))
+    Err(LookupError::NoSuchRank { run: run.id.clone(), last: first.saturating_sub(1), wanted: rank })
 }
 
 /// Which lines to print.
@@ -199,11 +218,11 @@ mod tests {
         let runs = [run("20261130-100000-aaaa"), run("20261130-110000-bbbb"), run("20261130-110500-cccc")];
         assert_eq!(pick_run(&runs, None).unwrap().id, "20261130-110500-cccc");
         assert_eq!(pick_run(&runs, Some("20261130-10")).unwrap().id, "20261130-100000-aaaa");
-        let err = pick_run(&runs, Some("20261130-11")).unwrap_err();
+        let err = pick_run(&runs, Some("20261130-11")).unwrap_err().to_string();
         assert!(err.contains("matches 2 runs"), "{err}");
-        let err = pick_run(&runs, Some("2025")).unwrap_err();
+        let err = pick_run(&runs, Some("2025")).unwrap_err().to_string();
         assert!(err.contains("the latest runs are: 20261130-110500-cccc, "), "{err}");
-        assert_eq!(pick_run(&[], None).unwrap_err(), "no runs of this config yet");
+        assert_eq!(pick_run(&[], None).unwrap_err().to_string(), "no runs of this config yet");
     }
 
     #[test]
@@ -211,11 +230,11 @@ mod tests {
         let r = run("x");
         assert_eq!(pick_node(&r, "1"), Ok(1));
         assert_eq!(pick_node(&r, "c"), Ok(2));
-        assert!(pick_node(&r, "3").unwrap_err().contains("nodes 0-2"));
-        assert!(pick_node(&r, "d").unwrap_err().contains("its nodes are a, b, c"));
+        assert!(pick_node(&r, "3").unwrap_err().to_string().contains("nodes 0-2"));
+        assert!(pick_node(&r, "d").unwrap_err().to_string().contains("its nodes are a, b, c"));
         assert_eq!((0..7).map(|g| node_of_rank(&r, g).unwrap()).collect::<Vec<_>>(), [0, 0, 1, 2, 2, 2, 2]);
-        assert!(node_of_rank(&r, 7).unwrap_err().contains("ranks 0-6"));
+        assert!(node_of_rank(&r, 7).unwrap_err().to_string().contains("ranks 0-6"));
         let old = RunInfo { nprocs: vec![], ..r };
-        assert!(node_of_rank(&old, 0).unwrap_err().contains("use --node"));
+        assert!(node_of_rank(&old, 0).unwrap_err().to_string().contains("use --node"));
     }
 }

@@ -125,7 +125,7 @@ pub struct Master {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePlan {
-    pub rank: usize,
+    pub node_rank: usize,
     pub host: String,
     /// How other nodes reach it.
     pub addr: String,
@@ -321,7 +321,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                 })
             };
             let plan = NodePlan {
-                rank,
+                node_rank: rank,
                 host: node.host.clone(),
                 addr: addr_of(rank),
                 nproc,
@@ -416,7 +416,7 @@ impl LaunchPlan {
 
     /// The agent's `NAME=VALUE` marker line for one node in one attempt.
     pub fn marker(&self, node: &NodePlan, values: &AttemptValues<'_>) -> String {
-        node_marker(&self.config_key, node.rank, values).entry()
+        node_marker(&self.config_key, node.node_rank, values).entry()
     }
 
     /// The job snippet each node's agent runs. With `[container]`, `setup` runs in the
@@ -445,7 +445,7 @@ impl LaunchPlan {
     /// With `[container]`: what the node's agent runs after the job is gone, to remove the
     /// attempt's container.
     pub fn container_cleanup(&self, node: &NodePlan, values: &AttemptValues<'_>) -> Option<String> {
-        let name = container::name(&self.config_key, values.run_id, values.attempt, node.rank);
+        let name = container::name(&self.config_key, values.run_id, values.attempt, node.node_rank);
         Some(self.container.as_ref()?.remove_command(&name))
     }
 }
@@ -459,15 +459,17 @@ impl NodePlan {
                 let value = match v {
                     // Not found (the probe did not run or saw no route): left to torch.
                     EnvValue::AutoInterface => {
-                        values.interfaces.get(self.rank).filter(|i| !i.is_empty())?.clone()
+                        values.interfaces.get(self.node_rank).filter(|i| !i.is_empty())?.clone()
                     }
                     EnvValue::Value(s) | EnvValue::Secret(s) => s.clone(),
                     EnvValue::MasterPort => values.master_port.to_string(),
                     EnvValue::RunId => values.run_id.to_string(),
                     EnvValue::Attempt => values.attempt.to_string(),
-                    EnvValue::Marker { config_key } => node_marker(config_key, self.rank, values).value(),
+                    EnvValue::Marker { config_key } => {
+                        node_marker(config_key, self.node_rank, values).value()
+                    }
                     EnvValue::ContainerName { config_key } => {
-                        container::name(config_key, values.run_id, values.attempt, self.rank)
+                        container::name(config_key, values.run_id, values.attempt, self.node_rank)
                     }
                 };
                 Some((k.clone(), value))

@@ -158,7 +158,7 @@ fn plan_shows_ranks_env_and_commands_and_hides_secrets() {
     let hosts: Vec<&str> = nodes.iter().map(|n| n["host"].as_str().unwrap()).collect();
     assert_eq!(hosts, ["gpu-01", "gpu-02", "gpu-03", "cpu-9"]);
     for (i, node) in nodes.iter().enumerate() {
-        assert_eq!(node["rank"], i);
+        assert_eq!(node["node_rank"], i);
         assert_eq!(node["env"]["NODE_RANK"], i.to_string());
         assert_eq!(node["env"]["MASTER_ADDR"], "gpu-02");
         assert_eq!(node["env"]["GLOO_SOCKET_IFNAME"], "eth0");
@@ -314,7 +314,7 @@ fn plan_nodes(out: &support::herd::Finished) -> Vec<(String, u64, u64)> {
         .map(|n| {
             (
                 n["host"].as_str().unwrap().to_string(),
-                n["rank"].as_u64().unwrap(),
+                n["node_rank"].as_u64().unwrap(),
                 n["nproc"].as_u64().unwrap(),
             )
         })

@@ -27,7 +27,7 @@ fn failures(json: &Value) -> Vec<(u64, String)> {
                 .unwrap()
                 .iter()
                 .filter(|c| c["status"] == "fail")
-                .map(move |c| (n["rank"].as_u64().unwrap(), c["name"].as_str().unwrap().to_string()))
+                .map(move |c| (n["node_rank"].as_u64().unwrap(), c["name"].as_str().unwrap().to_string()))
         })
         .collect()
 }
@@ -47,7 +47,7 @@ fn a_healthy_cluster_passes_and_the_json_says_so() {
     let nodes = json["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 3);
     for (i, node) in nodes.iter().enumerate() {
-        assert_eq!(node["rank"], i);
+        assert_eq!(node["node_rank"], i);
         assert_eq!(node["host"], c.addr(i));
         let names: Vec<&str> =
             node["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();

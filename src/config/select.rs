@@ -182,7 +182,7 @@ mod tests {
             crate::plan::build(&c, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
         assert_eq!(plan.master.host, "gpu-02");
         assert_eq!(plan.master.node_rank, 0);
-        let ranks: Vec<(usize, &str)> = plan.nodes.iter().map(|n| (n.rank, n.host.as_str())).collect();
+        let ranks: Vec<(usize, &str)> = plan.nodes.iter().map(|n| (n.node_rank, n.host.as_str())).collect();
         assert_eq!(ranks, [(0, "gpu-02"), (1, "gpu-03"), (2, "gpu-04"), (3, "cpu9")]);
     }
 }

@@ -39,7 +39,7 @@ impl Check {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeChecks {
-    pub rank: usize,
+    pub node_rank: usize,
     pub host: String,
     pub checks: Vec<Check>,
 }
@@ -127,20 +127,20 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
             let mut checks = Vec::new();
             if let Some(err) = &f.unreachable {
                 checks.push(Check::fail("ssh", err.clone(), crate::transport::connect_fix(err)));
-                return NodeChecks { rank: node.rank, host: node.host.clone(), checks };
+                return NodeChecks { node_rank: node.node_rank, host: node.host.clone(), checks };
             }
             checks.push(ssh_check(f));
-            node_checks(plan, node.rank, f, fast, &mut checks);
-            if let Some(c) = consistency.get(&node.rank) {
+            node_checks(plan, node.node_rank, f, fast, &mut checks);
+            if let Some(c) = consistency.get(&node.node_rank) {
                 checks.push(c.clone());
             }
-            checks.push(port_check(plan, node.rank, port));
+            checks.push(port_check(plan, node.node_rank, port));
             if !fast {
-                if let Some(c) = skew.get(&node.rank) {
+                if let Some(c) = skew.get(&node.node_rank) {
                     checks.push(c.clone());
                 }
             }
-            NodeChecks { rank: node.rank, host: node.host.clone(), checks }
+            NodeChecks { node_rank: node.node_rank, host: node.host.clone(), checks }
         })
         .collect()
 }
@@ -428,7 +428,7 @@ fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeM
             ),
             None => Check::pass("versions", summary.join(", ")),
         };
-        out.insert(plan.nodes[*rank].rank, check);
+        out.insert(plan.nodes[*rank].node_rank, check);
     }
     out
 }

@@ -165,7 +165,7 @@ fn connect_command(plan: &LaunchPlan) -> String {
 /// start, only once the master's listener is up.
 fn probe_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
     let facts = facts_script(plan, fast);
-    let script = if node.rank == plan.master.node_rank {
+    let script = if node.node_rank == plan.master.node_rank {
         format!(
             "if [ \"$MASTER_PORT\" = 0 ]; then exec sh -c {}; fi\n{}",
             quote(&facts),
@@ -349,7 +349,7 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
         presweep: options.presweep.clone(),
         report_ports: options.test_port
             && plan.master.port == PortSpec::Auto
-            && node.rank == plan.master.node_rank,
+            && node.node_rank == plan.master.node_rank,
         ..plan.agent(plan.marker(node, &values), job)
     }
 }
@@ -379,17 +379,17 @@ pub async fn diagnose(
         fleet.conn(master).is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
     let mut set = JoinSet::new();
     for node in &plan.nodes {
-        let Some(conn) = fleet.conn(node.rank).cloned() else { continue };
+        let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
         let (env_tx, env_rx) = oneshot::channel();
-        envs[node.rank] = Some(env_tx);
-        let close = (node.rank == master && reach).then(|| {
+        envs[node.node_rank] = Some(env_tx);
+        let close = (node.node_rank == master && reach).then(|| {
             let (tx, rx) = oneshot::channel();
             close_master = Some(tx);
             rx
         });
         let inv = probe_invocation(plan, node, options);
-        let agent = early.get_mut(node.rank).and_then(Option::take);
-        let (said_tx, rank, limit) = (said_tx.clone(), node.rank, probe_limit(plan));
+        let agent = early.get_mut(node.node_rank).and_then(Option::take);
+        let (said_tx, rank, limit) = (said_tx.clone(), node.node_rank, probe_limit(plan));
         set.spawn(
             async move { (rank, probe_node(conn, inv, agent, env_rx, close, said_tx, rank, limit).await) },
         );
@@ -468,15 +468,15 @@ pub async fn diagnose(
         .iter()
         .map(|node| {
             let base = Facts {
-                unreachable: fleet.links()[node.rank].conn.as_ref().err().cloned(),
-                connect_ms: fleet.links()[node.rank].connect_ms,
+                unreachable: fleet.links()[node.node_rank].conn.as_ref().err().cloned(),
+                connect_ms: fleet.links()[node.node_rank].connect_ms,
                 ..Facts::default()
             };
-            match results[node.rank].take() {
+            match results[node.node_rank].take() {
                 None => base,
                 Some(Err(e)) => Facts { unreachable: Some(format!("probe failed: {e}")), ..base },
                 Some(Ok(probed)) => {
-                    swept[node.rank] = probed.swept;
+                    swept[node.node_rank] = probed.swept;
                     let (values, other_lines) = checks::parse_facts(&probed.out);
                     Facts { values, other_lines, clock: probed.clock, login_ms: probed.login_ms, ..base }
                 }

@@ -48,7 +48,7 @@ pub fn text(nodes: &[NodeChecks], problems_only: bool) -> String {
         s.push('\n');
     }
     for (n, c) in problems {
-        let _ = writeln!(s, "{} node {} ({}) {}: {}", mark(c.status), n.rank, n.host, c.name, c.detail);
+        let _ = writeln!(s, "{} node {} ({}) {}: {}", mark(c.status), n.node_rank, n.host, c.name, c.detail);
         if let Some(fix) = &c.fix {
             let _ = writeln!(s, "     fix: {fix}");
         }
@@ -84,7 +84,7 @@ fn table(nodes: &[NodeChecks]) -> String {
     s = s.trim_end().to_string();
     s.push('\n');
     for n in nodes {
-        let mut row = format!("{:>4}  {:<host_w$}", n.rank, n.host);
+        let mut row = format!("{:>4}  {:<host_w$}", n.node_rank, n.host);
         for col in &columns {
             let cell = n.checks.iter().find(|c| c.name == *col).map_or("-", |c| mark(c.status));
             let _ = write!(row, "  {cell:<w$}", w = col.len().max(4));
@@ -105,7 +105,7 @@ fn grouped(nodes: &[NodeChecks]) -> String {
             let ranks: Vec<String> = nodes
                 .iter()
                 .filter(|n| n.checks.iter().any(|c| c.name == col && c.status == status))
-                .map(|n| n.rank.to_string())
+                .map(|n| n.node_rank.to_string())
                 .collect();
             if ranks.len() == nodes.len() {
                 parts.push(format!("{} on all {} nodes", mark(status), nodes.len()));
@@ -125,7 +125,7 @@ mod tests {
 
     fn node(rank: usize, statuses: &[(&'static str, Status)]) -> NodeChecks {
         NodeChecks {
-            rank,
+            node_rank: rank,
             host: format!("gpu-{rank:02}"),
             checks: statuses
                 .iter()

@@ -45,7 +45,7 @@ struct MasterJson<'a> {
 
 #[derive(Serialize)]
 struct NodeJson<'a> {
-    rank: usize,
+    node_rank: usize,
     host: &'a str,
     addr: &'a str,
     nproc: u32,
@@ -102,7 +102,7 @@ pub fn json(plan: &LaunchPlan) -> String {
 fn node_json(node: &NodePlan) -> NodeJson<'_> {
     let r = node.global_ranks();
     NodeJson {
-        rank: node.rank,
+        node_rank: node.node_rank,
         host: &node.host,
         addr: &node.addr,
         nproc: node.nproc,
@@ -166,7 +166,7 @@ pub fn text(plan: &LaunchPlan) -> String {
         };
         s += &format!(
             "\nnode {}  {}  nproc {}  ranks {}-{}  via {}\n",
-            node.rank,
+            node.node_rank,
             node.host,
             node.nproc,
             r.start,

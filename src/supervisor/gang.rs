@@ -90,7 +90,7 @@ pub(super) fn job_invocation(
     AgentInvocation {
         cleanup: plan.container_cleanup(node, &unported),
         presweep: presweep.map(|sweep| sweep.body(plan)),
-        report_ports: !port_known && node.rank == plan.master.node_rank,
+        report_ports: !port_known && node.node_rank == plan.master.node_rank,
         ..plan.agent(plan.marker(node, &unported), plan.job_snippet(node))
     }
 }
@@ -159,9 +159,9 @@ impl<'a> Gang<'a> {
             let (env_tx, env_rx) = oneshot::channel();
             envs.push(Some(env_tx));
             let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, swept);
-            let agent = early.get_mut(node.rank).and_then(Option::take);
+            let agent = early.get_mut(node.node_rank).and_then(Option::take);
             let run = node_run(ctx, node, attempt, invocation, agent, env_rx, &links, &liveness);
-            let conn = fleet.conn(node.rank).expect("every node of a run is connected").clone();
+            let conn = fleet.conn(node.node_rank).expect("every node of a run is connected").clone();
             set.spawn(node::run(conn, run, links.stop.clone(), ctx.events.clone()));
         }
         let mut tick = tokio::time::interval(TICK);
@@ -330,7 +330,7 @@ fn node_run(
     liveness: &Arc<Liveness>,
 ) -> NodeRun {
     NodeRun {
-        node_rank: node.rank,
+        node_rank: node.node_rank,
         host: node.host.clone(),
         attempt,
         ports: invocation.report_ports.then(|| links.ports.clone()),

@@ -23,7 +23,7 @@ fn first_failure(nodes: &[doctor::NodeChecks]) -> String {
         .iter()
         .find_map(|n| {
             let c = n.checks.iter().find(|c| c.status == doctor::Status::Fail)?;
-            Some(format!("node {} ({}): {}: {}", n.rank, n.host, c.name, c.detail))
+            Some(format!("node {} ({}): {}: {}", n.node_rank, n.host, c.name, c.detail))
         })
         .unwrap_or_default()
 }
