@@ -9,17 +9,19 @@
 //!     cargo bench --bench herd_bench -- restart     # a rank SIGKILLed -> next attempt's workers all up
 //!     cargo bench --bench herd_bench -- logs        # N nodes x L lines as fast as they go, vs pdsh and ssh | sed
 //!     cargo bench --bench herd_bench -- idle        # 64 nodes, a line a second for 60 s: launcher CPU
+//!     cargo bench --bench herd_bench -- ranks       # 64 nodes x 8 ranks printing at once, vs pdsh: whole lines, counted
 //!
 //! Sizes (environment): BENCH_RUNS (runs per launcher, default 5; 3 for partition and idle),
 //! BENCH_LOGS (`NODESxLINES,...`, default `8x1000000,64x20000`), BENCH_IDLE_NODES (64),
-//! BENCH_IDLE_SECS (60). A tiny run: `BENCH_RUNS=1 BENCH_LOGS=2x1000 cargo bench --bench herd_bench -- logs`.
+//! BENCH_IDLE_SECS (60), BENCH_RANKS (`NODESxRANKSxLINES,...`, default `64x8x2000,64x8x10000`),
+//! BENCH_RANKS_TORCH (the same under torchrun, default `8x8x2000`). A tiny run: `BENCH_RUNS=1 BENCH_LOGS=2x1000 cargo bench --bench herd_bench -- logs`.
 //! Launcher CPU is that of the launcher's whole process tree (a cpuacct cgroup, so ssh masters
 //! that daemonise are counted), and, for herd and pdsh, of the launcher process alone
 //! (/proc/<pid>/stat); peak RSS is the launcher process's VmHWM. BENCH_KEEP_STDERR=1 keeps each
 //! launcher's stderr (with RUST_LOG=debug, herd's timed debug log) and prints where;
 //! BENCH_TRACE=1 (teardown) prints when each job process was last seen after the kill;
 //! BENCH_HERD_WRAP puts a profiler in front of herd (`valgrind --tool=massif ...`, `perf record ...`).
-//! BENCH_BASELINE_HERD=PATH (teardown) also runs another herd binary, e.g. one built from an
+//! BENCH_BASELINE_HERD=PATH (teardown, slow-logins, restart) also runs another herd binary, e.g. one built from an
 //! earlier commit, alternating with this one, for a before/after table from one session.
 //!
 //! Runs of herd and its baselines alternate within one session; each table gives the median
@@ -64,6 +66,9 @@ fn main() {
     }
     if want("idle") {
         idle();
+    }
+    if want("ranks") {
+        ranks();
     }
 }
 
@@ -197,7 +202,19 @@ fn slow_logins() {
     let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
     let mut results: Vec<(&str, Vec<Duration>)> =
         vec![("pdsh -R ssh -f 64", vec![]), ("herd run --no-preflight", vec![]), ("herd run", vec![])];
+    // Another herd binary (BENCH_BASELINE_HERD), run beside this one in every round.
+    let baseline = std::env::var("BENCH_BASELINE_HERD").ok();
+    if baseline.is_some() {
+        results.push(("baseline herd run --no-preflight", vec![]));
+        results.push(("baseline herd run", vec![]));
+    }
     for _ in 0..reps {
+        if let Some(base) = &baseline {
+            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+            results[3].1.push(timed(Command::new(base).args(["run", "--no-preflight", "-c"]).arg(&config)));
+            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+            results[4].1.push(timed(Command::new(base).args(["run", "-c"]).arg(&config)));
+        }
         results[0].1.push(timed(
             Command::new("pdsh")
                 .args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"])
@@ -912,10 +929,22 @@ fn restart() {
     let venv = herd_support::torch_venv();
     let tb = Testbed::new(3);
     let dir = tempfile::tempdir().unwrap();
-    let mut rows: Vec<[f64; 5]> = Vec::new();
+    let baseline = std::env::var("BENCH_BASELINE_HERD").ok();
+    let mut binaries: Vec<(&str, String)> = vec![("herd", HERD.to_string())];
+    binaries.extend(baseline.map(|b| ("baseline herd", b)));
+    let mut rows: Vec<Vec<[f64; 5]>> = vec![Vec::new(); binaries.len()];
     let mut timeline = Vec::new();
-    for rep in 0..reps {
-        let mark = format!("BENCH_MARK=restart-{rep}-{}", std::process::id());
+    // The baseline binary, when given, alternates with this one, first on odd runs.
+    let order = |rep: usize| -> Vec<usize> {
+        let mut v: Vec<usize> = (0..binaries.len()).collect();
+        if rep % 2 == 1 {
+            v.reverse();
+        }
+        v
+    };
+    for (rep, b) in (0..reps).flat_map(|rep| order(rep).into_iter().map(move |b| (rep, b))) {
+        let (name, binary) = (&binaries[b].0, binaries[b].1.as_str());
+        let mark = format!("BENCH_MARK=restart-{b}-{rep}-{}", std::process::id());
         let config = torch_config(
             &tb,
             dir.path(),
@@ -925,7 +954,7 @@ fn restart() {
             "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n",
         );
         let config = config.display().to_string();
-        let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
+        let herd = Tracked::spawn(binary, &["run", "--no-preflight", "-c", &config], Stdio::null());
         poll_until(Duration::from_secs(120), Duration::from_millis(100), || {
             workers(&mark, Some("HERD_ATTEMPT=0")).len() >= 6
         })
@@ -942,7 +971,7 @@ fn restart() {
         kill_marked(&mark);
         let ev = run_events(&dir.path().join("logs"));
         let (Some(up), Some(started)) = (up, event_time(&ev, "attempt_started", 1)) else {
-            println!("run {rep}: attempt 1 did not come up (herd ok: {})", m.success);
+            println!("run {rep}, {name}: attempt 1 did not come up (herd ok: {})", m.success);
             continue;
         };
         let delay = ev
@@ -954,16 +983,17 @@ fn restart() {
         let total = (up - killed).as_secs_f64();
         let teardown = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, killed_wall));
         let to_start = since(started, killed_wall);
-        rows.push([total, delay, total - delay, teardown, total - to_start]);
-        if rep + 1 == reps {
+        rows[b].push([total, delay, total - delay, teardown, total - to_start]);
+        if rep + 1 == reps && b == 0 {
             timeline = timeline_rows(&ev, killed_wall);
             timeline.push(format!("| +{total:.2} s | attempt 1's six workers exist |"));
         }
     }
-    println!("\n### Restart latency: torchrun 3 nodes x 2, rank 3 SIGKILLed, backoff 1 s (+-20 %), to attempt 1's six workers running ({} runs)\n", rows.len());
+    println!("\n### Restart latency: torchrun 3 nodes x 2, rank 3 SIGKILLed, backoff 1 s (+-20 %), to attempt 1's six workers running ({} runs)\n", rows[0].len());
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- restart`\n");
-    println!("| from the kill | median s | spread s |");
-    println!("|---|---|---|");
+    let names: Vec<&str> = binaries.iter().map(|b| b.0).collect();
+    println!("| from the kill | {} |", names.iter().map(|n| format!("{n}: median s | spread s")).collect::<Vec<_>>().join(" | "));
+    println!("|---|{}", "---|---|".repeat(names.len()));
     for (i, what) in [
         "to attempt 1's workers all running",
         "backoff drawn",
@@ -974,8 +1004,14 @@ fn restart() {
     .iter()
     .enumerate()
     {
-        let (m, s, _) = fmt_stat(&rows.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
-        println!("| {what} | {m} | {s} |");
+        let cells: Vec<String> = rows
+            .iter()
+            .map(|rs| {
+                let (m, s, _) = fmt_stat(&rs.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
+                format!("{m} | {s}")
+            })
+            .collect();
+        println!("| {what} | {} |", cells.join(" | "));
     }
     println!("\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
 }
@@ -1141,6 +1177,270 @@ pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
         }
     }
     herd_lost
+}
+
+/// What each node runs for scenario 8: RANKS ranks, each `python3 -u` printing L lines with
+/// plain print() (tests/fixtures/ranks_print.py: text and newline are two writes). Under
+/// herd (NODE_RANK and HERD_RANK_WRAPPER set) each rank starts through the rank wrapper, as
+/// torchrun's workers do; under pdsh the node finds its rank from its place in the host list.
+/// With `torch` as $4, torchrun starts them (pdsh only: herd starts torchrun itself).
+const RANKS_SH: &str = r#"per=$1 n=$2 hosts=$3
+node=${NODE_RANK-}
+if [ -z "$node" ]; then
+  me=${SSH_CONNECTION#* * }; me=${me% *}
+  node=$(($(grep -nx "$me" "$hosts" | cut -d: -f1) - 1))
+fi
+if [ "${4-}" = torch ]; then
+  PATH=$5/bin:$PATH exec torchrun --nnodes "$(wc -l < "$hosts")" --nproc-per-node "$per" --node-rank "$node" \
+    --master-addr "$(head -n 1 "$hosts")" --master-port "$6" "$7" "$n"
+fi
+l=0
+while [ "$l" -lt "$per" ]; do
+  if [ -n "${HERD_RANK_WRAPPER-}" ]; then
+    RANK=$((node * per + l)) LOCAL_RANK=$l "$HERD_RANK_WRAPPER" 0 python3 -u "$7" "$n" &
+  else
+    RANK=$((node * per + l)) LOCAL_RANK=$l python3 -u "$7" "$n" &
+  fi
+  l=$((l + 1))
+done
+wait
+"#;
+
+/// What a checker finds in one launcher's output: the lines each rank printed, whole and in
+/// the right place, counted against what they should be.
+#[derive(Default, Clone, Copy)]
+struct RankCheck {
+    /// Lines that are not exactly one of the fixture's lines, with the right prefix.
+    malformed: usize,
+    /// (rank, line) pairs never seen whole.
+    lost: usize,
+    /// Whole lines seen more than once.
+    duplicated: usize,
+    /// Lines under a prefix naming another rank than the line's own.
+    misnamed: usize,
+}
+
+/// The payload of a fixture line, `rank R local L line I x{I % 64}`, as (R, I), or None.
+fn fixture_line(payload: &[u8]) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut w = text.splitn(7, ' ');
+    let (a, r, b, _l, c, i) = (w.next()?, w.next()?, w.next()?, w.next()?, w.next()?, w.next()?);
+    let xs = w.next().unwrap_or("");
+    let (r, i): (usize, usize) = (r.parse().ok()?, i.parse().ok()?);
+    let ok = a == "rank" && b == "local" && c == "line" && xs.len() == i % 64 && xs.bytes().all(|x| x == b'x');
+    // `line 0 ` ends in a space: splitn leaves "" for the x's, which is right.
+    ok.then_some((r, i))
+}
+
+/// Checks an output: each line is `prefix payload`; `prefix_rank` says which rank a prefix
+/// names (None: a launcher or node line, or a launcher that names no rank). Lines that are
+/// not the fixture's data lines but are known (the fixture's `rank R done`, torchrun's own
+/// lines under a launcher prefix) are passed by `other`.
+fn check_ranks(
+    data: &[u8],
+    ranks: usize,
+    lines: usize,
+    split: impl Fn(&[u8]) -> Option<(Option<usize>, &[u8])>,
+    other: impl Fn(Option<usize>, &[u8]) -> bool,
+) -> RankCheck {
+    let mut seen = vec![0u8; ranks * lines];
+    let mut c = RankCheck::default();
+    for line in data.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let Some((named, payload)) = split(line) else {
+            c.malformed += 1;
+            show_malformed(c.malformed, line);
+            continue;
+        };
+        match fixture_line(payload) {
+            Some((r, i)) if r < ranks && i < lines => {
+                if named.is_some_and(|n| n != r) {
+                    c.misnamed += 1;
+                }
+                let s = &mut seen[r * lines + i];
+                if *s > 0 {
+                    c.duplicated += 1;
+                }
+                *s = s.saturating_add(1);
+            }
+            _ if other(named, payload) => {}
+            _ => {
+                c.malformed += 1;
+                show_malformed(c.malformed, line);
+            }
+        }
+    }
+    c.lost = seen.iter().filter(|&&s| s == 0).count();
+    c
+}
+
+/// The first few malformed lines of a check, on stderr, to see what broke them.
+fn show_malformed(count: usize, line: &[u8]) {
+    if count <= 5 {
+        eprintln!("malformed: {:?}", String::from_utf8_lossy(&line[..line.len().min(200)]));
+    }
+}
+
+/// `rank R done`, the fixture's last line (on stderr).
+fn done_line(payload: &[u8]) -> bool {
+    payload.strip_prefix(b"rank ").and_then(|p| p.strip_suffix(b" done")).is_some_and(|r| r.iter().all(u8::is_ascii_digit))
+}
+
+/// herd's prefix: `[r13 host] ` for rank 13, `[2 host] ` for node 2's launcher.
+fn herd_split(line: &[u8]) -> Option<(Option<usize>, &[u8])> {
+    let end = line.windows(2).position(|w| w == b"] ")?;
+    let head = std::str::from_utf8(line.strip_prefix(b"[")?.get(..end - 1)?).ok()?;
+    let (who, _host) = head.split_once(' ')?;
+    let named = match who.strip_prefix('r') {
+        Some(r) => Some(r.parse().ok()?),
+        None => {
+            who.parse::<usize>().ok()?;
+            None
+        }
+    };
+    Some((named, &line[end + 2..]))
+}
+
+/// pdsh's prefix: `host: `.
+fn pdsh_split(line: &[u8]) -> Option<(Option<usize>, &[u8])> {
+    let end = line.windows(2).position(|w| w == b": ")?;
+    Some((None, &line[end + 2..]))
+}
+
+/// Scenario 8 (issue 13): N nodes x R ranks, every rank printing L lines with plain print()
+/// at once. Lines/s, herd's peak RSS, and a checker's count of malformed, lost, duplicated and
+/// misnamed lines, on stdout and (herd) in the per-rank files.
+fn ranks() {
+    let reps = runs(3);
+    let parse = |var: &str, default: &str| -> Vec<(usize, usize, usize)> {
+        std::env::var(var)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| {
+                let v: Vec<usize> = s.split('x').filter_map(|x| x.parse().ok()).collect();
+                (v.len() == 3).then(|| (v[0], v[1], v[2]))
+            })
+            .collect()
+    };
+    let plain = parse("BENCH_RANKS", "64x8x2000,64x8x10000");
+    let torch = parse("BENCH_RANKS_TORCH", "8x8x2000");
+    let most = plain.iter().chain(&torch).map(|s| s.0).max().unwrap_or(1);
+    let tb = Testbed::new(most);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("ranks.sh");
+    std::fs::write(&script, RANKS_SH).unwrap();
+    let fixture = format!("{}/tests/fixtures/ranks_print.py", env!("CARGO_MANIFEST_DIR"));
+    let venv = (!torch.is_empty()).then(herd_support::torch_venv);
+    let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
+    std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
+    println!("\n### Every rank printing at once: N nodes x R ranks, each rank L lines of plain print() under python3 -u; stdout to a file ({reps} runs each, alternating)\n");
+    println!(
+        "Rerun: `BENCH_RUNS={reps} BENCH_RANKS={} BENCH_RANKS_TORCH={} cargo bench --bench herd_bench -- ranks`\n",
+        plain.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(","),
+        torch.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(",")
+    );
+    println!("| N x R x L | ranks start by | launcher | lines/s median | spread | ratio to pdsh | launcher CPU s | launcher peak RSS MiB | malformed / lost / duplicated / misnamed on stdout (all runs) | same in the rank files |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let sizes = plain.iter().map(|&s| (s, false)).chain(torch.iter().map(|&s| (s, true)));
+    for (rep_size, ((n, per, lines), with_torch)) in sizes.enumerate() {
+        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
+        let hosts_file = dir.path().join("hosts");
+        std::fs::write(&hosts_file, hosts.join("\n") + "\n").unwrap();
+        let port = 29700 + rep_size as u16;
+        let remote = format!(
+            "sh {} {per} {lines} {} {} {} {port} {fixture}",
+            script.display(),
+            hosts_file.display(),
+            if with_torch { "torch" } else { "-" },
+            venv.as_ref().map_or("-".into(), |v| v.display().to_string()),
+        );
+        let job = if with_torch {
+            format!(
+                "launcher = \"torchrun\"\nscript = \"{fixture}\"\nargs = [\"{lines}\"]\nnproc_per_node = {per}\nsetup = \"source {}/bin/activate\"",
+                venv.as_ref().unwrap().display()
+            )
+        } else {
+            format!(
+                "launcher = \"command\"\nscript = \"sh\"\nargs = [\"{}\", \"{per}\", \"{lines}\", \"{}\", \"-\", \"-\", \"0\", \"{fixture}\"]",
+                script.display(),
+                hosts_file.display()
+            )
+        };
+        let extra = if with_torch { "[rendezvous]\ninterface = \"eth0\"\n" } else { "" };
+        let config = write_config(&tb, dir.path(), &hosts, &job, extra).display().to_string();
+        let names = ["pdsh -R ssh -f 64", "herd run --no-preflight"];
+        let mut res: Vec<Vec<(Measured, RankCheck, RankCheck)>> = vec![vec![]; names.len()];
+        for _ in 0..reps {
+            for (i, name) in names.iter().enumerate() {
+                let out_path = dir.path().join("out.txt");
+                let out = std::fs::File::create(&out_path).unwrap();
+                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+                let t = if i == 0 {
+                    Tracked::spawn("pdsh", &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &remote], out.into())
+                } else {
+                    Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into())
+                };
+                let m = t.finish();
+                assert!(m.success, "{name} failed");
+                let data = std::fs::read(&out_path).unwrap();
+                let ranks = n * per;
+                let stdout = if i == 0 {
+                    // pdsh's stderr (the `done` lines, torchrun's own) is not in the file.
+                    check_ranks(&data, ranks, lines, pdsh_split, |_, _| false)
+                } else {
+                    check_ranks(&data, ranks, lines, herd_split, |named, p| {
+                        // The fixture's last line; the launcher's own lines (torchrun's warnings).
+                        (named.is_some() && done_line(p)) || (named.is_none() && with_torch)
+                    })
+                };
+                let files = if i == 1 {
+                    let attempt = herd_support::only_run_dir(&dir.path().join("logs")).join("attempt-0");
+                    let mut all = RankCheck::default();
+                    for r in 0..ranks {
+                        let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
+                        let c = check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
+                        all.malformed += c.malformed;
+                        all.duplicated += c.duplicated;
+                        all.misnamed += c.misnamed;
+                        // Each file holds one rank: what it lacks is the rank's own lines.
+                        all.lost += c.lost.saturating_sub((ranks - 1) * lines);
+                    }
+                    all
+                } else {
+                    RankCheck::default()
+                };
+                res[i].push((m, stdout, files));
+            }
+        }
+        let total = (n * per * lines) as f64;
+        let rate = |ms: &[(Measured, RankCheck, RankCheck)]| -> Vec<f64> { ms.iter().map(|r| total / r.0.wall.as_secs_f64()).collect() };
+        let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
+        let sum = |cs: &mut dyn Iterator<Item = RankCheck>| {
+            let mut t = RankCheck::default();
+            for c in cs {
+                t.malformed += c.malformed;
+                t.lost += c.lost;
+                t.duplicated += c.duplicated;
+                t.misnamed += c.misnamed;
+            }
+            format!("{} / {} / {} / {}", t.malformed, t.lost, t.duplicated, t.misnamed)
+        };
+        for (i, name) in names.iter().enumerate() {
+            let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
+            let own = fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0;
+            let rss = fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0;
+            let files = if i == 1 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
+            println!(
+                "| {n} x {per} x {lines} | {} | {name} | {m} | {s} | {:.2} | {own} | {rss} | {} | {files} |",
+                if with_torch { "torchrun" } else { "a shell loop" },
+                v / pdsh_rate,
+                sum(&mut res[i].iter().map(|r| r.1)),
+            );
+        }
+    }
 }
 
 /// Scenario 7: a job on N nodes that prints a line a second for S seconds. Launcher CPU over
