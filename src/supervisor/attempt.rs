@@ -162,7 +162,11 @@ impl<'a> Attempt<'a> {
                     self.stop_all(now, Stopping::Hang, None, reason, &mut actions);
                 }
             }
-            Input::KillTimer => actions.push(Action::Kill),
+            Input::KillTimer => {
+                // A teardown that takes this one over later gets its own grace, then SIGKILL.
+                self.kill_armed = false;
+                actions.push(Action::Kill);
+            }
             Input::Tick(clock) => self.tick(now, clock, &mut actions),
         }
         actions
@@ -239,9 +243,10 @@ impl<'a> Attempt<'a> {
             }
             if let Some((reason, why)) = judge_silence(self.plan, node_rank, *heard, now) {
                 self.silent.insert(node_rank, why);
-                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
-                // It cannot act on `term`; stop waiting for it soon.
+                // It cannot act on `term`: SIGKILL at once, so that herd stops waiting for it
+                // soon (a stop request never goes down: the `term` after it changes nothing).
                 actions.push(Action::Kill);
+                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
             }
         }
     }
@@ -397,6 +402,16 @@ mod tests {
     }
 
     #[test]
+    fn an_interrupt_after_the_grace_ran_out_gets_a_grace_of_its_own() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(1), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(1) });
+        assert_eq!(a.decide(S(8), Input::KillTimer), vec![Action::Kill]);
+        assert_eq!(a.decide(S(9), Input::Interrupt), teardown("interrupted", None));
+    }
+
+    #[test]
     fn a_second_interrupt_kills() {
         let p = plan("");
         let used = BTreeSet::new();
@@ -413,8 +428,8 @@ mod tests {
         let mut a = Attempt::new(&p, Some(1), &used);
         assert!(a.decide(S(20), tick([Some(1), Some(14), Some(0)], 0, 250)).is_empty());
         let actions = a.decide(S(21), tick([Some(1), Some(15), Some(0)], 0, 250));
-        let mut want = teardown("node 1 (n2) is silent: no heartbeat", None);
-        want.push(Action::Kill);
+        let mut want = vec![Action::Kill];
+        want.extend(teardown("node 1 (n2) is silent: no heartbeat", None));
         assert_eq!(actions, want);
         // Judged once; when its task ends, its exit is the silence.
         assert!(a.decide(S(22), tick([Some(1), Some(16), Some(0)], 0, 250)).is_empty());
@@ -430,7 +445,7 @@ mod tests {
         // Logging in for 100 s: no heartbeat is missed yet; after 2 minutes the login is stuck.
         assert!(a.decide(S(100), tick([Some(0), None, Some(0)], 0, 250)).is_empty());
         let actions = a.decide(S(120), tick([Some(0), None, Some(0)], 0, 250));
-        let Action::Teardown(reason) = &actions[1] else { panic!("{actions:?}") };
+        let Action::Teardown(reason) = &actions[2] else { panic!("{actions:?}") };
         assert!(reason.starts_with("node 1 (n2) is silent: its login shell"), "{reason}");
         a.decide(S(121), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
         let Some(NodeExit::Lost(why)) = &a.ended().exits[1] else { panic!() };

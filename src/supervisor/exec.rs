@@ -67,27 +67,7 @@ pub async fn exec(
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
     for (rank, conn) in fleet.connected() {
-        let marker = Marker::exec(&plan.config_key, exec_id).node(rank);
-        let run = NodeRun {
-            node_rank: rank,
-            host: plan.nodes[rank].host.clone(),
-            attempt: 0,
-            // Nobody watches an exec's heartbeat (a lost connection still ends it), but its
-            // interval bounds how long anything of it may outlive the agent. The command runs
-            // as a login shell would run it, in bash where the node has it.
-            invocation: AgentInvocation {
-                grace_secs: GRACE_SECS,
-                ..plan.agent(marker.entry(), remote::in_bash(command))
-            },
-            early: None,
-            env: node::env_now(remote::env_block([(marker.var, marker.value().as_str())])),
-            ports: None,
-            liveness: liveness.clone(),
-            progress_pattern: None,
-            fatal: None,
-            probe: None,
-            quick_launcher_exit: None,
-        };
+        let run = node_run(plan, exec_id, command, rank, &liveness);
         set.spawn(node::run(conn.clone(), run, stop_rx.clone(), events.clone()));
     }
     let mut interrupted = 0;
@@ -110,6 +90,37 @@ pub async fn exec(
     let ends =
         ends.into_iter().map(|e| e.unwrap_or_else(|| ExecExit::Unreachable("no result".into()))).collect();
     ExecOutcome { ends, interrupted: interrupted > 0 }
+}
+
+/// One node's part of an exec.
+fn node_run(
+    plan: &LaunchPlan,
+    exec_id: &str,
+    command: &str,
+    rank: usize,
+    liveness: &Arc<Liveness>,
+) -> NodeRun {
+    let marker = Marker::exec(&plan.config_key, exec_id).node(rank);
+    NodeRun {
+        node_rank: rank,
+        host: plan.nodes[rank].host.clone(),
+        attempt: 0,
+        // Nobody watches an exec's heartbeat (a lost connection still ends it), but its
+        // interval bounds how long anything of it may outlive the agent. The command runs as
+        // a login shell would run it, in bash where the node has it.
+        invocation: AgentInvocation {
+            grace_secs: GRACE_SECS,
+            ..plan.agent(marker.entry(), remote::in_bash(command))
+        },
+        early: None,
+        env: node::env_now(remote::env_block([(marker.var, marker.value().as_str())])),
+        ports: None,
+        liveness: liveness.clone(),
+        progress_pattern: None,
+        fatal: None,
+        probe: None,
+        quick_launcher_exit: None,
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,9 @@ pub(super) async fn run_attempt(
     for action in machine.begin() {
         gang.perform(action).await;
     }
+    // Silence counts from here: a slow start (the event queue full) is no stall of herd's.
+    gang.tick.reset();
+    gang.last_tick = Instant::now();
     while let Some(input) = gang.next_input(&machine, interrupts).await {
         for action in machine.decide(gang.liveness.elapsed(), input) {
             gang.perform(action).await;
@@ -256,7 +259,15 @@ impl<'a> Gang<'a> {
             }
             Action::Term { failing } => {
                 self.failing.store(failing.unwrap_or(usize::MAX), Ordering::Relaxed);
-                let _ = self.stop.send(Stop::Term);
+                // A stop request never goes down: a node that has not read a `kill` yet must
+                // not find a `term` in its place.
+                self.stop.send_if_modified(|stop| {
+                    let raise = *stop < Stop::Term;
+                    if raise {
+                        *stop = Stop::Term;
+                    }
+                    raise
+                });
             }
             Action::Kill => {
                 let _ = self.stop.send(Stop::Kill);

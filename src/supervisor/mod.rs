@@ -105,6 +105,9 @@ impl Run<'_> {
                 (agents.pop().flatten(), job)
             })
             .unzip();
+        if self.options.preflight {
+            let _ = self.events.send(Event::PreflightStarted { nnodes: self.plan.nnodes() }).await;
+        }
         let preflight =
             preflight::preflight(self.plan, self.run_id, &fleet, self.options, self.events, probes);
         let mut checked = match interruptible(&mut self.interrupts, preflight).await {

@@ -213,17 +213,7 @@ pub async fn run(
     let control = Control { stdin: process.stdin, rank, sent: Stop::Run, quick: node.quick_launcher_exit };
     let (agent_status, gave_up) = control.serve(err_pump, node.env, asks, stop).await;
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
-    let transport_exit = match gave_up {
-        Some(why) => TransportExit::Disconnected(why),
-        None => match tokio::time::timeout(DRAIN_DEADLINE, process.handle.wait()).await {
-            Ok(exit) => exit,
-            Err(_) => TransportExit::Disconnected(format!(
-                "no exit status {} s after the agent's output ended",
-                DRAIN_DEADLINE.as_secs()
-            )),
-        },
-    };
-    let exit = node_exit(agent_status, transport_exit, &conn).await;
+    let exit = node_exit(agent_status, gave_up, process.handle, &conn).await;
     let _ = events
         .send(Event::NodeExited {
             attempt: node.attempt,
@@ -236,8 +226,24 @@ pub async fn run(
 }
 
 /// How the node ended, from what its agent said (its job's wait status) and how its
-/// transport ended.
-async fn node_exit(agent_status: Option<i32>, transport_exit: TransportExit, conn: &Connection) -> NodeExit {
+/// transport ended (unless herd gave up on it, and why). Only now, the agent's output read to
+/// its end, is the transport asked for its exit status.
+async fn node_exit(
+    agent_status: Option<i32>,
+    gave_up: Option<String>,
+    handle: crate::transport::AgentHandle,
+    conn: &Connection,
+) -> NodeExit {
+    let transport_exit = match gave_up {
+        Some(why) => TransportExit::Disconnected(why),
+        None => match tokio::time::timeout(DRAIN_DEADLINE, handle.wait()).await {
+            Ok(exit) => exit,
+            Err(_) => TransportExit::Disconnected(format!(
+                "no exit status {} s after the agent's output ended",
+                DRAIN_DEADLINE.as_secs()
+            )),
+        },
+    };
     match (agent_status, transport_exit) {
         (Some(status), _) => NodeExit::from_shell_status(status),
         // ssh's multiplexing cannot tell a dead connection from a killed process ("the

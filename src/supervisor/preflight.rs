@@ -56,9 +56,6 @@ pub(super) async fn preflight(
     let Some(probe) = probe_options(plan, run_id, options) else {
         return Ok(Preflighted::default());
     };
-    if options.preflight {
-        let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
-    }
     let report = doctor::diagnose(plan, fleet, &probe, early).await;
     for (rank, lines) in report.swept.iter().enumerate() {
         for event in lines.iter().flat_map(|l| swept_events(rank, &plan.nodes[rank].host, l)) {
