@@ -49,6 +49,9 @@ os.execvp(args[0], args)
 """
 
 READ = select.POLLIN | select.POLLHUP | select.POLLERR
+# A record's most bytes: herd's own read size (supervisor::READ_SIZE). herd makes one event
+# of a record, and bounds the output in flight by counting events.
+READ_SIZE = 16384
 
 
 def write_all(data):
@@ -81,7 +84,7 @@ def make_home():
 
 def read(fd):
     try:
-        return os.read(fd, 65536)
+        return os.read(fd, READ_SIZE)
     except (BlockingIOError, InterruptedError):
         return None
     except OSError:

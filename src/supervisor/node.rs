@@ -47,6 +47,7 @@ pub const TAIL_LINES: usize = 200;
 const TAIL_LINE_CHARS: usize = 400;
 /// How much of a node's output is read at once. With the event queue's capacity, this bounds
 /// the output in flight between the nodes and the reporter (see `app::EVENT_QUEUE`).
+/// The output multiplexer reads no more than this into one record (`mux.py`, `READ_SIZE`).
 pub const READ_SIZE: usize = 16 * 1024;
 
 #[derive(Debug)]
