@@ -1220,6 +1220,15 @@ struct RankCheck {
     misnamed: usize,
 }
 
+impl RankCheck {
+    fn add(&mut self, other: RankCheck) {
+        self.malformed += other.malformed;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.misnamed += other.misnamed;
+    }
+}
+
 /// The payload of a fixture line, `rank R local L line I x{I % 64}`, as (R, I), or None.
 fn fixture_line(payload: &[u8]) -> Option<(usize, usize)> {
     let text = std::str::from_utf8(payload).ok()?;
@@ -1401,12 +1410,10 @@ fn ranks() {
                     let mut all = RankCheck::default();
                     for r in 0..ranks {
                         let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
-                        let c = check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
-                        all.malformed += c.malformed;
-                        all.duplicated += c.duplicated;
-                        all.misnamed += c.misnamed;
+                        let mut c = check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
                         // Each file holds one rank: what it lacks is the rank's own lines.
-                        all.lost += c.lost.saturating_sub((ranks - 1) * lines);
+                        c.lost = c.lost.saturating_sub((ranks - 1) * lines);
+                        all.add(c);
                     }
                     all
                 } else {
@@ -1420,12 +1427,7 @@ fn ranks() {
         let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
         let sum = |cs: &mut dyn Iterator<Item = RankCheck>| {
             let mut t = RankCheck::default();
-            for c in cs {
-                t.malformed += c.malformed;
-                t.lost += c.lost;
-                t.duplicated += c.duplicated;
-                t.misnamed += c.misnamed;
-            }
+            cs.for_each(|c| t.add(c));
             format!("{} / {} / {} / {}", t.malformed, t.lost, t.duplicated, t.misnamed)
         };
         for (i, name) in names.iter().enumerate() {

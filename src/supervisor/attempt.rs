@@ -178,7 +178,7 @@ impl<'a> Attempt<'a> {
     }
 
     fn who(&self, node_rank: usize) -> String {
-        format!("node {node_rank} ({})", self.plan.nodes[node_rank].host)
+        who(self.plan, node_rank)
     }
 
     fn ports(&mut self, now: Duration, in_use: Option<&BTreeSet<u16>>, actions: &mut Vec<Action>) {
@@ -281,6 +281,11 @@ pub fn known_port(plan: &LaunchPlan, preflight_port: Option<u16>) -> Option<u16>
     })
 }
 
+/// How a reason names a node: `node 2 (gpu-03)`.
+fn who(plan: &LaunchPlan, node_rank: usize) -> String {
+    format!("node {node_rank} ({})", plan.nodes[node_rank].host)
+}
+
 /// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.
 /// `silent_for`: how long since its agent last spoke, `None` before it first did (its login
 /// shell is still starting, judged by `ssh.login_timeout`, not by the heartbeat).
@@ -290,7 +295,7 @@ fn judge_silence(
     silent_for: Option<Duration>,
     attempt_age: Duration,
 ) -> Option<(String, String)> {
-    let who = format!("node {node_rank} ({})", plan.nodes[node_rank].host);
+    let who = who(plan, node_rank);
     match silent_for {
         None if attempt_age >= plan.login_timeout => {
             let limit = humantime::format_duration(plan.login_timeout);
