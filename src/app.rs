@@ -5,11 +5,14 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use crate::cli::{Cli, Command, DoctorArgs, ExecArgs, InitArgs, LogsArgs, NodeSelection, PlanArgs, RunArgs};
+use crate::cli::{
+    Cli, Command, DoctorArgs, ExecArgs, InitArgs, LogsArgs, NodeSelection, NodesArgs, PlanArgs, RunArgs,
+};
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::{self, LaunchPlan, PlanInputs};
+use crate::quarantine::{self, Quarantine};
 use crate::{config, doctor, logs, state, supervisor, transport};
 
 pub fn run(cli: Cli) -> Result<u8, Error> {
@@ -27,15 +30,35 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
         }
         Command::Man { out_dir } => man_command(out_dir.as_deref()),
         Command::Doctor(args) => doctor_command(args),
+        Command::Nodes(args) => nodes_command(args),
     }
+}
+
+/// Which of the config's nodes a command's plan makes active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Active {
+    /// As a run does: the first `job.nnodes` not quarantined (see `roster`); the rest are
+    /// spares.
+    Run,
+    /// Every node: `doctor`, `exec` and `kill` reach the spares and quarantined nodes too.
+    All,
 }
 
 /// Loads the config at `path` (its nodes from the Slurm allocation with `--slurm`), keeps the
 /// nodes `selection` selects, appends `extra_args` to job.args and builds the plan.
-pub fn load_plan(path: &Path, selection: &NodeSelection, extra_args: &[String]) -> Result<LaunchPlan, Error> {
+pub fn load_plan(
+    path: &Path,
+    selection: &NodeSelection,
+    extra_args: &[String],
+    active: Active,
+) -> Result<LaunchPlan, Error> {
     let options = config::LoadOptions { slurm: selection.slurm, ..config::LoadOptions::process() };
     let mut config = config::load_with(path, &options)?;
     config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
+    if active == Active::All {
+        config.job.nnodes = None;
+        config.restart.min_nodes = None;
+    }
     config.job.args.extend(extra_args.iter().cloned());
     let inputs = PlanInputs {
         cwd: std::env::current_dir()
@@ -48,7 +71,13 @@ pub fn load_plan(path: &Path, selection: &NodeSelection, extra_args: &[String]) 
             std::fs::canonicalize(path).map_err(Error::io(format!("cannot resolve {}", path.display())))?,
         ),
     };
-    let plan = plan::build(&config, &inputs);
+    let mut plan = plan::build(&config, &inputs);
+    if active == Active::Run {
+        let kept_out = Quarantine::load(&quarantine::path(&plan.logs_dir, &plan.config_key))?;
+        if !kept_out.nodes.is_empty() {
+            plan = plan.with_roster(plan::initial_roster(&config, &kept_out.reasons())?);
+        }
+    }
     for name in &plan.missing_forwarded {
         tracing::warn!("forward_env names {name}, which is not set here: it will not be exported");
     }
@@ -56,14 +85,14 @@ pub fn load_plan(path: &Path, selection: &NodeSelection, extra_args: &[String]) 
 }
 
 fn plan_command(args: PlanArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
+    let plan = load_plan(&args.config.config, &args.selection, &args.extra_args, Active::Run)?;
     let text = if args.json { output::plan_view::json(&plan) } else { output::plan_view::text(&plan) };
     print!("{text}");
     Ok(exit::OK)
 }
 
 fn run_command(args: RunArgs) -> Result<u8, Error> {
-    let mut plan = load_plan(&args.config.config, &args.selection, &args.extra_args)?;
+    let mut plan = load_plan(&args.config.config, &args.selection, &args.extra_args, Active::Run)?;
     if let Some(list) = &args.ranks {
         plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
     }
@@ -126,7 +155,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
 }
 
 fn exec_command(args: ExecArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.selection, &[])?;
+    let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
     let command = args.command.join(" ");
     let exec_id = new_run_id();
     ready_to_connect(&plan)?;
@@ -165,7 +194,7 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
 fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     use std::io::Write;
     // The config names the logs directory and identifies its runs; the run says its nodes.
-    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[])?;
+    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[], Active::All)?;
     let dir = &plan.logs_dir;
     let runs = logs::list_runs(dir, &plan.config_key)
         .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
@@ -255,9 +284,48 @@ fn init_command(args: InitArgs) -> Result<u8, Error> {
     Ok(exit::OK)
 }
 
+fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
+    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[], Active::All)?;
+    let path = quarantine::path(&plan.logs_dir, &plan.config_key);
+    let mut kept_out = Quarantine::load(&path)?;
+    if !args.release.is_empty() {
+        for host in &args.release {
+            if !kept_out.release(host) {
+                let listed: Vec<&str> = kept_out.nodes.iter().map(|e| e.host.as_str()).collect();
+                let which = if listed.is_empty() {
+                    "none is".to_string()
+                } else {
+                    format!("only {} are", listed.join(", "))
+                };
+                return Err(Error::Usage(format!("--release {host}: {host} is not quarantined ({which})")));
+            }
+        }
+        kept_out.save(&path)?;
+        for host in &args.release {
+            eprintln!("herd: released {host}: the next run of this config may use it");
+        }
+    }
+    // What the next run would do; with too few nodes left, only why.
+    let next = match load_plan(&args.config.config, &NodeSelection::default(), &[], Active::Run) {
+        Ok(plan) => Some(plan),
+        Err(Error::TooFewNodes(e)) => {
+            eprintln!("herd: the next run cannot start: {e}");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let text = if args.json {
+        output::plan_view::nodes_json(next.as_ref(), &kept_out)
+    } else {
+        output::plan_view::nodes_text(next.as_ref(), &kept_out)
+    };
+    print!("{text}");
+    Ok(exit::OK)
+}
+
 fn kill_command(config: &Path) -> Result<u8, Error> {
     // Every node of the config: leftovers may be on any of them, whatever a run selected.
-    let plan = load_plan(config, &NodeSelection::default(), &[])?;
+    let plan = load_plan(config, &NodeSelection::default(), &[], Active::All)?;
     let _lock = lock_config(&plan)?;
     let events = runtime()?.block_on(supervisor::kill_leftovers(&plan))?;
     let mut stopped = 0;
@@ -282,7 +350,7 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
 }
 
 fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &args.selection, &[])?;
+    let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;

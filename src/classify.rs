@@ -14,6 +14,18 @@ use crate::outcome::{
     Consequence, FailureClass, NodeExit, NodeOutcome, RootCause, TimedLine, Trigger, Verdict,
 };
 
+/// The built-in rules that also blame the line's node (see `blame`): the hardware is at
+/// fault, not the job. Strings from the CUDA runtime, the NVIDIA driver and NCCL's
+/// InfiniBand transport; NCCL's `NET/IB` lines at start-up (`NET/IB : Using ...`) are not
+/// errors, and do not match.
+pub const HARDWARE_RULES: &[(&str, FailureClass)] = &[
+    (
+        r"NVRM: Xid\b|\bXid \(PCI:|(?i:uncorrectable ECC)|CUDA error: unspecified launch failure",
+        FailureClass::Crash,
+    ),
+    (r"NET/IB\b.*\b(?i:error|failed)\b|\bibv_\w+\b.*\bfailed\b", FailureClass::Comm),
+];
+
 /// The built-in rules: a line matching the pattern points at the class. Strings from real
 /// PyTorch, NCCL, gloo, DeepSpeed and shell output.
 pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
@@ -66,18 +78,38 @@ const NODE_PRIORITY: [FailureClass; 7] = [
 
 pub struct RuleTable {
     rules: Vec<(Regex, FailureClass)>,
+    /// The rules that blame their node: the user's with `blame = "node"`, and the built-in
+    /// hardware rules.
+    blaming: Vec<(Regex, FailureClass)>,
 }
 
 impl RuleTable {
     /// The user's rules (already checked by the config) come before the built-in ones.
     pub fn new(user: &[RuleSpec]) -> RuleTable {
-        let user = user.iter().filter_map(|r| Some((Regex::new(&r.pattern).ok()?, r.class)));
-        let builtin = BUILTIN_RULES.iter().map(|(p, c)| (Regex::new(p).expect("built-in rule compiles"), *c));
-        RuleTable { rules: user.chain(builtin).collect() }
+        let compiled = |(p, c): (&str, FailureClass)| Some((Regex::new(p).ok()?, c));
+        let user: Vec<(Regex, FailureClass, bool)> = user
+            .iter()
+            .filter_map(|r| compiled((&r.pattern, r.class)).map(|(re, c)| (re, c, r.blame)))
+            .collect();
+        let hardware =
+            HARDWARE_RULES.iter().map(|&(p, c)| (compiled((p, c)).expect("built-in rule compiles"), true));
+        let builtin =
+            BUILTIN_RULES.iter().map(|&(p, c)| (compiled((p, c)).expect("built-in rule compiles"), false));
+        let all: Vec<((Regex, FailureClass), bool)> =
+            user.into_iter().map(|(re, c, b)| ((re, c), b)).chain(hardware).chain(builtin).collect();
+        RuleTable {
+            blaming: all.iter().filter(|(_, b)| *b).map(|(r, _)| r.clone()).collect(),
+            rules: all.into_iter().map(|(r, _)| r).collect(),
+        }
     }
 
     pub fn class_of(&self, line: &str) -> Option<FailureClass> {
         self.rules.iter().find(|(re, _)| re.is_match(line)).map(|(_, c)| *c)
+    }
+
+    /// Whether the line blames its node (a hardware fault), and with which class.
+    pub fn blames(&self, line: &str) -> Option<FailureClass> {
+        self.blaming.iter().find(|(re, _)| re.is_match(line)).map(|(_, c)| *c)
     }
 
     /// One pattern for every `crash` rule: a line that says a process of the job was killed
@@ -399,6 +431,7 @@ mod tests {
         let rules = RuleTable::new(&[RuleSpec {
             pattern: "Connection closed by peer".into(),
             class: FailureClass::User,
+            blame: false,
         }]);
         assert_eq!(rules.class_of("Connection closed by peer"), Some(FailureClass::User));
     }
@@ -511,8 +544,11 @@ mod tests {
 
     #[test]
     fn the_crash_pattern_matches_what_kills_and_not_what_launchers_send() {
-        let rules =
-            RuleTable::new(&[RuleSpec { pattern: "my custom abort".into(), class: FailureClass::Crash }]);
+        let rules = RuleTable::new(&[RuleSpec {
+            pattern: "my custom abort".into(),
+            class: FailureClass::Crash,
+            blame: false,
+        }]);
         let p = rules.crash_pattern().unwrap();
         for line in [
             "E1130 11:49:30.970000 29262 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 29288) of binary: python3",

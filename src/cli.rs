@@ -72,6 +72,27 @@ pub enum Command {
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
     /// jobs are never touched. Refused while a run of this config is live.
     Kill(ConfigArg),
+    /// List the config's nodes: active (with node rank), spares and quarantined, with why.
+    ///
+    /// A run quarantines a node it blames (lost, a segfault, a hardware error, the root cause
+    /// of two attempts in a row, a failed preflight) when a spare or restart.min_nodes lets it
+    /// go on without it; later runs of the config skip it until it is released here. The
+    /// config file is never rewritten.
+    Nodes(NodesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+
+    /// Bring a quarantined node back (repeatable); later runs may use it again.
+    #[arg(long, value_name = "HOST")]
+    pub release: Vec<String>,
+
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

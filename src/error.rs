@@ -35,6 +35,12 @@ pub enum Error {
     Selection(#[from] SelectionError),
     #[error("cannot start the job: {0}")]
     Start(#[from] RunError),
+    /// The config's quarantine file cannot be read.
+    #[error("{0}")]
+    Quarantine(#[from] crate::quarantine::QuarantineError),
+    /// Too many of the config's nodes are quarantined.
+    #[error("{0}")]
+    TooFewNodes(#[from] crate::roster::TooFewNodes),
     #[error("{0}")]
     Busy(String),
     /// A command line that asks for something that is not there (a run, a node).
@@ -51,7 +57,11 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) | Error::Selection(_) | Error::Usage(_) => exit::CONFIG,
+            Error::Config(_)
+            | Error::Selection(_)
+            | Error::Usage(_)
+            | Error::Quarantine(_)
+            | Error::TooFewNodes(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
             Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,

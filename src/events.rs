@@ -34,6 +34,10 @@ pub enum Event {
         /// follow those of the nodes before it.
         nprocs: Vec<u32>,
         log_dir: String,
+        /// The config's spares (beyond `job.nnodes`), in file order.
+        spares: Vec<String>,
+        /// Nodes earlier runs of this config quarantined, left out of this one.
+        quarantined: Vec<Quarantined>,
     },
     NodeConnected {
         node_rank: usize,
@@ -112,6 +116,29 @@ pub enum Event {
         host: String,
         pids: Vec<u32>,
     },
+    /// A node the run blamed is kept out of it, and of the config's later runs, until
+    /// `herd nodes --release`.
+    NodeQuarantined {
+        attempt: u32,
+        host: String,
+        reason: String,
+    },
+    /// A spare takes a quarantined node's place from `attempt` on, with its node rank.
+    SparePromoted {
+        attempt: u32,
+        node_rank: usize,
+        host: String,
+        replaced: String,
+    },
+    /// From `attempt` on, the job runs on fewer nodes (`restart.min_nodes`): node ranks are
+    /// recounted over `hosts`.
+    WorldChanged {
+        attempt: u32,
+        nnodes: usize,
+        world_size: u32,
+        hosts: Vec<String>,
+        nprocs: Vec<u32>,
+    },
     /// A restart could not happen (a node did not come back); the run ends failed.
     RestartAbandoned {
         reason: String,
@@ -129,6 +156,13 @@ pub enum Event {
         status: RunStatus,
         attempts: u32,
     },
+}
+
+/// A quarantined node, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quarantined {
+    pub host: String,
+    pub reason: String,
 }
 
 #[cfg(test)]

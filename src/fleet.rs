@@ -49,9 +49,19 @@ impl Fleet {
         events: Option<&mpsc::Sender<Event>>,
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
+        Fleet::connect_some(plan, events, |_| true, early).await
+    }
+
+    /// `connect`, to the nodes `which` picks; the others' links say "not connected".
+    async fn connect_some(
+        plan: &LaunchPlan,
+        events: Option<&mpsc::Sender<Event>>,
+        which: impl Fn(&NodePlan) -> bool,
+        early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
+    ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
         let options = plan.timing.connect;
         let mut set = JoinSet::new();
-        for node in &plan.nodes {
+        for node in plan.nodes.iter().filter(|n| which(n)) {
             let (transport, rank, want) = (node.transport.clone(), node.node_rank, early(node));
             set.spawn(async move {
                 let started = Instant::now();
@@ -111,6 +121,26 @@ impl Fleet {
             return Err(ConnectError { node_rank, host: plan.nodes[node_rank].host.clone(), error });
         }
         Ok((fleet, agents))
+    }
+
+    /// The fleet of the same run on another plan (a spare promoted, a node dropped): each
+    /// node keeps its link if `old` had one for its host, the others are connected. The
+    /// links of nodes `new` no longer has are dropped. The errors are the new connections'.
+    pub async fn rearranged(
+        self,
+        old: &LaunchPlan,
+        new: &LaunchPlan,
+        events: &mpsc::Sender<Event>,
+    ) -> (Fleet, Vec<Option<TransportError>>) {
+        let mut kept: std::collections::HashMap<&str, Link> =
+            old.nodes.iter().map(|n| n.host.as_str()).zip(self.links).collect();
+        let (fresh, _, errors) =
+            Fleet::connect_some(new, Some(events), |n| !kept.contains_key(n.host.as_str()), |_| Vec::new())
+                .await;
+        let links = (new.nodes.iter().zip(fresh.links))
+            .map(|(node, fresh)| kept.remove(node.host.as_str()).unwrap_or(fresh))
+            .collect();
+        (Fleet { links }, errors)
     }
 
     pub fn links(&self) -> &[Link] {

@@ -134,6 +134,7 @@ mod tests {
             forward_env: vec![],
             python: None,
             device: crate::config::Device::Cpu,
+            nnodes: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! `events`) → `output` (prefixed lines, log files, events.jsonl, summary).
 
 pub mod app;
+pub mod blame;
 pub mod classify;
 pub mod cli;
 pub mod config;
@@ -22,7 +23,9 @@ pub mod output;
 pub mod plan;
 pub mod policy;
 pub mod port;
+pub mod quarantine;
 pub mod remote;
+pub mod roster;
 pub mod state;
 pub mod supervisor;
 pub mod transport;

@@ -17,6 +17,7 @@ use crate::launcher::{self, NodeLaunch};
 use crate::marker::{self, Marker};
 use crate::policy;
 use crate::remote;
+use crate::roster::{self, Roster};
 
 /// What the plan takes from outside the config file.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +65,29 @@ pub struct LaunchPlan {
     pub timing: Timing,
     /// `[restart]`'s patterns, compiled once.
     pub patterns: Patterns,
+    /// Which of the config's nodes are active (these `nodes`), spares and quarantined.
+    pub roster: Roster,
+    /// What the plan was built from, to build the next attempt's on another roster.
+    source: Source,
+}
+
+/// The config and inputs of a plan. Opaque: the inputs hold the launching environment,
+/// secrets included, which nothing prints.
+#[derive(Clone)]
+struct Source(Arc<(Config, PlanInputs)>);
+
+impl PartialEq for Source {
+    fn eq(&self, _: &Source) -> bool {
+        true
+    }
+}
+
+impl Eq for Source {}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Source(config and inputs)")
+    }
 }
 
 /// `[restart]`'s patterns, compiled (the config checked that they compile). Derived from
@@ -216,22 +240,41 @@ pub fn is_local_host(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
+/// The plan of a run on every node of the config (or the first `job.nnodes`, the rest
+/// spares), none quarantined.
 pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
-    let job = &config.job;
-    let nprocs: Vec<u32> = config.nodes.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
-    let world: Vec<(String, u32)> =
-        config.nodes.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
-    let world_size: u32 = nprocs.iter().sum();
-    let addr_of = |i: usize| config.nodes[i].addr.clone().unwrap_or_else(|| config.nodes[i].host.clone());
+    let roster = initial_roster(config, &BTreeMap::new()).expect("nobody is quarantined");
+    build_with(config, inputs, roster)
+}
 
-    let master_rank = match &config.rendezvous.master {
-        // The config checked that the master is one of the nodes.
-        Some(host) => config.nodes.iter().position(|n| &n.host == host).unwrap_or(0),
-        None => 0,
-    };
+/// The roster a run of `config` starts with, given the quarantined hosts (host -> reason).
+pub fn initial_roster(
+    config: &Config,
+    quarantined: &BTreeMap<String, String>,
+) -> Result<Roster, roster::TooFewNodes> {
+    Roster::new(
+        config.nodes.iter().map(|n| n.host.clone()).collect(),
+        config.job.nnodes,
+        config.restart.min_nodes,
+        config.rendezvous.master.as_deref(),
+        quarantined,
+    )
+}
+
+/// The plan of a run on the nodes `roster` makes active, in its node rank order.
+pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> LaunchPlan {
+    let job = &config.job;
+    let active: Vec<&config::Node> = roster.active.iter().map(|&i| &config.nodes[i]).collect();
+    let nprocs: Vec<u32> = active.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
+    let world: Vec<(String, u32)> =
+        active.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
+    let world_size: u32 = nprocs.iter().sum();
+    let addr_of = |i: usize| active[i].addr.clone().unwrap_or_else(|| active[i].host.clone());
+
+    let master_rank = roster.master_rank;
     let master = Master {
         node_rank: master_rank,
-        host: config.nodes[master_rank].host.clone(),
+        host: active[master_rank].host.clone(),
         addr: addr_of(master_rank),
         port: config.rendezvous.port,
         port_range: config.rendezvous.port_range,
@@ -245,8 +288,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
     let container = config.container.as_ref().map(|c| ContainerPlan::new(c, job.device));
 
     let mut first_global_rank = 0;
-    let nodes = config
-        .nodes
+    let nodes = active
         .iter()
         .enumerate()
         .map(|(rank, node)| {
@@ -285,7 +327,7 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
                     PortSpec::Auto => EnvValue::MasterPort,
                 },
             );
-            set("NNODES", EnvValue::Value(config.nodes.len().to_string()));
+            set("NNODES", EnvValue::Value(active.len().to_string()));
             set("NODE_RANK", EnvValue::Value(rank.to_string()));
             set("NPROC_PER_NODE", EnvValue::Value(nproc.to_string()));
             set("WORLD_SIZE", EnvValue::Value(world_size.to_string()));
@@ -362,6 +404,8 @@ pub fn build(config: &Config, inputs: &PlanInputs) -> LaunchPlan {
         uses_torch: job.uses_torch(),
         launcher_program: launcher::program(job).to_string(),
         container,
+        roster,
+        source: Source(Arc::new((config.clone(), inputs.clone()))),
     }
 }
 
@@ -396,6 +440,14 @@ fn forwarded_env(
 impl LaunchPlan {
     pub fn nnodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The same run's plan on another roster (after a node was quarantined): node ranks,
+    /// world size, master and every command line follow it. What the command line changed
+    /// after the build (the console ranks) is kept.
+    pub fn with_roster(&self, roster: Roster) -> LaunchPlan {
+        let (config, inputs) = &*self.source.0;
+        LaunchPlan { console: self.console.clone(), ..build_with(config, inputs, roster) }
     }
 
     /// The start of the HERD_MARKER entry of every process of this config's runs, or of one

@@ -6,7 +6,8 @@ use super::suggest;
 use super::types::*;
 
 impl Cx<'_> {
-    pub(super) fn job(&self, raw: RawJob) -> Result<Job> {
+    /// `[job]`, for a config of `nodes` nodes.
+    pub(super) fn job(&self, raw: RawJob, nodes: usize) -> Result<Job> {
         let launcher = match &raw.launcher {
             None => LauncherKind::Torchrun,
             Some(l) => LauncherKind::parse(l.get_ref()).ok_or_else(|| {
@@ -39,7 +40,23 @@ impl Cx<'_> {
             }
             forward_env.push(pattern.into_inner());
         }
+        let nnodes = match &raw.nnodes {
+            None => None,
+            Some(n) => match usize::try_from(*n.get_ref()) {
+                Ok(k) if (1..=nodes).contains(&k) => Some(k),
+                _ => {
+                    return Err(self.err(
+                        n.span(),
+                        format!(
+                            "job.nnodes must be between 1 and the number of nodes ({nodes}), found {}",
+                            n.get_ref()
+                        ),
+                    ))
+                }
+            },
+        };
         Ok(Job {
+            nnodes,
             launcher,
             script: raw.script.into_inner(),
             args: raw.args.unwrap_or_default(),
@@ -83,6 +100,22 @@ mod tests {
             "missing [job] table: add [job] with at least `script = \"train.py\"`",
         );
         assert_err("[[nodes]]\nhost = \"a\"\n[job]\nscript = \"\"\n", 4, 10, "job.script must not be empty");
+    }
+
+    #[test]
+    fn nnodes_counts_the_active_nodes_and_leaves_the_rest_spares() {
+        let base = "[[nodes]]\nhost = \"n[1-4]\"\n[job]\nscript = \"t.py\"\n";
+        assert_eq!(parse_ok(base).job.nnodes, None);
+        assert_eq!(parse_ok(&format!("{base}nnodes = 3\n")).job.nnodes, Some(3));
+        assert_eq!(parse_ok(&format!("{base}nnodes = 4\n")).job.nnodes, Some(4));
+        for bad in ["0", "5", "-1"] {
+            assert_err(
+                &format!("{base}nnodes = {bad}\n"),
+                5,
+                10,
+                &format!("job.nnodes must be between 1 and the number of nodes (4), found {bad}"),
+            );
+        }
     }
 
     #[test]

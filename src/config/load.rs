@@ -50,11 +50,11 @@ impl Cx<'_> {
                 "missing [job] table: add [job] with at least `script = \"train.py\"`",
             ));
         };
-        let job = self.job(job)?;
+        let job = self.job(job, nodes.len())?;
         let env = self.env_table(raw.env, "[env]")?;
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes)?;
         let logs = self.logs(raw.logs)?;
-        let restart = self.restart(raw.restart)?;
+        let restart = self.restart(raw.restart, job.nnodes.unwrap_or(nodes.len()))?;
         let container = raw.container.map(|c| self.container(c)).transpose()?;
         Ok(Config {
             path: self.path.to_path_buf(),

@@ -87,6 +87,7 @@ mod tests {
                 forward_env: vec!["WANDB_API_KEY".into(), "HF_*".into()],
                 python: Some("/opt/venv/bin/python".into()),
                 device: Device::Cuda,
+                nnodes: None,
             },
             env: [
                 ("NCCL_DEBUG".to_string(), "WARN".to_string()),
@@ -111,9 +112,10 @@ mod tests {
                 node_wait: Duration::from_secs(120),
                 heartbeat_timeout: Duration::from_secs(30),
                 rules: vec![
-                    RuleSpec { pattern: "my custom error".into(), class: FailureClass::Comm },
-                    RuleSpec { pattern: "disk full".into(), class: FailureClass::User },
+                    RuleSpec { pattern: "my custom error".into(), class: FailureClass::Comm, blame: false },
+                    RuleSpec { pattern: "disk full".into(), class: FailureClass::User, blame: false },
                 ],
+                min_nodes: None,
             },
             container: None,
         };
@@ -149,6 +151,7 @@ mod tests {
                     forward_env: vec![],
                     python: None,
                     device: Device::Cuda,
+                    nnodes: None,
                 },
                 env: BTreeMap::new(),
                 rendezvous: Rendezvous {
@@ -175,6 +178,7 @@ mod tests {
                     node_wait: Duration::from_secs(300),
                     heartbeat_timeout: Duration::from_secs(15),
                     rules: vec![],
+                    min_nodes: None,
                 },
                 container: None,
             }
@@ -194,7 +198,7 @@ mod tests {
             format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"oom\"\n");
         let restart = parse_ok(&text).restart;
         assert_eq!(restart.max_restarts, 3);
-        assert_eq!(restart.rules, [RuleSpec { pattern: "x".into(), class: FailureClass::Oom }]);
+        assert_eq!(restart.rules, [RuleSpec { pattern: "x".into(), class: FailureClass::Oom, blame: false }]);
     }
 
     #[test]
@@ -221,13 +225,13 @@ mod tests {
             &format!("[[nodes]]\nhost = \"a\"\n{JOB}scirpt = \"y\"\n"),
             5,
             1,
-            "unknown field `scirpt`, expected one of `launcher`, `script`, `args`, `module`, `workdir`, `nproc_per_node`, `setup`, `launcher_args`, `forward_env`, `python`, `device`",
+            "unknown field `scirpt`, expected one of `launcher`, `script`, `args`, `module`, `workdir`, `nproc_per_node`, `setup`, `launcher_args`, `forward_env`, `python`, `device`, `nnodes`",
         );
         assert_err(
             &format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"x\"\nclass = \"comm\"\nklass = 1\n"),
             8,
             1,
-            "unknown field `klass`, expected `pattern` or `class`",
+            "unknown field `klass`, expected one of `pattern`, `class`, `blame`",
         );
     }
 
@@ -262,7 +266,7 @@ mod tests {
     #[test]
     fn unknown_key_help_reads_every_serde_shape() {
         assert_eq!(
-            unknown_key_help("unknown field `clas`, expected `pattern` or `class`").as_deref(),
+            unknown_key_help("unknown field `clas`, expected one of `pattern`, `class`, `blame`").as_deref(),
             Some("did you mean \"class\"?")
         );
         assert_eq!(

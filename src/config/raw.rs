@@ -61,6 +61,7 @@ pub(crate) struct RawJob {
     pub forward_env: Option<Vec<Spanned<String>>>,
     pub python: Option<Spanned<String>>,
     pub device: Option<Spanned<String>>,
+    pub nnodes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +94,7 @@ pub(crate) struct RawRestart {
     pub node_wait: Option<Spanned<DurationText>>,
     pub heartbeat_timeout: Option<Spanned<DurationText>>,
     pub rules: Option<Vec<RawRule>>,
+    pub min_nodes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +102,7 @@ pub(crate) struct RawRestart {
 pub(crate) struct RawRule {
     pub pattern: Spanned<String>,
     pub class: Spanned<String>,
+    pub blame: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

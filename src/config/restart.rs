@@ -10,7 +10,8 @@ use super::raw::*;
 use super::types::*;
 
 impl Cx<'_> {
-    pub(super) fn restart(&self, raw: Option<RawRestart>) -> Result<Restart> {
+    /// `[restart]`, for a job of `nnodes` active nodes.
+    pub(super) fn restart(&self, raw: Option<RawRestart>, nnodes: usize) -> Result<Restart> {
         let defaults = Restart::default();
         let Some(raw) = raw else {
             return Ok(defaults);
@@ -72,8 +73,36 @@ impl Cx<'_> {
             }
             self.regex(&rule.pattern, &format!("restart.rules[{i}].pattern"))?;
             let class = self.failure_class(&rule.class, &format!("restart.rules[{i}].class"))?;
-            rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class });
+            let blame = match &rule.blame {
+                None => false,
+                Some(b) if b.get_ref() == "node" => true,
+                Some(b) => {
+                    return Err(self.err(
+                        b.span(),
+                        format!(
+                        "restart.rules[{i}].blame must be \"node\" (the line's node is at fault), found {:?}",
+                        b.get_ref()
+                    ),
+                    ))
+                }
+            };
+            rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class, blame });
         }
+        let min_nodes = match &raw.min_nodes {
+            None => None,
+            Some(n) => match usize::try_from(*n.get_ref()) {
+                Ok(k) if (1..=nnodes).contains(&k) => Some(k),
+                _ => {
+                    return Err(self.err(
+                        n.span(),
+                        format!(
+                        "restart.min_nodes must be between 1 and the job's node count ({nnodes}), found {}",
+                        n.get_ref()
+                    ),
+                    ))
+                }
+            },
+        };
         Ok(Restart {
             max_restarts,
             on,
@@ -88,6 +117,7 @@ impl Cx<'_> {
                 None => defaults.heartbeat_timeout,
             },
             rules,
+            min_nodes,
         })
     }
 }
@@ -105,5 +135,40 @@ mod tests {
             format!("[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"[x\"\nclass = \"comm\"\n");
         let err = parse(Path::new("c.toml"), &text).unwrap_err().to_string();
         assert!(err.contains("restart.rules[0].pattern is not a valid regular expression"), "{err}");
+    }
+
+    #[test]
+    fn min_nodes_is_at_most_the_jobs_node_count() {
+        let base = "[[nodes]]\nhost = \"n[1-4]\"\n[job]\nscript = \"t.py\"\nnnodes = 3\n[restart]\n";
+        assert_eq!(parse_ok(&format!("{base}min_nodes = 2\n")).restart.min_nodes, Some(2));
+        assert_eq!(parse_ok(base).restart.min_nodes, None);
+        assert_err(
+            &format!("{base}min_nodes = 4\n"),
+            7,
+            13,
+            "restart.min_nodes must be between 1 and the job's node count (3), found 4",
+        );
+        assert_err(
+            &format!("{base}min_nodes = 0\n"),
+            7,
+            13,
+            "restart.min_nodes must be between 1 and the job's node count (3), found 0",
+        );
+    }
+
+    #[test]
+    fn a_rule_may_blame_its_node() {
+        let base = format!(
+            "[[nodes]]\nhost = \"a\"\n{JOB}[[restart.rules]]\npattern = \"PCIe\"\nclass = \"crash\"\n"
+        );
+        let rules = parse_ok(&format!("{base}blame = \"node\"\n")).restart.rules;
+        assert_eq!(rules, [RuleSpec { pattern: "PCIe".into(), class: FailureClass::Crash, blame: true }]);
+        assert!(!parse_ok(&base).restart.rules[0].blame);
+        assert_err(
+            &format!("{base}blame = \"rank\"\n"),
+            8,
+            9,
+            "restart.rules[0].blame must be \"node\" (the line's node is at fault), found \"rank\"",
+        );
     }
 }

@@ -83,6 +83,9 @@ pub struct Job {
     /// What the ranks compute on: GPUs (the default) or the CPU (gloo); `herd doctor` checks
     /// for GPUs only in the first case.
     pub device: Device,
+    /// `job.nnodes`: how many of the nodes the job runs on (`None`: all). The first ones in
+    /// file order that are not quarantined are active; the rest are spares.
+    pub nnodes: Option<usize>,
 }
 
 impl Job {
@@ -168,6 +171,9 @@ pub struct Restart {
     pub node_wait: Duration,
     pub heartbeat_timeout: Duration,
     pub rules: Vec<RuleSpec>,
+    /// `restart.min_nodes`: with no spare left, a restart may go on without a blamed node,
+    /// down to this many (`None`: never with fewer nodes than it started).
+    pub min_nodes: Option<usize>,
 }
 
 /// A user rule from `[[restart.rules]]`: a regex over log lines and the class it implies.
@@ -175,6 +181,9 @@ pub struct Restart {
 pub struct RuleSpec {
     pub pattern: String,
     pub class: FailureClass,
+    /// `blame = "node"`: a line matching it blames its node (hardware), which is quarantined
+    /// when a spare or `restart.min_nodes` lets the run go on without it.
+    pub blame: bool,
 }
 
 /// `job.python` when not given.
@@ -233,6 +242,7 @@ impl Default for Restart {
             node_wait: Duration::from_secs(5 * 60),
             heartbeat_timeout: Duration::from_secs(15),
             rules: Vec::new(),
+            min_nodes: None,
         }
     }
 }

@@ -44,6 +44,13 @@ pub struct NodeChecks {
     pub checks: Vec<Check>,
 }
 
+impl NodeChecks {
+    /// Its first failing check, if one failed.
+    pub fn first_failure(&self) -> Option<&Check> {
+        self.checks.iter().find(|c| c.status == Status::Fail)
+    }
+}
+
 /// What one node reported: `herd-fact name=value` lines, plus how the probe went.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Facts {

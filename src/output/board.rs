@@ -83,6 +83,9 @@ pub struct Board {
     nodes: Vec<NodeRow>,
     /// Set while the gang is being stopped.
     teardown: bool,
+    spares: Vec<String>,
+    /// Host, reason.
+    quarantined: Vec<(String, String)>,
 }
 
 impl Board {
@@ -95,6 +98,8 @@ impl Board {
             master: None,
             nodes: Vec::new(),
             teardown: false,
+            spares: Vec::new(),
+            quarantined: Vec::new(),
         }
     }
 
@@ -111,13 +116,25 @@ impl Board {
             }
         };
         match event {
-            Event::RunStarted { run_id, hosts, max_restarts, .. } => {
+            Event::RunStarted { run_id, hosts, max_restarts, spares, quarantined, .. } => {
                 self.run_id = run_id.clone();
                 self.max_restarts = *max_restarts;
-                self.nodes = hosts
-                    .iter()
-                    .map(|h| NodeRow { host: h.clone(), state: NodeState::Connecting, last_output: None })
-                    .collect();
+                self.nodes = rows(hosts, NodeState::Connecting);
+                self.spares = spares.clone();
+                self.quarantined = quarantined.iter().map(|q| (q.host.clone(), q.reason.clone())).collect();
+            }
+            Event::NodeQuarantined { host, reason, .. } => {
+                self.quarantined.push((host.clone(), reason.clone()));
+            }
+            Event::SparePromoted { node_rank, host, .. } => {
+                self.spares.retain(|s| s != host);
+                if let Some(n) = self.nodes.get_mut(*node_rank) {
+                    *n = NodeRow { host: host.clone(), state: NodeState::Connecting, last_output: None };
+                }
+            }
+            Event::WorldChanged { hosts, .. } => {
+                let state = self.nodes.first().map_or(NodeState::Connecting, |n| n.state.clone());
+                self.nodes = rows(hosts, state);
             }
             Event::NodeConnected { node_rank, .. } => self.set(*node_rank, NodeState::Connected),
             Event::PreflightStarted { .. } => set_all(&mut self.nodes, NodeState::Preflight),
@@ -186,6 +203,7 @@ impl Board {
                 write!(out, " · stopping, {}/{total} stopped", total - count(|s| *s == NodeState::Stopping));
         }
         out.push('\n');
+        self.render_reserve(&mut out);
         if total < COLLAPSE_AT {
             let host_w = self.nodes.iter().map(|n| n.host.len()).max().unwrap_or(4).max(4);
             let rank_w = total.saturating_sub(1).to_string().len().max(4);
@@ -203,6 +221,21 @@ impl Board {
             self.render_counts(&mut out, now);
         }
         out.lines().map(|l| clip(l, width)).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The spares and the quarantined nodes, when there are any.
+    fn render_reserve(&self, out: &mut String) {
+        let mut parts = Vec::new();
+        if !self.spares.is_empty() {
+            parts.push(format!("spares: {}", listed(self.spares.iter().map(String::as_str))));
+        }
+        if !self.quarantined.is_empty() {
+            let q = self.quarantined.iter().map(|(h, why)| format!("{h} ({why})"));
+            parts.push(format!("quarantined: {}", listed(q.collect::<Vec<_>>().iter().map(String::as_str))));
+        }
+        if !parts.is_empty() {
+            let _ = writeln!(out, "  {}", parts.join(" · "));
+        }
     }
 
     fn render_counts(&self, out: &mut String, now: Instant) {
@@ -238,6 +271,21 @@ impl Board {
             let _ = writeln!(out, "  … and {} more", unhealthy.len() - MAX_LISTED);
         }
     }
+}
+
+fn rows(hosts: &[String], state: NodeState) -> Vec<NodeRow> {
+    hosts.iter().map(|h| NodeRow { host: h.clone(), state: state.clone(), last_output: None }).collect()
+}
+
+/// At most `MAX_LISTED` names, then how many more.
+fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let n = names.len();
+    let mut s: Vec<&str> = names.take(MAX_LISTED).collect::<Vec<_>>();
+    let more = format!("… and {} more", n.saturating_sub(MAX_LISTED));
+    if n > MAX_LISTED {
+        s.push(&more);
+    }
+    s.join(", ")
 }
 
 fn age(at: Option<Instant>, now: Instant) -> String {
@@ -284,6 +332,8 @@ mod tests {
                 hosts: (1..=n).map(|i| format!("node{i}")).collect(),
                 nprocs: vec![2; n],
                 log_dir: "l".into(),
+                spares: Vec::new(),
+                quarantined: Vec::new(),
             },
             t0,
         );
@@ -396,5 +446,41 @@ mod tests {
         assert_eq!(compact(Duration::from_secs(59)), "59s");
         assert_eq!(compact(Duration::from_secs(125)), "2m05s");
         assert_eq!(compact(Duration::from_secs(3 * 3600 + 4 * 60 + 9)), "3h04m");
+    }
+
+    #[test]
+    fn spares_and_quarantined_nodes_show_and_a_promoted_spare_takes_its_row() {
+        let t0 = Instant::now();
+        let mut b = Board::new(t0);
+        b.apply(
+            &Event::RunStarted {
+                run_id: "r".into(),
+                config: "c.toml".into(),
+                config_key: "k".into(),
+                launcher: "torchrun",
+                nnodes: 2,
+                world_size: 2,
+                max_restarts: 3,
+                hosts: vec!["n1".into(), "n2".into()],
+                nprocs: vec![1, 1],
+                log_dir: "l".into(),
+                spares: vec!["n3".into()],
+                quarantined: vec![crate::events::Quarantined {
+                    host: "n9".into(),
+                    reason: "node-lost".into(),
+                }],
+            },
+            t0,
+        );
+        let text = b.render(t0, 200);
+        assert!(text.contains("  spares: n3 · quarantined: n9 (node-lost)\n"), "{text}");
+        b.apply(&Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into() }, t0);
+        let promoted =
+            Event::SparePromoted { attempt: 1, node_rank: 1, host: "n3".into(), replaced: "n2".into() };
+        b.apply(&promoted, t0);
+        let text = b.render(t0, 200);
+        assert!(text.contains("  quarantined: n9 (node-lost), n2 (SIGSEGV)\n"), "{text}");
+        assert!(!text.contains("spares:"), "{text}");
+        assert!(text.lines().any(|l| l.contains("  1  n3 ")), "{text}");
     }
 }

@@ -26,10 +26,17 @@ impl RunFiles {
         Ok(RunFiles { run_dir, events, hosts, node_logs, attempt: None, rank_logs: Default::default() })
     }
 
-    /// `(node rank, host)` of every node.
     /// Every node's host, in node-rank order.
     pub fn hosts(&self) -> &[String] {
         &self.hosts
+    }
+
+    /// The nodes of the attempts from the next on (a spare promoted, the world shrunk).
+    pub fn set_hosts(&mut self, hosts: Vec<String>) -> io::Result<()> {
+        self.flush_node_logs()?;
+        self.node_logs = hosts.iter().map(|_| None).collect();
+        self.hosts = hosts;
+        Ok(())
     }
 
     pub fn run_dir(&self) -> &Path {

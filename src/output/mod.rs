@@ -75,12 +75,13 @@ const STDOUT_CHUNK: usize = 64 * 1024;
 pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
     let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
-    let prefixes = prefix::prefixes(files.hosts(), color);
+    let mut prefixes = prefix::prefixes(files.hosts(), color);
     let mut rank_prefixes = prefix::RankPrefixes::new(files.hosts().to_vec(), color);
     let sinks_console = sinks.console.clone();
     let mut hidden_tails: std::collections::HashMap<u32, std::collections::VecDeque<Vec<u8>>> =
         Default::default();
-    let hosts = files.hosts().to_vec();
+    let mut hosts = files.hosts().to_vec();
+    let mut nprocs: Vec<u32> = Vec::new();
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     // Waiting with a timeout needs a timer; only the board needs one.
     let timer =
@@ -192,8 +193,29 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                         }
                     }
                 }
-                if let Event::RunStarted { nprocs, .. } = other {
-                    rank_prefixes.set_ranks(nprocs);
+                // Who is who: at the start, and again when the nodes change between attempts.
+                let renamed = match other {
+                    Event::RunStarted { nprocs: n, .. } => Some((hosts.clone(), n.clone())),
+                    Event::SparePromoted { node_rank, host, .. } => {
+                        let mut h = hosts.clone();
+                        if let Some(slot) = h.get_mut(*node_rank) {
+                            *slot = host.clone();
+                        }
+                        Some((h, nprocs.clone()))
+                    }
+                    Event::WorldChanged { hosts: h, nprocs: n, .. } => Some((h.clone(), n.clone())),
+                    _ => None,
+                };
+                if let Some((h, n)) = renamed {
+                    if h != hosts {
+                        let moved = files.set_hosts(h.clone());
+                        file_result(&mut report, moved, &mut screen);
+                        prefixes = prefix::prefixes(&h, color);
+                        rank_prefixes = prefix::RankPrefixes::new(h.clone(), color);
+                        hosts = h;
+                    }
+                    rank_prefixes.set_ranks(&n);
+                    nprocs = n;
                 }
                 board.apply(other, Instant::now());
                 let ts = json::timestamp();

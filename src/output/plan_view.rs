@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::config::PortSpec;
 use crate::plan::{LaunchPlan, NodePlan, SshTarget, Transport};
+use crate::quarantine::Quarantine;
 
 #[derive(Serialize)]
 struct PlanJson<'a> {
@@ -21,6 +22,18 @@ struct PlanJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     container: Option<ContainerJson<'a>>,
     nodes: Vec<NodeJson<'a>>,
+    /// Beyond `job.nnodes`, in the order they take a blamed node's place.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    spares: Vec<&'a str>,
+    /// Left out: earlier runs of this config blamed them (`herd nodes`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    quarantined: Vec<QuarantinedJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct QuarantinedJson<'a> {
+    host: &'a str,
+    reason: &'a str,
 }
 
 #[derive(Serialize)]
@@ -93,6 +106,12 @@ pub fn json(plan: &LaunchPlan) -> String {
             gpus: c.gpus,
         }),
         nodes: plan.nodes.iter().map(node_json).collect(),
+        spares: plan.roster.spare_hosts().collect(),
+        quarantined: plan
+            .roster
+            .quarantined_hosts()
+            .map(|(host, reason)| QuarantinedJson { host, reason })
+            .collect(),
     };
     let mut s = serde_json::to_string_pretty(&view).expect("plan serialises");
     s.push('\n');
@@ -132,6 +151,16 @@ pub fn text(plan: &LaunchPlan) -> String {
     s += &format!("config      {}\n", p(&plan.config_path.display().to_string()));
     s += &format!("launcher    {}\n", plan.launcher.as_str());
     s += &format!("nodes       {}, world size {}\n", plan.nnodes(), plan.world_size);
+    let spares: Vec<&str> = plan.roster.spare_hosts().collect();
+    if !spares.is_empty() {
+        s += &format!(
+            "spares      {} (each takes a blamed node's node rank, in this order)\n",
+            spares.join(", ")
+        );
+    }
+    for (host, reason) in plan.roster.quarantined_hosts() {
+        s += &format!("quarantined {host}: {} (`herd nodes --release {host}` brings it back)\n", p(reason));
+    }
     s += &format!("master      node {} ({}), address {}\n", m.node_rank, m.host, m.addr);
     s += &format!("port        {port}\n");
     s += &format!("workdir     {}\n", p(&plan.workdir));
@@ -183,6 +212,60 @@ pub fn text(plan: &LaunchPlan) -> String {
             s += &format!("  in   {}\n", lines.join("\n       "));
         }
     }
+    s
+}
+
+/// `herd nodes`: which nodes the next run uses, its spares, and the quarantined ones with
+/// why, which run blamed them, and when.
+pub fn nodes_text(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
+    let p = super::printable;
+    let mut s = String::from("active (node rank, host):\n");
+    for node in plan.iter().flat_map(|p| &p.nodes) {
+        s += &format!("  {:>4}  {}\n", node.node_rank, node.host);
+    }
+    let spares: Vec<&str> = plan.iter().flat_map(|p| p.roster.spare_hosts()).collect();
+    s += &format!("spares: {}\n", if spares.is_empty() { "none".to_string() } else { spares.join(", ") });
+    if kept_out.nodes.is_empty() {
+        s += "quarantined: none\n";
+    } else {
+        s += "quarantined:\n";
+        for e in &kept_out.nodes {
+            s += &format!(
+                "  {}  {}  (run {}, attempt {}, {})\n",
+                e.host,
+                p(&e.reason),
+                e.run_id,
+                e.attempt,
+                e.at
+            );
+        }
+    }
+    s
+}
+
+pub fn nodes_json(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
+    #[derive(Serialize)]
+    struct Active<'a> {
+        node_rank: usize,
+        host: &'a str,
+    }
+    #[derive(Serialize)]
+    struct View<'a> {
+        active: Vec<Active<'a>>,
+        spares: Vec<&'a str>,
+        quarantined: &'a [crate::quarantine::Entry],
+    }
+    let view = View {
+        active: plan
+            .iter()
+            .flat_map(|p| &p.nodes)
+            .map(|n| Active { node_rank: n.node_rank, host: &n.host })
+            .collect(),
+        spares: plan.iter().flat_map(|p| p.roster.spare_hosts()).collect(),
+        quarantined: &kept_out.nodes,
+    };
+    let mut s = serde_json::to_string_pretty(&view).expect("serialises");
+    s.push('\n');
     s
 }
 

@@ -12,8 +12,16 @@ use crate::supervisor::AttemptSummary;
 /// The stderr line for an event, if it deserves one.
 pub fn status_line(event: &Event) -> Option<String> {
     Some(match event {
-        Event::RunStarted { run_id, launcher, nnodes, world_size, log_dir, .. } => {
-            format!("run {run_id}: {launcher} on {nnodes} nodes, world size {world_size}; logs in {log_dir}")
+        Event::RunStarted { run_id, launcher, nnodes, world_size, log_dir, spares, quarantined, .. } => {
+            let mut s = format!("run {run_id}: {launcher} on {nnodes} nodes, world size {world_size}");
+            if !spares.is_empty() {
+                let _ = write!(s, ", {} spare(s)", spares.len());
+            }
+            for q in quarantined {
+                let _ = write!(s, "; {} is quarantined ({}), left out", q.host, q.reason);
+            }
+            let _ = write!(s, "; logs in {log_dir}");
+            s
         }
         Event::AttemptStarted { attempt, master_addr, master_port } => {
             format!("attempt {attempt}: master {master_addr}:{master_port}")
@@ -48,6 +56,15 @@ pub fn status_line(event: &Event) -> Option<String> {
             pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         ),
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
+        Event::NodeQuarantined { host, reason, .. } => {
+            format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
+        }
+        Event::SparePromoted { attempt, node_rank, host, replaced } => {
+            format!("spare {host} takes node rank {node_rank} from {replaced} for attempt {attempt}")
+        }
+        Event::WorldChanged { attempt, nnodes, world_size, .. } => {
+            format!("attempt {attempt} runs on {nnodes} node(s), world size {world_size} (restart.min_nodes)")
+        }
         Event::RunFinished { status, attempts } => match status {
             RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
@@ -96,6 +113,7 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
     if attempts.len() > 1 || attempts.iter().any(|a| a.verdict.is_some()) {
         let _ = writeln!(s, "attempts:");
         let _ = writeln!(s, "  {:>3}  {:>9}  {:<9}  {:<32}  line", "#", "duration", "class", "root cause");
+        let mut before: Option<&Vec<String>> = None;
         for a in attempts {
             let (class, cause, line) = match &a.verdict {
                 Some(v) => (
@@ -120,6 +138,10 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
                 cause,
                 line.chars().take(120).collect::<String>()
             );
+            if let Some(before) = before.filter(|b| **b != a.nodes) {
+                let _ = writeln!(s, "       {}", node_changes(before, &a.nodes));
+            }
+            before = Some(&a.nodes);
         }
     }
     if status == RunStatus::Failed {
@@ -134,6 +156,25 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
         }
     }
     s
+}
+
+/// Which node held which node rank from one attempt to the next: the ranks a spare took, or
+/// with fewer nodes, every node rank.
+fn node_changes(before: &[String], now: &[String]) -> String {
+    if before.len() == now.len() {
+        let moved: Vec<String> = (before.iter().zip(now).enumerate())
+            .filter(|(_, (b, n))| b != n)
+            .map(|(r, (b, n))| format!("node rank {r}: {n} (was {b})"))
+            .collect();
+        return format!("nodes: {}", moved.join(", "));
+    }
+    const SHOWN: usize = 16;
+    let mut ranks: Vec<String> =
+        now.iter().take(SHOWN).enumerate().map(|(r, h)| format!("{r} {h}")).collect();
+    if now.len() > SHOWN {
+        ranks.push(format!("… (events.jsonl's world_changed has all {})", now.len()));
+    }
+    format!("on {} node(s), by node rank: {}", now.len(), ranks.join(", "))
 }
 
 /// How the last attempt failed, for people.
@@ -194,8 +235,18 @@ mod tests {
     #[test]
     fn the_table_lists_every_attempt() {
         let attempts = vec![
-            AttemptSummary { attempt: 0, duration: Duration::from_millis(12_340), verdict: Some(verdict()) },
-            AttemptSummary { attempt: 1, duration: Duration::from_millis(9_000), verdict: None },
+            AttemptSummary {
+                attempt: 0,
+                duration: Duration::from_millis(12_340),
+                verdict: Some(verdict()),
+                nodes: vec![],
+            },
+            AttemptSummary {
+                attempt: 1,
+                duration: Duration::from_millis(9_000),
+                verdict: None,
+                nodes: vec![],
+            },
         ];
         let text = closing(RunStatus::Succeeded, &attempts, Path::new("r"));
         let rows: Vec<&str> = text.lines().collect();
@@ -203,6 +254,29 @@ mod tests {
         assert!(rows[2].contains("0      12.3s  crash      node 1 (gpu-02), rank 3 (local 1)"), "{text}");
         assert!(rows[2].ends_with("Signal 9 (SIGKILL) received by PID 7"), "{text}");
         assert!(rows[3].contains("1       9.0s  ok"), "{text}");
+    }
+
+    #[test]
+    fn the_table_says_which_node_held_which_node_rank() {
+        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let row = |attempt, nodes| AttemptSummary {
+            attempt,
+            duration: Duration::from_secs(1),
+            verdict: Some(verdict()),
+            nodes,
+        };
+        let attempts = vec![
+            row(0, hosts(&["n1", "n2", "n3"])),
+            row(1, hosts(&["n1", "n4", "n3"])),
+            row(2, hosts(&["n1", "n4", "n3"])),
+            AttemptSummary { verdict: None, ..row(3, hosts(&["n1", "n3"])) },
+        ];
+        let text = closing(RunStatus::Succeeded, &attempts, Path::new("r"));
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows.len(), 8, "{text}");
+        assert_eq!(rows[4], "       nodes: node rank 1: n4 (was n2)", "{text}");
+        assert!(rows[5].starts_with("    2 "), "unchanged: no line\n{text}");
+        assert_eq!(rows[7], "       on 2 node(s), by node rank: 0 n1, 1 n3", "{text}");
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub(super) struct AttemptContext<'a> {
 
 pub(super) enum AttemptOutcome {
     Succeeded,
-    Failed(Verdict),
+    /// The verdict, and what each node left, which may blame some (see `blame`).
+    Failed(Verdict, Vec<NodeOutcome>),
     Interrupted,
     /// No master port could be chosen: nothing started.
     NoPort(RunError),
@@ -317,7 +318,7 @@ impl<'a> Gang<'a> {
         let trigger =
             if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
         let outcome = match classify::classify(&outcomes, trigger, &plan.patterns.rules) {
-            Some(verdict) => AttemptOutcome::Failed(verdict),
+            Some(verdict) => AttemptOutcome::Failed(verdict, outcomes),
             None => {
                 let millis = self.liveness.elapsed().as_millis() as u64;
                 let _ = self.ctx.events.send(Event::AttemptSucceeded { attempt: self.attempt, millis }).await;

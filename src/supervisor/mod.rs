@@ -12,6 +12,7 @@ pub mod exec;
 mod gang;
 mod node;
 mod preflight;
+mod reserve;
 mod sweep;
 mod types;
 
@@ -23,15 +24,17 @@ use tokio::sync::mpsc;
 
 use crate::config::PortSpec;
 use crate::doctor;
-use crate::events::{Event, RunStatus};
+use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{EarlyAgents, Fleet};
 use crate::plan::LaunchPlan;
-use crate::policy;
-use crate::transport::Started;
+use crate::roster::Blamed;
+use crate::transport::{Started, TransportError};
+use crate::{blame, policy};
 
 use gang::{AttemptContext, AttemptOutcome};
 pub use node::{Stop, READ_SIZE};
 use preflight::Preflighted;
+use reserve::{Settled, Unsettled};
 pub use sweep::kill_leftovers;
 pub use types::{AttemptSummary, Interrupts, RunError, RunOptions, RunOutcome};
 
@@ -44,15 +47,16 @@ pub async fn run(
 ) -> Result<RunOutcome, RunError> {
     let _ = events.send(run_started(plan, run_id)).await;
     let mut run = Run {
-        plan,
+        plan: plan.clone(),
         run_id,
         options,
         events: &events,
-        interrupts,
         attempts: Vec::new(),
         used_ports: BTreeSet::new(),
+        last_root: None,
+        interfaces: Vec::new(),
     };
-    let status = run.run().await?;
+    let status = run.run(interrupts).await?;
     let attempts = run.attempts;
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
     Ok(RunOutcome { status, attempts })
@@ -70,72 +74,84 @@ fn run_started(plan: &LaunchPlan, run_id: &str) -> Event {
         hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
         nprocs: plan.nodes.iter().map(|n| n.nproc).collect(),
         log_dir: plan.logs_dir.join(run_id).display().to_string(),
+        spares: plan.roster.spare_hosts().map(String::from).collect(),
+        quarantined: plan
+            .roster
+            .quarantined_hosts()
+            .map(|(host, reason)| Quarantined { host: host.into(), reason: reason.into() })
+            .collect(),
     }
 }
 
 /// One run's state across its attempts.
 struct Run<'a> {
-    plan: &'a LaunchPlan,
+    /// The plan of the attempt at hand: a spare promoted or a node dropped makes a new one.
+    plan: LaunchPlan,
     run_id: &'a str,
     options: RunOptions,
     events: &'a mpsc::Sender<Event>,
-    interrupts: Interrupts,
     attempts: Vec<AttemptSummary>,
     /// The master ports of earlier attempts, which a restart does not reuse.
     used_ports: BTreeSet<u16>,
+    /// The host at the root of the last failed attempt (see `blame`).
+    last_root: Option<String>,
+    /// Per node rank, its interface to the master (`rendezvous.interface = "auto"`), as the
+    /// last preflight found them.
+    interfaces: Vec<String>,
 }
 
 /// What comes after an attempt.
 enum Next {
     Done(RunStatus),
-    Restart(std::time::Duration),
+    /// After the delay, without the blamed nodes if the run can do without them.
+    Restart(std::time::Duration, Vec<Blamed>),
 }
 
 impl Run<'_> {
-    async fn run(&mut self) -> Result<RunStatus, RunError> {
-        let connected = connect(self.plan, self.run_id, self.options, self.events);
-        let Some((mut fleet, early)) = interruptible(&mut self.interrupts, connected).await.transpose()?
-        else {
+    async fn run(&mut self, mut interrupts: Interrupts) -> Result<RunStatus, RunError> {
+        let connected = connect(&self.plan, self.run_id, self.options, self.events);
+        let Some((fleet, early, errors)) = interruptible(&mut interrupts, connected).await else {
             return Ok(RunStatus::Interrupted);
         };
-        let (probes, mut jobs): (Vec<_>, Vec<_>) = early
+        let (probes, jobs): (Vec<_>, Vec<_>) = early
             .into_iter()
             .map(|mut agents| {
                 let job = agents.pop().flatten();
                 (agents.pop().flatten(), job)
             })
             .unzip();
-        if self.options.preflight {
-            let _ = self.events.send(Event::PreflightStarted { nnodes: self.plan.nnodes() }).await;
-        }
-        let preflight =
-            preflight::preflight(self.plan, self.run_id, &fleet, self.options, self.events, probes);
-        let mut checked = match interruptible(&mut self.interrupts, preflight).await {
-            Some(Ok(checked)) => checked,
-            Some(Err(e)) => return Err(close_with(fleet, e).await),
-            None => {
-                fleet.close().await;
-                return Ok(RunStatus::Interrupted);
-            }
+        // A node that could not be connected changes the plan, or ends the run: either way
+        // the first agents are not used, and go before their connections close.
+        let jobs = if errors.iter().any(Option::is_some) { Vec::new() } else { jobs };
+        let settled = self.settle(fleet, errors, probes, 0, false);
+        let Some(settled) = interruptible(&mut interrupts, settled).await else {
+            return Ok(RunStatus::Interrupted);
         };
-        let interfaces = std::mem::take(&mut checked.interfaces);
+        let Settled { mut fleet, mut checked, replanned } = match settled {
+            Ok(settled) => settled,
+            Err(Unsettled::Failed(e)) => return Err(e),
+            Err(Unsettled::Gone { .. }) => unreachable!("the first connections are not waited for"),
+        };
+        // The first attempt's agents are the first plan's.
+        let mut jobs = if replanned { Vec::new() } else { jobs };
         let mut attempt = 0;
         loop {
             let early = std::mem::take(&mut jobs);
-            let next = self.attempt(&fleet, attempt, &interfaces, std::mem::take(&mut checked), early).await;
-            let delay = match next {
-                Ok(Next::Restart(delay)) => delay,
+            let next =
+                self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, &mut interrupts).await;
+            let (delay, blamed) = match next {
+                Ok(Next::Restart(delay, blamed)) => (delay, blamed),
                 Ok(Next::Done(status)) => {
                     fleet.close().await;
                     return Ok(status);
                 }
                 Err(e) => return Err(close_with(fleet, e).await),
             };
-            fleet = match self.restart(fleet, delay).await {
-                Ok(fleet) => fleet,
-                Err(status) => return Ok(status),
-            };
             attempt += 1;
+            (fleet, checked) = match self.restart(fleet, delay, blamed, attempt, &mut interrupts).await {
+                Ok(ready) => ready,
+                Err(status) => return status,
+            };
         }
     }
 
@@ -144,62 +160,91 @@ impl Run<'_> {
         &mut self,
         fleet: &Fleet,
         attempt: u32,
-        interfaces: &[String],
         checked: Preflighted,
         early: Vec<Option<Started>>,
+        interrupts: &mut Interrupts,
     ) -> Result<Next, RunError> {
         let started = Instant::now();
-        let ctx = AttemptContext { plan: self.plan, run_id: self.run_id, interfaces, events: self.events };
+        let nodes = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
+        let ctx = AttemptContext {
+            plan: &self.plan,
+            run_id: self.run_id,
+            interfaces: &self.interfaces,
+            events: self.events,
+        };
         let (outcome, port) =
-            gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, &mut self.interrupts)
-                .await;
+            gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
-        let verdict = match outcome {
+        let (verdict, outcomes) = match outcome {
             AttemptOutcome::Succeeded | AttemptOutcome::Interrupted => {
                 let succeeded = matches!(outcome, AttemptOutcome::Succeeded);
-                self.attempts.push(AttemptSummary { attempt, duration, verdict: None });
+                self.attempts.push(AttemptSummary { attempt, duration, verdict: None, nodes });
                 return Ok(Next::Done(if succeeded { RunStatus::Succeeded } else { RunStatus::Interrupted }));
             }
             AttemptOutcome::NoPort(e) => return Err(e),
-            AttemptOutcome::Failed(v) => v,
+            AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
         };
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
+        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, self.last_root.as_deref());
+        self.last_root = verdict.root_cause.as_ref().map(|r| r.host.clone());
         let class = verdict.class;
-        self.attempts.push(AttemptSummary { attempt, duration, verdict: Some(verdict) });
+        self.attempts.push(AttemptSummary { attempt, duration, verdict: Some(verdict), nodes });
         let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
         else {
             return Ok(Next::Done(RunStatus::Failed));
         };
         let delay_ms = delay.as_millis() as u64;
         let _ = self.events.send(Event::RestartScheduled { attempt: attempt + 1, delay_ms, class }).await;
-        Ok(Next::Restart(delay))
+        Ok(Next::Restart(delay, blamed))
     }
 
-    /// After the backoff, every node reachable again (a lost one waited for, up to
-    /// `restart.node_wait`). What the earlier attempts left, each node's agent sweeps as the
-    /// restart starts. Else how the run ends.
-    async fn restart(&mut self, fleet: Fleet, delay: std::time::Duration) -> Result<Fleet, RunStatus> {
-        let (plan, events) = (self.plan, self.events);
+    /// After the backoff, every node of attempt `attempt` ready: the blamed nodes
+    /// quarantined and replaced (see `reserve`) if the run can do without them, and a new
+    /// node checked as at the start; every other node reachable again, a lost one waited for
+    /// up to `restart.node_wait`. What the earlier attempts left, each node's agent sweeps as
+    /// the restart starts. Else how the run ends.
+    async fn restart(
+        &mut self,
+        fleet: Fleet,
+        delay: std::time::Duration,
+        blamed: Vec<Blamed>,
+        attempt: u32,
+        interrupts: &mut Interrupts,
+    ) -> Result<(Fleet, Preflighted), Result<RunStatus, RunError>> {
+        let previous = self.replace(&blamed, attempt).await;
+        let events = self.events;
         let ready = async {
             tokio::time::sleep(delay).await;
-            fleet.reconnect(plan, events).await
+            let Some(previous) = previous else {
+                return match fleet.reconnect(&self.plan, events).await {
+                    Ok(fleet) => Ok((fleet, Preflighted::default())),
+                    Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
+                };
+            };
+            let (fleet, errors) = fleet.rearranged(&previous, &self.plan, events).await;
+            let settled = self.settle(fleet, errors, Vec::new(), attempt, true).await?;
+            Ok((settled.fleet, settled.checked))
         };
-        match interruptible(&mut self.interrupts, ready).await {
-            Some(Ok(fleet)) => Ok(fleet),
-            Some(Err((rank, fleet))) => {
+        let Some(ready) = interruptible(interrupts, ready).await else {
+            // The connections were moved into the cancelled future; its drop closes them.
+            return Err(Ok(RunStatus::Interrupted));
+        };
+        match ready {
+            Ok(ready) => Ok(ready),
+            Err(Unsettled::Failed(e)) => Err(Err(e)),
+            Err(Unsettled::Gone { node_rank, fleet }) => {
                 fleet.close().await;
+                let plan = &self.plan;
                 let reason = format!(
-                    "node {rank} ({}) did not come back within restart.node_wait ({})",
-                    plan.nodes[rank].host,
+                    "node {node_rank} ({}) did not come back within restart.node_wait ({})",
+                    plan.nodes[node_rank].host,
                     humantime::format_duration(plan.restart.node_wait)
                 );
                 let _ = events.send(Event::RestartAbandoned { reason }).await;
-                Err(RunStatus::Failed)
+                Err(Ok(RunStatus::Failed))
             }
-            // The connections were moved into the cancelled future; its drop closes them.
-            None => Err(RunStatus::Interrupted),
         }
     }
 }
@@ -213,12 +258,13 @@ async fn close_with(fleet: Fleet, error: RunError) -> RunError {
 /// probe, if it probes, and beside it the first attempt's job agent, which starts nothing
 /// before it gets its env. One login per node for each, overlapping the other handshakes,
 /// as pdsh's logins do. Each agent sweeps its node's leftovers as it starts.
+/// The nodes that could not be connected are in the fleet with their errors (see `settle`).
 async fn connect(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
     events: &mpsc::Sender<Event>,
-) -> Result<(Fleet, EarlyAgents), RunError> {
+) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
     let probing = preflight::probe_options(plan, run_id, options);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
     let early = |node: &crate::plan::NodePlan| {
@@ -226,7 +272,7 @@ async fn connect(
         let job = gang::job_invocation(plan, run_id, node, 0, port_known, probing.is_some());
         probe.into_iter().chain([job]).collect()
     };
-    Ok(Fleet::connect_all(plan, events, early).await?)
+    Fleet::connect(plan, Some(events), early).await
 }
 
 /// `work`, unless an interrupt comes first (`None`): nothing of the job has started.

@@ -22,7 +22,7 @@ fn first_failure(nodes: &[doctor::NodeChecks]) -> String {
     nodes
         .iter()
         .find_map(|n| {
-            let c = n.checks.iter().find(|c| c.status == doctor::Status::Fail)?;
+            let c = n.first_failure()?;
             Some(format!("node {} ({}): {}: {}", n.node_rank, n.host, c.name, c.detail))
         })
         .unwrap_or_default()
@@ -42,6 +42,8 @@ pub struct AttemptSummary {
     pub duration: std::time::Duration,
     /// `None`: it succeeded or was interrupted.
     pub verdict: Option<Verdict>,
+    /// The host of each node rank in this attempt.
+    pub nodes: Vec<String>,
 }
 
 /// How the run ended.

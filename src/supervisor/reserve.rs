@@ -1,0 +1,199 @@
+//! The run's reserve: a node the run blames is quarantined (in the plan's roster and in the
+//! config's quarantine file, so later runs skip it too), a spare takes its node rank, or
+//! with none left the run goes on with fewer nodes down to `restart.min_nodes`. A node new
+//! to the run is connected and checked before an attempt uses it; one that fails is blamed
+//! in turn. Without room (no spare, no `min_nodes`), nothing changes: the run waits for its
+//! nodes as before.
+
+use super::preflight::{self, Preflighted};
+use super::types::RunError;
+use super::Run;
+use crate::doctor;
+use crate::events::Event;
+use crate::fleet::{ConnectError, Fleet};
+use crate::plan::LaunchPlan;
+use crate::quarantine::{self, Quarantine};
+use crate::roster::{Blamed, Change};
+use crate::transport::{Started, TransportError};
+
+/// Every node of the plan connected and checked.
+pub(super) struct Settled {
+    pub fleet: Fleet,
+    pub checked: Preflighted,
+    /// The plan is not the one the run started with.
+    pub replanned: bool,
+}
+
+/// Why the nodes could not be settled.
+pub(super) enum Unsettled {
+    Failed(RunError),
+    /// A node the run kept did not come back within `restart.node_wait`.
+    Gone {
+        node_rank: usize,
+        fleet: Fleet,
+    },
+}
+
+impl From<RunError> for Unsettled {
+    fn from(e: RunError) -> Unsettled {
+        Unsettled::Failed(e)
+    }
+}
+
+impl Run<'_> {
+    /// Until every node of the plan is connected and passes the preflight (when the run has
+    /// one): a node that fails either is blamed, and replaced while the run has room.
+    /// `errors`: the fleet's connect errors; `probes`: preflight probes already started;
+    /// `restart`: the nodes the run kept from an attempt before are checked again, and
+    /// waited for up to `restart.node_wait`.
+    pub(super) async fn settle(
+        &mut self,
+        mut fleet: Fleet,
+        mut errors: Vec<Option<TransportError>>,
+        mut probes: Vec<Option<Started>>,
+        attempt: u32,
+        restart: bool,
+    ) -> Result<Settled, Unsettled> {
+        let mut replanned = false;
+        loop {
+            let unreachable: Vec<Blamed> = (errors.iter().enumerate())
+                .filter_map(|(node_rank, e)| {
+                    Some(Blamed { node_rank, reason: format!("ssh: {}", e.as_ref()?) })
+                })
+                .collect();
+            if !unreachable.is_empty() {
+                let Some(previous) = self.replace(&unreachable, attempt).await else {
+                    let (node_rank, error) =
+                        errors.into_iter().enumerate().find_map(|(r, e)| Some((r, e?))).expect("an error");
+                    let host = self.plan.nodes[node_rank].host.clone();
+                    fleet.close().await;
+                    return Err(RunError::Connect(ConnectError { node_rank, host, error }).into());
+                };
+                (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
+                (probes, replanned) = (Vec::new(), true);
+                continue;
+            }
+            if restart {
+                fleet = match fleet.reconnect(&self.plan, self.events).await {
+                    Ok(fleet) => fleet,
+                    Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
+                };
+            }
+            if self.options.preflight {
+                let _ = self.events.send(Event::PreflightStarted { nnodes: self.plan.nnodes() }).await;
+            }
+            let probes = std::mem::take(&mut probes);
+            let checked =
+                preflight::preflight(&self.plan, self.run_id, &fleet, self.options, self.events, probes)
+                    .await;
+            let nodes = match checked {
+                Ok(checked) => {
+                    if !checked.interfaces.is_empty() {
+                        self.interfaces = checked.interfaces.clone();
+                    }
+                    return Ok(Settled { fleet, checked, replanned });
+                }
+                Err(RunError::Preflight(nodes)) if self.plan.roster.has_room() => nodes,
+                Err(e) => {
+                    fleet.close().await;
+                    return Err(e.into());
+                }
+            };
+            let Some(previous) = self.replace(&failing(&nodes), attempt).await else {
+                fleet.close().await;
+                return Err(RunError::Preflight(nodes).into());
+            };
+            (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
+            replanned = true;
+        }
+    }
+
+    /// Quarantine the blamed nodes and replace them, if the run can do without all of them:
+    /// the plan becomes the next attempt's (`attempt`), and the one before is returned.
+    /// `None`: nothing blamed, or no room; the plan is unchanged.
+    pub(super) async fn replace(&mut self, blamed: &[Blamed], attempt: u32) -> Option<LaunchPlan> {
+        if blamed.is_empty() {
+            return None;
+        }
+        let Some((roster, changes)) = self.plan.roster.without(blamed) else {
+            // A config without spares or `min_nodes` runs as it always has; one whose spares
+            // are used up is told why it now waits.
+            let used_up = !self.plan.roster.quarantined.is_empty();
+            for b in blamed {
+                let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
+                if used_up {
+                    tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
+                } else {
+                    tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
+                }
+            }
+            return None;
+        };
+        let events = self.events;
+        let mut quarantine_file = None;
+        for b in blamed {
+            let host = self.plan.nodes[b.node_rank].host.clone();
+            self.keep_out(&mut quarantine_file, &host, &b.reason, attempt);
+            let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason.clone() }).await;
+        }
+        let next = self.plan.with_roster(roster);
+        let previous = std::mem::replace(&mut self.plan, next);
+        for change in changes {
+            if let Change::Promoted { node_rank, spare, replaced } = change {
+                let _ = events.send(Event::SparePromoted { attempt, node_rank, host: spare, replaced }).await;
+            }
+        }
+        let plan = &self.plan;
+        if plan.nnodes() != previous.nnodes() || plan.world_size != previous.world_size {
+            let _ = events
+                .send(Event::WorldChanged {
+                    attempt,
+                    nnodes: plan.nnodes(),
+                    world_size: plan.world_size,
+                    hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
+                    nprocs: plan.nodes.iter().map(|n| n.nproc).collect(),
+                })
+                .await;
+        }
+        Some(previous)
+    }
+
+    /// Record the node in the config's quarantine file, which later runs read. A file that
+    /// cannot be written is a warning: this run keeps the node out either way.
+    fn keep_out(&self, file: &mut Option<Quarantine>, host: &str, reason: &str, attempt: u32) {
+        let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
+        let loaded = match file.take() {
+            Some(q) => Ok(q),
+            None => Quarantine::load(&path),
+        };
+        let mut q = match loaded {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::warn!("{e}: {host} is kept out of this run only");
+                return;
+            }
+        };
+        q.add(quarantine::Entry {
+            host: host.to_string(),
+            reason: reason.to_string(),
+            run_id: self.run_id.to_string(),
+            attempt,
+            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        });
+        if let Err(e) = q.save(&path) {
+            tracing::warn!("{e}: {host} is kept out of this run only");
+        }
+        *file = Some(q);
+    }
+}
+
+/// The nodes the preflight failed, each with its first failing check.
+fn failing(nodes: &[doctor::NodeChecks]) -> Vec<Blamed> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let c = n.first_failure()?;
+            Some(Blamed { node_rank: n.node_rank, reason: format!("preflight: {}: {}", c.name, c.detail) })
+        })
+        .collect()
+}

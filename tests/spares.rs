@@ -1,0 +1,255 @@
+//! Spares, quarantine and shrink on the namespace testbed, with real torchrun over gloo: a
+//! node the run blames is replaced by a spare (or, with `restart.min_nodes`, left out), the
+//! run completes, and later runs of the config skip the node until `herd nodes --release`.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::{Cluster, LIMIT};
+use support::herd::{self, events, wait_until};
+
+/// Short backoffs and a short heartbeat for tests only.
+const FAST_RESTART: &str =
+    "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\nheartbeat_timeout = \"6s\"\n";
+
+fn torchrun(args: &str, extra: &str) -> String {
+    format!(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\nnproc_per_node = 2\n{extra}"
+    )
+}
+
+fn all<'a>(ev: &'a [Value], name: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["event"] == name).collect()
+}
+
+/// Every run directory under `logs`, oldest first.
+fn run_dirs(logs: &Path) -> Vec<std::path::PathBuf> {
+    let mut runs: Vec<_> = std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// The `result` lines of one attempt: (host, node_rank, world), each asserted `ok`.
+fn results(out: &herd::Finished, attempt: u32) -> Vec<(String, u32, u32)> {
+    let field = |l: &str, k: &str| -> String {
+        l.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).unwrap_or_default().to_string()
+    };
+    out.stdout
+        .lines()
+        .filter(|l| l.contains("result rank=") && l.contains(&format!(" attempt={attempt} ")))
+        .map(|l| {
+            assert!(l.ends_with(" ok"), "{l}");
+            (field(l, "host"), field(l, "node_rank").parse().unwrap(), field(l, "world").parse().unwrap())
+        })
+        .collect()
+}
+
+/// Wait until node `node`'s log of attempt 0 shows training under way.
+fn wait_training(c: &Cluster, node: usize) {
+    let trained = wait_until(Duration::from_secs(90), || {
+        run_dirs(&c.logs()).iter().any(|run| {
+            std::fs::read_to_string(run.join(format!("attempt-0/node{node}-{}.log", c.addr(node))))
+                .is_ok_and(|log| log.contains("step 3 "))
+        })
+    });
+    assert!(trained, "training did not start");
+}
+
+#[test]
+fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
+    let c = Cluster::new(4);
+    c.write_config(
+        &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"", "nnodes = 3"),
+        FAST_RESTART,
+    );
+    let plan = herd::run(c.tb.dir(), &["plan"], LIMIT);
+    plan.assert_code(0);
+    assert!(plan.stdout.contains(&format!("spares      {} (", c.addr(3))), "{plan}");
+
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    wait_training(&c, 2);
+    c.tb.link_down(2);
+    let cut = Instant::now();
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+
+    // The spare holds node rank 2, the others kept theirs, the world is the same.
+    let before = results(&out, 0);
+    assert!(before.is_empty(), "attempt 0 never finished\n{out}");
+    let after = results(&out, 1);
+    assert_eq!(after.len(), 6, "{out}");
+    assert!(after.iter().all(|(_, _, world)| *world == 6), "{after:?}");
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let hosts = |e: &Value, k: &str| e[k].as_str().unwrap().to_string();
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{ev:?}");
+    assert_eq!(hosts(q[0], "host"), c.addr(2));
+    assert!(q[0]["reason"].as_str().unwrap().starts_with("node-lost: "), "{}", q[0]);
+    let promoted = all(&ev, "spare_promoted");
+    assert_eq!(promoted.len(), 1);
+    assert_eq!(
+        (hosts(promoted[0], "host"), promoted[0]["node_rank"].as_u64()),
+        (c.addr(3).to_string(), Some(2))
+    );
+    let started = all(&ev, "node_started");
+    let of_attempt = |a: u64| -> Vec<(u64, String)> {
+        started
+            .iter()
+            .filter(|e| e["attempt"] == a)
+            .map(|e| (e["node_rank"].as_u64().unwrap(), hosts(e, "host")))
+            .collect()
+    };
+    let mut a1 = of_attempt(1);
+    a1.sort();
+    assert_eq!(
+        a1,
+        [(0, c.addr(0).to_string()), (1, c.addr(1).to_string()), (2, c.addr(3).to_string())],
+        "survivors keep their node rank, the spare takes the lost one's"
+    );
+    assert!(
+        !all(&ev, "node_waiting").iter().any(|e| e["host"] == c.addr(2)),
+        "the lost node is not waited for"
+    );
+    // The attempt table says who held which node rank.
+    assert!(out.stderr.contains(&format!("nodes: node rank 2: {} (was {})", c.addr(3), c.addr(2))), "{out}");
+    // From the cut to the replacement's first rank: the heartbeat, the backoff and the checks.
+    let first_rank = all(&ev, "node_started").iter().filter(|e| e["attempt"] == 1).count();
+    assert_eq!(first_rank, 3);
+    eprintln!("cut to completion on the spare: {:?}", cut.elapsed());
+
+    // The next run leaves the node out, and says why.
+    let second = herd::run(c.tb.dir(), &["run", "--", "--steps", "2"], LIMIT);
+    second.assert_code(0);
+    assert!(second.stderr.contains(&format!("{} is quarantined (node-lost: ", c.addr(2))), "{second}");
+    let ev2 = events(&run_dirs(&c.logs())[1]);
+    let hosts2: Vec<&str> = ev2[0]["hosts"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
+    assert_eq!(hosts2, [c.addr(0), c.addr(1), c.addr(3)]);
+    assert_eq!(ev2[0]["quarantined"][0]["host"], c.addr(2));
+
+    let nodes = herd::run(c.tb.dir(), &["nodes"], LIMIT);
+    nodes.assert_code(0);
+    assert!(nodes.stdout.contains("spares: none"), "{nodes}");
+    assert!(nodes.stdout.contains(&format!("  {}  node-lost: ", c.addr(2))), "{nodes}");
+    let bad = herd::run(c.tb.dir(), &["nodes", "--release", c.addr(0)], LIMIT);
+    bad.assert_code(2);
+    assert!(
+        bad.stderr.contains(&format!("{} is not quarantined (only {} are)", c.addr(0), c.addr(2))),
+        "{bad}"
+    );
+    let released = herd::run(c.tb.dir(), &["nodes", "--release", c.addr(2)], LIMIT);
+    released.assert_code(0);
+    assert!(released.stdout.contains("quarantined: none"), "{released}");
+    assert!(released.stdout.contains(&format!("spares: {}", c.addr(3))), "{released}");
+    let plan = herd::run(c.tb.dir(), &["plan"], LIMIT);
+    assert!(plan.stdout.contains(&format!("node 2  {}  ", c.addr(2))), "{plan}");
+
+    c.tb.link_up(2);
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    let clean = wait_until(Duration::from_secs(60), || herd::processes_with_env_prefix(&mark).is_empty());
+    assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
+}
+
+#[test]
+fn the_root_cause_of_two_attempts_in_a_row_is_replaced() {
+    let c = Cluster::new(4);
+    let doomed = format!("\"--signal-on-node\", \"{}:SIGABRT\"", c.addr(1));
+    c.write_config(
+        &torchrun(
+            &format!("\"--steps\", \"4\", \"--sleep\", \"0.2\", \"--fault-step\", \"1\", {doomed}"),
+            "nnodes = 3",
+        ),
+        FAST_RESTART,
+    );
+    let out = c.run();
+    out.assert_code(0);
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed.len(), 2, "{out}");
+    for f in &failed {
+        assert_eq!(
+            (f["class"].as_str(), f["root_cause"]["host"].as_str()),
+            (Some("crash"), Some(c.addr(1))),
+            "{f}"
+        );
+    }
+    // SIGABRT alone blames nobody; the second time in a row does.
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{ev:?}");
+    assert_eq!((q[0]["attempt"].as_u64(), q[0]["host"].as_str()), (Some(2), Some(c.addr(1))));
+    assert_eq!(q[0]["reason"], "the root cause of two attempts in a row");
+    assert_eq!(results(&out, 2).len(), 6, "{out}");
+    let on_2: Vec<&str> = all(&ev, "node_started")
+        .iter()
+        .filter(|e| e["attempt"] == 2)
+        .map(|e| e["host"].as_str().unwrap())
+        .collect();
+    assert!(!on_2.contains(&c.addr(1)) && on_2.contains(&c.addr(3)), "{on_2:?}");
+}
+
+#[test]
+fn a_node_failing_the_preflight_is_replaced_by_the_spare_before_anything_starts() {
+    let c = Cluster::new(4);
+    let path = c.write_config(&torchrun("\"--steps\", \"2\"", "nnodes = 3"), FAST_RESTART);
+    // Node 1's setup fails (a broken module system on that node only).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text
+        .replace(
+            &format!("[[nodes]]\nhost = \"{}\"", c.hostlist()),
+            &format!(
+                "[[nodes]]\nhost = \"{}\"\n[[nodes]]\nhost = \"{}\"\nenv = {{ HERD_TEST_BROKEN = \"1\" }}\n[[nodes]]\nhost = \"{}\"\n[[nodes]]\nhost = \"{}\"",
+                c.addr(0),
+                c.addr(1),
+                c.addr(2),
+                c.addr(3)
+            ),
+        )
+        .replace("/bin/activate\"", "/bin/activate && test -z \\\"${HERD_TEST_BROKEN:-}\\\"\"");
+    std::fs::write(&path, text).unwrap();
+    let out = c.run();
+    out.assert_code(0);
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{out}");
+    assert_eq!((q[0]["attempt"].as_u64(), q[0]["host"].as_str()), (Some(0), Some(c.addr(1))));
+    assert!(q[0]["reason"].as_str().unwrap().starts_with("preflight: setup: "), "{}", q[0]);
+    assert!(out.stderr.contains(&format!("quarantined {}: preflight: setup", c.addr(1))), "{out}");
+    assert_eq!(all(&ev, "attempt_failed").len(), 0, "{out}");
+    let started: Vec<&str> = all(&ev, "node_started").iter().map(|e| e["host"].as_str().unwrap()).collect();
+    assert!(!started.contains(&c.addr(1)) && started.contains(&c.addr(3)), "{started:?}");
+    assert_eq!(results(&out, 0).len(), 6, "{out}");
+}
+
+#[test]
+fn min_nodes_lets_the_run_go_on_with_fewer_nodes() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"", ""),
+        &format!("{FAST_RESTART}min_nodes = 2\n"),
+    );
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    wait_training(&c, 1);
+    c.tb.link_down(1);
+    let out = running.wait(LIMIT);
+    c.tb.link_up(1);
+    out.assert_code(0);
+    let after = results(&out, 1);
+    assert_eq!(after.len(), 4, "{out}");
+    assert!(after.iter().all(|(_, _, world)| *world == 4), "{after:?}");
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let changed = all(&ev, "world_changed");
+    assert_eq!(changed.len(), 1, "{ev:?}");
+    assert_eq!((changed[0]["nnodes"].as_u64(), changed[0]["world_size"].as_u64()), (Some(2), Some(4)));
+    assert_eq!(changed[0]["hosts"], serde_json::json!([c.addr(0), c.addr(2)]));
+    // Node 2 moved up to node rank 1.
+    let ranks: Vec<u32> = after.iter().map(|(_, r, _)| *r).collect();
+    assert!(ranks.iter().all(|r| *r < 2), "{ranks:?}");
+    assert!(out.stderr.contains("on 2 node(s), by node rank: "), "{out}");
+}
