@@ -61,6 +61,9 @@ fn main() {
     if want("restart") {
         restart();
     }
+    if want("spare") {
+        spare();
+    }
     if want("logs") {
         logs();
     }
@@ -1016,6 +1019,109 @@ fn restart() {
     println!("\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
 }
 
+/// Scenario 9: a node's link cut for good during training, torchrun 3 nodes x 2 plus one
+/// spare (`nnodes = 3`), heartbeat_timeout 6 s, backoff 1 s, with the preflight (which checks
+/// the spare). From the cut to the first and to all six workers of attempt 1 running, the
+/// spare's among them; side by side, what happens without a spare (the same three nodes,
+/// `--exclude` the spare): herd waits `restart.node_wait` (here 30 s) and gives up.
+fn spare() {
+    let reps = runs(3);
+    let venv = herd_support::torch_venv();
+    let tb = Testbed::new(4);
+    let dir = tempfile::tempdir().unwrap();
+    let spare_host = tb.nodes()[3].addr.clone();
+    let restart = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
+                   heartbeat_timeout = \"6s\"\nnode_wait = \"30s\"\n";
+    let training = |mark: &str| {
+        poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6)
+            .expect("training did not start");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    // [to first worker, to all six, backoff, attempt_started -> six workers, cut -> failed]
+    let mut with_spare: Vec<[f64; 5]> = Vec::new();
+    let mut without: Vec<f64> = Vec::new();
+    let mut timeline = Vec::new();
+    for rep in 0..reps {
+        let mark = format!("BENCH_MARK=spare-{rep}-{}", std::process::id());
+        let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, restart);
+        let text = std::fs::read_to_string(&config).unwrap().replace("nproc_per_node = 2", "nproc_per_node = 2\nnnodes = 3");
+        std::fs::write(&config, text).unwrap();
+        let config = config.display().to_string();
+        let herd = Tracked::spawn(HERD, &["run", "-c", &config], Stdio::null());
+        training(&mark);
+        let cut_wall = std::time::SystemTime::now();
+        let cut = Instant::now();
+        tb.link_down(2);
+        let first = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
+            !workers(&mark, Some("HERD_ATTEMPT=1")).is_empty()
+        });
+        let all = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
+            workers(&mark, Some("HERD_ATTEMPT=1")).len() >= 6
+        });
+        kill_marked(&mark);
+        let m = herd.finish();
+        tb.link_up(2);
+        let ev = run_events(&dir.path().join("logs"));
+        let promoted = ev.iter().any(|e| e["event"] == "spare_promoted" && e["host"] == spare_host.as_str());
+        let (Some(first), Some(all), Some(started), true) =
+            (first, all, event_time(&ev, "attempt_started", 1), promoted)
+        else {
+            println!("run {rep}: attempt 1 did not come up on the spare (herd ok: {})", m.success);
+            continue;
+        };
+        let delay = ev
+            .iter()
+            .find(|e| e["event"] == "restart_scheduled")
+            .and_then(|e| e["delay_ms"].as_u64())
+            .unwrap_or(0) as f64
+            / 1000.0;
+        let all_s = (all - cut).as_secs_f64();
+        let failed = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, cut_wall));
+        with_spare.push([(first - cut).as_secs_f64(), all_s, delay, all_s - since(started, cut_wall), failed]);
+        if rep + 1 == reps {
+            timeline = timeline_rows(&ev, cut_wall);
+            timeline.push(format!("| +{all_s:.2} s | attempt 1's six workers exist |"));
+        }
+
+        let mark = format!("BENCH_MARK=nospare-{rep}-{}", std::process::id());
+        let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, restart).display().to_string();
+        let mut herd = Tracked::spawn(HERD, &["run", "-c", &config, "--exclude", &spare_host], Stdio::null());
+        training(&mark);
+        let cut = Instant::now();
+        tb.link_down(2);
+        let ended = poll_until(Duration::from_secs(180), Duration::from_millis(50), || herd.try_done());
+        herd.finish();
+        tb.link_up(2);
+        kill_marked(&mark);
+        if let Some(t) = ended {
+            without.push((t - cut).as_secs_f64());
+        }
+    }
+    println!("\n### A node lost for good: torchrun 3 nodes x 2, heartbeat_timeout 6 s, backoff 1 s (+-20 %), with the preflight ({} runs)\n", with_spare.len());
+    println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- spare`\n");
+    println!("| from the cut | median s | spread s |");
+    println!("|---|---|---|");
+    for (i, what) in [
+        "with a spare: to attempt 1's first worker running",
+        "with a spare: to all six workers running, on the spare and the two others",
+        "with a spare: backoff drawn",
+        "with a spare: attempt 1 started to its six workers (torchrun start-up)",
+        "with a spare: to attempt 0 declared failed",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (m, s, _) = fmt_stat(&with_spare.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
+        println!("| {what} | {m} | {s} |");
+    }
+    let (m, s, _) = fmt_stat(&without, 2);
+    println!("| without a spare (today): to herd giving up, restart.node_wait = 30 s | {m} | {s} |");
+    let goal: Vec<f64> = with_spare.iter().map(|r| (6.0 + r[2] + 3.0 + r[3]) - r[1]).collect();
+    let (m, s, _) = fmt_stat(&goal, 2);
+    println!("| goal margin: heartbeat 6 s + backoff + 3 s + torchrun start-up, minus the time to all six (> 0 meets it) | {m} | {s} |");
+    println!("\nThe last run with a spare, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+}
+
 /// events.jsonl after `from`, as table rows `| +t s | event detail |`.
 fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<String> {
     ev.iter()
@@ -1023,7 +1129,7 @@ fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<S
             let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
             let dt = t.duration_since(from).ok()?.as_secs_f64();
             let mut detail = e["event"].as_str()?.to_string();
-            for key in ["node_rank", "millis", "attempt", "exit_code", "signal", "lost", "reason", "class", "delay_ms"] {
+            for key in ["node_rank", "host", "millis", "attempt", "exit_code", "signal", "lost", "reason", "class", "delay_ms"] {
                 if let Some(v) = e.get(key) {
                     detail.push_str(&format!(" {key}={v}"));
                 }

@@ -208,7 +208,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
         let usage = |e: logs::LookupError| Error::Usage(e.to_string());
         let mut selection = logs::Selection::default();
         if let Some(node) = &args.node {
-            selection.nodes.push(logs::pick_node(run, node).map_err(usage)?);
+            logs::pick_node(run, node, &mut selection).map_err(usage)?;
         }
         if let Some(rank) = args.rank {
             selection.nodes.push(logs::node_of_rank(run, rank).map_err(usage)?);
@@ -225,7 +225,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             selection.grep = Some(re);
         }
         let color = output::mode::Surroundings::detect(false, true).color();
-        logs::print(run, &selection, &output::prefix::prefixes(&run.hosts, color), &mut out)
+        logs::print(run, &selection, color, &mut out)
     };
     match printed.and_then(|_| out.flush()) {
         // `herd logs | head` is not an error.

@@ -18,6 +18,19 @@ pub struct RunInfo {
     pub nprocs: Vec<u32>,
     /// The attempts that have a directory, in order.
     pub attempts: Vec<u32>,
+    /// From these attempts on, other nodes (a spare promoted, the world shrunk): the hosts
+    /// and ranks per node by node rank, as the run's events say.
+    pub renamed: Vec<(u32, Vec<String>, Vec<u32>)>,
+}
+
+impl RunInfo {
+    /// The hosts and ranks per node of one attempt.
+    pub fn nodes_of(&self, attempt: u32) -> (&[String], &[u32]) {
+        match self.renamed.iter().rev().find(|(from, _, _)| *from <= attempt) {
+            Some((_, hosts, nprocs)) => (hosts, nprocs),
+            None => (&self.hosts, &self.nprocs),
+        }
+    }
 }
 
 /// Runs of the config with `config_key` under `logs_dir`, oldest first (run ids sort by
@@ -36,29 +49,60 @@ pub fn list_runs(logs_dir: &Path, config_key: &str) -> io::Result<Vec<RunInfo>> 
         if started["event"] != "run_started" || started["config_key"] != config_key {
             continue;
         }
-        let strings = |v: &serde_json::Value| -> Vec<String> {
-            v.as_array().into_iter().flatten().filter_map(|h| h.as_str().map(String::from)).collect()
-        };
-        let nprocs = started["nprocs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
-            .collect();
         let mut attempts: Vec<u32> = std::fs::read_dir(&dir)?
             .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("attempt-")?.parse().ok())
             .collect();
         attempts.sort_unstable();
-        runs.push(RunInfo {
+        let mut run = RunInfo {
             id: started["run_id"].as_str().unwrap_or_default().to_string(),
-            dir,
             hosts: strings(&started["hosts"]),
-            nprocs,
+            nprocs: numbers(&started["nprocs"]),
+            renamed: Vec::new(),
+            dir,
             attempts,
-        });
+        };
+        renames(&mut run)?;
+        runs.push(run);
     }
     runs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(runs)
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().into_iter().flatten().filter_map(|h| h.as_str().map(String::from)).collect()
+}
+
+fn numbers(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
+/// The run's `spare_promoted` and `world_changed` events, as `RunInfo::renamed`.
+fn renames(run: &mut RunInfo) -> io::Result<()> {
+    let text = std::fs::read_to_string(run.dir.join("events.jsonl"))?;
+    for e in text.lines().filter(|l| l.contains("\"spare_promoted\"") || l.contains("\"world_changed\"")) {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(e) else { continue };
+        let Some(attempt) = e["attempt"].as_u64().and_then(|a| u32::try_from(a).ok()) else { continue };
+        let (mut hosts, mut nprocs) = {
+            let (h, n) = run.nodes_of(attempt);
+            (h.to_vec(), n.to_vec())
+        };
+        match e["event"].as_str() {
+            Some("spare_promoted") => {
+                let (Some(r), Some(host)) = (e["node_rank"].as_u64(), e["host"].as_str()) else { continue };
+                let Some(slot) = hosts.get_mut(r as usize) else { continue };
+                *slot = host.to_string();
+            }
+            Some("world_changed") => (hosts, nprocs) = (strings(&e["hosts"]), numbers(&e["nprocs"])),
+            _ => continue,
+        }
+        run.renamed.retain(|(from, _, _)| *from != attempt);
+        run.renamed.push((attempt, hosts, nprocs));
+    }
+    Ok(())
 }
 
 fn first_line(path: &Path) -> Option<String> {
@@ -107,19 +151,31 @@ pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a Run
 }
 
 /// A node by its node rank or its host name.
-pub fn pick_node(run: &RunInfo, wanted: &str) -> Result<usize, LookupError> {
+/// A node asked for by node rank, or by host (any host the run had, spares it promoted
+/// included), as a `Selection` of it.
+pub fn pick_node(run: &RunInfo, wanted: &str, sel: &mut Selection) -> Result<(), LookupError> {
     if let Ok(node_rank) = wanted.parse::<usize>() {
         if node_rank < run.hosts.len() {
-            return Ok(node_rank);
+            sel.nodes.push(node_rank);
+            return Ok(());
         }
         let last = run.hosts.len().saturating_sub(1);
         return Err(LookupError::NoSuchNodeRank { run: run.id.clone(), last, wanted: node_rank });
     }
-    run.hosts.iter().position(|h| h == wanted).ok_or_else(|| LookupError::NoSuchHost {
-        run: run.id.clone(),
-        wanted: wanted.to_string(),
-        hosts: run.hosts.clone(),
-    })
+    let mut every: Vec<String> = run.hosts.clone();
+    for (_, hosts, _) in &run.renamed {
+        every.extend(hosts.iter().filter(|h| !run.hosts.contains(h)).cloned());
+    }
+    every.dedup();
+    if !every.iter().any(|h| h == wanted) {
+        return Err(LookupError::NoSuchHost {
+            run: run.id.clone(),
+            wanted: wanted.to_string(),
+            hosts: every,
+        });
+    }
+    sel.host = Some(wanted.to_string());
+    Ok(())
 }
 
 /// The node that ran global rank `rank`.
@@ -140,8 +196,10 @@ pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, LookupError> {
 /// Which lines to print.
 #[derive(Debug, Default)]
 pub struct Selection {
-    /// Node ranks; empty: every node.
+    /// Node ranks; empty (and no `host`): every node.
     pub nodes: Vec<usize>,
+    /// A host: whichever node rank it held in each attempt.
+    pub host: Option<String>,
     /// A global rank: its own log (`rank<R>.log`) where the attempt has one, else its node's.
     pub rank: Option<u32>,
     /// Attempts; empty: every attempt.
@@ -151,25 +209,32 @@ pub struct Selection {
 
 /// Print the selected lines, node by node within each attempt, each prefixed with its node.
 /// With more than one attempt, each starts with a `==> attempt k <==` line.
-pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn Write) -> io::Result<()> {
+/// The node prefixes follow each attempt's nodes (see `RunInfo::nodes_of`).
+pub fn print(run: &RunInfo, sel: &Selection, color: bool, out: &mut dyn Write) -> io::Result<()> {
     let attempts: Vec<u32> =
         if sel.attempts.is_empty() { run.attempts.clone() } else { sel.attempts.clone() };
-    let nodes: Vec<usize> =
-        if sel.nodes.is_empty() { (0..run.hosts.len()).collect() } else { sel.nodes.clone() };
     for &attempt in &attempts {
         if attempts.len() > 1 {
             writeln!(out, "==> attempt {attempt} <==")?;
         }
-        for &node in &nodes {
+        let (hosts, nprocs) = run.nodes_of(attempt);
+        let prefixes = crate::output::prefix::prefixes(hosts, color);
+        let mut nodes = sel.nodes.clone();
+        if let Some(host) = &sel.host {
+            nodes.extend(hosts.iter().position(|h| h == host));
+        }
+        if sel.nodes.is_empty() && sel.host.is_none() {
+            nodes = (0..hosts.len()).collect();
+        }
+        for &node in nodes.iter().filter(|&&n| n < hosts.len()) {
             let mut prefix = &prefixes[node];
-            let mut path = node_log_path(&run.dir, attempt, node, &run.hosts[node]);
+            let mut path = node_log_path(&run.dir, attempt, node, &hosts[node]);
             let rank_prefix;
             if let Some(rank) = sel.rank {
                 let own = crate::output::files::rank_log_path(&run.dir, attempt, rank);
                 if own.is_file() {
-                    let mut p =
-                        crate::output::prefix::RankPrefixes::new(run.hosts.clone(), color_of(prefixes));
-                    p.set_ranks(&run.nprocs);
+                    let mut p = crate::output::prefix::RankPrefixes::new(hosts.to_vec(), color);
+                    p.set_ranks(nprocs);
                     rank_prefix = p.get(rank, node).to_vec();
                     (path, prefix) = (own, &rank_prefix);
                 }
@@ -194,11 +259,6 @@ pub fn print(run: &RunInfo, sel: &Selection, prefixes: &[Vec<u8>], out: &mut dyn
     Ok(())
 }
 
-/// Whether the node prefixes are coloured (the rank prefixes follow them).
-fn color_of(prefixes: &[Vec<u8>]) -> bool {
-    prefixes.first().is_some_and(|p| p.starts_with(b"\x1b["))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +270,7 @@ mod tests {
             hosts: vec!["a".into(), "b".into(), "c".into()],
             nprocs: vec![2, 1, 4],
             attempts: vec![0],
+            renamed: Vec::new(),
         }
     }
 
@@ -228,10 +289,22 @@ mod tests {
     #[test]
     fn nodes_by_rank_or_host_and_global_ranks_to_nodes() {
         let r = run("x");
-        assert_eq!(pick_node(&r, "1"), Ok(1));
-        assert_eq!(pick_node(&r, "c"), Ok(2));
-        assert!(pick_node(&r, "3").unwrap_err().to_string().contains("nodes 0-2"));
-        assert!(pick_node(&r, "d").unwrap_err().to_string().contains("its nodes are a, b, c"));
+        let pick = |r: &RunInfo, wanted: &str| {
+            let mut sel = Selection::default();
+            pick_node(r, wanted, &mut sel).map(|()| (sel.nodes, sel.host))
+        };
+        assert_eq!(pick(&r, "1"), Ok((vec![1], None)));
+        assert_eq!(pick(&r, "c"), Ok((vec![], Some("c".into()))));
+        assert!(pick(&r, "3").unwrap_err().to_string().contains("nodes 0-2"));
+        assert!(pick(&r, "d").unwrap_err().to_string().contains("its nodes are a, b, c"));
+        // A spare the run promoted is one of its nodes.
+        let promoted = RunInfo {
+            renamed: vec![(1, vec!["a".into(), "d".into(), "c".into()], vec![2, 1, 4])],
+            ..r.clone()
+        };
+        assert_eq!(pick(&promoted, "d"), Ok((vec![], Some("d".into()))));
+        assert_eq!(promoted.nodes_of(0).0, ["a", "b", "c"]);
+        assert_eq!(promoted.nodes_of(3).0, ["a", "d", "c"]);
         assert_eq!((0..7).map(|g| node_of_rank(&r, g).unwrap()).collect::<Vec<_>>(), [0, 0, 1, 2, 2, 2, 2]);
         assert!(node_of_rank(&r, 7).unwrap_err().to_string().contains("ranks 0-6"));
         let old = RunInfo { nprocs: vec![], ..r };

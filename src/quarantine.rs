@@ -39,14 +39,16 @@ pub fn path(logs_dir: &Path, config_key: &str) -> PathBuf {
 }
 
 impl Quarantine {
-    /// The file at `path`; none there is an empty quarantine.
+    /// The file at `path`; none there (nor its directory) is an empty quarantine.
     pub fn load(path: &Path) -> Result<Quarantine, QuarantineError> {
         let error = |what: String| QuarantineError { path: path.to_path_buf(), what };
         match std::fs::read_to_string(path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| {
                 error(format!("not a herd quarantine file ({e}); remove it to release every node"))
             }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Quarantine::default()),
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+                Ok(Quarantine::default())
+            }
             Err(e) => Err(error(format!("cannot read: {e}"))),
         }
     }
