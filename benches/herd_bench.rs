@@ -1030,7 +1030,8 @@ fn spare() {
     let tb = Testbed::new(4);
     let dir = tempfile::tempdir().unwrap();
     let spare_host = tb.nodes()[3].addr.clone();
-    let restart = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
+    // One restart: the one measured. Stopping the job afterwards ends the run.
+    let restart = "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
                    heartbeat_timeout = \"6s\"\nnode_wait = \"30s\"\n";
     let training = |mark: &str| {
         poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6)

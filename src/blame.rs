@@ -1,12 +1,15 @@
 //! Which nodes a failed attempt blames, and why: the nodes a run should go on without. Pure.
 //!
 //! A node is blamed when
-//! - it was lost (its SSH connection, or its heartbeat);
+//! - it was lost (its SSH connection, or its heartbeat) before herd stopped anything, while
+//!   most nodes were not: when most are lost at once, the fault is more likely herd's own
+//!   network than every node's;
 //! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
 //!   attempt's root cause: when a node dies, its peers' InfiniBand reports errors too;
-//! - it is the root cause of this attempt and of the one before.
+//! - it is the root cause of this attempt and of the one before, with the same class (not
+//!   `port`: a port clash is the port's, not the node's).
 //!
 //! Only the blame is decided here; whether the run can go on without the node is the
 //! roster's question.
@@ -21,7 +24,7 @@ pub fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
     rules: &RuleTable,
-    previous_root: Option<&str>,
+    previous: Option<(&str, FailureClass)>,
 ) -> Vec<Blamed> {
     let root = verdict.root_cause.as_ref();
     let mut blamed: Vec<Blamed> = Vec::new();
@@ -30,9 +33,15 @@ pub fn blame(
             blamed.push(Blamed { node_rank, reason });
         }
     };
-    for node in nodes {
-        if let NodeExit::Lost(why) = &node.exit {
-            add(node.node_rank, format!("node-lost: {why}"));
+    let lost: Vec<&NodeOutcome> = nodes
+        .iter()
+        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && n.stop_requested_at.is_none())
+        .collect();
+    if minority(lost.len(), nodes.len()) {
+        for node in lost {
+            if let NodeExit::Lost(why) = &node.exit {
+                add(node.node_rank, format!("node-lost: {why}"));
+            }
         }
     }
     if let Some(root) = root {
@@ -52,12 +61,18 @@ pub fn blame(
             add(node.node_rank, format!("hardware: {}", line.text.trim()));
         }
     }
-    if let (Some(root), Some(previous)) = (root, previous_root) {
-        if root.host == previous {
+    if let (Some(root), Some((host, class))) = (root, previous) {
+        if root.host == host && class == verdict.class && class != FailureClass::Port {
             add(root.node_rank, "the root cause of two attempts in a row".to_string());
         }
     }
     blamed
+}
+
+/// Whether `failing` of `of` nodes are few enough to be the nodes' own fault: at most half
+/// (one of one, one of two). More, and the cause is shared (herd's network, the config).
+pub fn minority(failing: usize, of: usize) -> bool {
+    failing <= (of / 2).max(1)
 }
 
 #[cfg(test)]
@@ -111,6 +126,20 @@ mod tests {
         let v =
             verdict(FailureClass::NodeLost, Some((1, None, NodeExit::Lost("no heartbeat for 15s".into()))));
         assert_eq!(reasons(&blame(&v, &nodes, &rules, None)), [(1, "node-lost: no heartbeat for 15s")]);
+        // Lost after herd stopped it (no exit status after SIGKILL): not its fault.
+        let mut late = nodes.clone();
+        late[1].stop_requested_at = Some(Duration::ZERO);
+        assert_eq!(blame(&v, &late, &rules, None), []);
+    }
+
+    #[test]
+    fn when_most_nodes_are_lost_at_once_none_is_blamed() {
+        let rules = RuleTable::new(&[]);
+        let lost = || NodeExit::Lost("connection to the node was lost".into());
+        let nodes = [node(0, lost(), &[]), node(1, lost(), &[]), node(2, NodeExit::Signal(15), &[])];
+        let v = verdict(FailureClass::NodeLost, Some((0, None, lost())));
+        assert_eq!(blame(&v, &nodes, &rules, None), [], "two of three lost: herd's network, more likely");
+        assert!(minority(1, 1) && minority(1, 2) && minority(2, 4) && !minority(3, 4) && !minority(2, 3));
     }
 
     #[test]
@@ -177,13 +206,17 @@ mod tests {
         let rules = RuleTable::new(&[]);
         let nodes = [node(2, NodeExit::Signal(6), &[])];
         let v = verdict(FailureClass::Crash, Some((2, Some(4), NodeExit::Signal(6))));
-        assert_eq!(blame(&v, &nodes, &rules, Some("n1")), []);
+        assert_eq!(blame(&v, &nodes, &rules, Some(("n1", FailureClass::Crash))), []);
         assert_eq!(
-            reasons(&blame(&v, &nodes, &rules, Some("n2"))),
+            reasons(&blame(&v, &nodes, &rules, Some(("n2", FailureClass::Crash)))),
             [(2, "the root cause of two attempts in a row")]
         );
+        assert_eq!(blame(&v, &nodes, &rules, Some(("n2", FailureClass::Comm))), [], "another failure");
+        // A port clash is the port's: the master is its root cause every time.
+        let port = verdict(FailureClass::Port, Some((2, None, NodeExit::ExitCode(1))));
+        assert_eq!(blame(&port, &nodes, &rules, Some(("n2", FailureClass::Port))), []);
         // A hang with no culprit blames nobody.
         let hang = verdict(FailureClass::Hang, None);
-        assert_eq!(blame(&hang, &nodes, &rules, Some("n2")), []);
+        assert_eq!(blame(&hang, &nodes, &rules, Some(("n2", FailureClass::Hang))), []);
     }
 }

@@ -158,6 +158,23 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The nodes (hosts and ranks per node, by node rank) after this event, given those
+    /// before it: `Some` for the events that change them.
+    pub fn renamed(&self, hosts: &[String], nprocs: &[u32]) -> Option<(Vec<String>, Vec<u32>)> {
+        match self {
+            Event::RunStarted { hosts, nprocs, .. } => Some((hosts.clone(), nprocs.clone())),
+            Event::SparePromoted { node_rank, host, .. } => {
+                let mut hosts = hosts.to_vec();
+                *hosts.get_mut(*node_rank)? = host.clone();
+                Some((hosts, nprocs.to_vec()))
+            }
+            Event::WorldChanged { hosts, nprocs, .. } => Some((hosts.clone(), nprocs.clone())),
+            _ => None,
+        }
+    }
+}
+
 /// A quarantined node, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quarantined {

@@ -25,6 +25,14 @@ pub struct ConnectError {
     pub error: TransportError,
 }
 
+impl ConnectError {
+    /// The failure of the lowest node rank among `errors` (by node rank), if any.
+    pub fn first(plan: &LaunchPlan, errors: Vec<Option<TransportError>>) -> Option<ConnectError> {
+        let (node_rank, error) = errors.into_iter().enumerate().find_map(|(rank, e)| Some((rank, e?)))?;
+        Some(ConnectError { node_rank, host: plan.nodes[node_rank].host.clone(), error })
+    }
+}
+
 /// One node's connection, or why there is none, and how long connecting took.
 #[derive(Clone)]
 pub struct Link {
@@ -114,11 +122,10 @@ impl Fleet {
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> Result<(Fleet, EarlyAgents), ConnectError> {
         let (fleet, agents, errors) = Fleet::connect(plan, Some(events), early).await;
-        let failed = errors.into_iter().enumerate().find_map(|(rank, e)| Some((rank, e?)));
-        if let Some((node_rank, error)) = failed {
+        if let Some(error) = ConnectError::first(plan, errors) {
             drop(agents);
             fleet.close().await;
-            return Err(ConnectError { node_rank, host: plan.nodes[node_rank].host.clone(), error });
+            return Err(error);
         }
         Ok((fleet, agents))
     }

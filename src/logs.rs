@@ -163,10 +163,11 @@ pub fn pick_node(run: &RunInfo, wanted: &str, sel: &mut Selection) -> Result<(),
         return Err(LookupError::NoSuchNodeRank { run: run.id.clone(), last, wanted: node_rank });
     }
     let mut every: Vec<String> = run.hosts.clone();
-    for (_, hosts, _) in &run.renamed {
-        every.extend(hosts.iter().filter(|h| !run.hosts.contains(h)).cloned());
+    for host in run.renamed.iter().flat_map(|(_, hosts, _)| hosts) {
+        if !every.contains(host) {
+            every.push(host.clone());
+        }
     }
-    every.dedup();
     if !every.iter().any(|h| h == wanted) {
         return Err(LookupError::NoSuchHost {
             run: run.id.clone(),

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub struct Entry {
     pub host: String,
     pub reason: String,
-    /// The run and attempt that blamed it.
+    /// The run that blamed it, and the first attempt of that run without it.
     pub run_id: String,
     pub attempt: u32,
     /// When, RFC 3339 UTC.

@@ -35,6 +35,8 @@ pub struct Roster {
     pub master_rank: usize,
     /// The fewest active nodes a restart may run on.
     pub min_nodes: usize,
+    /// The config leaves room for a node to go (spares, or `min_nodes` below `nnodes`).
+    pub reserve: bool,
 }
 
 /// A change from one attempt's roster to the next.
@@ -82,7 +84,8 @@ impl Roster {
         let active = usable[..take].to_vec();
         let spares = usable[take..].to_vec();
         let master_rank = master.and_then(|m| active.iter().position(|&i| hosts[i] == m)).unwrap_or(0);
-        Ok(Roster { hosts, active, spares, quarantined: out, master_rank, min_nodes: floor })
+        let reserve = wanted < hosts.len() || floor < wanted;
+        Ok(Roster { hosts, active, spares, quarantined: out, master_rank, min_nodes: floor, reserve })
     }
 
     pub fn host(&self, index: usize) -> &str {
@@ -144,6 +147,12 @@ impl Roster {
         }
         next.active =
             (0..next.active.len()).filter(|r| !dropped.contains(r)).map(|r| next.active[r]).collect();
+        // A promoted spare's node rank as it is once the dropped nodes are gone.
+        for change in &mut changes {
+            if let Change::Promoted { node_rank, .. } = change {
+                *node_rank -= dropped.iter().filter(|&&d| d < *node_rank).count();
+            }
+        }
         Some((next, changes))
     }
 }
@@ -173,6 +182,7 @@ mod tests {
         let all = Roster::new(hosts(3), None, None, None, &BTreeMap::new()).unwrap();
         assert_eq!(active(&all), ["n1", "n2", "n3"]);
         assert!(!all.has_room(), "no spare and no min_nodes: no room");
+        assert!(r.reserve && !all.reserve);
     }
 
     #[test]
@@ -237,9 +247,16 @@ mod tests {
     #[test]
     fn spares_first_then_drops_and_all_or_nothing() {
         let r = Roster::new(hosts(4), Some(3), Some(1), None, &BTreeMap::new()).unwrap();
-        let (next, changes) = r.without(&[blame(0), blame(2)]).unwrap();
-        assert_eq!(active(&next), ["n4", "n2"]);
-        assert_eq!(changes.len(), 2);
+        let (next, changes) = r.without(&[blame(2), blame(0)]).unwrap();
+        assert_eq!(active(&next), ["n2", "n4"]);
+        // The spare took node rank 2, which is 1 once node rank 0 is gone.
+        assert_eq!(
+            changes,
+            [
+                Change::Promoted { node_rank: 1, spare: "n4".into(), replaced: "n3".into() },
+                Change::Dropped { host: "n1".into() }
+            ]
+        );
         let strict = Roster::new(hosts(4), Some(3), None, None, &BTreeMap::new()).unwrap();
         assert_eq!(strict.without(&[blame(0), blame(2)]), None, "one spare cannot replace two nodes");
         assert_eq!(strict.without(&[blame(7)]), None, "no such node rank");

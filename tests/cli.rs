@@ -561,3 +561,67 @@ fn verbose_diagnostics_into_a_file_have_no_escape_codes() {
     assert!(stderr.contains("DEBUG"), "-v shows debug lines: {stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+/// The quarantine as a user meets it without any cluster: two local nodes, one a spare.
+#[test]
+fn too_many_quarantined_nodes_stop_the_run_before_it_starts_and_herd_nodes_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("job-ran");
+    write(
+        dir.path(),
+        &format!(
+            "[[nodes]]\nhost = \"localhost,127.0.0.1\"\n[job]\nnnodes = 1\nlauncher = \"command\"\nscript = \"touch\"\nargs = [\"{}\"]\n[logs]\ndir = \"logs\"\n",
+            marker.display()
+        ),
+    );
+    let nodes = herd::run(dir.path(), &["nodes"], LIMIT);
+    nodes.assert_code(0);
+    assert_eq!(
+        nodes.stdout,
+        "active (node rank, host):\n     0  localhost\nspares: 127.0.0.1\nquarantined: none\n"
+    );
+    let first = herd::run(dir.path(), &["run"], LIMIT);
+    first.assert_code(0);
+    let run_dir = herd::only_run_dir(&dir.path().join("logs"));
+    let key = herd::events(&run_dir)[0]["config_key"].as_str().unwrap().to_string();
+    std::fs::remove_file(&marker).unwrap();
+
+    let file = dir.path().join(format!("logs/.quarantine-{key}.json"));
+    let entry = |host: &str| {
+        format!(
+            r#"{{"host":"{host}","reason":"node-lost: test","run_id":"r","attempt":1,"at":"2026-12-01T00:00:00Z"}}"#
+        )
+    };
+    std::fs::write(&file, format!(r#"{{"nodes":[{},{}]}}"#, entry("localhost"), entry("127.0.0.1"))).unwrap();
+    let out = herd::run(dir.path(), &["run"], LIMIT);
+    out.assert_code(2);
+    assert!(
+        out.stderr.contains("1 node(s) needed but only 0 are not quarantined (quarantined: localhost, 127.0.0.1); `herd nodes --release HOST` clears one"),
+        "{out}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    let nodes = herd::run(dir.path(), &["nodes"], LIMIT);
+    nodes.assert_code(0);
+    assert!(nodes.stderr.contains("the next run cannot start: 1 node(s) needed"), "{nodes}");
+    assert!(
+        nodes.stdout.contains("  localhost  node-lost: test  (run r, attempt 1, 2026-12-01T00:00:00Z)"),
+        "{nodes}"
+    );
+
+    // One released: the run goes on the other.
+    let released = herd::run(dir.path(), &["nodes", "--release", "127.0.0.1", "--json"], LIMIT);
+    released.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(&released.stdout).unwrap();
+    assert_eq!(json["active"], serde_json::json!([{ "node_rank": 0, "host": "127.0.0.1" }]), "{released}");
+    assert_eq!(json["quarantined"][0]["host"], "localhost");
+    let out = herd::run(dir.path(), &["run"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stderr.contains("localhost is quarantined (node-lost: test), left out"), "{out}");
+    assert!(marker.exists());
+
+    // A damaged file is named, and stops the run.
+    std::fs::write(&file, "{ half").unwrap();
+    let out = herd::run(dir.path(), &["run"], LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains(&format!("logs/.quarantine-{key}.json: not a herd quarantine file")), "{out}");
+}

@@ -199,6 +199,23 @@ impl Cx<'_> {
         }
     }
 
+    /// A count between 1 and `most` (`most_is`: what `most` is, for the message).
+    pub(super) fn count_up_to(
+        &self,
+        v: &Spanned<i64>,
+        what: &str,
+        most: usize,
+        most_is: &str,
+    ) -> Result<usize> {
+        match usize::try_from(*v.get_ref()) {
+            Ok(k) if (1..=most).contains(&k) => Ok(k),
+            _ => Err(self.err(
+                v.span(),
+                format!("{what} must be between 1 and {most_is} ({most}), found {}", v.get_ref()),
+            )),
+        }
+    }
+
     pub(super) fn duration(&self, v: &Spanned<DurationText>, what: &str) -> Result<Duration> {
         let text = &v.get_ref().0;
         let d = humantime::parse_duration(text).map_err(|e| {

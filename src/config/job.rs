@@ -40,21 +40,11 @@ impl Cx<'_> {
             }
             forward_env.push(pattern.into_inner());
         }
-        let nnodes = match &raw.nnodes {
-            None => None,
-            Some(n) => match usize::try_from(*n.get_ref()) {
-                Ok(k) if (1..=nodes).contains(&k) => Some(k),
-                _ => {
-                    return Err(self.err(
-                        n.span(),
-                        format!(
-                            "job.nnodes must be between 1 and the number of nodes ({nodes}), found {}",
-                            n.get_ref()
-                        ),
-                    ))
-                }
-            },
-        };
+        let nnodes = raw
+            .nnodes
+            .as_ref()
+            .map(|n| self.count_up_to(n, "job.nnodes", nodes, "the number of nodes"))
+            .transpose()?;
         Ok(Job {
             nnodes,
             launcher,

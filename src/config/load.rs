@@ -52,9 +52,10 @@ impl Cx<'_> {
         };
         let job = self.job(job, nodes.len())?;
         let env = self.env_table(raw.env, "[env]")?;
-        let rendezvous = self.rendezvous(raw.rendezvous, &nodes)?;
+        let nnodes = job.nnodes.unwrap_or(nodes.len());
+        let rendezvous = self.rendezvous(raw.rendezvous, &nodes, nnodes)?;
         let logs = self.logs(raw.logs)?;
-        let restart = self.restart(raw.restart, job.nnodes.unwrap_or(nodes.len()))?;
+        let restart = self.restart(raw.restart, nnodes)?;
         let container = raw.container.map(|c| self.container(c)).transpose()?;
         Ok(Config {
             path: self.path.to_path_buf(),

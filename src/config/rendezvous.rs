@@ -6,7 +6,13 @@ use super::suggest;
 use super::types::*;
 
 impl Cx<'_> {
-    pub(super) fn rendezvous(&self, raw: Option<RawRendezvous>, nodes: &[Node]) -> Result<Rendezvous> {
+    /// `[rendezvous]`, for `nodes` of which the first `nnodes` are active (the rest spares).
+    pub(super) fn rendezvous(
+        &self,
+        raw: Option<RawRendezvous>,
+        nodes: &[Node],
+        nnodes: usize,
+    ) -> Result<Rendezvous> {
         let Some(raw) = raw else {
             return Ok(Rendezvous::default());
         };
@@ -24,6 +30,15 @@ impl Cx<'_> {
                             ),
                         )
                         .with_help(suggest::help_for(m.get_ref(), nodes.iter().map(|n| n.host.as_str()))));
+                }
+                if nodes.iter().position(|n| n.host == *m.get_ref()).is_some_and(|i| i >= nnodes) {
+                    return Err(self.err(
+                        m.span(),
+                        format!(
+                            "rendezvous.master {:?} is a spare (job.nnodes = {nnodes} makes the nodes after the first {nnodes} spares): name one of the first {nnodes}, or leave it out for node rank 0",
+                            m.get_ref()
+                        ),
+                    ));
                 }
                 Some(m.into_inner())
             }
@@ -108,6 +123,18 @@ mod tests {
         assert_eq!(parse_ok(&format!("{base}port = \"auto\"\n")).rendezvous.port, PortSpec::Auto);
         assert_eq!(parse_ok(&format!("{base}port = 65535\n")).rendezvous.port, PortSpec::Fixed(65535));
         assert_eq!(parse_ok(&format!("{base}port_range = [5, 5]\n")).rendezvous.port_range, (5, 5));
+    }
+
+    #[test]
+    fn the_master_is_no_spare() {
+        let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\nnnodes = 2\n[rendezvous]\nmaster = \"n3\"\n";
+        assert_err(
+            text,
+            7,
+            10,
+            "rendezvous.master \"n3\" is a spare (job.nnodes = 2 makes the nodes after the first 2 spares): name one of the first 2, or leave it out for node rank 0",
+        );
+        assert_eq!(parse_ok(&text.replace("\"n3\"", "\"n2\"")).rendezvous.master.as_deref(), Some("n2"));
     }
 
     #[test]

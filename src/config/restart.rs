@@ -88,21 +88,9 @@ impl Cx<'_> {
             };
             rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class, blame });
         }
-        let min_nodes = match &raw.min_nodes {
-            None => None,
-            Some(n) => match usize::try_from(*n.get_ref()) {
-                Ok(k) if (1..=nnodes).contains(&k) => Some(k),
-                _ => {
-                    return Err(self.err(
-                        n.span(),
-                        format!(
-                        "restart.min_nodes must be between 1 and the job's node count ({nnodes}), found {}",
-                        n.get_ref()
-                    ),
-                    ))
-                }
-            },
-        };
+        let min_nodes = (raw.min_nodes.as_ref())
+            .map(|n| self.count_up_to(n, "restart.min_nodes", nnodes, "the job's node count"))
+            .transpose()?;
         Ok(Restart {
             max_restarts,
             on,

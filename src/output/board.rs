@@ -126,15 +126,14 @@ impl Board {
             Event::NodeQuarantined { host, reason, .. } => {
                 self.quarantined.push((host.clone(), reason.clone()));
             }
-            Event::SparePromoted { node_rank, host, .. } => {
-                self.spares.retain(|s| s != host);
-                if let Some(n) = self.nodes.get_mut(*node_rank) {
-                    *n = NodeRow { host: host.clone(), state: NodeState::Connecting, last_output: None };
+            Event::SparePromoted { .. } | Event::WorldChanged { .. } => {
+                if let Event::SparePromoted { host, .. } = event {
+                    self.spares.retain(|s| s != host);
                 }
-            }
-            Event::WorldChanged { hosts, .. } => {
-                let state = self.nodes.first().map_or(NodeState::Connecting, |n| n.state.clone());
-                self.nodes = rows(hosts, state);
+                let hosts: Vec<String> = self.nodes.iter().map(|n| n.host.clone()).collect();
+                if let Some((hosts, _)) = event.renamed(&hosts, &[]) {
+                    self.nodes = rows(&hosts, NodeState::Connecting);
+                }
             }
             Event::NodeConnected { node_rank, .. } => self.set(*node_rank, NodeState::Connected),
             Event::PreflightStarted { .. } => set_all(&mut self.nodes, NodeState::Preflight),

@@ -194,18 +194,7 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                     }
                 }
                 // Who is who: at the start, and again when the nodes change between attempts.
-                let renamed = match other {
-                    Event::RunStarted { nprocs: n, .. } => Some((hosts.clone(), n.clone())),
-                    Event::SparePromoted { node_rank, host, .. } => {
-                        let mut h = hosts.clone();
-                        if let Some(slot) = h.get_mut(*node_rank) {
-                            *slot = host.clone();
-                        }
-                        Some((h, nprocs.clone()))
-                    }
-                    Event::WorldChanged { hosts: h, nprocs: n, .. } => Some((h.clone(), n.clone())),
-                    _ => None,
-                };
+                let renamed = other.renamed(&hosts, &nprocs);
                 if let Some((h, n)) = renamed {
                     if h != hosts {
                         let moved = files.set_hosts(h.clone());

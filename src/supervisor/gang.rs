@@ -59,7 +59,7 @@ pub(super) async fn run_attempt(
     let _ = ctx.events.send(Event::AttemptStarting { attempt }).await;
     let known_port = attempt::known_port(ctx.plan, preflighted.port);
     let mut machine = Attempt::new(ctx.plan, known_port, used_ports);
-    let mut gang = Gang::start(ctx, attempt, preflighted.swept, known_port.is_some(), early, fleet);
+    let mut gang = Gang::start(ctx, attempt, preflighted, known_port.is_some(), early, fleet);
     for action in machine.begin() {
         gang.perform(action).await;
     }
@@ -74,23 +74,29 @@ pub(super) async fn run_attempt(
     gang.outcome(machine.ended()).await
 }
 
+/// What a node's job agent sweeps before it starts: nothing when the preflight swept it
+/// already; on a node new to the run (the first attempt, a promoted spare) every leftover of
+/// the config's other runs; else what this run's earlier attempts left.
+pub(super) fn presweep<'a>(run_id: &'a str, attempt: u32, swept: bool, fresh: bool) -> Option<Sweep<'a>> {
+    match attempt {
+        _ if swept => None,
+        _ if attempt == 0 || fresh => Some(Sweep::Config { spare_run: Some(run_id) }),
+        _ => Some(Sweep::Restart { run_id, attempt }),
+    }
+}
+
 /// The agent of one node's job in one attempt. `port_known`: the master need not report its
-/// ports; `swept`: the preflight swept the node already.
+/// ports; `presweep`: see `presweep`.
 pub(super) fn job_invocation(
     plan: &LaunchPlan,
     run_id: &str,
     node: &NodePlan,
     attempt: u32,
     port_known: bool,
-    swept: bool,
+    presweep: Option<Sweep<'_>>,
 ) -> AgentInvocation {
     // What the agent needs before the port is known: the marker and the container's name.
     let unported = AttemptValues { run_id, attempt, master_port: 0, interfaces: &[] };
-    let presweep = match attempt {
-        _ if swept => None,
-        0 => Some(Sweep::Config { spare_run: Some(run_id) }),
-        _ => Some(Sweep::Restart { run_id, attempt }),
-    };
     AgentInvocation {
         cleanup: plan.container_cleanup(node, &unported),
         presweep: presweep.map(|sweep| sweep.body(plan)),
@@ -137,7 +143,7 @@ impl<'a> Gang<'a> {
     fn start(
         ctx: &'a AttemptContext<'a>,
         attempt: u32,
-        swept: bool,
+        preflighted: &Preflighted,
         port_known: bool,
         mut early: Vec<Option<Started>>,
         fleet: &Fleet,
@@ -162,7 +168,9 @@ impl<'a> Gang<'a> {
         for node in &plan.nodes {
             let (env_tx, env_rx) = oneshot::channel();
             envs.push(Some(env_tx));
-            let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, swept);
+            let fresh = preflighted.fresh.contains(&node.node_rank);
+            let sweep = presweep(ctx.run_id, attempt, preflighted.swept, fresh);
+            let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
             let agent = early.get_mut(node.node_rank).and_then(Option::take);
             let run = node_run(ctx, node, attempt, invocation, agent, env_rx, &links, &liveness);
             let conn = fleet.conn(node.node_rank).expect("every node of a run is connected").clone();

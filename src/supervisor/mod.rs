@@ -93,8 +93,8 @@ struct Run<'a> {
     attempts: Vec<AttemptSummary>,
     /// The master ports of earlier attempts, which a restart does not reuse.
     used_ports: BTreeSet<u16>,
-    /// The host at the root of the last failed attempt (see `blame`).
-    last_root: Option<String>,
+    /// The host at the root of the last failed attempt, and its class (see `blame`).
+    last_root: Option<(String, crate::outcome::FailureClass)>,
     /// Per node rank, its interface to the master (`rendezvous.interface = "auto"`), as the
     /// last preflight found them.
     interfaces: Vec<String>,
@@ -150,7 +150,7 @@ impl Run<'_> {
             attempt += 1;
             (fleet, checked) = match self.restart(fleet, delay, blamed, attempt, &mut interrupts).await {
                 Ok(ready) => ready,
-                Err(status) => return status,
+                Err(status) => return Ok(status),
             };
         }
     }
@@ -187,8 +187,9 @@ impl Run<'_> {
         };
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
-        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, self.last_root.as_deref());
-        self.last_root = verdict.root_cause.as_ref().map(|r| r.host.clone());
+        let previous = self.last_root.as_ref().map(|(host, class)| (host.as_str(), *class));
+        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous);
+        self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
         let class = verdict.class;
         self.attempts.push(AttemptSummary { attempt, duration, verdict: Some(verdict), nodes });
         let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
@@ -212,40 +213,47 @@ impl Run<'_> {
         blamed: Vec<Blamed>,
         attempt: u32,
         interrupts: &mut Interrupts,
-    ) -> Result<(Fleet, Preflighted), Result<RunStatus, RunError>> {
-        let previous = self.replace(&blamed, attempt).await;
+    ) -> Result<(Fleet, Preflighted), RunStatus> {
+        let before: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
+        let replaced = self.replace(&blamed, attempt).await;
         let events = self.events;
         let ready = async {
             tokio::time::sleep(delay).await;
-            let Some(previous) = previous else {
+            let Some(previous) = replaced else {
                 return match fleet.reconnect(&self.plan, events).await {
                     Ok(fleet) => Ok((fleet, Preflighted::default())),
                     Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
                 };
             };
             let (fleet, errors) = fleet.rearranged(&previous, &self.plan, events).await;
-            let settled = self.settle(fleet, errors, Vec::new(), attempt, true).await?;
+            let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true).await?;
+            // The preflight's sweep spares this run: what its earlier attempts left on the
+            // nodes it kept is swept as on any restart, and the new nodes as on a first one.
+            settled.checked.swept = false;
+            settled.checked.fresh =
+                (self.plan.nodes.iter()).filter(|n| !before.contains(&n.host)).map(|n| n.node_rank).collect();
             Ok((settled.fleet, settled.checked))
         };
         let Some(ready) = interruptible(interrupts, ready).await else {
             // The connections were moved into the cancelled future; its drop closes them.
-            return Err(Ok(RunStatus::Interrupted));
+            return Err(RunStatus::Interrupted);
         };
-        match ready {
-            Ok(ready) => Ok(ready),
-            Err(Unsettled::Failed(e)) => Err(Err(e)),
+        let reason = match ready {
+            Ok(ready) => return Ok(ready),
+            // The new nodes could not be readied: the run ends as after any failed attempt.
+            Err(Unsettled::Failed(e)) => format!("the nodes for attempt {attempt}: {e}"),
             Err(Unsettled::Gone { node_rank, fleet }) => {
                 fleet.close().await;
                 let plan = &self.plan;
-                let reason = format!(
+                format!(
                     "node {node_rank} ({}) did not come back within restart.node_wait ({})",
                     plan.nodes[node_rank].host,
                     humantime::format_duration(plan.restart.node_wait)
-                );
-                let _ = events.send(Event::RestartAbandoned { reason }).await;
-                Err(Ok(RunStatus::Failed))
+                )
             }
-        }
+        };
+        let _ = events.send(Event::RestartAbandoned { reason }).await;
+        Err(RunStatus::Failed)
     }
 }
 
@@ -269,7 +277,8 @@ async fn connect(
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
     let early = |node: &crate::plan::NodePlan| {
         let probe = probing.as_ref().map(|o| doctor::probe_invocation(plan, node, o));
-        let job = gang::job_invocation(plan, run_id, node, 0, port_known, probing.is_some());
+        let sweep = gang::presweep(run_id, 0, probing.is_some(), true);
+        let job = gang::job_invocation(plan, run_id, node, 0, port_known, sweep);
         probe.into_iter().chain([job]).collect()
     };
     Fleet::connect(plan, Some(events), early).await

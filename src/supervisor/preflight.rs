@@ -22,6 +22,9 @@ pub(super) struct Preflighted {
     pub port: Option<u16>,
     /// Every node's leftovers were swept as its probe started.
     pub swept: bool,
+    /// The node ranks new to the run at this attempt (promoted spares), which a restart's
+    /// agents sweep as a first attempt's do.
+    pub fresh: Vec<usize>,
 }
 
 /// Whether the run probes its nodes before the first attempt: for the checks, or to find
@@ -74,5 +77,6 @@ pub(super) async fn preflight(
         interfaces: report.route_devs.into_iter().map(Option::unwrap_or_default).collect(),
         port,
         swept: true,
+        fresh: Vec::new(),
     })
 }

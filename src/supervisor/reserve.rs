@@ -8,13 +8,13 @@
 use super::preflight::{self, Preflighted};
 use super::types::RunError;
 use super::Run;
-use crate::doctor;
 use crate::events::Event;
 use crate::fleet::{ConnectError, Fleet};
 use crate::plan::LaunchPlan;
 use crate::quarantine::{self, Quarantine};
 use crate::roster::{Blamed, Change};
 use crate::transport::{Started, TransportError};
+use crate::{blame, doctor};
 
 /// Every node of the plan connected and checked.
 pub(super) struct Settled {
@@ -62,15 +62,22 @@ impl Run<'_> {
                 })
                 .collect();
             if !unreachable.is_empty() {
-                let Some(previous) = self.replace(&unreachable, attempt).await else {
-                    let (node_rank, error) =
-                        errors.into_iter().enumerate().find_map(|(r, e)| Some((r, e?))).expect("an error");
-                    let host = self.plan.nodes[node_rank].host.clone();
-                    fleet.close().await;
-                    return Err(RunError::Connect(ConnectError { node_rank, host, error }).into());
+                drop(std::mem::take(&mut probes));
+                // An SSH key not loaded fails every node: that is no node's fault.
+                let blamed = if blame::minority(unreachable.len(), self.plan.nnodes()) {
+                    unreachable
+                } else {
+                    Vec::new()
                 };
-                (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
-                (probes, replanned) = (Vec::new(), true);
+                (fleet, errors) = match self.replace_in(fleet, &blamed, attempt).await {
+                    Ok(rearranged) => rearranged,
+                    Err(fleet) => {
+                        let error = ConnectError::first(&self.plan, errors).expect("a node failed");
+                        fleet.close().await;
+                        return Err(RunError::Connect(error).into());
+                    }
+                };
+                replanned = true;
                 continue;
             }
             if restart {
@@ -87,30 +94,48 @@ impl Run<'_> {
                 preflight::preflight(&self.plan, self.run_id, &fleet, self.options, self.events, probes)
                     .await;
             let nodes = match checked {
-                Ok(checked) => {
+                Ok(mut checked) => {
                     if !checked.interfaces.is_empty() {
                         self.interfaces = checked.interfaces.clone();
                     }
+                    // The port the checks tested may be an earlier attempt's.
+                    checked.port = checked.port.filter(|p| !self.used_ports.contains(p));
                     return Ok(Settled { fleet, checked, replanned });
                 }
-                Err(RunError::Preflight(nodes)) if self.plan.roster.has_room() => nodes,
+                Err(RunError::Preflight(nodes)) => nodes,
                 Err(e) => {
                     fleet.close().await;
                     return Err(e.into());
                 }
             };
-            let Some(previous) = self.replace(&failing(&nodes), attempt).await else {
-                fleet.close().await;
-                return Err(RunError::Preflight(nodes).into());
+            (fleet, errors) = match self.replace_in(fleet, &failing(&nodes), attempt).await {
+                Ok(rearranged) => rearranged,
+                Err(fleet) => {
+                    fleet.close().await;
+                    return Err(RunError::Preflight(nodes).into());
+                }
             };
-            (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
             replanned = true;
         }
     }
 
+    /// `replace`, and the fleet of the new plan: the new nodes connected, with their errors.
+    /// Without a change, the fleet as it was.
+    pub(super) async fn replace_in(
+        &mut self,
+        fleet: Fleet,
+        blamed: &[Blamed],
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Fleet> {
+        match self.replace(blamed, attempt).await {
+            Some(previous) => Ok(fleet.rearranged(&previous, &self.plan, self.events).await),
+            None => Err(fleet),
+        }
+    }
+
     /// Quarantine the blamed nodes and replace them, if the run can do without all of them:
-    /// the plan becomes the next attempt's (`attempt`), and the one before is returned.
-    /// `None`: nothing blamed, or no room; the plan is unchanged.
+    /// the plan becomes the one of attempt `attempt`, the first without them, and the one
+    /// before is returned. `None`: nothing blamed, or no room; the plan is unchanged.
     pub(super) async fn replace(&mut self, blamed: &[Blamed], attempt: u32) -> Option<LaunchPlan> {
         if blamed.is_empty() {
             return None;
@@ -118,10 +143,9 @@ impl Run<'_> {
         let Some((roster, changes)) = self.plan.roster.without(blamed) else {
             // A config without spares or `min_nodes` runs as it always has; one whose spares
             // are used up is told why it now waits.
-            let used_up = !self.plan.roster.quarantined.is_empty();
             for b in blamed {
                 let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
-                if used_up {
+                if self.plan.roster.reserve {
                     tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
                 } else {
                     tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
@@ -144,14 +168,15 @@ impl Run<'_> {
             }
         }
         let plan = &self.plan;
-        if plan.nnodes() != previous.nnodes() || plan.world_size != previous.world_size {
+        let nprocs: Vec<u32> = plan.nodes.iter().map(|n| n.nproc).collect();
+        if nprocs != previous.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>() {
             let _ = events
                 .send(Event::WorldChanged {
                     attempt,
                     nnodes: plan.nnodes(),
                     world_size: plan.world_size,
                     hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
-                    nprocs: plan.nodes.iter().map(|n| n.nproc).collect(),
+                    nprocs,
                 })
                 .await;
         }
@@ -187,13 +212,56 @@ impl Run<'_> {
     }
 }
 
-/// The nodes the preflight failed, each with its first failing check.
+/// The nodes the preflight blames, each with its first failing check: none when most nodes
+/// failed (a config-wide mistake: the workdir, `setup`, `python`), and never for the master
+/// port's checks, which fail on every node for the master's or the network's fault.
 fn failing(nodes: &[doctor::NodeChecks]) -> Vec<Blamed> {
-    nodes
+    let own = |c: &&doctor::Check| c.status == doctor::Status::Fail && !c.name.starts_with("port");
+    let failed: Vec<Blamed> = nodes
         .iter()
         .filter_map(|n| {
-            let c = n.first_failure()?;
+            let c = n.checks.iter().find(own)?;
             Some(Blamed { node_rank: n.node_rank, reason: format!("preflight: {}: {}", c.name, c.detail) })
         })
-        .collect()
+        .collect();
+    if blame::minority(failed.len(), nodes.len()) {
+        failed
+    } else {
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::{Check, NodeChecks, Status};
+
+    fn check(name: &'static str, status: Status, detail: &str) -> Check {
+        Check { name, status, detail: detail.into(), fix: None }
+    }
+
+    fn node(node_rank: usize, checks: Vec<Check>) -> NodeChecks {
+        NodeChecks { node_rank, host: format!("n{node_rank}"), checks }
+    }
+
+    #[test]
+    fn the_preflight_blames_a_few_nodes_own_failures_only() {
+        let ok = || check("ssh", Status::Pass, "ok");
+        let setup = || check("setup", Status::Fail, "exit 1");
+        let reach = || check("port-reach", Status::Fail, "the master could not listen");
+        let reasons = |nodes: &[NodeChecks]| -> Vec<(usize, String)> {
+            failing(nodes).into_iter().map(|b| (b.node_rank, b.reason)).collect()
+        };
+        let one = [node(0, vec![ok()]), node(1, vec![ok(), setup()]), node(2, vec![ok()])];
+        assert_eq!(reasons(&one), [(1, "preflight: setup: exit 1".to_string())]);
+        // A config-wide mistake fails most nodes: no node's fault.
+        let most = [node(0, vec![setup()]), node(1, vec![setup()]), node(2, vec![ok()])];
+        assert_eq!(reasons(&most), []);
+        // The master port's checks fail for the master's or the network's fault.
+        let port = [node(0, vec![ok()]), node(1, vec![reach()]), node(2, vec![ok()])];
+        assert_eq!(reasons(&port), []);
+        // A node's own failure after a port check still blames it.
+        let both = [node(0, vec![ok()]), node(1, vec![reach(), setup()]), node(2, vec![ok()])];
+        assert_eq!(reasons(&both), [(1, "preflight: setup: exit 1".to_string())]);
+    }
 }
