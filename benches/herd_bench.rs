@@ -1034,9 +1034,14 @@ fn spare() {
     let restart = "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
                    heartbeat_timeout = \"6s\"\nnode_wait = \"30s\"\n";
     let training = |mark: &str| {
-        poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6)
-            .expect("training did not start");
+        let up = poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6);
         std::thread::sleep(Duration::from_secs(2));
+        up.is_some()
+    };
+    // A link brought back up: wait until the node answers again before the next run.
+    let heal = || {
+        tb.link_up(2);
+        poll_until(Duration::from_secs(60), Duration::from_millis(200), || tb.ssh(2, "true").status.success());
     };
     // [to first worker, to all six, backoff, attempt_started -> six workers, cut -> failed]
     let mut with_spare: Vec<[f64; 5]> = Vec::new();
@@ -1048,8 +1053,14 @@ fn spare() {
         let text = std::fs::read_to_string(&config).unwrap().replace("nproc_per_node = 2", "nproc_per_node = 2\nnnodes = 3");
         std::fs::write(&config, text).unwrap();
         let config = config.display().to_string();
-        let herd = Tracked::spawn(HERD, &["run", "-c", &config], Stdio::null());
-        training(&mark);
+        let mut herd = Tracked::spawn(HERD, &["run", "-c", &config], Stdio::null());
+        if !training(&mark) {
+            println!("run {rep}: training did not start");
+            herd.kill();
+            herd.finish();
+            kill_marked(&mark);
+            continue;
+        }
         let cut_wall = std::time::SystemTime::now();
         let cut = Instant::now();
         tb.link_down(2);
@@ -1061,7 +1072,7 @@ fn spare() {
         });
         kill_marked(&mark);
         let m = herd.finish();
-        tb.link_up(2);
+        heal();
         let ev = run_events(&dir.path().join("logs"));
         let promoted = ev.iter().any(|e| e["event"] == "spare_promoted" && e["host"] == spare_host.as_str());
         let (Some(first), Some(all), Some(started), true) =
@@ -1079,6 +1090,7 @@ fn spare() {
         let all_s = (all - cut).as_secs_f64();
         let failed = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, cut_wall));
         with_spare.push([(first - cut).as_secs_f64(), all_s, delay, all_s - since(started, cut_wall), failed]);
+        println!("run {rep}: cut to all six on the spare {all_s:.2} s");
         if rep + 1 == reps {
             timeline = timeline_rows(&ev, cut_wall);
             timeline.push(format!("| +{all_s:.2} s | attempt 1's six workers exist |"));
@@ -1087,12 +1099,18 @@ fn spare() {
         let mark = format!("BENCH_MARK=nospare-{rep}-{}", std::process::id());
         let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, restart).display().to_string();
         let mut herd = Tracked::spawn(HERD, &["run", "-c", &config, "--exclude", &spare_host], Stdio::null());
-        training(&mark);
+        if !training(&mark) {
+            println!("run {rep}, without a spare: training did not start");
+            herd.kill();
+            herd.finish();
+            kill_marked(&mark);
+            continue;
+        }
         let cut = Instant::now();
         tb.link_down(2);
         let ended = poll_until(Duration::from_secs(180), Duration::from_millis(50), || herd.try_done());
         herd.finish();
-        tb.link_up(2);
+        heal();
         kill_marked(&mark);
         if let Some(t) = ended {
             without.push((t - cut).as_secs_f64());
