@@ -8,6 +8,7 @@ set -euo pipefail
 TORCH_VERSION=2.15.0
 DEEPSPEED_VERSION=0.19.8
 NUMPY_VERSION=2.4.6
+PYSPY_VERSION=0.4.3
 venv=${HERD_VENV:-$HOME/.cache/herd/venv-torch$TORCH_VERSION-ds$DEEPSPEED_VERSION}
 
 # DeepSpeed JIT-compiles a C++ op on the CPU the first time a process group starts (about
@@ -21,7 +22,15 @@ build_extensions() {
   fi
 }
 
-if [ -f "$venv/.herd-complete" ] && [ -f "$venv/torch_extensions/.herd-built" ]; then
+# py-spy, for every rank's stack when a job hangs; added to a venv cached before it was.
+add_pyspy() {
+  if [ ! -x "$venv/bin/py-spy" ]; then
+    echo "torch-venv: adding py-spy $PYSPY_VERSION" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "py-spy==$PYSPY_VERSION" >&2
+  fi
+}
+
+if [ -f "$venv/.herd-complete" ] && [ -f "$venv/torch_extensions/.herd-built" ] && [ -x "$venv/bin/py-spy" ]; then
   echo "$venv"
   exit 0
 fi
@@ -46,4 +55,5 @@ if [ ! -f "$venv/.herd-complete" ]; then
   touch "$venv/.herd-complete"
 fi
 build_extensions
+add_pyspy
 echo "$venv"

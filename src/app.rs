@@ -70,6 +70,7 @@ pub fn load_plan(
         config_file: Some(
             std::fs::canonicalize(path).map_err(Error::io(format!("cannot resolve {}", path.display())))?,
         ),
+        resume: None,
     };
     let mut plan = plan::build(&config, &inputs);
     if active == Active::Run {
@@ -113,7 +114,12 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         plan.logs_dir.display()
     )))?;
     let run_dir = files.run_dir().to_path_buf();
+    let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
+    output::record::write_start(&run_dir, &plan, &args.config.config, &cwd)
+        .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
+    let started = std::time::SystemTime::now();
     let console = plan.console.clone();
+    let notify = plan.notify.clone();
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
@@ -126,6 +132,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
             mode,
             on_stdout_closed,
             console,
+            notify: notify.map(crate::notify::Notifier::new),
         };
         output::report(files, events_rx, sinks)
     });
@@ -141,6 +148,16 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         eprint!("{}", output::doctor_view::text(nodes, true));
     }
     let outcome = outcome?;
+    let summary = output::record::summary(
+        &run_id,
+        outcome.status,
+        &outcome.attempts,
+        started,
+        std::time::SystemTime::now(),
+    );
+    if let Err(e) = output::record::write_summary(&run_dir, &summary) {
+        tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
+    }
 
     let closing = output::summary::closing(outcome.status, &outcome.attempts, &run_dir);
     if !closing.is_empty() {

@@ -93,6 +93,7 @@ mod tests {
             stop_requested_at: None,
             lines: lines.iter().map(|t| TimedLine { at: Duration::ZERO, text: t.to_string() }).collect(),
             processes: Vec::new(),
+            stacks: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@ use crate::config::RuleSpec;
 use crate::outcome::{
     Consequence, FailureClass, NodeExit, NodeOutcome, RootCause, TimedLine, Trigger, Verdict,
 };
+use crate::stacks;
 
 /// The built-in rules that also blame the line's node (see `blame`): the hardware is at
 /// fault, not the job. Strings from the CUDA runtime, the NVIDIA driver and NCCL's
@@ -171,6 +172,16 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
 
 /// Classify a failed attempt. `None` when no node failed and herd did not end it.
 pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> Option<Verdict> {
+    classify_with(nodes, trigger, rules, None)
+}
+
+/// `classify`, with what every rank's stack said when the job hung (see `stacks`).
+pub fn classify_with(
+    nodes: &[NodeOutcome],
+    trigger: Trigger,
+    rules: &RuleTable,
+    stacks: Option<&stacks::Summary>,
+) -> Option<Verdict> {
     let failures: Vec<NodeFailure> = nodes.iter().filter_map(|n| node_failure(n, rules)).collect();
     let root_index = if trigger == Trigger::Hang {
         None
@@ -198,7 +209,7 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
                 }),
             )
         }
-        None if trigger == Trigger::Hang => (FailureClass::Hang, hang_culprit(nodes)),
+        None if trigger == Trigger::Hang => (FailureClass::Hang, hang_culprit(nodes, stacks)),
         None => return None,
     };
     let consequences = failures
@@ -219,12 +230,14 @@ pub fn classify(nodes: &[NodeOutcome], trigger: Trigger, rules: &RuleTable) -> O
 /// Who a hang waits for, from evidence only:
 /// - a worker its agent found stopped (SIGSTOP, a debugger) or stuck in the kernel (a hung
 ///   filesystem or driver): the others wait for it in their collectives;
+/// - a rank whose stack is at a place no other rank is, while the others are all together
+///   (the odd group of `stacks`, when it is one rank);
 /// - else a node whose last line came clearly before every other node's (by `HANG_LEAD`): it
 ///   went quiet while the others were still working.
 ///
 /// Otherwise `None`: every rank stopped at once, waiting for each other, and the output says
 /// nothing of which one is stuck (its stack does). The lowest node rank is no culprit.
-fn hang_culprit(nodes: &[NodeOutcome]) -> Option<RootCause> {
+fn hang_culprit(nodes: &[NodeOutcome], stacks: Option<&stacks::Summary>) -> Option<RootCause> {
     let cause = |n: &NodeOutcome, rank, local_rank, line: Option<String>| RootCause {
         rank,
         local_rank,
@@ -246,6 +259,15 @@ fn hang_culprit(nodes: &[NodeOutcome]) -> Option<RootCause> {
     });
     if stuck.is_some() {
         return stuck;
+    }
+    if let Some((s, odd)) = stacks.and_then(|s| Some((s, s.culprit.as_ref()?))) {
+        if let [rank] = odd.ranks[..] {
+            let node = nodes.iter().find(|n| n.stacks.iter().any(|st| st.rank == rank));
+            if let Some(n) = node {
+                let local = n.stacks.iter().find(|st| st.rank == rank).and(rank.checked_sub(n.first_rank));
+                return Some(cause(n, Some(rank), local, Some(format!("its stack: {}", s.words()))));
+            }
+        }
     }
     // What printed while being stopped is not the hang's.
     let last_before_stop = |n: &NodeOutcome| {
@@ -476,6 +498,7 @@ mod tests {
             ended_at: Duration::from_millis(ended_ms),
             stop_requested_at: stop_ms.map(Duration::from_millis),
             processes: Vec::new(),
+            stacks: Vec::new(),
             lines: text
                 .lines()
                 .filter(|l| !l.is_empty())

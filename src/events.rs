@@ -116,6 +116,20 @@ pub enum Event {
         host: String,
         pids: Vec<u32>,
     },
+    /// Every worker's stack on a node, as py-spy dumped it when the job hung (the run's
+    /// files keep each in `attempt-<k>/stacks/rank<R>.txt`).
+    #[serde(skip)]
+    StacksCollected {
+        attempt: u32,
+        node_rank: usize,
+        stacks: Vec<crate::stacks::RankStack>,
+    },
+    /// Where the ranks were when the job hung, grouped, and the odd group.
+    StacksSummarized {
+        attempt: u32,
+        #[serde(flatten)]
+        summary: crate::stacks::Summary,
+    },
     /// A node the run blamed is kept out of it, and of the config's later runs, until
     /// `herd nodes --release`.
     NodeQuarantined {
@@ -138,6 +152,14 @@ pub enum Event {
         world_size: u32,
         hosts: Vec<String>,
         nprocs: Vec<u32>,
+    },
+    /// Attempt `attempt` resumes (`restart.resume_args`): from the checkpoint found, with
+    /// these arguments appended; `from` null and no arguments: nothing matched, it starts
+    /// afresh.
+    Resuming {
+        attempt: u32,
+        from: Option<String>,
+        args: Vec<String>,
     },
     /// A restart could not happen (a node did not come back); the run ends failed.
     RestartAbandoned {

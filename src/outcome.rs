@@ -149,6 +149,8 @@ pub struct NodeOutcome {
     /// Its job's processes as its agent saw them when herd found the job hung (empty
     /// otherwise, or when the agent did not answer in time).
     pub processes: Vec<ProcessState>,
+    /// Its workers' stacks, collected with `processes`.
+    pub stacks: Vec<crate::stacks::RankStack>,
 }
 
 /// Why herd itself ended an attempt, when no node's exit did.

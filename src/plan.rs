@@ -29,6 +29,16 @@ pub struct PlanInputs {
     /// The config file's canonical path (symlinks, `.` and `..` resolved), which identifies
     /// it across runs. `None` (tests): `cwd` joined with the path as given.
     pub config_file: Option<PathBuf>,
+    /// A restart's resume (see `LaunchPlan::resumed`).
+    pub resume: Option<Resume>,
+}
+
+/// What a restart resumes from: the `restart.resume_args` it appends to the script's
+/// arguments, resolved, and the checkpoint found, exported as `HERD_RESUME_FROM`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resume {
+    pub args: Vec<String>,
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +77,10 @@ pub struct LaunchPlan {
     pub patterns: Patterns,
     /// Which of the config's nodes are active (these `nodes`), spares and quarantined.
     pub roster: Roster,
+    /// The resume this plan's attempt makes, if any.
+    pub resume: Option<Resume>,
+    /// `[notify]`.
+    pub notify: Option<config::Notify>,
     /// What the plan was built from, to build the next attempt's on another roster.
     source: Source,
 }
@@ -208,6 +222,10 @@ pub enum EnvValue {
     ContainerName {
         config_key: String,
     },
+    /// The NCCL flight recorder's dump prefix of this attempt (see `NCCL_DUMP_VAR`).
+    NcclDump {
+        workdir: String,
+    },
 }
 
 /// The values only known when an attempt starts.
@@ -219,6 +237,13 @@ pub struct AttemptValues<'a> {
     /// Per node rank, for `rendezvous.interface = "auto"`; empty otherwise.
     pub interfaces: &'a [String],
 }
+
+/// PyTorch's NCCL flight recorder, on for GPU jobs unless the user set these.
+pub const NCCL_FLIGHT_RECORDER: [(&str, &str); 2] =
+    [("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"), ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")];
+/// Where the flight recorder writes: `<workdir>/herd-nccl/<run-id>/attempt-<k>/rank_<R>` on the
+/// node (the workdir is usually on the shared filesystem).
+pub const NCCL_DUMP_VAR: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 
 /// `rendezvous.interface` value that asks herd to find each node's interface.
 pub const AUTO_INTERFACE: &str = "auto";
@@ -263,7 +288,15 @@ pub fn initial_roster(
 
 /// The plan of a run on the nodes `roster` makes active, in its node rank order.
 pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> LaunchPlan {
-    let job = &config.job;
+    let mut resumed;
+    let job = match &inputs.resume {
+        Some(r) => {
+            resumed = config.job.clone();
+            resumed.args.extend(r.args.iter().cloned());
+            &resumed
+        }
+        None => &config.job,
+    };
     let active: Vec<&config::Node> = roster.active.iter().map(|&i| &config.nodes[i]).collect();
     let nprocs: Vec<u32> = active.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
     let world: Vec<(String, u32)> =
@@ -315,6 +348,14 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
                 None => {}
             }
             env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
+            if job.device == Device::Cuda {
+                // PyTorch's NCCL flight recorder: on a collective's timeout, each rank dumps its
+                // last collectives, the evidence of who did not take part. Unless set.
+                for (k, v) in NCCL_FLIGHT_RECORDER {
+                    env.entry(k.to_string()).or_insert(EnvValue::Value(v.to_string()));
+                }
+                env.entry(NCCL_DUMP_VAR.into()).or_insert(EnvValue::NcclDump { workdir: workdir.clone() });
+            }
             let mut set = |k: &str, v: EnvValue| {
                 env.insert(k.to_string(), v);
             };
@@ -334,6 +375,9 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
             set("HERD_NODE", EnvValue::Value(node.host.clone()));
             set("HERD_RUN_ID", EnvValue::RunId);
             set("HERD_ATTEMPT", EnvValue::Attempt);
+            if let Some(from) = inputs.resume.as_ref().and_then(|r| r.from.as_ref()) {
+                set("HERD_RESUME_FROM", EnvValue::Value(from.clone()));
+            }
             set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
             set(marker::RUN_VAR, EnvValue::Marker { config_key: config_key.clone() });
             if container.is_some() {
@@ -405,7 +449,9 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
         launcher_program: launcher::program(job).to_string(),
         container,
         roster,
-        source: Source(Arc::new((config.clone(), inputs.clone()))),
+        resume: inputs.resume.clone(),
+        notify: config.notify.clone(),
+        source: Source(Arc::new((config.clone(), PlanInputs { resume: None, ..inputs.clone() }))),
     }
 }
 
@@ -444,10 +490,21 @@ impl LaunchPlan {
 
     /// The same run's plan on another roster (after a node was quarantined): node ranks,
     /// world size, master and every command line follow it. What the command line changed
-    /// after the build (the console ranks) is kept.
+    /// after the build (the console ranks) and the resume are kept.
     pub fn with_roster(&self, roster: Roster) -> LaunchPlan {
+        self.rebuilt(roster, self.resume.clone())
+    }
+
+    /// The same run's plan resuming from a checkpoint (`restart.resume_args`, resolved), or
+    /// (`None`) from scratch.
+    pub fn resumed(&self, resume: Option<Resume>) -> LaunchPlan {
+        self.rebuilt(self.roster.clone(), resume)
+    }
+
+    fn rebuilt(&self, roster: Roster, resume: Option<Resume>) -> LaunchPlan {
         let (config, inputs) = &*self.source.0;
-        LaunchPlan { console: self.console.clone(), ..build_with(config, inputs, roster) }
+        let inputs = PlanInputs { resume, ..inputs.clone() };
+        LaunchPlan { console: self.console.clone(), ..build_with(config, &inputs, roster) }
     }
 
     /// The start of the HERD_MARKER entry of every process of this config's runs, or of one
@@ -523,6 +580,12 @@ impl NodePlan {
                     EnvValue::ContainerName { config_key } => {
                         container::name(config_key, values.run_id, values.attempt, self.node_rank)
                     }
+                    EnvValue::NcclDump { workdir } => format!(
+                        "{}/herd-nccl/{}/attempt-{}/rank_",
+                        workdir.trim_end_matches('/'),
+                        values.run_id,
+                        values.attempt
+                    ),
                 };
                 Some((k.clone(), value))
             })
@@ -559,6 +622,7 @@ impl EnvValue {
             // across checkouts.
             EnvValue::Marker { .. } => "<config-key>:<run-id>:<attempt>:<node-rank>",
             EnvValue::ContainerName { .. } => "herd-<config-key>-<run-id>-<attempt>-<node-rank>",
+            EnvValue::NcclDump { .. } => "<workdir>/herd-nccl/<run-id>/attempt-<attempt>/rank_",
         }
     }
 }
@@ -580,6 +644,24 @@ mod tests {
         let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
         build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() })
+    }
+
+    #[test]
+    fn gpu_jobs_get_the_nccl_flight_recorder_unless_they_set_it() {
+        let values = AttemptValues { run_id: "r1", attempt: 2, master_port: 1, interfaces: &[] };
+        let env = |text: &str| {
+            let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+            let p = build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() });
+            p.nodes[0].resolved_env(&values).into_iter().collect::<BTreeMap<_, _>>()
+        };
+        let gpu = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n");
+        assert_eq!(gpu["TORCH_NCCL_TRACE_BUFFER_SIZE"], "2000");
+        assert_eq!(gpu["TORCH_NCCL_DUMP_ON_TIMEOUT"], "1");
+        assert_eq!(gpu[NCCL_DUMP_VAR], "/w/herd-nccl/r1/attempt-2/rank_");
+        let own = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n[env]\nTORCH_NCCL_TRACE_BUFFER_SIZE = \"0\"\n");
+        assert_eq!(own["TORCH_NCCL_TRACE_BUFFER_SIZE"], "0", "the user's value is kept");
+        let cpu = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n");
+        assert!(!cpu.contains_key("TORCH_NCCL_DUMP_ON_TIMEOUT") && !cpu.contains_key(NCCL_DUMP_VAR));
     }
 
     #[test]

@@ -155,14 +155,33 @@ fn a_rank_that_stops_taking_part_is_a_hang() {
     let out = c.run();
     out.assert_code(0);
     assert_results_on_attempt(&out, 6, 1);
-    let ev = events(&only_run_dir(&c.logs()));
+    let run = only_run_dir(&c.logs());
+    let ev = events(&run);
     let failed = &all(&ev, "attempt_failed")[0];
     assert_eq!(failed["class"], "hang");
-    // The sleeping rank looks like its peers waiting for it (state S, same last step): herd
-    // names no node rather than a healthy one.
-    assert_eq!(failed["root_cause"], Value::Null, "{failed}");
-    assert!(out.stderr.contains("no single node"), "{out}");
     assert!(all(&ev, "teardown_started")[0]["reason"].as_str().unwrap().starts_with("no progress for"));
+    // The sleeping rank looks like its peers waiting for it (state S, same last step); its
+    // stack does not: it is in the script's loop, every other rank in all_reduce.
+    for rank in 0..6 {
+        let stack = std::fs::read_to_string(run.join(format!("attempt-0/stacks/rank{rank}.txt"))).unwrap();
+        assert!(stack.contains("\"MainThread\""), "rank {rank}: {stack}");
+    }
+    let summary = &all(&ev, "stacks_summarized")[0];
+    assert_eq!(summary["culprit"]["ranks"], serde_json::json!([2]), "{summary}");
+    let place = summary["culprit"]["place"].as_str().unwrap();
+    assert!(place.starts_with("main (examples/allreduce.py:"), "{summary}");
+    assert!(
+        summary["groups"][0]["place"].as_str().unwrap().starts_with("all_reduce (examples/allreduce.py:"),
+        "{summary}"
+    );
+    assert_eq!(
+        (failed["root_cause"]["rank"].as_u64(), failed["root_cause"]["node_rank"].as_u64()),
+        (Some(2), Some(1)),
+        "{failed}"
+    );
+    assert!(out.stderr.contains(&format!("1 rank (2) in {place}, the likely culprit")), "{out}");
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
 }
 
 /// One worker SIGSTOPped: every rank waits for it. Its node's agent finds it stopped when

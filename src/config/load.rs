@@ -57,6 +57,7 @@ impl Cx<'_> {
         let logs = self.logs(raw.logs)?;
         let restart = self.restart(raw.restart, nnodes)?;
         let container = raw.container.map(|c| self.container(c)).transpose()?;
+        let notify = raw.notify.map(|n| self.notify(n)).transpose()?;
         Ok(Config {
             path: self.path.to_path_buf(),
             ssh,
@@ -67,6 +68,7 @@ impl Cx<'_> {
             logs,
             restart,
             container,
+            notify,
         })
     }
 }

@@ -22,6 +22,7 @@ mod job;
 mod load;
 mod logs;
 mod nodes;
+mod notify;
 pub mod ranks;
 mod raw;
 mod rendezvous;
@@ -116,8 +117,10 @@ mod tests {
                     RuleSpec { pattern: "disk full".into(), class: FailureClass::User, blame: false },
                 ],
                 min_nodes: None,
+                resume_args: vec![],
             },
             container: None,
+            notify: None,
         };
         assert_eq!(config, expected);
     }
@@ -179,8 +182,10 @@ mod tests {
                     heartbeat_timeout: Duration::from_secs(15),
                     rules: vec![],
                     min_nodes: None,
+                    resume_args: vec![],
                 },
                 container: None,
+                notify: None,
             }
         );
     }
@@ -207,7 +212,7 @@ mod tests {
             "[jobs]\nscript = \"x\"\n",
             1,
             2,
-            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`, `container`",
+            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`, `container`, `notify`",
         );
         assert_err(
             "[ssh]\nusr = \"x\"\n",

@@ -22,6 +22,14 @@ pub(crate) struct RawConfig {
     pub logs: Option<RawLogs>,
     pub restart: Option<RawRestart>,
     pub container: Option<RawContainer>,
+    pub notify: Option<RawNotify>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [notify] table")]
+pub(crate) struct RawNotify {
+    pub command: Spanned<String>,
+    pub timeout: Option<Spanned<DurationText>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,6 +103,7 @@ pub(crate) struct RawRestart {
     pub heartbeat_timeout: Option<Spanned<DurationText>>,
     pub rules: Option<Vec<RawRule>>,
     pub min_nodes: Option<Spanned<i64>>,
+    pub resume_args: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -91,7 +91,31 @@ impl Cx<'_> {
         let min_nodes = (raw.min_nodes.as_ref())
             .map(|n| self.count_up_to(n, "restart.min_nodes", nnodes, "the job's node count"))
             .transpose()?;
+        let resume_args = match raw.resume_args {
+            None => Vec::new(),
+            Some(args) => {
+                let globs = args.get_ref().iter().filter(|a| crate::policy::latest_glob(a).is_some()).count();
+                let broken = args
+                    .get_ref()
+                    .iter()
+                    .find(|a| a.contains("{latest:") && crate::policy::latest_glob(a).is_none());
+                if let Some(a) = broken {
+                    return Err(self.err(
+                        args.span(),
+                        format!("restart.resume_args: {a:?} has an unclosed or empty {{latest:GLOB}}"),
+                    ));
+                }
+                if globs > 1 {
+                    return Err(self.err(
+                        args.span(),
+                        "restart.resume_args: at most one argument may hold {latest:GLOB}",
+                    ));
+                }
+                args.into_inner()
+            }
+        };
         Ok(Restart {
+            resume_args,
             max_restarts,
             on,
             backoff,
@@ -141,6 +165,25 @@ mod tests {
             7,
             13,
             "restart.min_nodes must be between 1 and the job's node count (3), found 0",
+        );
+    }
+
+    #[test]
+    fn resume_args_hold_at_most_one_latest_glob() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\n");
+        let ok = parse_ok(&format!("{base}resume_args = [\"--resume\", \"{{latest:ckpt/step_*}}\"]\n"));
+        assert_eq!(ok.restart.resume_args, ["--resume", "{latest:ckpt/step_*}"]);
+        assert_err(
+            &format!("{base}resume_args = [\"{{latest:a}}\", \"{{latest:b}}\"]\n"),
+            6,
+            15,
+            "restart.resume_args: at most one argument may hold {latest:GLOB}",
+        );
+        assert_err(
+            &format!("{base}resume_args = [\"--from={{latest:ckpt\"]\n"),
+            6,
+            15,
+            "restart.resume_args: \"--from={latest:ckpt\" has an unclosed or empty {latest:GLOB}",
         );
     }
 

@@ -22,7 +22,21 @@ pub struct Config {
     pub restart: Restart,
     /// `[container]`: run each node's launcher in a container.
     pub container: Option<Container>,
+    /// `[notify]`: a command run on the launching machine at a run's notable events.
+    pub notify: Option<Notify>,
 }
+
+/// `[notify]`: `command` runs (`sh -c`) on the launching machine at `attempt_failed`,
+/// `restart_scheduled` and `run_finished`, with the event's JSON on stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notify {
+    pub command: String,
+    /// Killed after this long; a warning, never the run's failure.
+    pub timeout: Duration,
+}
+
+/// `notify.timeout` when not given.
+pub const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SshSettings {
@@ -171,6 +185,10 @@ pub struct Restart {
     pub node_wait: Duration,
     pub heartbeat_timeout: Duration,
     pub rules: Vec<RuleSpec>,
+    /// `restart.resume_args`: appended to the script's arguments on every attempt after the
+    /// first; `{latest:GLOB}` in one becomes the newest match on the master (see
+    /// `policy::LATEST`).
+    pub resume_args: Vec<String>,
     /// `restart.min_nodes`: with no spare left, a restart may go on without a blamed node,
     /// down to this many (`None`: never with fewer nodes than it started).
     pub min_nodes: Option<usize>,
@@ -242,6 +260,7 @@ impl Default for Restart {
             node_wait: Duration::from_secs(5 * 60),
             heartbeat_timeout: Duration::from_secs(15),
             rules: Vec::new(),
+            resume_args: Vec::new(),
             min_nodes: None,
         }
     }

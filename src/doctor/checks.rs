@@ -376,6 +376,9 @@ fn resource_checks(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<C
         )),
         None => {}
     }
+    if plan.container.is_none() && plan.uses_torch {
+        checks.extend(stack_checks(f));
+    }
     match num("leftovers") {
         Some(0) | None => checks.push(Check::pass("leftovers", "none")),
         Some(n) => checks.push(Check::warn(
@@ -393,6 +396,38 @@ fn resource_checks(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<C
             ));
         }
     }
+}
+
+/// Whether a hang's stacks can be collected on the node: py-spy on the job's PATH, and the
+/// kernel's leave to attach to the ranks (Yama's `ptrace_scope`: 0 lets any process of the
+/// same user attach, 1 and 2 only with CAP_SYS_PTRACE, 3 nobody). Warnings: a run works
+/// without, and says what it could not collect.
+fn stack_checks(f: &Facts) -> Vec<Check> {
+    const CAP_SYS_PTRACE: u32 = 19;
+    let mut checks = Vec::new();
+    match f.get("pyspy").filter(|p| !p.is_empty()) {
+        Some(path) => checks.push(Check::pass("py-spy", path)),
+        None => checks.push(Check::warn(
+            "py-spy",
+            "not found: a hang's stacks cannot be collected",
+            "pip install py-spy in the job's environment, or put it on the nodes' PATH",
+        )),
+    }
+    let scope = f.get("ptrace_scope").and_then(|v| v.trim().parse::<u32>().ok());
+    let cap = f
+        .get("cap_eff")
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|c| c >> CAP_SYS_PTRACE & 1 == 1);
+    match scope {
+        None | Some(0) => checks.push(Check::pass("ptrace", "allowed")),
+        Some(s @ (1 | 2)) if cap => checks.push(Check::pass("ptrace", format!("ptrace_scope {s}, with CAP_SYS_PTRACE"))),
+        Some(s) => checks.push(Check::warn(
+            "ptrace",
+            format!("kernel.yama.ptrace_scope = {s}: py-spy cannot attach to the ranks"),
+            "sysctl -w kernel.yama.ptrace_scope=0, or give the job CAP_SYS_PTRACE (a container: --cap-add SYS_PTRACE)",
+        )),
+    }
+    checks
 }
 
 /// Python, torch, CUDA and NCCL versions must be the same everywhere: fail the odd nodes.
@@ -536,7 +571,8 @@ mod tests {
             "herd-fact launcher=/v/bin/torchrun\nherd-fact python=3.11.7\nherd-fact torch={torch}\n\
              herd-fact torch_import=ok\nherd-fact cuda=None\nherd-fact hostname=n\nherd-fact hostname_addr=10.0.0.1\n\
              herd-fact route_dev=eth0\nherd-fact iface_exists=yes\nherd-fact shm_kb=8000000\nherd-fact nofile=1048576\n\
-             herd-fact disk_free_kb=900000000\nherd-fact leftovers=0\n"
+             herd-fact disk_free_kb=900000000\nherd-fact leftovers=0\nherd-fact pyspy=/v/bin/py-spy\n\
+             herd-fact ptrace_scope=1\nherd-fact cap_eff=000001ffffffffff\n"
         );
         let (values, other_lines) = parse_facts(&text);
         Facts {
@@ -551,6 +587,25 @@ mod tests {
 
     fn status_of(nodes: &[NodeChecks], rank: usize, name: &str) -> Option<Status> {
         nodes[rank].checks.iter().find(|c| c.name == name).map(|c| c.status)
+    }
+
+    #[test]
+    fn stacks_need_py_spy_and_leave_to_attach() {
+        let f = facts("2.5.0", 0.0);
+        let statuses =
+            |f: &Facts| stack_checks(f).into_iter().map(|c| (c.name, c.status)).collect::<Vec<_>>();
+        assert_eq!(statuses(&f), [("py-spy", Status::Pass), ("ptrace", Status::Pass)]);
+        let mut without = f.clone();
+        without.values.insert("pyspy".into(), String::new());
+        without.values.insert("cap_eff".into(), "0000000000000000".into());
+        assert_eq!(statuses(&without), [("py-spy", Status::Warn), ("ptrace", Status::Warn)]);
+        let ptrace = &stack_checks(&without)[1];
+        assert_eq!(ptrace.detail, "kernel.yama.ptrace_scope = 1: py-spy cannot attach to the ranks");
+        without.values.insert("ptrace_scope".into(), "0".into());
+        assert_eq!(statuses(&without)[1], ("ptrace", Status::Pass));
+        without.values.insert("ptrace_scope".into(), "3".into());
+        without.values.insert("cap_eff".into(), "000001ffffffffff".into());
+        assert_eq!(statuses(&without)[1], ("ptrace", Status::Warn), "3: nobody attaches");
     }
 
     #[test]

@@ -102,6 +102,10 @@ if {full}:
         s += "echo \"herd-fact shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $2}')\"\n";
         s += "echo \"herd-fact nofile=$(ulimit -n)\"\n";
         s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
+        // What a hang's stacks need: py-spy on the job's PATH, and leave to attach to the ranks.
+        s += "echo \"herd-fact pyspy=$(command -v py-spy 2>/dev/null)\"\n";
+        s += "echo \"herd-fact ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)\"\n";
+        s += "echo \"herd-fact cap_eff=$(awk '/^CapEff:/{print $2}' /proc/self/status 2>/dev/null)\"\n";
         // The sweep's own rule: processes of this config whose agent is gone. The doctor's
         // probes, and any live run, have theirs.
         s += remote::PROCS_SCRIPT;

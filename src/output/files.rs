@@ -86,6 +86,21 @@ impl RunFiles {
         Ok(())
     }
 
+    /// Each rank's stack as `attempt-<k>/stacks/rank<R>.txt`: py-spy's dump, or why there
+    /// is none.
+    pub fn write_stacks(&mut self, attempt: u32, stacks: &[crate::stacks::RankStack]) -> io::Result<()> {
+        let dir = attempt_dir(&self.run_dir, attempt).join("stacks");
+        fs::create_dir_all(&dir)?;
+        for s in stacks {
+            let text = match &s.dump {
+                Ok(dump) => dump.clone(),
+                Err(why) => format!("no stack for rank {} (pid {}): {why}\n", s.rank, s.pid),
+            };
+            fs::write(dir.join(format!("rank{}.txt", s.rank)), text)?;
+        }
+        Ok(())
+    }
+
     pub fn record(&mut self, event: &Event, ts: String) -> io::Result<()> {
         self.events.write_all(&super::json::event_line(event, ts))?;
         // Events are few and are what an operator reads after a crash: keep them on disk.

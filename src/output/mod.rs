@@ -11,6 +11,7 @@ mod live;
 pub mod mode;
 pub mod plan_view;
 pub mod prefix;
+pub mod record;
 pub mod summary;
 
 use std::io::{self, Write};
@@ -48,6 +49,8 @@ pub struct Sinks {
     pub on_stdout_closed: Option<mpsc::UnboundedSender<()>>,
     /// The ranks whose lines are shown (`None`: all); the files keep every line.
     pub console: Option<crate::config::RankList>,
+    /// `[notify]`: hears of the notable events.
+    pub notify: Option<crate::notify::Notifier>,
 }
 
 /// What the reporter knows at the end.
@@ -172,6 +175,13 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                     }
                 }
             }
+            // Files only: the summary that follows is the event.
+            Event::StacksCollected { attempt, stacks, .. } => {
+                if files_ok {
+                    let written = files.write_stacks(*attempt, stacks);
+                    file_result(&mut report, written, &mut screen);
+                }
+            }
             other => {
                 if let Event::AttemptStarting { attempt: a } = other {
                     attempt = *a;
@@ -217,6 +227,9 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                     .and_then(|_| files.record(other, ts.clone()));
                     file_result(&mut report, written, &mut screen);
                 }
+                if let Some(n) = sinks.notify.as_ref().filter(|_| crate::notify::Notifier::wants(other)) {
+                    n.send(json::event_line(other, ts.clone()));
+                }
                 if json {
                     screen.job(&[&json::event_line(other, ts)]);
                 }
@@ -248,6 +261,9 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
     }
     let flushed = files.flush_node_logs();
     file_result(&mut report, flushed, &mut screen);
+    if let Some(n) = sinks.notify {
+        n.finish();
+    }
     screen.flush_job();
     report.stdout_closed = screen.out_closed;
     if let Some(live) = &screen.live {

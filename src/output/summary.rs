@@ -56,6 +56,15 @@ pub fn status_line(event: &Event) -> Option<String> {
             pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         ),
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
+        Event::Resuming { attempt, from: Some(from), args } => {
+            format!("attempt {attempt} resumes from {from} (appends {})", args.join(" "))
+        }
+        Event::Resuming { attempt, from: None, args } if args.is_empty() => {
+            format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
+        }
+        Event::StacksSummarized { attempt, summary } => {
+            format!("attempt {attempt}: every rank's stack (attempt-{attempt}/stacks/): {}", summary.words())
+        }
         Event::NodeQuarantined { host, reason, .. } => {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
         }
@@ -219,6 +228,17 @@ mod tests {
         }
     }
 
+    fn blank() -> AttemptSummary {
+        AttemptSummary {
+            attempt: 0,
+            started_at: std::time::SystemTime::UNIX_EPOCH,
+            duration: Duration::from_secs(1),
+            first_progress: None,
+            verdict: None,
+            nodes: vec![],
+        }
+    }
+
     #[test]
     fn failure_names_root_cause_line_hint_and_consequences() {
         let text = failure(&verdict(), Path::new("logs/r/attempt-0/node1-gpu-02.log"));
@@ -239,14 +259,9 @@ mod tests {
                 attempt: 0,
                 duration: Duration::from_millis(12_340),
                 verdict: Some(verdict()),
-                nodes: vec![],
+                ..blank()
             },
-            AttemptSummary {
-                attempt: 1,
-                duration: Duration::from_millis(9_000),
-                verdict: None,
-                nodes: vec![],
-            },
+            AttemptSummary { attempt: 1, duration: Duration::from_millis(9_000), verdict: None, ..blank() },
         ];
         let text = closing(RunStatus::Succeeded, &attempts, Path::new("r"));
         let rows: Vec<&str> = text.lines().collect();
@@ -259,12 +274,7 @@ mod tests {
     #[test]
     fn the_table_says_which_node_held_which_node_rank() {
         let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let row = |attempt, nodes| AttemptSummary {
-            attempt,
-            duration: Duration::from_secs(1),
-            verdict: Some(verdict()),
-            nodes,
-        };
+        let row = |attempt, nodes| AttemptSummary { attempt, verdict: Some(verdict()), nodes, ..blank() };
         let attempts = vec![
             row(0, hosts(&["n1", "n2", "n3"])),
             row(1, hosts(&["n1", "n4", "n3"])),

@@ -18,7 +18,8 @@
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
-#        `herd-agent probe`, `clock` for `herd-agent clock` (below); EOF means herd is gone:
+#        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock` (below);
+#        EOF means herd is gone:
 #        TERM, grace, KILL. A control line in place of the count (herd stopped the attempt
 #        before it started) ends the agent with `herd-agent exit 143`, having started nothing.
 # fd 1:  the job's stdout and stderr, merged.
@@ -26,7 +27,8 @@
 #        `herd-agent swept ...`, `herd-agent ports HEX...` (every local TCP port in use, any
 #        state; `?` when no table can be read), `herd-agent pgid P`, `herd-agent alive` (the
 #        heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...` (each job process, -
-#        for a rank it has not), `herd-agent clock SECONDS` (the node's time, at once),
+#        for a rank it has not), then `herd-agent stack RANK PID STATUS BASE64` per worker and
+#        `herd-agent stacks-done`, `herd-agent clock SECONDS` (the node's time, at once),
 #        `herd-agent unstopped PIDS` (still there after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
@@ -214,6 +216,31 @@ probe_job() {
   done
 }
 
+# Each worker's Python stack, for a hang's evidence, all at once: `herd-agent stack RANK PID
+# ok|failed|missing BASE64` (py-spy's dump, or why there is none), then `herd-agent
+# stacks-done`. py-spy is looked for on the worker's own PATH (its virtualenv's bin) and the
+# agent's; each dump is bounded (3 s), so the whole answer comes within herd's wait.
+stacks_job() {
+  for p in $(strays); do
+    r=$(env_of RANK "$p")
+    [ "$r" != - ] || continue
+    (
+      spy=$(PATH="$(env_of PATH "$p"):$PATH" command -v py-spy 2>/dev/null) || spy=
+      if [ -z "$spy" ]; then
+        st=missing
+        out="py-spy is not installed on the node (not on its PATH, nor in the job's): pip install py-spy"
+      elif out=$(timeout 3 "$spy" dump --full-filenames --pid "$p" 2>&1); then
+        st=ok
+      else
+        st=failed
+      fi
+      echo "herd-agent stack $r $p $st $(printf '%s' "$out" | head -c 40000 | base64 | tr -d '\n')"
+    ) &
+  done
+  wait
+  echo "herd-agent stacks-done"
+}
+
 # After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
 # with a LOCAL_RANK) are gone, the launcher has nothing left to do but its interpreter's exit
 # (a second or more with torch loaded): end it then. The group's leader, herd's output
@@ -254,6 +281,7 @@ end_idle_launcher() {
       probe)
         # shellcheck disable=SC2046 # one word per process, on one line
         echo "herd-agent probe" $(probe_job) >&4
+        stacks_job >&4 &
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
     esac

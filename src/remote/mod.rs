@@ -126,6 +126,8 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
         s,
         "cd -- {wd} || {{ printf 'herd: cannot enter workdir \"%s\" on %s\\n' {wd} \"$(hostname)\" >&2; exit 2; }}"
     );
+    // Where PyTorch's NCCL flight recorder dumps (see `plan`): its folder must exist.
+    s += "[ -z \"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-}\" ] || mkdir -p -- \"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE%/*}\" 2>/dev/null\n";
     match setup {
         None => s += &setup_and_exec(None, command),
         Some(_) => s += &in_bash(&setup_and_exec(setup, command)),
@@ -254,10 +256,29 @@ pub enum AgentMessage {
     Unstopped(Vec<u32>),
     /// The job's processes as they were when herd asked (`probe`).
     Probe(Vec<ProcessState>),
+    /// One worker's stack, after `probe`.
+    Stack(crate::stacks::RankStack),
+    /// Every worker's stack has been sent.
+    StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
     Clock(f64),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
+}
+
+/// `RANK PID ok|failed|missing BASE64`.
+fn parse_stack(words: &str) -> Option<crate::stacks::RankStack> {
+    use base64::Engine as _;
+    let mut w = words.splitn(4, ' ');
+    let (rank, pid, status) = (w.next()?.parse().ok()?, w.next()?.parse().ok()?, w.next()?);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(w.next().unwrap_or("").trim()).ok()?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let dump = match status {
+        "ok" => Ok(text),
+        "missing" => Err(text),
+        _ => Err(format!("py-spy failed: {}", text.lines().last().unwrap_or("no output").trim())),
+    };
+    Some(crate::stacks::RankStack { rank, pid, dump })
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
@@ -285,6 +306,12 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     }
     if let Some(clock) = line.strip_prefix("herd-agent clock ").and_then(|c| c.trim().parse().ok()) {
         return AgentMessage::Clock(clock);
+    }
+    if line == "herd-agent stacks-done" {
+        return AgentMessage::StacksDone;
+    }
+    if let Some(stack) = line.strip_prefix("herd-agent stack ").and_then(parse_stack) {
+        return AgentMessage::Stack(stack);
     }
     if let Some(rest) = line.strip_prefix("herd-agent probe") {
         if rest.is_empty() || rest.starts_with(' ') {
@@ -997,6 +1024,13 @@ mod tests {
             ])
         );
         assert_eq!(parse_agent_line("herd-agent probe"), AgentMessage::Probe(vec![]));
+        let stack = crate::stacks::RankStack { rank: 3, pid: 77, dump: Ok("Thread 1\n".into()) };
+        assert_eq!(parse_agent_line("herd-agent stack 3 77 ok VGhyZWFkIDEK"), AgentMessage::Stack(stack));
+        let failed = parse_agent_line("herd-agent stack 3 77 failed UGVybWlzc2lvbiBkZW5pZWQ=");
+        assert!(
+            matches!(failed, AgentMessage::Stack(s) if s.dump == Err("py-spy failed: Permission denied".into()))
+        );
+        assert_eq!(parse_agent_line("herd-agent stacks-done"), AgentMessage::StacksDone);
         assert_eq!(
             parse_agent_line("herd-agent clock 1796113363.512764529"),
             AgentMessage::Clock(1_796_113_363.512_764_5)

@@ -13,9 +13,10 @@ use crate::outcome::NodeExit;
 use crate::plan::LaunchPlan;
 use crate::port::{self, PortError};
 
-/// How long herd waits for the agents' answers to `probe` before it tears a hung attempt
-/// down: the evidence of who is stuck dies with the processes.
-pub const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// How long herd waits for the agents' answers to `probe` (every job process, and every
+/// worker's stack) before it tears a hung attempt down: the evidence of who is stuck dies
+/// with the processes. Each agent bounds its stacks to 3 s.
+pub const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
 /// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
 pub const STALLED: Duration = Duration::from_secs(2);

@@ -24,6 +24,7 @@ use crate::fleet::Fleet;
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::AgentInvocation;
+use crate::stacks::{self, RankStack};
 use crate::transport::Started;
 
 /// How often the supervisor checks for hangs and silent nodes.
@@ -46,7 +47,8 @@ pub(super) enum AttemptOutcome {
     NoPort(RunError),
 }
 
-/// Run one attempt to its end. Returns how it went and the port it used.
+/// Run one attempt to its end. Returns how it went, the port it used, and when it first
+/// made progress.
 pub(super) async fn run_attempt(
     ctx: &AttemptContext<'_>,
     attempt: u32,
@@ -55,7 +57,7 @@ pub(super) async fn run_attempt(
     used_ports: &BTreeSet<u16>,
     fleet: &Fleet,
     interrupts: &mut Interrupts,
-) -> (AttemptOutcome, Option<u16>) {
+) -> (AttemptOutcome, Option<u16>, Option<Duration>) {
     let _ = ctx.events.send(Event::AttemptStarting { attempt }).await;
     let known_port = attempt::known_port(ctx.plan, preflighted.port);
     let mut machine = Attempt::new(ctx.plan, known_port, used_ports);
@@ -71,7 +73,9 @@ pub(super) async fn run_attempt(
             gang.perform(action).await;
         }
     }
-    gang.outcome(machine.ended()).await
+    let first_progress = gang.liveness.first_progress();
+    let (outcome, port) = gang.outcome(machine.ended()).await;
+    (outcome, port, first_progress)
 }
 
 /// What a node's job agent sweeps before it starts: nothing when the preflight swept it
@@ -121,8 +125,9 @@ struct Gang<'a> {
     ports: mpsc::UnboundedReceiver<Option<BTreeSet<u16>>>,
     fatal: mpsc::UnboundedReceiver<(usize, String)>,
     probe: watch::Sender<u32>,
-    answers: mpsc::UnboundedReceiver<(usize, Vec<ProcessState>)>,
+    answers: mpsc::UnboundedReceiver<node::ProbeAnswer>,
     processes: Vec<Vec<ProcessState>>,
+    stacks: Vec<Vec<RankStack>>,
     kill_at: Option<Deadline>,
     probe_at: Option<Deadline>,
     tick: tokio::time::Interval,
@@ -193,6 +198,7 @@ impl<'a> Gang<'a> {
             probe,
             answers,
             processes: plan.nodes.iter().map(|_| Vec::new()).collect(),
+            stacks: plan.nodes.iter().map(|_| Vec::new()).collect(),
             kill_at: None,
             probe_at: None,
             tick,
@@ -218,8 +224,9 @@ impl<'a> Gang<'a> {
                     Some(()) => return Some(Input::Interrupt),
                     None => self.interrupts_open = false,
                 },
-                Some((node_rank, seen)) = self.answers.recv() => {
+                Some((node_rank, seen, stacks)) = self.answers.recv() => {
                     self.processes[node_rank] = seen;
+                    self.stacks[node_rank] = stacks;
                     return Some(Input::ProbeAnswered { node_rank });
                 }
                 () = sleep_until(probe_at) => {
@@ -321,11 +328,17 @@ impl<'a> Gang<'a> {
                 ended_at: r.ended_at,
                 lines: r.tail,
                 processes: std::mem::take(&mut self.processes[r.node_rank]),
+                stacks: std::mem::take(&mut self.stacks[r.node_rank]),
             })
             .collect();
         let trigger =
             if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
-        let outcome = match classify::classify(&outcomes, trigger, &plan.patterns.rules) {
+        let stacks = match trigger {
+            Trigger::Hang => Some(self.report_stacks(&outcomes).await),
+            Trigger::NodeFailed => None,
+        };
+        let outcome = match classify::classify_with(&outcomes, trigger, &plan.patterns.rules, stacks.as_ref())
+        {
             Some(verdict) => AttemptOutcome::Failed(verdict, outcomes),
             None => {
                 let millis = self.liveness.elapsed().as_millis() as u64;
@@ -334,6 +347,40 @@ impl<'a> Gang<'a> {
             }
         };
         (outcome, ended.port)
+    }
+}
+
+impl Gang<'_> {
+    /// Every rank's stack from a hang's probe, to the run's files (`StacksCollected`), and
+    /// what they say together (`StacksSummarized`). A rank of a node that did not answer in
+    /// time gets a line saying so.
+    async fn report_stacks(&self, outcomes: &[NodeOutcome]) -> stacks::Summary {
+        let (plan, events) = (self.ctx.plan, self.ctx.events);
+        let mut all = Vec::new();
+        for n in outcomes {
+            let mut got = n.stacks.clone();
+            let answered = !n.processes.is_empty() || !n.stacks.is_empty();
+            for rank in plan.nodes[n.node_rank].global_ranks() {
+                if got.iter().any(|s| s.rank == rank) {
+                    continue;
+                }
+                let why = if answered {
+                    "no process of this rank was running".to_string()
+                } else {
+                    let wait = attempt::PROBE_WAIT.as_secs();
+                    format!("node {} ({}) did not answer within {wait} s", n.node_rank, n.host)
+                };
+                got.push(RankStack { rank, pid: 0, dump: Err(why) });
+            }
+            let collected =
+                Event::StacksCollected { attempt: self.attempt, node_rank: n.node_rank, stacks: got.clone() };
+            let _ = events.send(collected).await;
+            all.extend(got);
+        }
+        let summary = stacks::summarize(&all, &plan.workdir);
+        let _ =
+            events.send(Event::StacksSummarized { attempt: self.attempt, summary: summary.clone() }).await;
+        summary
     }
 }
 

@@ -26,7 +26,7 @@ use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{EarlyAgents, Fleet};
-use crate::plan::LaunchPlan;
+use crate::plan::{self, LaunchPlan};
 use crate::roster::Blamed;
 use crate::transport::{Started, TransportError};
 use crate::{blame, policy};
@@ -165,6 +165,7 @@ impl Run<'_> {
         interrupts: &mut Interrupts,
     ) -> Result<Next, RunError> {
         let started = Instant::now();
+        let started_at = std::time::SystemTime::now();
         let nodes = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
         let ctx = AttemptContext {
             plan: &self.plan,
@@ -172,14 +173,16 @@ impl Run<'_> {
             interfaces: &self.interfaces,
             events: self.events,
         };
-        let (outcome, port) =
+        let (outcome, port, first_progress) =
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
         let (verdict, outcomes) = match outcome {
             AttemptOutcome::Succeeded | AttemptOutcome::Interrupted => {
                 let succeeded = matches!(outcome, AttemptOutcome::Succeeded);
-                self.attempts.push(AttemptSummary { attempt, duration, verdict: None, nodes });
+                let summary =
+                    AttemptSummary { attempt, started_at, duration, first_progress, verdict: None, nodes };
+                self.attempts.push(summary);
                 return Ok(Next::Done(if succeeded { RunStatus::Succeeded } else { RunStatus::Interrupted }));
             }
             AttemptOutcome::NoPort(e) => return Err(e),
@@ -191,7 +194,9 @@ impl Run<'_> {
         let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous);
         self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
         let class = verdict.class;
-        self.attempts.push(AttemptSummary { attempt, duration, verdict: Some(verdict), nodes });
+        let summary =
+            AttemptSummary { attempt, started_at, duration, first_progress, verdict: Some(verdict), nodes };
+        self.attempts.push(summary);
         let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
         else {
             return Ok(Next::Done(RunStatus::Failed));
@@ -239,7 +244,10 @@ impl Run<'_> {
             return Err(RunStatus::Interrupted);
         };
         let reason = match ready {
-            Ok(ready) => return Ok(ready),
+            Ok(ready) => {
+                self.resume(&ready.0, attempt).await;
+                return Ok(ready);
+            }
             // The new nodes could not be readied: the run ends as after any failed attempt.
             Err(Unsettled::Failed(e)) => format!("the nodes for attempt {attempt}: {e}"),
             Err(Unsettled::Gone { node_rank, fleet }) => {
@@ -254,6 +262,64 @@ impl Run<'_> {
         };
         let _ = events.send(Event::RestartAbandoned { reason }).await;
         Err(RunStatus::Failed)
+    }
+}
+
+impl Run<'_> {
+    /// With `restart.resume_args`: the plan of attempt `attempt` appends them, its
+    /// `{latest:GLOB}` resolved on the master now (the newest match in the workdir, by
+    /// modification time). No match (or no answer): no resume args, with a warning; the job
+    /// starts afresh rather than fails.
+    async fn resume(&mut self, fleet: &Fleet, attempt: u32) {
+        let args = &self.plan.restart.resume_args;
+        if args.is_empty() {
+            return;
+        }
+        let glob = args.iter().find_map(|a| policy::latest_glob(a)).map(String::from);
+        let from = match &glob {
+            None => None,
+            Some(glob) => match fleet.conn(self.plan.master.node_rank) {
+                Some(conn) => latest_match(conn, &self.plan.workdir, glob).await,
+                None => None,
+            },
+        };
+        if let (Some(glob), None) = (&glob, &from) {
+            tracing::warn!(
+                "restart.resume_args: nothing in {} on the master matches {glob:?}: attempt {attempt} starts afresh",
+                self.plan.workdir
+            );
+        }
+        let resume = plan::Resume { args: policy::resume_args(args, from.as_deref()), from };
+        let event = Event::Resuming { attempt, from: resume.from.clone(), args: resume.args.clone() };
+        let _ = self.events.send(event).await;
+        self.plan = self.plan.resumed(Some(resume));
+    }
+}
+
+/// The newest match of `glob` under `workdir` on a node, by modification time.
+async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: &str) -> Option<String> {
+    use crate::remote::quote;
+    let script = format!(
+        "cd {} || exit 1; p={}; set -- $p; [ -e \"$1\" ] || exit 0; ls -d -t -- \"$@\" | head -n 1",
+        quote(workdir),
+        quote(glob)
+    );
+    match conn.output(&script).await {
+        Ok(out) if out.status.success() => {
+            let found = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+            Some(found).filter(|f| !f.is_empty())
+        }
+        Ok(out) => {
+            tracing::warn!(
+                "restart.resume_args: cannot look for {glob:?} on the master: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {e}");
+            None
+        }
     }
 }
 

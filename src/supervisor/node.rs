@@ -16,6 +16,7 @@ use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::frames::{Frame, FrameReader, Source};
 use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::stacks::RankStack;
 use crate::transport::{Connection, Started, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
@@ -94,8 +95,11 @@ pub struct NodeRun {
 #[derive(Clone)]
 pub struct ProbeLink {
     pub asks: watch::Receiver<u32>,
-    pub answers: mpsc::UnboundedSender<(usize, Vec<ProcessState>)>,
+    pub answers: mpsc::UnboundedSender<ProbeAnswer>,
 }
+
+/// A node's answer to `probe`: its job's processes and its workers' stacks.
+pub type ProbeAnswer = (usize, Vec<ProcessState>, Vec<RankStack>);
 
 /// Where a node reports its first fatal line.
 #[derive(Clone)]
@@ -109,6 +113,8 @@ pub struct FatalWatch {
 pub struct Liveness {
     start: Instant,
     last_progress_ms: AtomicU64,
+    /// `NOT_YET` until the first progress.
+    first_progress_ms: AtomicU64,
     /// `NOT_YET` until the node's agent first speaks.
     last_heard_ms: Vec<AtomicU64>,
 }
@@ -122,6 +128,7 @@ impl Liveness {
         Liveness {
             start: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
+            first_progress_ms: AtomicU64::new(NOT_YET),
             last_heard_ms: (0..nodes).map(|_| AtomicU64::new(NOT_YET)).collect(),
         }
     }
@@ -135,7 +142,17 @@ impl Liveness {
     }
 
     fn progress(&self) {
-        self.last_progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        let now = self.now_ms();
+        self.last_progress_ms.store(now, Ordering::Relaxed);
+        let _ = self.first_progress_ms.compare_exchange(NOT_YET, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// When the attempt first made progress, if it has.
+    pub fn first_progress(&self) -> Option<Duration> {
+        match self.first_progress_ms.load(Ordering::Relaxed) {
+            NOT_YET => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
     }
 
     fn heard(&self, rank: usize) {
@@ -592,7 +609,7 @@ async fn pass_on(
 
 /// Where the agent's answers go: to `probe` (with the node rank), and its ports in use.
 struct Replies {
-    probes: Option<mpsc::UnboundedSender<(usize, Vec<ProcessState>)>>,
+    probes: Option<mpsc::UnboundedSender<ProbeAnswer>>,
     ports: Option<mpsc::UnboundedSender<Option<BTreeSet<u16>>>>,
 }
 
@@ -609,6 +626,8 @@ async fn pump_agent(
 ) -> Option<i32> {
     let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
+    // A probe's processes, held until its stacks are all in.
+    let mut probed: Option<(Vec<ProcessState>, Vec<RankStack>)> = None;
     while let Ok(Some(line)) = reader.next_segment().await {
         let line = String::from_utf8_lossy(&line);
         liveness.heard(rank);
@@ -628,8 +647,18 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Probe(processes) => {
-                if let Some(answers) = &replies.probes {
-                    let _ = answers.send((rank, processes));
+                probed = Some((processes, Vec::new()));
+                continue;
+            }
+            AgentMessage::Stack(stack) => {
+                if let Some((_, stacks)) = &mut probed {
+                    stacks.push(stack);
+                }
+                continue;
+            }
+            AgentMessage::StacksDone => {
+                if let (Some((processes, stacks)), Some(answers)) = (probed.take(), &replies.probes) {
+                    let _ = answers.send((rank, processes, stacks));
                 }
                 continue;
             }

@@ -39,7 +39,12 @@ pub struct RunOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptSummary {
     pub attempt: u32,
+    /// When it began (its agents logging in).
+    pub started_at: std::time::SystemTime,
     pub duration: std::time::Duration,
+    /// How long after its start it first made progress (a line of a rank, or one matching
+    /// `restart.progress_pattern`); `None`: it never did.
+    pub first_progress: Option<std::time::Duration>,
     /// `None`: it succeeded or was interrupted.
     pub verdict: Option<Verdict>,
     /// The host of each node rank in this attempt.

@@ -1,0 +1,156 @@
+//! The run's record beside its logs: what was run (`config.toml`, the file as given;
+//! `plan.json`, the resolved plan; `herd.json`, herd's version and the launch directory's git
+//! commit) and how it went (`summary.json`). Secrets never appear: the plan masks forwarded
+//! values, and the launching environment is not written.
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+
+use crate::events::RunStatus;
+use crate::plan::LaunchPlan;
+use crate::supervisor::AttemptSummary;
+
+/// What was run, written as the run starts.
+pub fn write_start(
+    run_dir: &Path,
+    plan: &LaunchPlan,
+    config_file: &Path,
+    launch_dir: &Path,
+) -> io::Result<()> {
+    std::fs::copy(config_file, run_dir.join("config.toml"))?;
+    std::fs::write(run_dir.join("plan.json"), super::plan_view::json(plan))?;
+    let about = json!({
+        "herd_version": env!("CARGO_PKG_VERSION"),
+        "launch_dir": launch_dir.display().to_string(),
+        "git": git_state(launch_dir),
+    });
+    std::fs::write(run_dir.join("herd.json"), pretty(&about))
+}
+
+/// The launch directory's commit and whether its tracked files differ from it; `null` when it
+/// is no repository (or git is not installed).
+fn git_state(dir: &Path) -> Value {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    match (git(&["rev-parse", "HEAD"]), git(&["status", "--porcelain", "--untracked-files=no"])) {
+        (Some(commit), Some(status)) => json!({ "commit": commit, "dirty": !status.is_empty() }),
+        _ => Value::Null,
+    }
+}
+
+/// How it went: every attempt's start, end, class, root cause and culprit, and the share of
+/// the run's wall time that was training: each attempt's time after its first progress.
+pub fn summary(
+    run_id: &str,
+    status: RunStatus,
+    attempts: &[AttemptSummary],
+    started: SystemTime,
+    ended: SystemTime,
+) -> Value {
+    let wall = ended.duration_since(started).unwrap_or_default();
+    let effective: Duration =
+        attempts.iter().filter_map(|a| Some(a.duration.saturating_sub(a.first_progress?))).sum();
+    let last = attempts.len().saturating_sub(1);
+    let rows: Vec<Value> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let class = match &a.verdict {
+                Some(v) => v.class.as_str(),
+                None if i == last && status == RunStatus::Interrupted => "interrupted",
+                None => "ok",
+            };
+            let root = a.verdict.as_ref().and_then(|v| v.root_cause.as_ref());
+            json!({
+                "attempt": a.attempt,
+                "started": rfc3339(a.started_at),
+                "ended": rfc3339(a.started_at + a.duration),
+                "seconds": a.duration.as_secs_f64(),
+                "class": class,
+                "root_cause": root,
+                "culprit": root.map(super::summary::root_cause_words),
+                "progress_after_seconds": a.first_progress.map(|d| d.as_secs_f64()),
+                "nodes": a.nodes,
+            })
+        })
+        .collect();
+    json!({
+        "run_id": run_id,
+        "status": status,
+        "started": rfc3339(started),
+        "ended": rfc3339(ended),
+        "wall_seconds": wall.as_secs_f64(),
+        "attempts": rows,
+        "effective_seconds": effective.as_secs_f64(),
+        "effective_share": if wall.is_zero() { 0.0 } else { effective.as_secs_f64() / wall.as_secs_f64() },
+    })
+}
+
+pub fn write_summary(run_dir: &Path, summary: &Value) -> io::Result<()> {
+    std::fs::write(run_dir.join("summary.json"), pretty(summary))
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn pretty(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("serialises");
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{FailureClass, NodeExit, RootCause, Verdict};
+
+    #[test]
+    fn the_summary_counts_training_time_from_each_attempts_first_progress() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let failed = Verdict {
+            class: FailureClass::Comm,
+            root_cause: Some(RootCause {
+                rank: Some(3),
+                local_rank: Some(1),
+                node_rank: 1,
+                host: "n2".into(),
+                exit: NodeExit::ExitCode(1),
+                line: None,
+            }),
+            consequences: vec![],
+            hint: "",
+        };
+        let attempts = [
+            AttemptSummary {
+                attempt: 0,
+                started_at: t0,
+                duration: Duration::from_secs(40),
+                first_progress: Some(Duration::from_secs(10)),
+                verdict: Some(failed),
+                nodes: vec!["n1".into(), "n2".into()],
+            },
+            AttemptSummary {
+                attempt: 1,
+                started_at: t0 + Duration::from_secs(50),
+                duration: Duration::from_secs(50),
+                first_progress: Some(Duration::from_secs(10)),
+                verdict: None,
+                nodes: vec!["n1".into(), "n2".into()],
+            },
+        ];
+        let s = summary("r", RunStatus::Succeeded, &attempts, t0, t0 + Duration::from_secs(100));
+        assert_eq!(s["attempts"][0]["class"], "comm");
+        assert_eq!(s["attempts"][0]["culprit"], "node 1 (n2), rank 3 (local 1): exit code 1");
+        assert_eq!(s["attempts"][1]["class"], "ok");
+        assert_eq!(s["attempts"][1]["ended"], "2027-01-15T08:01:40.000Z");
+        // 30 s + 40 s of training in 100 s.
+        assert_eq!(s["effective_seconds"], 70.0);
+        assert_eq!(s["effective_share"], 0.7);
+    }
+}

@@ -1,0 +1,216 @@
+//! Every rank's Python stack when a job hangs, as py-spy dumps it: where each rank is, and
+//! which rank is the odd one out. Pure: the agent runs py-spy, the output writes the files.
+//!
+//! A rank's place is the innermost frame of its main thread, at the innermost line of the
+//! user's own code (not the interpreter's library, not site-packages): `all_reduce
+//! (train.py:42)` for a rank inside a collective called from line 42, `main (train.py:57)`
+//! for a rank sleeping there. Ranks are grouped by place; when one group is smaller than all
+//! the others, its ranks are the likely culprits: the others wait for them.
+
+use serde::Serialize;
+
+/// One rank's dump: py-spy's text, or why there is none (py-spy missing, ptrace refused, no
+/// answer in time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankStack {
+    pub rank: u32,
+    pub pid: u32,
+    #[serde(skip)]
+    pub dump: Result<String, String>,
+}
+
+/// One frame of a dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub name: String,
+    pub file: String,
+    pub line: u32,
+}
+
+/// Ranks at the same place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    pub place: String,
+    pub ranks: Vec<u32>,
+}
+
+/// What the stacks of one attempt say.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Largest group first.
+    pub groups: Vec<Group>,
+    /// The place of the likely culprits, one of `groups`; `None` when no group stands out.
+    pub culprit: Option<Group>,
+    /// Ranks with no stack, and why.
+    pub missing: Vec<(u32, String)>,
+}
+
+/// The frames of the main thread (else the first thread), innermost first, from py-spy's
+/// `dump` text: a `Thread ...` header, then one `    name (file:line)` line per frame.
+pub fn main_thread(dump: &str) -> Vec<Frame> {
+    let mut threads: Vec<(bool, Vec<Frame>)> = Vec::new();
+    for line in dump.lines() {
+        if line.starts_with("Thread ") {
+            threads.push((line.ends_with("\"MainThread\""), Vec::new()));
+        } else if let (Some((_, frames)), Some(frame)) = (threads.last_mut(), frame(line)) {
+            frames.push(frame);
+        }
+    }
+    let main = threads.iter().position(|(main, _)| *main).unwrap_or(0);
+    threads.into_iter().nth(main).map(|(_, f)| f).unwrap_or_default()
+}
+
+fn frame(line: &str) -> Option<Frame> {
+    let rest = line.strip_prefix("    ")?.trim_end();
+    let (name, place) = rest.strip_suffix(')')?.rsplit_once(" (")?;
+    let (file, line) = place.rsplit_once(':')?;
+    Some(Frame { name: name.to_string(), file: file.to_string(), line: line.parse().ok()? })
+}
+
+/// Whether a file is the interpreter's or an installed package's, not the user's.
+fn library(file: &str) -> bool {
+    file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.contains("/lib/python3")
+        || file.starts_with('<')
+}
+
+/// Where a rank is (see the module's words); paths under `workdir` are shown relative to it.
+pub fn place(frames: &[Frame], workdir: &str) -> Option<String> {
+    let innermost = frames.first()?;
+    let at = frames.iter().find(|f| !library(&f.file)).unwrap_or(innermost);
+    let prefix = format!("{}/", workdir.trim_end_matches('/'));
+    let file = at.file.strip_prefix(&prefix).unwrap_or(&at.file);
+    Some(format!("{} ({file}:{})", innermost.name, at.line))
+}
+
+/// Group every rank's stack by place, and name the odd group.
+pub fn summarize(stacks: &[RankStack], workdir: &str) -> Summary {
+    let mut summary = Summary::default();
+    let mut sorted: Vec<&RankStack> = stacks.iter().collect();
+    sorted.sort_by_key(|s| s.rank);
+    for s in sorted {
+        let place = match &s.dump {
+            Ok(text) => place(&main_thread(text), workdir),
+            Err(why) => {
+                summary.missing.push((s.rank, why.clone()));
+                continue;
+            }
+        };
+        let Some(place) = place else {
+            summary.missing.push((s.rank, "py-spy printed no Python frame".into()));
+            continue;
+        };
+        match summary.groups.iter_mut().find(|g| g.place == place) {
+            Some(g) => g.ranks.push(s.rank),
+            None => summary.groups.push(Group { place, ranks: vec![s.rank] }),
+        }
+    }
+    summary.groups.sort_by_key(|g| std::cmp::Reverse(g.ranks.len()));
+    if let [.., second, last] = summary.groups.as_slice() {
+        if last.ranks.len() < second.ranks.len() {
+            summary.culprit = Some(last.clone());
+        }
+    }
+    summary
+}
+
+impl Summary {
+    /// `5 ranks in all_reduce (train.py:42); 1 rank (5) in main (train.py:57), the likely culprit`
+    pub fn words(&self) -> String {
+        let mut parts: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let n = g.ranks.len();
+                let which = if n <= 4 {
+                    format!(" ({})", g.ranks.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+                } else {
+                    String::new()
+                };
+                let odd = if self.culprit.as_ref() == Some(g) { ", the likely culprit" } else { "" };
+                format!("{n} rank{}{which} in {}{odd}", if n == 1 { "" } else { "s" }, g.place)
+            })
+            .collect();
+        if !self.missing.is_empty() {
+            parts.push(format!("{} without a stack", self.missing.len()));
+        }
+        parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IN_ALL_REDUCE: &str =
+        "Process 71: python3 -u examples/allreduce.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n\
+        Thread 71 (idle): \"MainThread\"\n    \
+        all_reduce (/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2955)\n    \
+        wrapper (/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:81)\n    \
+        main (/work/examples/allreduce.py:61)\n    <module> (/work/examples/allreduce.py:90)\n\
+        Thread 80 (idle): \"Thread-1\"\n    wait (/usr/lib/python3.11/threading.py:320)\n";
+    const SLEEPING: &str =
+        "Thread 72 (idle): \"MainThread\"\n    main (/work/examples/allreduce.py:57)\n    \
+        <module> (/work/examples/allreduce.py:90)\n";
+
+    fn stack(rank: u32, dump: Result<&str, &str>) -> RankStack {
+        RankStack { rank, pid: 100 + rank, dump: dump.map(String::from).map_err(String::from) }
+    }
+
+    #[test]
+    fn a_ranks_place_is_its_innermost_frame_at_the_users_line() {
+        let frames = main_thread(IN_ALL_REDUCE);
+        assert_eq!(frames.len(), 4, "{frames:?}");
+        assert_eq!(place(&frames, "/work").as_deref(), Some("all_reduce (examples/allreduce.py:61)"));
+        assert_eq!(
+            place(&main_thread(SLEEPING), "/work/").as_deref(),
+            Some("main (examples/allreduce.py:57)")
+        );
+        // Only library frames: the innermost one, where it is.
+        let lib = "Thread 1 (active): \"MainThread\"\n    poll (/usr/lib/python3.11/selectors.py:415)\n";
+        assert_eq!(
+            place(&main_thread(lib), "/w").as_deref(),
+            Some("poll (/usr/lib/python3.11/selectors.py:415)")
+        );
+        assert_eq!(place(&main_thread("Process 1: x\n"), "/w"), None);
+    }
+
+    #[test]
+    fn the_odd_group_is_the_likely_culprit() {
+        let mut stacks: Vec<RankStack> =
+            (0..6).filter(|r| *r != 4).map(|r| stack(r, Ok(IN_ALL_REDUCE))).collect();
+        stacks.push(stack(4, Ok(SLEEPING)));
+        let s = summarize(&stacks, "/work");
+        assert_eq!(s.groups.len(), 2);
+        assert_eq!(
+            s.culprit,
+            Some(Group { place: "main (examples/allreduce.py:57)".into(), ranks: vec![4] })
+        );
+        assert_eq!(
+            s.words(),
+            "5 ranks in all_reduce (examples/allreduce.py:61); 1 rank (4) in main (examples/allreduce.py:57), the likely culprit"
+        );
+        // Two groups of one size: nobody stands out.
+        let even = [stack(0, Ok(IN_ALL_REDUCE)), stack(1, Ok(SLEEPING))];
+        assert_eq!(summarize(&even, "/work").culprit, None);
+        // Everyone at one place: no culprit either.
+        assert_eq!(summarize(&stacks[..3], "/work").culprit, None);
+    }
+
+    #[test]
+    fn ranks_without_a_stack_say_why_and_the_rest_are_still_grouped() {
+        let stacks = [
+            stack(0, Ok(IN_ALL_REDUCE)),
+            stack(1, Err("py-spy not found on the node (not on PATH, nor in the job's)")),
+            stack(2, Ok("")),
+        ];
+        let s = summarize(&stacks, "/work");
+        assert_eq!(
+            s.groups,
+            [Group { place: "all_reduce (examples/allreduce.py:61)".into(), ranks: vec![0] }]
+        );
+        assert_eq!(s.missing.len(), 2);
+        assert!(s.words().ends_with("; 2 without a stack"), "{}", s.words());
+    }
+}

@@ -1,0 +1,146 @@
+//! What a run keeps and tells, on the namespace testbed with real torchrun: a restart resumes
+//! from the newest checkpoint, the run directory records what ran and how it went (and never
+//! a secret), and the notify hook hears of the run's notable events in order.
+
+mod support;
+
+use serde_json::Value;
+use support::cluster::{Cluster, LIMIT};
+use support::herd::{self, events, only_run_dir};
+
+const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
+const SECRET: &str = "s3cr3t-value-9f1c";
+
+fn job(args: &str) -> String {
+    format!("launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\nnproc_per_node = 2\nforward_env = [\"HERD_TEST_SECRET\"]")
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+#[test]
+fn a_restart_resumes_from_the_newest_checkpoint_and_the_run_is_recorded() {
+    let c = Cluster::new(3);
+    let ckpt = c.tb.dir().join("ckpt");
+    let heard = c.tb.dir().join("heard.jsonl");
+    let args = format!(
+        "\"--steps\", \"6\", \"--sleep\", \"0.3\", \"--die-rank\", \"3\", \"--fault-step\", \"3\", \"--save-dir\", \"{}\"",
+        ckpt.display()
+    );
+    let extra = format!(
+        "{FAST_RESTART}resume_args = [\"--resume\", \"{{latest:{}/step_*}}\"]\n\n[notify]\ncommand = \"cat >> {} && echo >> {}\"\n",
+        ckpt.display(),
+        heard.display(),
+        heard.display()
+    );
+    c.write_config(&job(&args), &extra);
+    // The launch directory is a repository with a commit.
+    git(c.tb.dir(), &["init", "-q"]);
+    git(c.tb.dir(), &["add", "cluster.toml"]);
+    git(c.tb.dir(), &["commit", "-qm", "cluster"]);
+
+    let out = herd::start(c.tb.dir(), &["run"], &[("HERD_TEST_SECRET", SECRET)]).wait(LIMIT);
+    out.assert_code(0);
+    // Resumed from the last step rank 0 saved before rank 3 died at step 3.
+    assert!(
+        out.stdout.contains(&format!("rank 0 resumes from {}/step_2 at step 3", ckpt.display())),
+        "{out}"
+    );
+    assert_eq!(
+        out.stdout
+            .lines()
+            .filter(|l| l.contains("result rank=") && l.contains(" attempt=1 ") && l.ends_with(" ok"))
+            .count(),
+        6,
+        "{out}"
+    );
+    let run = only_run_dir(&c.logs());
+    let ev = events(&run);
+    let resuming: Vec<&Value> = ev.iter().filter(|e| e["event"] == "resuming").collect();
+    assert_eq!(resuming.len(), 1);
+    assert_eq!(resuming[0]["from"], format!("{}/step_2", ckpt.display()));
+
+    // The record: the config as given, the plan, herd's version and the commit.
+    assert_eq!(
+        std::fs::read(run.join("config.toml")).unwrap(),
+        std::fs::read(c.tb.dir().join("cluster.toml")).unwrap()
+    );
+    let plan: Value = serde_json::from_slice(&std::fs::read(run.join("plan.json")).unwrap()).unwrap();
+    assert_eq!(plan["nnodes"], 3);
+    let about: Value = serde_json::from_slice(&std::fs::read(run.join("herd.json")).unwrap()).unwrap();
+    assert_eq!(about["herd_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(about["git"]["commit"].as_str().unwrap().len(), 40, "{about}");
+    assert_eq!(about["git"]["dirty"], false, "{about}");
+    let summary: Value = serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    let classes: Vec<&str> =
+        summary["attempts"].as_array().unwrap().iter().map(|a| a["class"].as_str().unwrap()).collect();
+    assert_eq!(classes, ["crash", "ok"], "{summary}");
+    assert_eq!(summary["status"], "succeeded");
+    let share = summary["effective_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share < 1.0, "{summary}");
+    assert!(summary["attempts"][0]["culprit"].as_str().unwrap().contains("rank 3"), "{summary}");
+    // A forwarded secret is in no file of the run.
+    for entry in walk(&run) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(SECRET), "{} holds the secret", entry.display());
+    }
+
+    // The hook heard the three events, in order.
+    let heard_text = std::fs::read_to_string(&heard).unwrap();
+    let names: Vec<String> = heard_text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["attempt_failed", "restart_scheduled", "run_finished"]);
+}
+
+#[test]
+fn no_checkpoint_starts_afresh_with_a_warning_and_a_failing_hook_changes_nothing() {
+    let c = Cluster::new(2);
+    let empty = c.tb.dir().join("no-ckpt");
+    std::fs::create_dir_all(&empty).unwrap();
+    let args = "\"--steps\", \"4\", \"--sleep\", \"0.2\", \"--die-rank\", \"1\", \"--fault-step\", \"1\"";
+    let extra = format!(
+        "{FAST_RESTART}resume_args = [\"--resume\", \"{{latest:{}/step_*}}\"]\n\n[notify]\ncommand = \"exit 7\"\ntimeout = \"2s\"\n",
+        empty.display()
+    );
+    c.write_config(&job(args), &extra);
+    let out = c.run();
+    out.assert_code(0);
+    assert!(out.stderr.contains("nothing in") && out.stderr.contains("starts afresh"), "{out}");
+    assert!(
+        out.stderr.contains("notify.command \"exit 7\": exited with exit status: 7; the run goes on"),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("resumes from"), "{out}");
+    let ev = events(&only_run_dir(&c.logs()));
+    let resuming: Vec<&Value> = ev.iter().filter(|e| e["event"] == "resuming").collect();
+    assert_eq!(
+        (resuming[0]["from"].clone(), resuming[0]["args"].clone()),
+        (Value::Null, serde_json::json!([]))
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            files.extend(walk(&p));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}
