@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
         Command::Man { out_dir } => man_command(out_dir.as_deref()),
         Command::Doctor(args) => doctor_command(args),
         Command::Nodes(args) => nodes_command(args),
+        Command::Stacks(args) => stacks_command(&args.config),
     }
 }
 
@@ -337,6 +338,44 @@ fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
         output::plan_view::nodes_text(next.as_ref(), &kept_out)
     };
     print!("{text}");
+    Ok(exit::OK)
+}
+
+fn stacks_command(config: &Path) -> Result<u8, Error> {
+    // Every node of the config: a live run may have promoted any spare.
+    let plan = load_plan(config, &NodeSelection::default(), &[], Active::All)?;
+    ready_to_connect(&plan)?;
+    let runtime = runtime()?;
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let prefixes = output::prefix::prefixes(&hosts, false);
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let collector = std::thread::spawn(move || {
+        output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
+    });
+    let command = crate::remote::stacks_command(&plan.config_key);
+    let outcome = runtime.block_on(async {
+        let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
+        forward_signals(interrupt_tx);
+        supervisor::exec::exec(&plan, &new_run_id(), &command, events_tx, interrupts).await
+    });
+    let outputs = collector.join().expect("stacks collector panicked");
+    eprint!("{}", output::exec_view::failures(&hosts, &outcome.ends));
+    let mut stacks = Vec::new();
+    for (node_rank, out) in outputs.iter().enumerate() {
+        for line in String::from_utf8_lossy(out).lines() {
+            if let crate::remote::AgentMessage::Stack(s) = crate::remote::parse_agent_line(line) {
+                stacks.push((node_rank, s));
+            }
+        }
+    }
+    if stacks.is_empty() {
+        eprintln!("herd: no rank of a run of {} is running on any node", plan.config_path.display());
+        return Ok(exit::JOB_FAILED);
+    }
+    stacks.sort_by_key(|(_, s)| s.rank);
+    print!("{}", output::summary::stacks_text(&stacks, &hosts));
+    let all: Vec<crate::stacks::RankStack> = stacks.into_iter().map(|(_, s)| s).collect();
+    println!("{}", crate::stacks::summarize(&all, &plan.workdir).words());
     Ok(exit::OK)
 }
 

@@ -79,6 +79,11 @@ pub enum Command {
     /// go on without it; later runs of the config skip it until it is released here. The
     /// config file is never rewritten.
     Nodes(NodesArgs),
+    /// Print every rank's Python stack (py-spy dump) of a live run of this config, grouped by
+    /// where the ranks are, from another terminal. Only reads: the run goes on.
+    ///
+    /// Needs py-spy on the nodes (the job's PATH or the nodes'); `herd doctor` checks it.
+    Stacks(ConfigArg),
 }
 
 #[derive(Debug, Args)]

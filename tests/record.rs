@@ -144,3 +144,36 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+#[test]
+fn herd_stacks_prints_every_rank_of_a_live_run_and_changes_nothing() {
+    let c = Cluster::new(3);
+    c.write_config(&job("\"--steps\", \"150\", \"--sleep\", \"0.2\""), FAST_RESTART);
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    let started = herd::wait_until(std::time::Duration::from_secs(120), || {
+        (0..3)
+            .map(|n| {
+                c.tb.processes_with_env(n, "LOCAL_RANK", "0").len()
+                    + c.tb.processes_with_env(n, "LOCAL_RANK", "1").len()
+            })
+            .sum::<usize>()
+            >= 6
+    });
+    assert!(started, "training did not start");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let stacks = herd::run(c.tb.dir(), &["stacks"], LIMIT);
+    stacks.assert_code(0);
+    for rank in 0..6 {
+        assert!(
+            stacks.stdout.contains(&format!("==> rank {rank}: node {} (", rank / 2)),
+            "rank {rank}\n{stacks}"
+        );
+    }
+    assert_eq!(stacks.stdout.matches("\"MainThread\"").count(), 6, "{stacks}");
+    assert!(stacks.stdout.lines().last().unwrap().contains("examples/allreduce.py:"), "{stacks}");
+    // The run was only read: it goes on and ends well.
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    let ev = events(&only_run_dir(&c.logs()));
+    assert!(!ev.iter().any(|e| e["event"] == "attempt_failed"), "{out}");
+}

@@ -186,6 +186,26 @@ fn node_changes(before: &[String], now: &[String]) -> String {
     format!("on {} node(s), by node rank: {}", now.len(), ranks.join(", "))
 }
 
+/// `herd stacks`: each rank's dump under a `==> rank R: node N (host), pid P <==` line.
+pub fn stacks_text(stacks: &[(usize, crate::stacks::RankStack)], hosts: &[String]) -> String {
+    let mut s = String::new();
+    for (node_rank, st) in stacks {
+        let host = hosts.get(*node_rank).map_or("?", String::as_str);
+        let _ = writeln!(s, "==> rank {}: node {node_rank} ({host}), pid {} <==", st.rank, st.pid);
+        match &st.dump {
+            Ok(dump) => {
+                s += dump.trim_end();
+                s.push('\n');
+            }
+            Err(why) => {
+                let _ = writeln!(s, "no stack: {why}");
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// How the last attempt failed, for people.
 pub fn failure(v: &Verdict, log: &Path) -> String {
     let mut s = format!("root cause ({}): {}\n", v.class, cause_words(v.root_cause.as_ref()));

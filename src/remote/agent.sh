@@ -216,26 +216,12 @@ probe_job() {
   done
 }
 
-# Each worker's Python stack, for a hang's evidence, all at once: `herd-agent stack RANK PID
-# ok|failed|missing BASE64` (py-spy's dump, or why there is none), then `herd-agent
-# stacks-done`. py-spy is looked for on the worker's own PATH (its virtualenv's bin) and the
-# agent's; each dump is bounded (3 s), so the whole answer comes within herd's wait.
+# Each worker's Python stack, for a hang's evidence, all at once (see `herd_stack`), then
+# `herd-agent stacks-done`.
 stacks_job() {
   for p in $(strays); do
     r=$(env_of RANK "$p")
-    [ "$r" != - ] || continue
-    (
-      spy=$(PATH="$(env_of PATH "$p"):$PATH" command -v py-spy 2>/dev/null) || spy=
-      if [ -z "$spy" ]; then
-        st=missing
-        out="py-spy is not installed on the node (not on its PATH, nor in the job's): pip install py-spy"
-      elif out=$(timeout 3 "$spy" dump --full-filenames --pid "$p" 2>&1); then
-        st=ok
-      else
-        st=failed
-      fi
-      echo "herd-agent stack $r $p $st $(printf '%s' "$out" | head -c 40000 | base64 | tr -d '\n')"
-    ) &
+    [ "$r" = - ] || herd_stack "$p" "$r" &
   done
   wait
   echo "herd-agent stacks-done"

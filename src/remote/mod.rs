@@ -281,6 +281,17 @@ fn parse_stack(words: &str) -> Option<crate::stacks::RankStack> {
     Some(crate::stacks::RankStack { rank, pid, dump })
 }
 
+/// What `herd stacks` runs on a node: every worker (a process with a `RANK`) of any live run
+/// of the config with `config_key`, dumped at once as the agent does on a hang (`herd-agent
+/// stack ...` lines). It only reads: nothing of the job is touched.
+pub fn stacks_command(config_key: &str) -> String {
+    let marker = crate::marker::Marker::config(config_key).entry();
+    format!(
+        "{PROCS_SCRIPT}\nfor p in $(herd_with_env -e {}); do\n  r=$(grep -z '^RANK=' \"/proc/$p/environ\" 2>/dev/null | tr -d '\\0')\n  [ -z \"$r\" ] || herd_stack \"$p\" \"${{r#RANK=}}\" &\ndone\nwait\n",
+        quote(&format!("^{marker}"))
+    )
+}
+
 pub fn parse_agent_line(line: &str) -> AgentMessage {
     match line {
         "herd-agent alive" => return AgentMessage::Alive,

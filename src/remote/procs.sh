@@ -129,3 +129,21 @@ herd_sweep() {
   [ -z "$herd_left" ] || kill -KILL $herd_left 2>/dev/null
   return 0
 }
+
+# herd_stack PID RANK: one worker's Python stack, as `herd-agent stack RANK PID STATUS BASE64`:
+# py-spy's dump (ok), its error (failed), or that there is no py-spy (missing). py-spy is
+# looked for on the worker's own PATH (its virtualenv's bin), then the caller's; a dump is
+# bounded to 3 s.
+herd_stack() {
+  herd_wpath=$(grep -z '^PATH=' "/proc/$1/environ" 2>/dev/null | tr -d '\0')
+  herd_spy=$(PATH="${herd_wpath#PATH=}:$PATH" command -v py-spy 2>/dev/null) || herd_spy=
+  if [ -z "$herd_spy" ]; then
+    herd_st=missing
+    herd_out="py-spy is not installed on the node (not on its PATH, nor on the job's): pip install py-spy"
+  elif herd_out=$(timeout 3 "$herd_spy" dump --full-filenames --pid "$1" 2>&1); then
+    herd_st=ok
+  else
+    herd_st=failed
+  fi
+  echo "herd-agent stack $2 $1 $herd_st $(printf '%s' "$herd_out" | head -c 40000 | base64 | tr -d '\n')"
+}
