@@ -64,6 +64,9 @@ fn main() {
     if want("spare") {
         spare();
     }
+    if want("stacks") {
+        stacks();
+    }
     if want("logs") {
         logs();
     }
@@ -977,12 +980,7 @@ fn restart() {
             println!("run {rep}, {name}: attempt 1 did not come up (herd ok: {})", m.success);
             continue;
         };
-        let delay = ev
-            .iter()
-            .find(|e| e["event"] == "restart_scheduled")
-            .and_then(|e| e["delay_ms"].as_u64())
-            .unwrap_or(0) as f64
-            / 1000.0;
+        let delay = backoff_drawn(&ev);
         let total = (up - killed).as_secs_f64();
         let teardown = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, killed_wall));
         let to_start = since(started, killed_wall);
@@ -1081,12 +1079,7 @@ fn spare() {
             println!("run {rep}: attempt 1 did not come up on the spare (herd ok: {})", m.success);
             continue;
         };
-        let delay = ev
-            .iter()
-            .find(|e| e["event"] == "restart_scheduled")
-            .and_then(|e| e["delay_ms"].as_u64())
-            .unwrap_or(0) as f64
-            / 1000.0;
+        let delay = backoff_drawn(&ev);
         let all_s = (all - cut).as_secs_f64();
         let failed = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, cut_wall));
         with_spare.push([(first - cut).as_secs_f64(), all_s, delay, all_s - since(started, cut_wall), failed]);
@@ -1139,6 +1132,72 @@ fn spare() {
     let (m, s, _) = fmt_stat(&goal, 2);
     println!("| goal margin: heartbeat 6 s + backoff + 3 s + torchrun start-up, minus the time to all six (> 0 meets it) | {m} | {s} |");
     println!("\nThe last run with a spare, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+}
+
+/// Scenario 10: every rank's stack when a job hangs. N nodes x R ranks, each rank a Python
+/// process asleep (a `command` job whose ranks carry RANK and LOCAL_RANK, as torchrun's
+/// workers do), no line ever matching `progress_pattern`: the hang is found after
+/// `hang_timeout`, and herd collects every rank's py-spy dump before the teardown. Measured:
+/// from the end of the hang timeout to the teardown (the probe, processes and stacks), and
+/// how many ranks got a stack. All N nodes share this machine's 2 cores: on a cluster each
+/// node's 8 dumps run on its own cores.
+fn stacks() {
+    let reps = runs(3);
+    let sizes: Vec<(usize, usize)> = std::env::var("BENCH_STACKS")
+        .unwrap_or_else(|_| "8x8,64x8".into())
+        .split(',')
+        .filter_map(|s| s.split_once('x').and_then(|(n, r)| Some((n.parse().ok()?, r.parse().ok()?))))
+        .collect();
+    let venv = herd_support::torch_venv();
+    let most = sizes.iter().map(|s| s.0).max().unwrap_or(1);
+    let tb = Testbed::new(most);
+    let dir = tempfile::tempdir().unwrap();
+    const HANG: u64 = 30;
+    println!("\n### Every rank's stack on a hang: N nodes x R sleeping Python ranks, hang_timeout {HANG} s ({reps} runs each)\n");
+    println!("Rerun: `BENCH_RUNS={reps} BENCH_STACKS={} cargo bench --bench herd_bench -- stacks`\n", sizes.iter().map(|(n, r)| format!("{n}x{r}")).collect::<Vec<_>>().join(","));
+    println!("| N x R | probe and stacks, from the hang timeout to the teardown: median s | spread s | ranks with a stack (all runs) | groups |");
+    println!("|---|---|---|---|---|");
+    for (n, per) in sizes {
+        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
+        let ranks = format!(
+            "i=0; while [ $i -lt {per} ]; do RANK=$((NODE_RANK * {per} + i)) LOCAL_RANK=$i python3 -c 'import time\nwhile True: time.sleep(60)' & i=$((i + 1)); done; wait"
+        );
+        let job = format!(
+            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]\nsetup = \"export PATH={}/bin:$PATH\"",
+            toml_str(&ranks),
+            venv.display()
+        );
+        let extra = format!("[restart]\nmax_restarts = 0\nhang_timeout = \"{HANG}s\"\nprogress_pattern = \"^never$\"\ngrace_period = \"2s\"\n");
+        let (mut took, mut got, mut groups) = (Vec::new(), 0usize, String::new());
+        for _ in 0..reps {
+            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+            let config = write_config(&tb, dir.path(), &hosts, &job, &extra).display().to_string();
+            let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
+            let _ = herd.finish();
+            let ev = run_events(&dir.path().join("logs"));
+            let (Some(started), Some(teardown)) = (event_time(&ev, "attempt_started", 0), event_time(&ev, "teardown_started", 0)) else {
+                println!("a run did not hang as planned");
+                continue;
+            };
+            took.push(since(teardown, started) - HANG as f64);
+            if let Some(s) = ev.iter().find(|e| e["event"] == "stacks_summarized") {
+                got += s["groups"].as_array().map_or(0, |g| g.iter().map(|g| g["ranks"].as_array().map_or(0, Vec::len)).sum());
+                groups = s["groups"].as_array().map_or(0, Vec::len).to_string();
+            }
+        }
+        let (m, sp, _) = fmt_stat(&took, 2);
+        println!("| {n} x {per} | {m} | {sp} | {got} of {} | {groups} |", n * per * reps);
+    }
+}
+
+/// The backoff herd drew for the first restart, in seconds (0 without one).
+fn backoff_drawn(ev: &[serde_json::Value]) -> f64 {
+    let scheduled = ev.iter().find(|e| e["event"] == "restart_scheduled");
+    scheduled.and_then(|e| e["delay_ms"].as_u64()).unwrap_or(0) as f64 / 1000.0
+}
+
+fn toml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string")
 }
 
 /// events.jsonl after `from`, as table rows `| +t s | event detail |`.

@@ -362,10 +362,9 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     eprint!("{}", output::exec_view::failures(&hosts, &outcome.ends));
     let mut stacks = Vec::new();
     for (node_rank, out) in outputs.iter().enumerate() {
+        let mut reader = crate::remote::StackReader::default();
         for line in String::from_utf8_lossy(out).lines() {
-            if let crate::remote::AgentMessage::Stack(s) = crate::remote::parse_agent_line(line) {
-                stacks.push((node_rank, s));
-            }
+            stacks.extend(reader.feed(&crate::remote::parse_agent_line(line)).map(|s| (node_rank, s)));
         }
     }
     if stacks.is_empty() {

@@ -55,17 +55,23 @@ impl Notifier {
 }
 
 fn run_hook(notify: &Notify, payload: &[u8]) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(&notify.command)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        // Its own group: a timeout stops what it started too (curl under sh).
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start: {e}"))?;
-    // A hook that does not read its stdin is no failure.
+    // Fed from a thread: a hook that never reads its stdin cannot stall the timeout.
     if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(payload);
+        let payload = payload.to_vec();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&payload);
+        });
     }
     let deadline = Instant::now() + notify.timeout;
     loop {
@@ -73,7 +79,8 @@ fn run_hook(notify: &Notify, payload: &[u8]) -> Result<(), String> {
             Ok(Some(status)) if status.success() => return Ok(()),
             Ok(Some(status)) => return Err(format!("exited with {status}")),
             Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
+                // SAFETY: a plain kill(2) of the hook's own process group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
                 let _ = child.wait();
                 return Err(format!(
                     "still running after {}: killed",
@@ -109,7 +116,9 @@ mod tests {
     fn a_failing_or_hanging_hook_is_an_error_not_a_hang() {
         assert_eq!(run_hook(&notify("exit 3".into(), 5_000), b"x"), Err("exited with exit status: 3".into()));
         let started = Instant::now();
-        let err = run_hook(&notify("sleep 30".into(), 200), b"x").unwrap_err();
+        // Neither reads its stdin (a payload over a pipe's size) nor ends; its child neither.
+        let big = vec![b'x'; 1 << 20];
+        let err = run_hook(&notify("sleep 30 & sleep 30".into(), 200), &big).unwrap_err();
         assert!(err.starts_with("still running after 200ms: killed"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_eq!(run_hook(&notify("true".into(), 5_000), b"ignored"), Ok(()));

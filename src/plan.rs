@@ -223,9 +223,7 @@ pub enum EnvValue {
         config_key: String,
     },
     /// The NCCL flight recorder's dump prefix of this attempt (see `NCCL_DUMP_VAR`).
-    NcclDump {
-        workdir: String,
-    },
+    NcclDump,
 }
 
 /// The values only known when an attempt starts.
@@ -354,7 +352,7 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
                 for (k, v) in NCCL_FLIGHT_RECORDER {
                     env.entry(k.to_string()).or_insert(EnvValue::Value(v.to_string()));
                 }
-                env.entry(NCCL_DUMP_VAR.into()).or_insert(EnvValue::NcclDump { workdir: workdir.clone() });
+                env.entry(NCCL_DUMP_VAR.into()).or_insert(EnvValue::NcclDump);
             }
             let mut set = |k: &str, v: EnvValue| {
                 env.insert(k.to_string(), v);
@@ -580,12 +578,10 @@ impl NodePlan {
                     EnvValue::ContainerName { config_key } => {
                         container::name(config_key, values.run_id, values.attempt, self.node_rank)
                     }
-                    EnvValue::NcclDump { workdir } => format!(
-                        "{}/herd-nccl/{}/attempt-{}/rank_",
-                        workdir.trim_end_matches('/'),
-                        values.run_id,
-                        values.attempt
-                    ),
+                    // Relative to the workdir, made absolute there (see `remote::job_snippet`).
+                    EnvValue::NcclDump => {
+                        format!("herd-nccl/{}/attempt-{}/rank_", values.run_id, values.attempt)
+                    }
                 };
                 Some((k.clone(), value))
             })
@@ -622,7 +618,7 @@ impl EnvValue {
             // across checkouts.
             EnvValue::Marker { .. } => "<config-key>:<run-id>:<attempt>:<node-rank>",
             EnvValue::ContainerName { .. } => "herd-<config-key>-<run-id>-<attempt>-<node-rank>",
-            EnvValue::NcclDump { .. } => "<workdir>/herd-nccl/<run-id>/attempt-<attempt>/rank_",
+            EnvValue::NcclDump => "<workdir>/herd-nccl/<run-id>/attempt-<attempt>/rank_",
         }
     }
 }
@@ -657,7 +653,7 @@ mod tests {
         let gpu = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n");
         assert_eq!(gpu["TORCH_NCCL_TRACE_BUFFER_SIZE"], "2000");
         assert_eq!(gpu["TORCH_NCCL_DUMP_ON_TIMEOUT"], "1");
-        assert_eq!(gpu[NCCL_DUMP_VAR], "/w/herd-nccl/r1/attempt-2/rank_");
+        assert_eq!(gpu[NCCL_DUMP_VAR], "herd-nccl/r1/attempt-2/rank_", "made absolute in the workdir");
         let own = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n[env]\nTORCH_NCCL_TRACE_BUFFER_SIZE = \"0\"\n");
         assert_eq!(own["TORCH_NCCL_TRACE_BUFFER_SIZE"], "0", "the user's value is kept");
         let cpu = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n");

@@ -19,6 +19,16 @@ pub struct RankStack {
     pub dump: Result<String, String>,
 }
 
+impl RankStack {
+    /// What its file shows: the dump, or why there is none.
+    pub fn text(&self) -> String {
+        match &self.dump {
+            Ok(dump) => format!("{}\n", dump.trim_end()),
+            Err(why) => format!("no stack for rank {} (pid {}): {why}\n", self.rank, self.pid),
+        }
+    }
+}
+
 /// One frame of a dump.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {

@@ -92,11 +92,7 @@ impl RunFiles {
         let dir = attempt_dir(&self.run_dir, attempt).join("stacks");
         fs::create_dir_all(&dir)?;
         for s in stacks {
-            let text = match &s.dump {
-                Ok(dump) => dump.clone(),
-                Err(why) => format!("no stack for rank {} (pid {}): {why}\n", s.rank, s.pid),
-            };
-            fs::write(dir.join(format!("rank{}.txt", s.rank)), text)?;
+            fs::write(dir.join(format!("rank{}.txt", s.rank)), s.text())?;
         }
         Ok(())
     }

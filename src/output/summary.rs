@@ -192,15 +192,7 @@ pub fn stacks_text(stacks: &[(usize, crate::stacks::RankStack)], hosts: &[String
     for (node_rank, st) in stacks {
         let host = hosts.get(*node_rank).map_or("?", String::as_str);
         let _ = writeln!(s, "==> rank {}: node {node_rank} ({host}), pid {} <==", st.rank, st.pid);
-        match &st.dump {
-            Ok(dump) => {
-                s += dump.trim_end();
-                s.push('\n');
-            }
-            Err(why) => {
-                let _ = writeln!(s, "no stack: {why}");
-            }
-        }
+        s += &st.text();
         s.push('\n');
     }
     s

@@ -27,8 +27,8 @@
 #        `herd-agent swept ...`, `herd-agent ports HEX...` (every local TCP port in use, any
 #        state; `?` when no table can be read), `herd-agent pgid P`, `herd-agent alive` (the
 #        heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...` (each job process, -
-#        for a rank it has not), then `herd-agent stack RANK PID STATUS BASE64` per worker and
-#        `herd-agent stacks-done`, `herd-agent clock SECONDS` (the node's time, at once),
+#        for a rank it has not), then every rank's stack (`herd_stack`) and `herd-agent
+#        stacks-done`, `herd-agent clock SECONDS` (the node's time, at once),
 #        `herd-agent unstopped PIDS` (still there after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
@@ -216,17 +216,6 @@ probe_job() {
   done
 }
 
-# Each worker's Python stack, for a hang's evidence, all at once (see `herd_stack`), then
-# `herd-agent stacks-done`.
-stacks_job() {
-  for p in $(strays); do
-    r=$(env_of RANK "$p")
-    [ "$r" = - ] || herd_stack "$p" "$r" &
-  done
-  wait
-  echo "herd-agent stacks-done"
-}
-
 # After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
 # with a LOCAL_RANK) are gone, the launcher has nothing left to do but its interpreter's exit
 # (a second or more with torch loaded): end it then. The group's leader, herd's output
@@ -267,7 +256,8 @@ end_idle_launcher() {
       probe)
         # shellcheck disable=SC2046 # one word per process, on one line
         echo "herd-agent probe" $(probe_job) >&4
-        stacks_job >&4 &
+        # shellcheck disable=SC2046 # one word per pid
+        herd_stacks $(strays) >&4 &
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
     esac

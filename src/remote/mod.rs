@@ -126,7 +126,9 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
         s,
         "cd -- {wd} || {{ printf 'herd: cannot enter workdir \"%s\" on %s\\n' {wd} \"$(hostname)\" >&2; exit 2; }}"
     );
-    // Where PyTorch's NCCL flight recorder dumps (see `plan`): its folder must exist.
+    // Where PyTorch's NCCL flight recorder dumps (see `plan`): relative to the workdir, made
+    // absolute here (the script may change directory), and its folder made.
+    s += "case ${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-/} in /*) ;; *) export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=\"$PWD/$TORCH_NCCL_DEBUG_INFO_TEMP_FILE\" ;; esac\n";
     s += "[ -z \"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-}\" ] || mkdir -p -- \"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE%/*}\" 2>/dev/null\n";
     match setup {
         None => s += &setup_and_exec(None, command),
@@ -256,8 +258,12 @@ pub enum AgentMessage {
     Unstopped(Vec<u32>),
     /// The job's processes as they were when herd asked (`probe`).
     Probe(Vec<ProcessState>),
-    /// One worker's stack, after `probe`.
-    Stack(crate::stacks::RankStack),
+    /// The start of one rank's stack, after `probe` (see `StackReader`).
+    StackStart { rank: u32, pid: u32, status: String },
+    /// A piece of its base64.
+    StackPart(String),
+    /// Its end.
+    StackEnd,
     /// Every worker's stack has been sent.
     StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
@@ -266,30 +272,52 @@ pub enum AgentMessage {
     Other(String),
 }
 
-/// `RANK PID ok|failed|missing BASE64`.
-fn parse_stack(words: &str) -> Option<crate::stacks::RankStack> {
-    use base64::Engine as _;
-    let mut w = words.splitn(4, ' ');
-    let (rank, pid, status) = (w.next()?.parse().ok()?, w.next()?.parse().ok()?, w.next()?);
-    let bytes = base64::engine::general_purpose::STANDARD.decode(w.next().unwrap_or("").trim()).ok()?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let dump = match status {
-        "ok" => Ok(text),
-        "missing" => Err(text),
-        _ => Err(format!("py-spy failed: {}", text.lines().last().unwrap_or("no output").trim())),
-    };
-    Some(crate::stacks::RankStack { rank, pid, dump })
-}
-
-/// What `herd stacks` runs on a node: every worker (a process with a `RANK`) of any live run
-/// of the config with `config_key`, dumped at once as the agent does on a hang (`herd-agent
-/// stack ...` lines). It only reads: nothing of the job is touched.
+/// What `herd stacks` runs on a node: every rank of a live run of the config with
+/// `config_key` (its agent alive), dumped at once as the agent does on a hang.
 pub fn stacks_command(config_key: &str) -> String {
     let marker = crate::marker::Marker::config(config_key).entry();
-    format!(
-        "{PROCS_SCRIPT}\nfor p in $(herd_with_env -e {}); do\n  r=$(grep -z '^RANK=' \"/proc/$p/environ\" 2>/dev/null | tr -d '\\0')\n  [ -z \"$r\" ] || herd_stack \"$p\" \"${{r#RANK=}}\" &\ndone\nwait\n",
-        quote(&format!("^{marker}"))
-    )
+    let body = format!("# shellcheck disable=SC2046\nherd_stacks $(herd_live_job {})", quote(&marker));
+    with_procs(&body)
+}
+
+/// One rank's stack as the agent sends it, in pieces (see `herd_stack` in procs.sh).
+#[derive(Debug, Default)]
+pub struct StackReader {
+    current: Option<(u32, u32, String, String)>,
+}
+
+impl StackReader {
+    /// Take one agent message; a whole stack once its last piece is in.
+    pub fn feed(&mut self, message: &AgentMessage) -> Option<crate::stacks::RankStack> {
+        use base64::Engine as _;
+        match message {
+            AgentMessage::StackStart { rank, pid, status } => {
+                self.current = Some((*rank, *pid, status.clone(), String::new()));
+                None
+            }
+            AgentMessage::StackPart(chunk) => {
+                if let Some((_, _, _, b64)) = &mut self.current {
+                    b64.push_str(chunk);
+                }
+                None
+            }
+            AgentMessage::StackEnd => {
+                let (rank, pid, status, b64) = self.current.take()?;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let dump = match status.as_str() {
+                    "ok" if text.is_empty() => {
+                        Err("py-spy printed nothing (is base64 installed on the node?)".into())
+                    }
+                    "ok" => Ok(text),
+                    "missing" => Err(text),
+                    _ => Err(format!("py-spy failed: {}", text.lines().last().unwrap_or("no output").trim())),
+                };
+                Some(crate::stacks::RankStack { rank, pid, dump })
+            }
+            _ => None,
+        }
+    }
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
@@ -321,8 +349,19 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     if line == "herd-agent stacks-done" {
         return AgentMessage::StacksDone;
     }
-    if let Some(stack) = line.strip_prefix("herd-agent stack ").and_then(parse_stack) {
-        return AgentMessage::Stack(stack);
+    if line == "herd-agent stack-end" {
+        return AgentMessage::StackEnd;
+    }
+    if let Some(chunk) = line.strip_prefix("herd-agent stack+ ") {
+        return AgentMessage::StackPart(chunk.to_string());
+    }
+    if let Some(rest) = line.strip_prefix("herd-agent stack ") {
+        let w: Vec<&str> = rest.split(' ').collect();
+        if let [rank, pid, status] = w[..] {
+            if let (Ok(rank), Ok(pid)) = (rank.parse(), pid.parse()) {
+                return AgentMessage::StackStart { rank, pid, status: status.to_string() };
+            }
+        }
     }
     if let Some(rest) = line.strip_prefix("herd-agent probe") {
         if rest.is_empty() || rest.starts_with(' ') {
@@ -1035,12 +1074,29 @@ mod tests {
             ])
         );
         assert_eq!(parse_agent_line("herd-agent probe"), AgentMessage::Probe(vec![]));
-        let stack = crate::stacks::RankStack { rank: 3, pid: 77, dump: Ok("Thread 1\n".into()) };
-        assert_eq!(parse_agent_line("herd-agent stack 3 77 ok VGhyZWFkIDEK"), AgentMessage::Stack(stack));
-        let failed = parse_agent_line("herd-agent stack 3 77 failed UGVybWlzc2lvbiBkZW5pZWQ=");
-        assert!(
-            matches!(failed, AgentMessage::Stack(s) if s.dump == Err("py-spy failed: Permission denied".into()))
+        let mut reader = StackReader::default();
+        let mut read = |lines: &[&str]| {
+            lines.iter().filter_map(|l| reader.feed(&parse_agent_line(l))).collect::<Vec<_>>()
+        };
+        let pieces = [
+            "herd-agent stack 3 77 ok",
+            "herd-agent stack+ VGhyZ",
+            "herd-agent alive",
+            "herd-agent stack+ WFkIDEK",
+            "herd-agent stack-end",
+        ];
+        assert_eq!(
+            read(&pieces),
+            [crate::stacks::RankStack { rank: 3, pid: 77, dump: Ok("Thread 1\n".into()) }]
         );
+        let failed = read(&[
+            "herd-agent stack 3 77 failed",
+            "herd-agent stack+ UGVybWlzc2lvbiBkZW5pZWQ=",
+            "herd-agent stack-end",
+        ]);
+        assert_eq!(failed[0].dump, Err("py-spy failed: Permission denied".into()));
+        let empty = read(&["herd-agent stack 4 78 ok", "herd-agent stack-end"]);
+        assert!(empty[0].dump.as_ref().unwrap_err().contains("base64"), "{empty:?}");
         assert_eq!(parse_agent_line("herd-agent stacks-done"), AgentMessage::StacksDone);
         assert_eq!(
             parse_agent_line("herd-agent clock 1796113363.512764529"),

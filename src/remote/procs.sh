@@ -71,6 +71,18 @@ herd_live_markers() {
 # Each process is judged by its own marker, not by a list of pids taken earlier: a shell that
 # runs this under a live agent forks subshells with that agent's marker as it goes.
 herd_leftovers() {
+  herd_by_agent "$1" gone
+}
+
+# herd_live_job PREFIX: the pids whose marker starts with PREFIX and whose agent is alive: a
+# live run's.
+herd_live_job() {
+  herd_by_agent "$1" live
+}
+
+# herd_by_agent PREFIX live|gone: the pids whose marker starts with PREFIX, by whether the
+# agent of their marker is alive.
+herd_by_agent() {
   herd_live=$(herd_live_markers "$1")
   for herd_p in $(herd_with_env -- "^$1"); do
     herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
@@ -81,8 +93,8 @@ $herd_live
 " in
       *"
 $herd_m
-"*) ;;
-      *) echo "$herd_p" ;;
+"*) [ "$2" = gone ] || echo "$herd_p" ;;
+      *) [ "$2" = live ] || echo "$herd_p" ;;
     esac
   done
 }
@@ -130,20 +142,63 @@ herd_sweep() {
   return 0
 }
 
-# herd_stack PID RANK: one worker's Python stack, as `herd-agent stack RANK PID STATUS BASE64`:
-# py-spy's dump (ok), its error (failed), or that there is no py-spy (missing). py-spy is
-# looked for on the worker's own PATH (its virtualenv's bin), then the caller's; a dump is
-# bounded to 3 s.
+# herd_env NAME PID: the value of NAME in process PID's environment, or nothing.
+herd_env() {
+  herd_v=$(grep -z -- "^$1=" "/proc/$2/environ" 2>/dev/null | tr -d '\0')
+  printf '%s' "${herd_v#*=}"
+}
+
+# herd_ranks PIDS...: `PID RANK` for each process that is a rank's own: it has a RANK and its
+# parent has none or another (a rank's data loader workers and helpers inherit its RANK).
+herd_ranks() {
+  for herd_p in "$@"; do
+    herd_r=$(herd_env RANK "$herd_p")
+    [ -n "$herd_r" ] || continue
+    herd_stat "/proc/$herd_p/stat" || continue
+    [ "$(herd_env RANK "$herd_ppid")" != "$herd_r" ] || continue
+    echo "$herd_p $herd_r"
+  done
+}
+
+# herd_stack PID RANK: one rank's Python stack: `herd-agent stack RANK PID STATUS`, its
+# base64 in `herd-agent stack+ CHUNK` lines of at most 3000 characters, `herd-agent
+# stack-end`. STATUS: ok (py-spy's dump), failed (its error) or missing (no py-spy). Short
+# lines, each one write: several writers on one pipe never cut into each other's lines.
+# py-spy is looked for on the rank's own PATH (its virtualenv's bin), then the caller's; a
+# dump is bounded to 3 s (then SIGKILL).
 herd_stack() {
-  herd_wpath=$(grep -z '^PATH=' "/proc/$1/environ" 2>/dev/null | tr -d '\0')
-  herd_spy=$(PATH="${herd_wpath#PATH=}:$PATH" command -v py-spy 2>/dev/null) || herd_spy=
+  herd_wpath=$(herd_env PATH "$1")
+  herd_spy=$(PATH="${herd_wpath:+$herd_wpath:}$PATH" command -v py-spy 2>/dev/null) || herd_spy=
   if [ -z "$herd_spy" ]; then
     herd_st=missing
     herd_out="py-spy is not installed on the node (not on its PATH, nor on the job's): pip install py-spy"
-  elif herd_out=$(timeout 3 "$herd_spy" dump --full-filenames --pid "$1" 2>&1); then
+  elif herd_out=$(timeout -k 1 3 "$herd_spy" dump --full-filenames --pid "$1" 2>&1); then
     herd_st=ok
   else
     herd_st=failed
   fi
-  echo "herd-agent stack $2 $1 $herd_st $(printf '%s' "$herd_out" | head -c 40000 | base64 | tr -d '\n')"
+  echo "herd-agent stack $2 $1 $herd_st"
+  printf '%s' "$herd_out" | head -c 40000 | base64 -w 3000 | while IFS= read -r herd_c; do
+    printf 'herd-agent stack+ %s\n' "$herd_c"
+  done
+  echo "herd-agent stack-end"
+}
+
+# herd_stacks PIDS...: every rank's stack among PIDS, dumped at once, then written one rank
+# after another, and `herd-agent stacks-done`.
+herd_stacks() {
+  herd_d=$(mktemp -d "${TMPDIR:-/tmp}/herd-stacks.XXXXXX") || return 0
+  # shellcheck disable=SC2046 # `PID RANK` pairs, one word each
+  set -- $(herd_ranks "$@")
+  while [ $# -ge 2 ]; do
+    herd_stack "$1" "$2" >"$herd_d/$1" &
+    shift 2
+  done
+  wait
+  for herd_f in "$herd_d"/*; do
+    [ -f "$herd_f" ] || continue
+    while IFS= read -r herd_l; do printf '%s\n' "$herd_l"; done <"$herd_f"
+  done
+  rm -rf "$herd_d"
+  echo "herd-agent stacks-done"
 }

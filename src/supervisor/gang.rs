@@ -224,11 +224,13 @@ impl<'a> Gang<'a> {
                     Some(()) => return Some(Input::Interrupt),
                     None => self.interrupts_open = false,
                 },
-                Some((node_rank, seen, stacks)) = self.answers.recv() => {
-                    self.processes[node_rank] = seen;
-                    self.stacks[node_rank] = stacks;
-                    return Some(Input::ProbeAnswered { node_rank });
-                }
+                Some(answer) = self.answers.recv() => match answer {
+                    node::ProbeAnswer::Processes(node_rank, seen) => self.processes[node_rank] = seen,
+                    node::ProbeAnswer::Stacks(node_rank, stacks) => {
+                        self.stacks[node_rank] = stacks;
+                        return Some(Input::ProbeAnswered { node_rank });
+                    }
+                },
                 () = sleep_until(probe_at) => {
                     self.probe_at = None;
                     return Some(Input::ProbeTimedOut);
@@ -365,7 +367,7 @@ impl Gang<'_> {
                     continue;
                 }
                 let why = if answered {
-                    "no process of this rank was running".to_string()
+                    format!("no process of the job has RANK={rank} in its environment")
                 } else {
                     let wait = attempt::PROBE_WAIT.as_secs();
                     format!("node {} ({}) did not answer within {wait} s", n.node_rank, n.host)

@@ -296,32 +296,32 @@ impl Run<'_> {
     }
 }
 
-/// The newest match of `glob` under `workdir` on a node, by modification time.
+/// The newest match of `glob` under `workdir` on a node, by modification time: in `sh` (not
+/// the login shell, which may be zsh), the pattern globbed but never split, the newest found
+/// with `-nt` (no argument list to overflow), within `RESUME_LOOKUP`.
 async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: &str) -> Option<String> {
     use crate::remote::quote;
     let script = format!(
-        "cd {} || exit 1; p={}; set -- $p; [ -e \"$1\" ] || exit 0; ls -d -t -- \"$@\" | head -n 1",
+        "cd -- {} || exit 1; p={}; IFS=; set -- $p; b=; for f in \"$@\"; do [ -e \"$f\" ] || continue; if [ -z \"$b\" ] || [ \"$f\" -nt \"$b\" ]; then b=$f; fi; done; printf '%s\\n' \"$b\"",
         quote(workdir),
         quote(glob)
     );
-    match conn.output(&script).await {
-        Ok(out) if out.status.success() => {
+    let looked = tokio::time::timeout(RESUME_LOOKUP, conn.output(&format!("sh -c {}", quote(&script)))).await;
+    let why = match looked {
+        Ok(Ok(out)) if out.status.success() => {
             let found = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
-            Some(found).filter(|f| !f.is_empty())
+            return Some(found).filter(|f| !f.is_empty());
         }
-        Ok(out) => {
-            tracing::warn!(
-                "restart.resume_args: cannot look for {glob:?} on the master: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            None
-        }
-        Err(e) => {
-            tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {e}");
-            None
-        }
-    }
+        Ok(Ok(out)) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} s", RESUME_LOOKUP.as_secs()),
+    };
+    tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {why}");
+    None
 }
+
+/// How long the master may take to find the newest checkpoint (a hung filesystem).
+const RESUME_LOOKUP: std::time::Duration = std::time::Duration::from_secs(20);
 
 async fn close_with(fleet: Fleet, error: RunError) -> RunError {
     fleet.close().await;

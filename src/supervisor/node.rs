@@ -98,8 +98,12 @@ pub struct ProbeLink {
     pub answers: mpsc::UnboundedSender<ProbeAnswer>,
 }
 
-/// A node's answer to `probe`: its job's processes and its workers' stacks.
-pub type ProbeAnswer = (usize, Vec<ProcessState>, Vec<RankStack>);
+/// A node's answers to `probe`, with its node rank: its job's processes at once, then its
+/// ranks' stacks, which complete the answer.
+pub enum ProbeAnswer {
+    Processes(usize, Vec<ProcessState>),
+    Stacks(usize, Vec<RankStack>),
+}
 
 /// Where a node reports its first fatal line.
 #[derive(Clone)]
@@ -626,12 +630,18 @@ async fn pump_agent(
 ) -> Option<i32> {
     let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
-    // A probe's processes, held until its stacks are all in.
-    let mut probed: Option<(Vec<ProcessState>, Vec<RankStack>)> = None;
+    // A probe's stacks, as they come in.
+    let mut stacks: Vec<RankStack> = Vec::new();
+    let mut pieces = remote::StackReader::default();
     while let Ok(Some(line)) = reader.next_segment().await {
         let line = String::from_utf8_lossy(&line);
         liveness.heard(rank);
-        let event = match remote::parse_agent_line(&line) {
+        let message = remote::parse_agent_line(&line);
+        if let Some(stack) = pieces.feed(&message) {
+            stacks.push(stack);
+            continue;
+        }
+        let event = match message {
             AgentMessage::Started { pgid } => {
                 Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
             }
@@ -647,18 +657,16 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Probe(processes) => {
-                probed = Some((processes, Vec::new()));
-                continue;
-            }
-            AgentMessage::Stack(stack) => {
-                if let Some((_, stacks)) = &mut probed {
-                    stacks.push(stack);
+                stacks.clear();
+                if let Some(answers) = &replies.probes {
+                    let _ = answers.send(ProbeAnswer::Processes(rank, processes));
                 }
                 continue;
             }
+            AgentMessage::StackStart { .. } | AgentMessage::StackPart(_) | AgentMessage::StackEnd => continue,
             AgentMessage::StacksDone => {
-                if let (Some((processes, stacks)), Some(answers)) = (probed.take(), &replies.probes) {
-                    let _ = answers.send((rank, processes, stacks));
+                if let Some(answers) = &replies.probes {
+                    let _ = answers.send(ProbeAnswer::Stacks(rank, std::mem::take(&mut stacks)));
                 }
                 continue;
             }
