@@ -60,21 +60,10 @@ pub struct ConnectOptions {
     pub idle_persist: Duration,
 }
 
-/// How `{latest:GLOB}` in `restart.resume_args` is found: on the master, in the workdir, the
-/// newest match of GLOB by modification time (the last checkpoint written, whatever its
-/// name's numbering).
-pub const LATEST: &str = "{latest:";
-
-/// The GLOB of an argument's `{latest:GLOB}`, if it has a whole one.
-pub fn latest_glob(arg: &str) -> Option<&str> {
-    let start = arg.find(LATEST)? + LATEST.len();
-    let len = arg[start..].find('}')?;
-    Some(&arg[start..start + len]).filter(|g| !g.is_empty())
-}
-
 /// `resume_args` for a restart: `{latest:GLOB}` replaced by `found`, the newest match. No
 /// match: no resume args at all (the job starts afresh rather than fails).
 pub fn resume_args(args: &[String], found: Option<&str>) -> Vec<String> {
+    use crate::config::{latest_glob, LATEST};
     let needs = args.iter().any(|a| latest_glob(a).is_some());
     match (needs, found) {
         (false, _) => args.to_vec(),
@@ -96,8 +85,8 @@ mod tests {
     #[test]
     fn resume_args_take_the_newest_checkpoint_or_are_dropped() {
         let args = vec!["--resume".to_string(), "{latest:ckpt/step_*}".to_string()];
-        assert_eq!(latest_glob(&args[1]), Some("ckpt/step_*"));
-        assert_eq!(latest_glob("--x={latest:}"), None);
+        assert_eq!(crate::config::latest_glob(&args[1]), Some("ckpt/step_*"));
+        assert_eq!(crate::config::latest_glob("--x={latest:}"), None);
         assert_eq!(resume_args(&args, Some("ckpt/step_40")), ["--resume", "ckpt/step_40"]);
         assert_eq!(resume_args(&args, None), Vec::<String>::new());
         let inline = vec!["--resume={latest:c/*}/model.pt".to_string()];

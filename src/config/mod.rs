@@ -42,6 +42,7 @@ pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;
 pub use load::{load, load_with, parse, parse_with};
 pub use ranks::RankList;
+pub use restart::{latest_glob, LATEST};
 pub use select::{select_nodes, SelectionError};
 pub use types::*;
 

@@ -9,6 +9,18 @@ use super::error::ConfigError;
 use super::raw::*;
 use super::types::*;
 
+/// How `{latest:GLOB}` in `restart.resume_args` starts. It is found on the master, in the
+/// workdir: the newest match of GLOB by modification time (the last checkpoint written,
+/// whatever its name's numbering).
+pub const LATEST: &str = "{latest:";
+
+/// The GLOB of an argument's `{latest:GLOB}`, if it has a whole one.
+pub fn latest_glob(arg: &str) -> Option<&str> {
+    let start = arg.find(LATEST)? + LATEST.len();
+    let len = arg[start..].find('}')?;
+    Some(&arg[start..start + len]).filter(|g| !g.is_empty())
+}
+
 impl Cx<'_> {
     /// `[restart]`, for a job of `nnodes` active nodes.
     pub(super) fn restart(&self, raw: Option<RawRestart>, nnodes: usize) -> Result<Restart> {
@@ -94,11 +106,9 @@ impl Cx<'_> {
         let resume_args = match raw.resume_args {
             None => Vec::new(),
             Some(args) => {
-                let globs = args.get_ref().iter().filter(|a| crate::policy::latest_glob(a).is_some()).count();
-                let broken = args
-                    .get_ref()
-                    .iter()
-                    .find(|a| a.contains("{latest:") && crate::policy::latest_glob(a).is_none());
+                let globs = args.get_ref().iter().filter(|a| latest_glob(a).is_some()).count();
+                let broken =
+                    args.get_ref().iter().find(|a| a.contains("{latest:") && latest_glob(a).is_none());
                 if let Some(a) = broken {
                     return Err(self.err(
                         args.span(),

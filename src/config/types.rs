@@ -187,7 +187,7 @@ pub struct Restart {
     pub rules: Vec<RuleSpec>,
     /// `restart.resume_args`: appended to the script's arguments on every attempt after the
     /// first; `{latest:GLOB}` in one becomes the newest match on the master (see
-    /// `policy::LATEST`).
+    /// `LATEST`).
     pub resume_args: Vec<String>,
     /// `restart.min_nodes`: with no spare left, a restart may go on without a blamed node,
     /// down to this many (`None`: never with fewer nodes than it started).

@@ -275,7 +275,7 @@ impl Run<'_> {
         if args.is_empty() {
             return;
         }
-        let glob = args.iter().find_map(|a| policy::latest_glob(a)).map(String::from);
+        let glob = args.iter().find_map(|a| crate::config::latest_glob(a)).map(String::from);
         let from = match &glob {
             None => None,
             Some(glob) => match fleet.conn(self.plan.master.node_rank) {
