@@ -37,7 +37,9 @@ pub fn env_now(block: Vec<u8>) -> oneshot::Receiver<Vec<u8>> {
 }
 
 /// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
-const KILL_DEADLINE: Duration = Duration::from_secs(5);
+/// The agent reports what SIGKILL could not stop a second after sending it, after looking
+/// through /proc a few times: on a loaded machine with many processes, that took over 5 s.
+const KILL_DEADLINE: Duration = Duration::from_secs(15);
 /// How long a node's output may stay open, with nothing read from it, after its agent
 /// exited. Output that is still flowing (the reporter catching up) is always read to the end.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
