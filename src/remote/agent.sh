@@ -175,7 +175,7 @@ survivors() {
 }
 
 # SIGTERM, up to $1 seconds for everything to go, then SIGKILL. What is still there a second
-# later (a process stuck in the kernel) is reported, never passed over: `herd-agent unstopped
+# or two later (a process stuck in the kernel) is reported, never passed over: `herd-agent unstopped
 # PIDS`. Nothing to do (the usual end of a job that exited by itself) costs two looks at /proc.
 stop_job() {
   seen="$(strays) $(tree)"
@@ -183,17 +183,17 @@ stop_job() {
     case $seen in *[0-9]*) ;; *) return 0 ;; esac
   fi
   signal_job TERM "$seen"
-  t=0
-  while [ "$t" -lt "$(($1 * 10))" ] && { job_alive || [ -n "$(strays)$(tree)" ]; }; do
+  # Deadlines by the clock, not by turns of the loop: each turn looks through /proc, which
+  # takes long on a busy node with many processes.
+  deadline=$(($(date +%s) + $1))
+  while [ "$(date +%s)" -lt "$deadline" ] && { job_alive || [ -n "$(strays)$(tree)" ]; }; do
     sleep 0.1
-    t=$((t + 1))
   done
   signal_job KILL "$seen $(strays) $(tree)"
-  t=0
+  deadline=$(($(date +%s) + 2))
   left=$(survivors "$seen")
-  while [ -n "$left" ] && [ "$t" -lt 10 ]; do
+  while [ -n "$left" ] && [ "$(date +%s)" -lt "$deadline" ]; do
     sleep 0.1
-    t=$((t + 1))
     left=$(survivors "$seen")
   done
   # shellcheck disable=SC2086 # one word per pid
@@ -222,8 +222,8 @@ probe_job() {
 # multiplexer, is left to pass on the last lines and exit; without one, the leader is the
 # launcher. Within the grace, as for `term`.
 end_idle_launcher() {
-  t=0
-  while [ "$t" -lt "$(($1 * 20))" ] && job_alive; do
+  deadline=$(($(date +%s) + $1))
+  while [ "$(date +%s)" -lt "$deadline" ] && job_alive; do
     busy=
     rest=
     for p in $(strays); do
@@ -240,7 +240,6 @@ end_idle_launcher() {
       return 0
     fi
     sleep 0.05
-    t=$((t + 1))
   done
 }
 
