@@ -1031,10 +1031,18 @@ fn spare() {
     // One restart: the one measured. Stopping the job afterwards ends the run.
     let restart = "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
                    heartbeat_timeout = \"6s\"\nnode_wait = \"30s\"\n";
-    let training = |mark: &str| {
+    // herd started, and training under way; `None` (herd stopped) when it did not start.
+    let train = |args: &[&str], mark: &str| {
+        let mut herd = Tracked::spawn(HERD, args, Stdio::null());
         let up = poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6);
         std::thread::sleep(Duration::from_secs(2));
-        up.is_some()
+        if up.is_none() {
+            herd.kill();
+            herd.finish();
+            kill_marked(mark);
+            return None;
+        }
+        Some(herd)
     };
     // A link brought back up: wait until the node answers again before the next run.
     let heal = || {
@@ -1051,14 +1059,10 @@ fn spare() {
         let text = std::fs::read_to_string(&config).unwrap().replace("nproc_per_node = 2", "nproc_per_node = 2\nnnodes = 3");
         std::fs::write(&config, text).unwrap();
         let config = config.display().to_string();
-        let mut herd = Tracked::spawn(HERD, &["run", "-c", &config], Stdio::null());
-        if !training(&mark) {
+        let Some(herd) = train(&["run", "-c", &config], &mark) else {
             println!("run {rep}: training did not start");
-            herd.kill();
-            herd.finish();
-            kill_marked(&mark);
             continue;
-        }
+        };
         let cut_wall = std::time::SystemTime::now();
         let cut = Instant::now();
         tb.link_down(2);
@@ -1091,14 +1095,10 @@ fn spare() {
 
         let mark = format!("BENCH_MARK=nospare-{rep}-{}", std::process::id());
         let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, restart).display().to_string();
-        let mut herd = Tracked::spawn(HERD, &["run", "-c", &config, "--exclude", &spare_host], Stdio::null());
-        if !training(&mark) {
+        let Some(mut herd) = train(&["run", "-c", &config, "--exclude", &spare_host], &mark) else {
             println!("run {rep}, without a spare: training did not start");
-            herd.kill();
-            herd.finish();
-            kill_marked(&mark);
             continue;
-        }
+        };
         let cut = Instant::now();
         tb.link_down(2);
         let ended = poll_until(Duration::from_secs(180), Duration::from_millis(50), || herd.try_done());

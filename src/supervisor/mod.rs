@@ -177,12 +177,12 @@ impl Run<'_> {
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
+        let summary =
+            move |verdict| AttemptSummary { attempt, started_at, duration, first_progress, verdict, nodes };
         let (verdict, outcomes) = match outcome {
             AttemptOutcome::Succeeded | AttemptOutcome::Interrupted => {
                 let succeeded = matches!(outcome, AttemptOutcome::Succeeded);
-                let summary =
-                    AttemptSummary { attempt, started_at, duration, first_progress, verdict: None, nodes };
-                self.attempts.push(summary);
+                self.attempts.push(summary(None));
                 return Ok(Next::Done(if succeeded { RunStatus::Succeeded } else { RunStatus::Interrupted }));
             }
             AttemptOutcome::NoPort(e) => return Err(e),
@@ -194,9 +194,7 @@ impl Run<'_> {
         let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous);
         self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
         let class = verdict.class;
-        let summary =
-            AttemptSummary { attempt, started_at, duration, first_progress, verdict: Some(verdict), nodes };
-        self.attempts.push(summary);
+        self.attempts.push(summary(Some(verdict)));
         let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
         else {
             return Ok(Next::Done(RunStatus::Failed));
