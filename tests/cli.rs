@@ -623,5 +623,37 @@ fn too_many_quarantined_nodes_stop_the_run_before_it_starts_and_herd_nodes_says_
     std::fs::write(&file, "{ half").unwrap();
     let out = herd::run(dir.path(), &["run"], LIMIT);
     out.assert_code(2);
-    assert!(out.stderr.contains(&format!("logs/.quarantine-{key}.json: not a herd quarantine file")), "{out}");
+    assert!(
+        out.stderr.contains(&format!("logs/.quarantine-{key}.json: not a herd quarantine file")),
+        "{out}"
+    );
+}
+
+/// Every test binary that builds a namespace testbed runs in nextest's `cluster` group, one
+/// test at a time: two clusters of torch processes at once on a 2-core machine make both slow
+/// enough to miss their bounds (a CI run once failed that way).
+#[test]
+fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
+    let root = herd::repo_root();
+    let nextest: toml::Value =
+        std::fs::read_to_string(root.join(".config/nextest.toml")).unwrap().parse().unwrap();
+    let filters: Vec<String> = nextest["profile"]["default"]["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o.get("test-group").and_then(|g| g.as_str()) == Some("cluster"))
+        .map(|o| o["filter"].as_str().unwrap().to_string())
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else { continue };
+        let text = std::fs::read_to_string(&path).unwrap();
+        let builds_cluster =
+            ["support::cluster", "support::testbed"].iter().any(|m| text.contains(&format!("use {m}")));
+        if builds_cluster && !filters.iter().any(|f| f.contains(&format!("binary({name})"))) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "not in the cluster test group of .config/nextest.toml: {missing:?}");
 }

@@ -149,8 +149,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 fn herd_stacks_prints_every_rank_of_a_live_run_and_changes_nothing() {
     let c = Cluster::new(3);
     c.write_config(&job("\"--steps\", \"150\", \"--sleep\", \"0.2\""), FAST_RESTART);
-    let running = herd::start(c.tb.dir(), &["run"], &[]);
-    let started = herd::wait_until(std::time::Duration::from_secs(120), || {
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    let started = running.until(LIMIT, || {
         (0..3)
             .map(|n| {
                 c.tb.processes_with_env(n, "LOCAL_RANK", "0").len()

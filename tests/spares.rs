@@ -52,9 +52,9 @@ fn results(out: &herd::Finished, attempt: u32) -> Vec<(String, u32, u32)> {
         .collect()
 }
 
-/// Wait until node `node`'s log of attempt 0 shows training under way.
-fn wait_training(c: &Cluster, node: usize) {
-    let trained = wait_until(Duration::from_secs(90), || {
+/// Wait until node `node`'s log of attempt 0 shows training under way (or herd has exited).
+fn wait_training(c: &Cluster, running: &mut herd::Running, node: usize) {
+    let trained = running.until(LIMIT, || {
         run_dirs(&c.logs()).iter().any(|run| {
             std::fs::read_to_string(run.join(format!("attempt-0/node{node}-{}.log", c.addr(node))))
                 .is_ok_and(|log| log.contains("step 3 "))
@@ -74,8 +74,8 @@ fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     plan.assert_code(0);
     assert!(plan.stdout.contains(&format!("spares      {} (", c.addr(3))), "{plan}");
 
-    let running = herd::start(c.tb.dir(), &["run"], &[]);
-    wait_training(&c, 2);
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    wait_training(&c, &mut running, 2);
     c.tb.link_down(2);
     let cut = Instant::now();
     let out = running.wait(LIMIT);
@@ -245,8 +245,8 @@ fn min_nodes_lets_the_run_go_on_with_fewer_nodes() {
         &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"", ""),
         &format!("{FAST_RESTART}min_nodes = 2\n"),
     );
-    let running = herd::start(c.tb.dir(), &["run"], &[]);
-    wait_training(&c, 1);
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    wait_training(&c, &mut running, 1);
     c.tb.link_down(1);
     let out = running.wait(LIMIT);
     c.tb.link_up(1);

@@ -194,8 +194,8 @@ fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
         &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\""),
         &format!("{FAST_RESTART}hang_timeout = \"20s\"\nprogress_pattern = \"^step \"\n"),
     );
-    let running = herd::start(c.tb.dir(), &["run"], &[]);
-    let trained = wait_until(Duration::from_secs(90), || {
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    let trained = running.until(LIMIT, || {
         std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
             std::fs::read_to_string(run.path().join(format!("attempt-0/node1-{}.log", c.addr(1))))
                 .is_ok_and(|log| log.contains("step 5 "))
@@ -249,9 +249,9 @@ fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
         &torchrun("\"--steps\", \"200\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\""),
         FAST_RESTART,
     );
-    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     // Training is under way once node 3 has printed a few steps.
-    let trained = wait_until(Duration::from_secs(90), || {
+    let trained = running.until(LIMIT, || {
         std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
             std::fs::read_to_string(run.path().join(format!("attempt-0/node2-{}.log", c.addr(2))))
                 .is_ok_and(|log| log.contains("step 5 "))

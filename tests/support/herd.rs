@@ -69,6 +69,23 @@ impl Running {
         assert!(ok.success(), "kill -{sig} herd");
     }
 
+    /// Poll `cond` every 50 ms while herd runs, for up to `limit`: true once it holds, false if
+    /// herd exits first or `limit` passes. A bound for a loaded machine, not a measure of speed:
+    /// the early return on exit keeps a broken run from costing the whole bound.
+    pub fn until(&mut self, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if cond() {
+                return true;
+            }
+            if self.child.try_wait().unwrap().is_some() {
+                return cond();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cond()
+    }
+
     /// Wait for herd to exit, killing it (and failing) after `limit`.
     pub fn wait(mut self, limit: Duration) -> Finished {
         let mut out = self.child.stdout.take().unwrap();
@@ -106,7 +123,20 @@ impl Running {
 
 /// `herd <args>` started in `dir`, with stdout and stderr captured.
 pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
-    let mut cmd = Command::new(HERD);
+    start_under(&[], dir, args, env)
+}
+
+/// `start`, with herd's command line after `wrapper` (e.g. `salloc -N 3`): `Running` is then
+/// the wrapper's process.
+pub fn start_under(wrapper: &[&str], dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(HERD);
+            c
+        }
+        None => Command::new(HERD),
+    };
     cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
     // For a look at what herd did in a failing test: HERD_TEST_RUST_LOG=herd=debug.
@@ -121,6 +151,11 @@ pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
 
 pub fn run(dir: &Path, args: &[&str], limit: Duration) -> Finished {
     start(dir, args, &[]).wait(limit)
+}
+
+/// `run`, with `env` added to herd's environment.
+pub fn run_with(dir: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Finished {
+    start(dir, args, env).wait(limit)
 }
 
 /// The single run directory under a logs dir.
