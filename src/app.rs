@@ -382,8 +382,21 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
     // Every node of the config: leftovers may be on any of them, whatever a run selected.
     let plan = load_plan(config, &NodeSelection::default(), &[], Active::All)?;
     let _lock = lock_config(&plan)?;
-    let events = runtime()?.block_on(supervisor::kill_leftovers(&plan))?;
+    ready_to_connect(&plan)?;
+    let runtime = runtime()?;
     let mut stopped = 0;
+    // Through Slurm, first the config's steps that are still there (any herd's): then the
+    // nodes are swept for what outlived them.
+    if let Some(plan::Transport::Slurm(t)) = plan.nodes.first().map(|n| &n.transport) {
+        let steps = runtime
+            .block_on(transport::slurm::cancel_steps(&t.job_id, &t.step_name, true))
+            .map_err(|e| Error::Usage(format!("herd kill: {e}")))?;
+        if !steps.is_empty() {
+            stopped += steps.len();
+            println!("job {}: cancelled {} step(s): {}", t.job_id, steps.len(), steps.join(" "));
+        }
+    }
+    let events = runtime.block_on(supervisor::kill_leftovers(&plan))?;
     for event in &events {
         if let Event::LeftoversStopped { node_rank, host, pids } = event {
             stopped += pids.len();
@@ -438,11 +451,23 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
 
 /// What must hold on this machine before herd contacts any node: the SSH key the config names
 /// exists (herd logs in with that key only, IdentitiesOnly=yes: another key must never log in
-/// in its place). Then herd's state directory.
+/// in its place); through Slurm, its commands are on PATH. Then herd's state directory.
 fn ready_to_connect(plan: &LaunchPlan) -> Result<std::path::PathBuf, Error> {
+    if plan.nodes.iter().any(|n| matches!(n.transport, plan::Transport::Slurm(_))) {
+        let missing = transport::slurm::missing_commands(std::env::var_os("PATH").as_deref());
+        if !missing.is_empty() {
+            return Err(Error::Usage(format!(
+                "{}: the slurm transport needs {} on PATH, which {} not: run herd where Slurm's \
+                 client commands are (inside the allocation, e.g. `module load slurm`)",
+                plan.config_path.display(),
+                missing.join(", "),
+                if missing.len() == 1 { "is" } else { "are" }
+            )));
+        }
+    }
     let keys = plan.nodes.iter().filter_map(|n| match &n.transport {
         plan::Transport::Ssh(t) => t.identity_file.as_deref(),
-        plan::Transport::Local => None,
+        plan::Transport::Local | plan::Transport::Slurm(_) => None,
     });
     if let Some(key) = keys.into_iter().next() {
         let path = transport::expand_tilde(key);

@@ -121,8 +121,9 @@ pub struct NodeSelection {
     #[arg(long, value_name = "HOSTLIST")]
     pub exclude: Option<String>,
 
-    /// Take the nodes from the Slurm allocation (SLURM_JOB_NODELIST) instead of the config's
-    /// [[nodes]] or nodes_from, as nodes_from = "slurm" would.
+    /// Run inside this Slurm allocation (salloc, sbatch): on its nodes (SLURM_JOB_NODELIST)
+    /// instead of the config's [[nodes]] or nodes_from, each node's agent a job step started
+    /// with srun, no SSH. The same as [transport] kind = "slurm".
     #[arg(long)]
     pub slurm: bool,
 }

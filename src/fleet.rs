@@ -218,6 +218,25 @@ impl Fleet {
 
     /// Close every connection (each SSH master exits), all at once.
     pub async fn close(self) {
+        // Through Slurm, the steps this herd started that are still there once their agents
+        // are done with (an srun stuck on a lost node): cancelled, once for the whole job.
+        let slurm = self.links.iter().find_map(|l| match l.conn.as_deref() {
+            Ok(Connection::Slurm(t)) => Some(t.clone()),
+            _ => None,
+        });
+        if let Some(target) = slurm {
+            match transport::slurm::cancel_steps(
+                &target.job_id,
+                &transport::slurm::own_step_name(&target),
+                false,
+            )
+            .await
+            {
+                Ok(steps) if !steps.is_empty() => tracing::debug!("cancelled steps left running: {steps:?}"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("cannot cancel herd's steps in job {}: {e}", target.job_id),
+            }
+        }
         let mut set = JoinSet::new();
         for link in self.links {
             if let Ok(conn) = link.conn {

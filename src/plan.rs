@@ -11,7 +11,7 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::classify::RuleTable;
-use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart};
+use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart, TransportSettings};
 use crate::container::{self, ContainerPlan};
 use crate::launcher::{self, NodeLaunch};
 use crate::marker::{self, Marker};
@@ -184,6 +184,21 @@ pub enum Transport {
     /// This machine: no SSH.
     Local,
     Ssh(SshTarget),
+    /// A job step of the Slurm allocation herd runs in, on one of its nodes.
+    Slurm(SlurmTarget),
+}
+
+/// One node of the allocation, as `srun` reaches it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlurmTarget {
+    /// Slurm's name for the node (`--nodelist`).
+    pub node: String,
+    pub job_id: String,
+    /// `[transport] srun_args`, before herd's own.
+    pub srun_args: Vec<String>,
+    /// What herd's steps of this config are called (`srun --job-name`, then this herd's pid):
+    /// how `herd kill` and teardown find them in `squeue --steps`.
+    pub step_name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -256,6 +271,11 @@ fn config_key(canonical: &std::path::Path) -> String {
         hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// The Slurm step name of herd's steps for the config with key `config_key`.
+pub fn step_name(config_key: &str) -> String {
+    format!("herd-{config_key}")
 }
 
 /// Hosts that run through the local transport.
@@ -391,7 +411,14 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
                 let inner = remote::setup_and_exec(job.setup.as_deref(), &run);
                 c.run_command(&workdir, env.keys().map(String::as_str), &inner)
             });
-            let transport = if is_local_host(&node.host) {
+            let transport = if let TransportSettings::Slurm(slurm) = &config.transport {
+                Transport::Slurm(SlurmTarget {
+                    node: node.host.clone(),
+                    job_id: slurm.job_id.clone(),
+                    srun_args: slurm.srun_args.clone(),
+                    step_name: step_name(&config_key),
+                })
+            } else if is_local_host(&node.host) {
                 Transport::Local
             } else {
                 Transport::Ssh(SshTarget {

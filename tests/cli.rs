@@ -361,10 +361,17 @@ fn plan_takes_the_nodes_from_the_slurm_allocation() {
 
     // --slurm overrides the file's [[nodes]]; the master must be in the allocation.
     write(dir.path(), GOOD);
-    let env = [("SLURM_JOB_NODELIST", "gpu-[02-03]")];
+    let env = [("SLURM_JOB_NODELIST", "gpu-[02-03]"), ("SLURM_JOB_ID", "12")];
     let out = herd::start(dir.path(), &["plan", "--json", "--slurm"], &env).wait(LIMIT);
     out.assert_code(0);
     assert_eq!(plan_nodes(&out), owned(&[("gpu-02", 0, 4), ("gpu-03", 1, 4)]));
+    // ... and runs each node's agent as a step of the allocation.
+    let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let via = &plan["nodes"][1]["transport"];
+    assert_eq!(
+        (via["kind"].as_str(), via["node"].as_str(), via["job_id"].as_str()),
+        (Some("slurm"), Some("gpu-03"), Some("12"))
+    );
 }
 
 #[test]
@@ -656,4 +663,44 @@ fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
         }
     }
     assert!(missing.is_empty(), "not in the cluster test group of .config/nextest.toml: {missing:?}");
+}
+
+/// The slurm transport's bad inputs, with no Slurm running: each exits 2 with what to do, and
+/// nothing is started. `herd plan` shows what would run through srun.
+#[test]
+fn slurm_outside_an_allocation_without_srun_or_too_small_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = "[job]\nscript = \"train.py\"\nnproc_per_node = 2\n";
+    write(dir.path(), job);
+    let outside = herd::run(dir.path(), &["run", "--slurm"], LIMIT);
+    outside.assert_code(2);
+    assert!(outside.stderr.contains("--slurm: not inside a Slurm allocation"), "{outside}");
+    assert!(outside.stderr.contains("run under salloc or sbatch"), "{outside}");
+
+    let alloc = [("SLURM_JOB_ID", "77"), ("SLURM_JOB_NODELIST", "gpu-[1-2]")];
+    let plan = herd::run_with(dir.path(), &["plan", "--slurm"], &alloc, LIMIT);
+    plan.assert_code(0);
+    assert!(plan.stdout.contains("node 1  gpu-2  nproc 2  ranks 2-3  via srun in job 77"), "{plan}");
+
+    let no_srun = [alloc[0], alloc[1], ("PATH", "/nonexistent-herd-test-path")];
+    let missing = herd::run_with(dir.path(), &["run", "--slurm"], &no_srun, LIMIT);
+    missing.assert_code(2);
+    assert!(
+        missing
+            .stderr
+            .contains("the slurm transport needs srun, squeue, scancel, scontrol on PATH, which are not"),
+        "{missing}"
+    );
+
+    write(dir.path(), &format!("{job}nnodes = 3\n\n[transport]\nkind = \"slurm\"\n"));
+    let small = herd::run_with(dir.path(), &["run"], &alloc, LIMIT);
+    small.assert_code(2);
+    assert!(
+        small
+            .stderr
+            .contains("job.nnodes must be between 1 and the nodes of the Slurm allocation (2), found 3"),
+        "{small}"
+    );
+    assert!(small.stderr.contains("salloc --nodes=3, or #SBATCH --nodes=3"), "{small}");
+    assert!(!dir.path().join("herd-logs").exists(), "nothing is started");
 }

@@ -7,7 +7,8 @@ use super::types::*;
 
 impl Cx<'_> {
     /// `[job]`, for a config of `nodes` nodes.
-    pub(super) fn job(&self, raw: RawJob, nodes: usize) -> Result<Job> {
+    /// `slurm`: the nodes are those of a Slurm allocation, which sets how many there are.
+    pub(super) fn job(&self, raw: RawJob, nodes: usize, slurm: bool) -> Result<Job> {
         let launcher = match &raw.launcher {
             None => LauncherKind::Torchrun,
             Some(l) => LauncherKind::parse(l.get_ref()).ok_or_else(|| {
@@ -40,10 +41,19 @@ impl Cx<'_> {
             }
             forward_env.push(pattern.into_inner());
         }
+        let most_is = if slurm { "the nodes of the Slurm allocation" } else { "the number of nodes" };
         let nnodes = raw
             .nnodes
             .as_ref()
-            .map(|n| self.count_up_to(n, "job.nnodes", nodes, "the number of nodes"))
+            .map(|n| {
+                self.count_up_to(n, "job.nnodes", nodes, most_is).map_err(|e| match slurm {
+                    true => e.with_help(Some(format!(
+                        "run in an allocation of at least {} nodes: salloc --nodes={0}, or #SBATCH --nodes={0}",
+                        n.get_ref()
+                    ))),
+                    false => e,
+                })
+            })
             .transpose()?;
         Ok(Job {
             nnodes,

@@ -37,7 +37,7 @@ pub fn parse_with(path: &Path, text: &str, options: &LoadOptions<'_>) -> Result<
 impl Cx<'_> {
     fn validate(&self, raw: RawConfig) -> Result<Config> {
         let ssh = self.ssh(raw.ssh)?;
-        let nodes = self.node_source(raw.nodes, raw.nodes_from)?;
+        let (transport, nodes) = self.transport_and_nodes(raw.transport, raw.nodes, raw.nodes_from)?;
         if nodes.len() > MAX_NODES {
             return Err(ConfigError::whole_file(
                 self.path,
@@ -50,7 +50,7 @@ impl Cx<'_> {
                 "missing [job] table: add [job] with at least `script = \"train.py\"`",
             ));
         };
-        let job = self.job(job, nodes.len())?;
+        let job = self.job(job, nodes.len(), matches!(transport, TransportSettings::Slurm(_)))?;
         let env = self.env_table(raw.env, "[env]")?;
         let nnodes = job.nnodes.unwrap_or(nodes.len());
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes, nnodes)?;
@@ -69,6 +69,7 @@ impl Cx<'_> {
             restart,
             container,
             notify,
+            transport,
         })
     }
 }

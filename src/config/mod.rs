@@ -32,6 +32,7 @@ mod ssh;
 pub mod suggest;
 #[cfg(test)]
 mod testing;
+mod transport;
 mod types;
 
 pub use check::{
@@ -122,6 +123,7 @@ mod tests {
             },
             container: None,
             notify: None,
+            transport: TransportSettings::Ssh,
         };
         assert_eq!(config, expected);
     }
@@ -187,6 +189,7 @@ mod tests {
                 },
                 container: None,
                 notify: None,
+                transport: TransportSettings::Ssh,
             }
         );
     }
@@ -213,7 +216,7 @@ mod tests {
             "[jobs]\nscript = \"x\"\n",
             1,
             2,
-            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`, `container`, `notify`",
+            "unknown field `jobs`, expected one of `nodes_from`, `ssh`, `nodes`, `job`, `env`, `rendezvous`, `logs`, `restart`, `container`, `notify`, `transport`",
         );
         assert_err(
             "[ssh]\nusr = \"x\"\n",

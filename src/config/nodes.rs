@@ -13,15 +13,12 @@ use super::types::*;
 use super::{hostfile, hostlist, suggest};
 
 impl Cx<'_> {
-    /// The nodes, from `[[nodes]]`, `nodes_from` or (`--slurm`) the Slurm allocation.
+    /// The nodes, from `[[nodes]]` or `nodes_from`.
     pub(super) fn node_source(
         &self,
         nodes: Option<Spanned<Vec<RawNode>>>,
         nodes_from: Option<Spanned<String>>,
     ) -> Result<Vec<Node>> {
-        if self.options.slurm {
-            return self.slurm_nodes(None);
-        }
         match (nodes, nodes_from) {
             (Some(_), Some(from)) => {
                 Err(self.err(from.span(), "both `nodes_from` and [[nodes]] list the nodes: keep one of them"))
@@ -39,7 +36,7 @@ impl Cx<'_> {
     pub(super) fn nodes_from(&self, from: &Spanned<String>) -> Result<Vec<Node>> {
         let value = from.get_ref();
         if value == "slurm" {
-            return self.slurm_nodes(Some(from.span()));
+            return self.slurm_nodes("nodes_from = \"slurm\"", Some(from.span()));
         }
         if let Some(file) = value.strip_prefix("hostfile:").or((value == "hostfile").then_some("")) {
             if file.is_empty() {
@@ -92,10 +89,9 @@ impl Cx<'_> {
             .collect())
     }
 
-    /// The hosts of the Slurm allocation, in Slurm's order. `span`: where `nodes_from = "slurm"`
-    /// is written; `None` for `--slurm`.
-    pub(super) fn slurm_nodes(&self, span: Option<Range<usize>>) -> Result<Vec<Node>> {
-        let what = if span.is_some() { "nodes_from = \"slurm\"" } else { "--slurm" };
+    /// The hosts of the Slurm allocation, in Slurm's order. `what` asked for them, written at
+    /// `span` (`None` for `--slurm`).
+    pub(super) fn slurm_nodes(&self, what: &str, span: Option<Range<usize>>) -> Result<Vec<Node>> {
         let here = |message: String| match &span {
             Some(span) => self.err(span.clone(), message),
             None => ConfigError::whole_file(self.path, message),
@@ -311,7 +307,7 @@ mod tests {
 
     #[test]
     fn the_slurm_flag_overrides_the_files_nodes() {
-        let env = [("SLURM_JOB_NODELIST", "s[1-2]")];
+        let env = [("SLURM_JOB_NODELIST", "s[1-2]"), ("SLURM_JOB_ID", "7")];
         for nodes in ["[[nodes]]\nhost = \"a\"\n", "nodes_from = \"hostfile:none\"\n"] {
             let config = parse_from(&format!("{nodes}{JOB}"), &env, &[], true).unwrap();
             assert_eq!(hosts_and_nprocs(&config), [("s1", None), ("s2", None)]);

@@ -23,6 +23,14 @@ pub(crate) struct RawConfig {
     pub restart: Option<RawRestart>,
     pub container: Option<RawContainer>,
     pub notify: Option<RawNotify>,
+    pub transport: Option<RawTransport>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [transport] table")]
+pub(crate) struct RawTransport {
+    pub kind: Option<Spanned<String>>,
+    pub srun_args: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

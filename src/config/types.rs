@@ -24,6 +24,28 @@ pub struct Config {
     pub container: Option<Container>,
     /// `[notify]`: a command run on the launching machine at a run's notable events.
     pub notify: Option<Notify>,
+    /// `[transport]` (or `--slurm`): how herd reaches the nodes.
+    pub transport: TransportSettings,
+}
+
+/// How herd reaches the nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TransportSettings {
+    /// An SSH connection per node (`[ssh]`), or this machine for `localhost`.
+    #[default]
+    Ssh,
+    /// Inside a Slurm allocation: each node's agent is a job step, started with `srun`.
+    Slurm(SlurmSettings),
+}
+
+/// `[transport] kind = "slurm"`: the allocation, from the environment, and extra `srun`
+/// arguments for every step (e.g. `--gpus-per-node=8`, where the site's steps get no GPUs
+/// unless asked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmSettings {
+    /// `SLURM_JOB_ID` of the allocation herd runs in.
+    pub job_id: String,
+    pub srun_args: Vec<String>,
 }
 
 /// `[notify]`: `command` runs (`sh -c`) on the launching machine at `attempt_failed`,

@@ -132,11 +132,16 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
         .zip(facts)
         .map(|(node, f)| {
             let mut checks = Vec::new();
+            let srun = matches!(node.transport, crate::plan::Transport::Slurm(_));
             if let Some(err) = &f.unreachable {
-                checks.push(Check::fail("ssh", err.clone(), crate::transport::connect_fix(err)));
+                let (name, fix) = match srun {
+                    true => ("srun", crate::transport::slurm::FIX),
+                    false => ("ssh", crate::transport::connect_fix(err)),
+                };
+                checks.push(Check::fail(name, err.clone(), fix));
                 return NodeChecks { node_rank: node.node_rank, host: node.host.clone(), checks };
             }
-            checks.push(ssh_check(f));
+            checks.push(if srun { srun_check(f) } else { ssh_check(f) });
             node_checks(plan, node.node_rank, f, fast, &mut checks);
             if let Some(c) = consistency.get(&node.node_rank) {
                 checks.push(c.clone());
@@ -166,6 +171,19 @@ fn ssh_check(f: &Facts) -> Check {
         ),
         Some(ms) => Check::pass("ssh", format!("{connected}; login shell {ms} ms")),
         None => Check::pass("ssh", connected),
+    }
+}
+
+/// Through Slurm there is no connection: what counts is how long a step takes to start.
+fn srun_check(f: &Facts) -> Check {
+    match f.login_ms {
+        Some(ms) if ms > SLOW_LOGIN_MS => Check::warn(
+            "srun",
+            format!("a job step took {:.1} s to start its shell", ms as f64 / 1000.0),
+            "every agent, probe and restart is a step: check slurmctld's load and the node's TaskProlog",
+        ),
+        Some(ms) => Check::pass("srun", format!("a job step started its shell in {ms} ms")),
+        None => Check::pass("srun", "a job step ran"),
     }
 }
 

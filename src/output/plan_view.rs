@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::PortSpec;
-use crate::plan::{LaunchPlan, NodePlan, SshTarget, Transport};
+use crate::plan::{LaunchPlan, NodePlan, SlurmTarget, SshTarget, Transport};
 use crate::quarantine::Quarantine;
 
 #[derive(Serialize)]
@@ -76,6 +76,7 @@ struct NodeJson<'a> {
 enum TransportJson<'a> {
     Local,
     Ssh(&'a SshTarget),
+    Slurm(&'a SlurmTarget),
 }
 
 pub fn json(plan: &LaunchPlan) -> String {
@@ -129,6 +130,7 @@ fn node_json(node: &NodePlan) -> NodeJson<'_> {
         transport: match &node.transport {
             Transport::Local => TransportJson::Local,
             Transport::Ssh(t) => TransportJson::Ssh(t),
+            Transport::Slurm(t) => TransportJson::Slurm(t),
         },
         env: node.env.iter().map(|(k, v)| (k.as_str(), v.display())).collect(),
         command: &node.command,
@@ -192,6 +194,7 @@ pub fn text(plan: &LaunchPlan) -> String {
                 t.host,
                 t.port.map(|p| format!(":{p}")).unwrap_or_default()
             ),
+            Transport::Slurm(t) => format!("srun in job {}", t.job_id),
         };
         s += &format!(
             "\nnode {}  {}  nproc {}  ranks {}-{}  via {}\n",

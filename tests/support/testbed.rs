@@ -325,6 +325,68 @@ unset h
         pids
     }
 
+    /// Stops every node's sshd (and with it what runs in its PID namespace): from now on the
+    /// nodes cannot be reached over SSH at all.
+    pub fn stop_sshds(&mut self) {
+        for child in &mut self.sshds {
+            quiet(Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]));
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Every node's name resolves to its address on every node, as a cluster's DNS does
+    /// (`/etc/hosts` of the namespaces, for processes started from now on).
+    pub fn name_every_node(&self) {
+        let all: String = self.nodes.iter().map(|n| format!("{} {}\n", n.addr, n.hostname)).collect();
+        for node in &self.nodes {
+            let hosts = format!("127.0.0.1 localhost\n::1 localhost\n{all}");
+            write_file(&PathBuf::from(format!("/etc/netns/{}/hosts", node.netns)), &hosts);
+        }
+    }
+
+    /// One more host on the bridge, for a service the nodes use (a scheduler): namespace
+    /// `herdt-K-250`, address 10.77.K.254, torn down with the testbed like the nodes. Run
+    /// things in it with `ip netns exec <netns>`.
+    pub fn service_host(&mut self, hostname: &str) -> TestNode {
+        let k = self.k;
+        let node = TestNode {
+            netns: format!("herdt-{k}-250"),
+            addr: format!("10.77.{k}.254"),
+            hostname: hostname.to_string(),
+            veth_host: format!("hv{k}x250"),
+        };
+        let etc = PathBuf::from(format!("/etc/netns/{}", node.netns));
+        fs::create_dir_all(&etc).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", etc.display()));
+        write_file(&etc.join("hosts"), &format!("127.0.0.1 localhost\n{} {hostname}\n", node.addr));
+        run(Command::new("ip").args(["netns", "add", &node.netns]));
+        run(Command::new("ip").args([
+            "link",
+            "add",
+            &node.veth_host,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &node.netns,
+        ]));
+        run(Command::new("ip").args(["link", "set", &node.veth_host, "master", &self.bridge, "up"]));
+        run(Command::new("ip").args([
+            "-n",
+            &node.netns,
+            "addr",
+            "add",
+            &format!("{}/24", node.addr),
+            "dev",
+            "eth0",
+        ]));
+        run(Command::new("ip").args(["-n", &node.netns, "link", "set", "eth0", "up"]));
+        run(Command::new("ip").args(["-n", &node.netns, "link", "set", "lo", "up"]));
+        node
+    }
+
     /// A `[ssh]` TOML table for herd's cluster file.
     pub fn ssh_config_toml(&self) -> String {
         format!(

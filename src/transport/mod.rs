@@ -1,6 +1,9 @@
 //! How herd reaches a node: one SSH master connection per node (ControlMaster, through the
 //! system OpenSSH client, so ~/.ssh/config, ssh-agent and ProxyJump keep working), with every
-//! later action multiplexed over it; or this machine directly, for `localhost`.
+//! later action multiplexed over it; inside a Slurm allocation, a job step per action
+//! (`slurm`); or this machine directly, for `localhost`.
+
+pub mod slurm;
 
 use std::num::NonZeroUsize;
 
@@ -14,7 +17,7 @@ use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::KnownHostsPolicy;
-use crate::plan::{SshTarget, Transport};
+use crate::plan::{SlurmTarget, SshTarget, Transport};
 use crate::remote::AgentInvocation;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +26,8 @@ pub enum TransportError {
     Connect(String),
     #[error("cannot start a command over ssh: {0}")]
     Spawn(String),
+    #[error("cannot start srun: {0}")]
+    Srun(std::io::Error),
     #[error("cannot start a local command: {0}")]
     Local(#[from] std::io::Error),
 }
@@ -31,6 +36,8 @@ pub enum TransportError {
 pub enum Connection {
     Local,
     Ssh(SshLink),
+    /// Nothing is held open: each action is a job step of its own.
+    Slurm(SlurmTarget),
 }
 
 /// A node's SSH master connection, with what it takes to open it again: a connection found
@@ -81,7 +88,8 @@ pub struct AgentProcess {
 }
 
 pub enum AgentHandle {
-    Local(tokio::process::Child),
+    /// A child of herd: the agent itself, or the `srun` that carries it.
+    Child(tokio::process::Child),
     Ssh(openssh::Child<Arc<Session>>),
 }
 
@@ -107,6 +115,7 @@ pub fn use_control_dir(dir: PathBuf) {
 pub async fn connect(transport: &Transport, options: ConnectOptions) -> Result<Connection, TransportError> {
     match transport {
         Transport::Local => Ok(Connection::Local),
+        Transport::Slurm(target) => Ok(Connection::Slurm(target.clone())),
         Transport::Ssh(target) => Ok(Connection::Ssh(SshLink {
             session: std::sync::Mutex::new(Arc::new(connect_ssh(target, options).await?)),
             target: target.clone(),
@@ -195,7 +204,21 @@ impl Connection {
                     stdin: Box::new(child.stdin.take().expect("piped")),
                     stdout: Box::new(child.stdout.take().expect("piped")),
                     stderr: Box::new(child.stderr.take().expect("piped")),
-                    handle: AgentHandle::Local(child),
+                    handle: AgentHandle::Child(child),
+                })
+            }
+            Connection::Slurm(target) => {
+                let mut child = slurm::srun(target, &inv.remote_command())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(TransportError::Srun)?;
+                Ok(AgentProcess {
+                    stdin: Box::new(child.stdin.take().expect("piped")),
+                    stdout: Box::new(child.stdout.take().expect("piped")),
+                    stderr: Box::new(child.stderr.take().expect("piped")),
+                    handle: AgentHandle::Child(child),
                 })
             }
             Connection::Ssh(link) => {
@@ -237,6 +260,7 @@ impl Connection {
                 .stdin(Stdio::null())
                 .output()
                 .await?),
+            Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
                 link.with_session(|session| async move {
                     session
@@ -255,6 +279,7 @@ impl Connection {
     pub async fn check(&self) -> Result<(), TransportError> {
         match self {
             Connection::Local => Ok(()),
+            Connection::Slurm(target) => slurm::check(target).await,
             Connection::Ssh(link) => {
                 link.session().check().await.map_err(|e| TransportError::Connect(error_chain(&e)))
             }
@@ -277,7 +302,7 @@ impl AgentHandle {
     pub async fn wait(self) -> TransportExit {
         use std::os::unix::process::ExitStatusExt;
         let status = match self {
-            AgentHandle::Local(mut child) => child.wait().await.map_err(|e| e.to_string()),
+            AgentHandle::Child(mut child) => child.wait().await.map_err(|e| e.to_string()),
             AgentHandle::Ssh(child) => child.wait().await.map_err(|e| error_chain(&e)),
         };
         match status {

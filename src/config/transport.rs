@@ -1,0 +1,227 @@
+//! `[transport]` (and `--slurm`): how herd reaches the nodes. SSH by default; `kind = "slurm"`
+//! runs each node's agent as a job step of the Slurm allocation herd is in, on its nodes.
+
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::check::*;
+use super::raw::*;
+use super::suggest;
+use super::types::*;
+use super::ConfigError;
+
+/// The variables that name the allocation herd runs in, the first one set wins.
+pub const SLURM_JOB_ID_VARS: [&str; 2] = ["SLURM_JOB_ID", "SLURM_JOBID"];
+
+/// `srun` options herd sets itself on every step: one task on one named node of this
+/// allocation, its stdio piped to herd, named so that herd can find it again.
+const HERDS_SRUN_OPTIONS: [&str; 16] = [
+    "-N",
+    "--nodes",
+    "-n",
+    "--ntasks",
+    "-w",
+    "--nodelist",
+    "--jobid",
+    "-J",
+    "--job-name",
+    "-i",
+    "--input",
+    "-o",
+    "--output",
+    "-e",
+    "--error",
+    "--pty",
+];
+
+impl Cx<'_> {
+    /// The transport, and the nodes it reaches: with Slurm, those of the allocation.
+    pub(super) fn transport_and_nodes(
+        &self,
+        raw: Option<RawTransport>,
+        nodes: Option<Spanned<Vec<RawNode>>>,
+        nodes_from: Option<Spanned<String>>,
+    ) -> Result<(TransportSettings, Vec<Node>)> {
+        let (kind, srun_args) = raw.map(|t| (t.kind, t.srun_args)).unwrap_or_default();
+        let slurm = self.options.slurm || self.is_slurm(kind.as_ref())?;
+        if !slurm {
+            if let Some(args) = srun_args {
+                return Err(self.err(
+                    args.span(),
+                    "transport.srun_args is for kind = \"slurm\": remove it, or set kind = \"slurm\"",
+                ));
+            }
+            return Ok((TransportSettings::Ssh, self.node_source(nodes, nodes_from)?));
+        }
+        // Where an error about the allocation points: `kind`, or nowhere for `--slurm`.
+        let (what, span) = match (&kind, self.options.slurm) {
+            (Some(kind), false) => ("transport.kind = \"slurm\"", Some(kind.span())),
+            _ => ("--slurm", None),
+        };
+        let nodes = if self.options.slurm {
+            self.slurm_nodes(what, None)?
+        } else if let Some(nodes) = nodes {
+            return Err(self.err(
+                nodes.span(),
+                "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in, not on \
+                 [[nodes]]: remove [[nodes]] (to ssh to the allocation's nodes instead, keep kind = \
+                 \"ssh\" and write nodes_from = \"slurm\")",
+            ));
+        } else {
+            match nodes_from {
+                Some(from) if from.get_ref() != "slurm" => {
+                    return Err(self.err(
+                        from.span(),
+                        "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in: \
+                         remove nodes_from",
+                    ))
+                }
+                _ => self.slurm_nodes(what, span.clone())?,
+            }
+        };
+        let job_id = self.slurm_job_id(what, span)?;
+        let srun_args = match srun_args {
+            Some(args) => self.srun_args(args)?,
+            None => Vec::new(),
+        };
+        Ok((TransportSettings::Slurm(SlurmSettings { job_id, srun_args }), nodes))
+    }
+
+    fn is_slurm(&self, kind: Option<&Spanned<String>>) -> Result<bool> {
+        let Some(kind) = kind else { return Ok(false) };
+        match kind.get_ref().as_str() {
+            "ssh" => Ok(false),
+            "slurm" => Ok(true),
+            other => Err(self
+                .err(kind.span(), format!("unknown transport.kind {other:?}: expected \"ssh\" or \"slurm\""))
+                .with_help(suggest::help_for(other, ["ssh", "slurm"]))),
+        }
+    }
+
+    fn slurm_job_id(&self, what: &str, span: Option<Range<usize>>) -> Result<String> {
+        let found =
+            SLURM_JOB_ID_VARS.iter().find_map(|&var| (self.options.env)(var).filter(|v| !v.is_empty()));
+        let message = match found {
+            Some(id) if id.bytes().all(|b| b.is_ascii_digit()) => return Ok(id),
+            Some(id) => format!("{what}: SLURM_JOB_ID {id:?} is not a job id"),
+            None => format!(
+                "{what}: not inside a Slurm allocation ({} are unset); run herd under salloc or in an \
+                 sbatch script",
+                SLURM_JOB_ID_VARS.join(" and ")
+            ),
+        };
+        Err(match span {
+            Some(span) => self.err(span, message),
+            None => ConfigError::whole_file(self.path, message),
+        })
+    }
+
+    fn srun_args(&self, args: Spanned<Vec<String>>) -> Result<Vec<String>> {
+        let span = args.span();
+        let args = args.into_inner();
+        for arg in &args {
+            let option = arg.split('=').next().unwrap_or_default();
+            let short = arg.len() > 2 && arg.starts_with('-') && !arg.starts_with("--");
+            let option = if short { &arg[..2] } else { option };
+            if HERDS_SRUN_OPTIONS.contains(&option) {
+                return Err(self.err(
+                    span,
+                    format!(
+                        "transport.srun_args: herd sets {option} itself (one task on each node, its \
+                         output to herd): remove {arg:?}"
+                    ),
+                ));
+            }
+            if arg.trim().is_empty() {
+                return Err(self.err(span, "transport.srun_args: an empty argument"));
+            }
+        }
+        Ok(args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    const ALLOCATION: [(&str, &str); 2] = [("SLURM_JOB_NODELIST", "n[1-3]"), ("SLURM_JOB_ID", "42")];
+
+    fn slurm_of(config: &Config) -> &SlurmSettings {
+        match &config.transport {
+            TransportSettings::Slurm(s) => s,
+            TransportSettings::Ssh => panic!("not slurm: {config:?}"),
+        }
+    }
+
+    #[test]
+    fn kind_slurm_takes_the_allocations_nodes_and_job() {
+        let text = format!("{JOB}[transport]\nkind = \"slurm\"\nsrun_args = [\"--gpus-per-node=8\"]\n");
+        let config = parse_from(&text, &ALLOCATION, &[], false).unwrap();
+        assert_eq!(hosts_and_nprocs(&config), [("n1", None), ("n2", None), ("n3", None)]);
+        let s = slurm_of(&config);
+        assert_eq!(
+            (s.job_id.as_str(), s.srun_args.as_slice()),
+            ("42", &["--gpus-per-node=8".to_string()][..])
+        );
+        // nodes_from = "slurm" says the same thing twice: allowed.
+        let text = format!("nodes_from = \"slurm\"\n{JOB}[transport]\nkind = \"slurm\"\n");
+        assert_eq!(parse_from(&text, &ALLOCATION, &[], false).unwrap().nodes.len(), 3);
+    }
+
+    #[test]
+    fn the_slurm_flag_is_kind_slurm_whatever_the_file_says() {
+        for nodes in ["[[nodes]]\nhost = \"a\"\n", "nodes_from = \"hostfile:none\"\n"] {
+            let config = parse_from(&format!("{nodes}{JOB}"), &ALLOCATION, &[], true).unwrap();
+            assert_eq!(hosts_and_nprocs(&config), [("n1", None), ("n2", None), ("n3", None)]);
+            assert_eq!(slurm_of(&config).job_id, "42");
+        }
+        // nodes_from = "slurm" without the flag still ssh-es to the allocation's nodes.
+        let config = parse_from(&format!("nodes_from = \"slurm\"\n{JOB}"), &ALLOCATION, &[], false).unwrap();
+        assert_eq!(config.transport, TransportSettings::Ssh);
+    }
+
+    #[test]
+    fn slurm_transport_errors() {
+        let kind = format!("{JOB}[transport]\nkind = \"slurm\"\n");
+        let at_kind = JOB.lines().count() + 2;
+        let err = parse_from(&kind, &[("SLURM_JOB_NODELIST", "n1")], &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((at_kind, 8)));
+        assert_eq!(
+            err.message(),
+            "transport.kind = \"slurm\": not inside a Slurm allocation (SLURM_JOB_ID and SLURM_JOBID are unset); run herd under salloc or in an sbatch script"
+        );
+        let err = parse_from(&kind, &[], &[], false).unwrap_err();
+        assert!(err
+            .message()
+            .starts_with("transport.kind = \"slurm\": not inside a Slurm allocation (SLURM_JOB_NODELIST"));
+        let err =
+            parse_from(&format!("[[nodes]]\nhost = \"a\"\n{kind}"), &ALLOCATION, &[], false).unwrap_err();
+        assert!(err.message().contains("not on [[nodes]]: remove [[nodes]]"), "{err}");
+        let err =
+            parse_from(&format!("nodes_from = \"hostfile:h\"\n{kind}"), &ALLOCATION, &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((1, 14)));
+        let err =
+            parse_from(&format!("{JOB}[transport]\nkind = \"srun\"\n"), &ALLOCATION, &[], false).unwrap_err();
+        assert_eq!(err.message(), "unknown transport.kind \"srun\": expected \"ssh\" or \"slurm\"");
+        let err = parse_from(&format!("{JOB}[transport]\nkind = \"slrum\"\n"), &ALLOCATION, &[], false)
+            .unwrap_err();
+        assert_eq!(err.help(), Some("did you mean \"slurm\"?"));
+        for bad in ["-N2", "--nodes=2", "-w", "--job-name=x", "--pty"] {
+            let text = format!("{kind}srun_args = [\"--exclusive\", \"{bad}\"]\n");
+            let err = parse_from(&text, &ALLOCATION, &[], false).unwrap_err();
+            assert!(err.message().starts_with("transport.srun_args: herd sets "), "{bad}: {err}");
+        }
+        let err = parse_from(
+            &format!("[[nodes]]\nhost = \"a\"\n{JOB}[transport]\nsrun_args = [\"-x\"]\n"),
+            &[],
+            &[],
+            false,
+        )
+        .unwrap_err();
+        assert!(err.message().starts_with("transport.srun_args is for kind = \"slurm\""), "{err}");
+        let err = parse_from(&kind, &[("SLURM_JOB_NODELIST", "n1"), ("SLURM_JOB_ID", "4;2")], &[], false)
+            .unwrap_err();
+        assert!(err.message().ends_with("SLURM_JOB_ID \"4;2\" is not a job id"), "{err}");
+    }
+}

@@ -1,0 +1,310 @@
+//! The slurm transport on a real Slurm (slurmctld, a slurmd in every namespace, munged) with
+//! real torchrun over gloo, and no sshd running: every node's agent is a job step that herd
+//! starts with `srun`, and restarts are new steps in the same allocation.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::{Cluster, LIMIT};
+use support::herd::{self, events, only_run_dir, wait_until};
+use support::slurm::Slurm;
+
+/// Slurm first: its daemons stop before the testbed's namespaces go.
+struct SlurmCluster {
+    slurm: Slurm,
+    c: Cluster,
+}
+
+impl SlurmCluster {
+    /// `n` nodes under Slurm, their sshds stopped: nothing below can go through SSH.
+    fn new(n: usize) -> SlurmCluster {
+        let mut c = Cluster::new(n);
+        let slurm = Slurm::start(&mut c.tb);
+        c.tb.stop_sshds();
+        SlurmCluster { slurm, c }
+    }
+
+    fn dir(&self) -> &Path {
+        self.c.tb.dir()
+    }
+
+    /// cluster.toml with no nodes (they come from the allocation): the given [job] lines,
+    /// then `extra`.
+    fn write_config(&self, job: &str, extra: &str) {
+        let text = format!(
+            "[job]\nworkdir = \"{wd}\"\ndevice = \"cpu\"\n{job}\n\n[rendezvous]\ninterface = \"eth0\"\n\n\
+             [logs]\ndir = \"{logs}\"\n\n{extra}\n",
+            wd = herd::repo_root().display(),
+            logs = self.c.logs().display(),
+        );
+        std::fs::write(self.dir().join("cluster.toml"), text).unwrap();
+    }
+
+    /// A torchrun job of 2 ranks per node whose setup prints the Slurm step it runs in.
+    fn torchrun(&self, args: &str, extra: &str) {
+        let job = format!(
+            "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\nnproc_per_node = 2\n\
+             setup = \"echo slurm-step=$SLURM_JOB_ID.$SLURM_STEP_ID on $SLURMD_NODENAME; source {}/bin/activate\"",
+            self.c.venv.display()
+        );
+        self.write_config(&job, extra);
+    }
+
+    /// Processes of the test's job on any node.
+    fn leftovers(&self) -> Vec<(usize, u32)> {
+        self.c.leftovers("HERD_TEST_MARK", &mark(&self.c))
+    }
+
+    /// The job's `sleep`s: the steady state of the long job below.
+    fn sleepers(&self) -> usize {
+        self.leftovers()
+            .into_iter()
+            .filter(|(_, pid)| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+            })
+            .count()
+    }
+
+    /// Every process of any node whose command line names `what`.
+    fn processes_named(&self, what: &str) -> Vec<String> {
+        (0..self.c.tb.nodes().len())
+            .flat_map(|i| self.c.tb.processes(i))
+            .filter(|(_, cmd)| cmd.contains(what))
+            .map(|(pid, cmd)| format!("{pid} {cmd}"))
+            .collect()
+    }
+}
+
+const FAST_RESTART: &str =
+    "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\nheartbeat_timeout = \"10s\"\n";
+
+fn mark(c: &Cluster) -> String {
+    format!("herd-slurm-test-{}", c.tb.k())
+}
+
+fn all<'a>(ev: &'a [Value], name: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["event"] == name).collect()
+}
+
+/// Every rank's `result` line of `attempt`, under its own name: `[r<R> node<N>]`.
+fn assert_results(out: &herd::Finished, world: usize, attempt: u32) {
+    for r in 0..world {
+        let node = r / 2;
+        let prefix = format!("[r{r} node{}] ", node + 1);
+        let results: Vec<&str> = out
+            .node_lines(&prefix)
+            .into_iter()
+            .filter(|l| l.starts_with("result ") && l.contains(&format!(" attempt={attempt} ")))
+            .collect();
+        assert_eq!(results.len(), 1, "rank {r}: {results:?}\n{out}");
+        let line = results[0];
+        assert!(line.ends_with(" ok"), "{line}");
+        assert!(line.contains(&format!(" world={world} ")), "{line}");
+        assert!(line.contains(&format!(" node_rank={node} ")), "{line}");
+        assert!(line.contains(&format!(" host=node{} ", node + 1)), "{line}");
+    }
+}
+
+/// The Slurm steps the node logs of `attempt` say their setup ran in, by node rank.
+fn steps_of(run: &Path, attempt: u32, nodes: usize) -> Vec<String> {
+    (0..nodes)
+        .map(|n| {
+            let log =
+                std::fs::read_to_string(run.join(format!("attempt-{attempt}/node{n}-node{}.log", n + 1)))
+                    .unwrap_or_else(|e| panic!("node {n}'s log of attempt {attempt}: {e}"));
+            let line = log.lines().find(|l| l.starts_with("slurm-step=")).expect("the step line").to_string();
+            assert!(line.ends_with(&format!(" on node{}", n + 1)), "{line}");
+            line
+        })
+        .collect()
+}
+
+#[test]
+fn salloc_runs_torchrun_on_every_node_through_srun_with_no_ssh() {
+    let s = SlurmCluster::new(3);
+    s.torchrun("\"--steps\", \"3\"", "");
+    let conf = s.slurm.conf().display().to_string();
+    let started = Instant::now();
+    let out = herd::start_under(
+        &["salloc", "--nodes", "3", "--no-kill"],
+        s.dir(),
+        &["run", "--slurm"],
+        &[("SLURM_CONF", &conf)],
+    )
+    .wait(LIMIT);
+    out.assert_code(0);
+    eprintln!("salloc + herd run --slurm, 3 x 2 ranks: {:?}", started.elapsed());
+    assert_results(&out, 6, 0);
+    assert!(s.processes_named("sshd").is_empty(), "an sshd ran: {:?}", s.processes_named("sshd"));
+
+    let run = only_run_dir(&s.c.logs());
+    let ev = events(&run);
+    let started: Vec<(u64, String)> = all(&ev, "node_started")
+        .iter()
+        .map(|e| (e["node_rank"].as_u64().unwrap(), e["host"].as_str().unwrap().to_string()))
+        .collect();
+    let mut sorted = started.clone();
+    sorted.sort();
+    assert_eq!(sorted, [(0, "node1".into()), (1, "node2".into()), (2, "node3".into())], "{ev:?}");
+    assert_eq!(ev.last().unwrap()["status"], "succeeded");
+    for r in 0..6 {
+        let log = std::fs::read_to_string(run.join(format!("attempt-0/rank{r}.log")))
+            .unwrap_or_else(|e| panic!("rank {r}'s own log: {e}"));
+        assert!(log.lines().any(|l| l.starts_with("result ") && l.ends_with(" ok")), "rank {r}: {log}");
+    }
+    // Each node's agent ran as a step of its own, on that node, in the salloc's job.
+    let steps = steps_of(&run, 0, 3);
+    let jobs: std::collections::BTreeSet<&str> =
+        steps.iter().map(|l| l["slurm-step=".len()..].split('.').next().unwrap()).collect();
+    assert_eq!(jobs.len(), 1, "{steps:?}");
+    assert!(s.slurm.steps().is_empty(), "steps left: {:?}", s.slurm.steps());
+}
+
+#[test]
+fn a_rank_killed_on_attempt_0_restarts_as_new_steps_and_completes() {
+    let s = SlurmCluster::new(3);
+    let alloc = s.slurm.allocate(3);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    s.torchrun(
+        "\"--steps\", \"6\", \"--sleep\", \"0.3\", \"--die-rank\", \"3\", \"--fault-step\", \"2\"",
+        &format!("[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}"),
+    );
+    let out = herd::start(s.dir(), &["run"], &env).wait(LIMIT);
+    out.assert_code(0);
+    assert_results(&out, 6, 1);
+
+    let run = only_run_dir(&s.c.logs());
+    let ev = events(&run);
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed.len(), 1, "{ev:?}");
+    assert_eq!(failed[0]["class"], "crash", "{}", failed[0]);
+    let root = &failed[0]["root_cause"];
+    assert_eq!((root["node_rank"].as_u64(), root["host"].as_str()), (Some(1), Some("node2")), "{root}");
+    assert_eq!(root["rank"].as_u64(), Some(3), "{root}");
+    let ports: Vec<u64> =
+        all(&ev, "attempt_started").iter().map(|e| e["master_port"].as_u64().unwrap()).collect();
+    assert_eq!(ports.len(), 2);
+    assert_ne!(ports[0], ports[1], "every attempt gets a fresh port");
+    // The restart is new steps of the same allocation.
+    let (first, second) = (steps_of(&run, 0, 3), steps_of(&run, 1, 3));
+    let job = format!("slurm-step={}.", alloc[1].1);
+    assert!(first.iter().chain(&second).all(|l| l.starts_with(&job)), "{first:?} {second:?}");
+    for l in &second {
+        assert!(!first.contains(l), "attempt 1 reused a step of attempt 0: {l}");
+    }
+    assert!(s.slurm.steps().is_empty(), "steps left: {:?}", s.slurm.steps());
+    s.slurm.release(&alloc[1].1);
+}
+
+/// A job that runs until killed on every node: two processes each, one in a session of its
+/// own as torchrun's workers are. Returns herd, once all of them are up.
+fn start_long_job(s: &SlurmCluster, env: &[(&str, &str)]) -> herd::Running {
+    let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 301";
+    s.write_config(
+        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]", serde_json::to_string(script).unwrap()),
+        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n[restart]\ngrace_period = \"3s\"\n", mark(&s.c)),
+    );
+    let mut running = herd::start(s.dir(), &["run"], env);
+    let up = running.until(LIMIT, || s.sleepers() == 6);
+    assert!(up, "job processes did not come up: {:?}", s.leftovers());
+    running
+}
+
+#[test]
+fn ctrl_c_and_sigkill_of_herd_leave_no_process_and_no_step() {
+    let s = SlurmCluster::new(3);
+    let alloc = s.slurm.allocate(3);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+
+    let running = start_long_job(&s, &env);
+    assert_eq!(s.slurm.steps().len(), 3, "one step per node: {:?}", s.slurm.steps());
+    running.signal("INT");
+    let out = running.wait(Duration::from_secs(60));
+    out.assert_code(130);
+    assert_eq!(s.leftovers(), vec![], "job processes left after Ctrl-C");
+    assert!(wait_until(Duration::from_secs(10), || s.slurm.steps().is_empty()), "{:?}", s.slurm.steps());
+    assert!(
+        s.processes_named("sh -c").iter().all(|p| !p.contains("herd-agent")),
+        "{:?}",
+        s.processes_named("herd-agent")
+    );
+
+    let running = start_long_job(&s, &env);
+    running.signal("KILL");
+    let killed = Instant::now();
+    let gone = wait_until(Duration::from_secs(30), || s.leftovers().is_empty());
+    assert!(gone, "left 30 s after SIGKILL of herd: {:?}", s.leftovers());
+    eprintln!("all job processes gone {:?} after SIGKILL of herd", killed.elapsed());
+    let no_steps = wait_until(Duration::from_secs(30), || s.slurm.steps().is_empty());
+    assert!(no_steps, "steps left after SIGKILL of herd: {:?}", s.slurm.steps());
+    let _ = running.wait(Duration::from_secs(10));
+
+    // herd kill inside the allocation: nothing of this config left to stop.
+    let kill = herd::run_with(s.dir(), &["kill"], &env, LIMIT);
+    kill.assert_code(0);
+    assert!(kill.stdout.contains("nothing left"), "{kill}");
+    s.slurm.release(&alloc[1].1);
+}
+
+#[test]
+fn herd_kill_cancels_the_configs_steps_and_stops_what_outlived_them() {
+    let s = SlurmCluster::new(2);
+    let alloc = s.slurm.allocate(2);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Leftovers of an earlier run of the config: a process that outlived its step on node 1,
+    // and a step of the config's that is still running (as a herd killed with its srun
+    // stopped would leave). Another step of the job, not herd's, must survive.
+    let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 301";
+    s.write_config(
+        &format!(
+            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]",
+            serde_json::to_string(script).unwrap()
+        ),
+        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n", mark(&s.c)),
+    );
+    let plan = herd::run_with(s.dir(), &["plan", "--json"], &env, LIMIT);
+    plan.assert_code(0);
+    let plan: Value = serde_json::from_str(&plan.stdout).unwrap();
+    let step_name = plan["nodes"][0]["transport"]["step_name"].as_str().unwrap().to_string();
+    let spawn = |name: &str| {
+        s.slurm
+            .command("srun")
+            .args(["--jobid", &alloc[1].1, "-N1", "-n1", "-w", "node1", "--overlap", "--job-name", name])
+            .args(["sleep", "300"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut ours = spawn(&format!("{step_name}-4242"));
+    let mut theirs = spawn("train");
+    assert!(wait_until(Duration::from_secs(30), || s.slurm.steps().len() == 2), "{:?}", s.slurm.steps());
+    let kill = herd::run_with(s.dir(), &["kill"], &env, LIMIT);
+    kill.assert_code(0);
+    assert!(kill.stdout.contains("cancelled 1 step(s)"), "{kill}");
+    assert!(wait_until(Duration::from_secs(30), || s.slurm.steps().len() == 1), "{:?}", s.slurm.steps());
+    assert!(s.slurm.steps()[0].contains(" train "), "{:?}", s.slurm.steps());
+    let _ = ours.wait();
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    s.slurm.release(&alloc[1].1);
+}
+
+#[test]
+fn herd_doctor_checks_every_node_through_srun() {
+    let s = SlurmCluster::new(3);
+    let alloc = s.slurm.allocate(3);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    s.torchrun("\"--steps\", \"1\"", "[transport]\nkind = \"slurm\"\n");
+    let doctor = herd::run_with(s.dir(), &["doctor"], &env, LIMIT);
+    assert!(doctor.code == Some(0) || doctor.code == Some(1), "{doctor}");
+    for n in 1..=3 {
+        assert!(doctor.stdout.contains(&format!("node{n}")), "{doctor}");
+    }
+    assert!(doctor.stdout.starts_with("rank  host   srun "), "{doctor}");
+    assert!(!doctor.stdout.contains("ssh"), "{doctor}");
+    s.slurm.release(&alloc[1].1);
+}
