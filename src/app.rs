@@ -21,7 +21,7 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
         Command::Run(args) => run_command(args),
         Command::Exec(args) => exec_command(args),
         Command::Logs(args) => logs_command(args),
-        Command::Kill(args) => kill_command(&args.config),
+        Command::Kill(args) => kill_command(&args.config.config, args.slurm),
         Command::Init(args) => init_command(args),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -378,11 +378,10 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     Ok(exit::OK)
 }
 
-fn kill_command(config: &Path) -> Result<u8, Error> {
+fn kill_command(config: &Path, slurm: bool) -> Result<u8, Error> {
     // Every node of the config: leftovers may be on any of them, whatever a run selected.
-    let plan = load_plan(config, &NodeSelection::default(), &[], Active::All)?;
+    let plan = load_plan(config, &NodeSelection { slurm, ..NodeSelection::default() }, &[], Active::All)?;
     let _lock = lock_config(&plan)?;
-    ready_to_connect(&plan)?;
     let runtime = runtime()?;
     let mut stopped = 0;
     // Through Slurm, first the config's steps that are still there (any herd's): then the
@@ -390,7 +389,7 @@ fn kill_command(config: &Path) -> Result<u8, Error> {
     if let Some(plan::Transport::Slurm(t)) = plan.nodes.first().map(|n| &n.transport) {
         let steps = runtime
             .block_on(transport::slurm::cancel_steps(&t.job_id, &t.step_name, true))
-            .map_err(|e| Error::Usage(format!("herd kill: {e}")))?;
+            .map_err(|e| Error::Slurm(format!("herd kill: {e}")))?;
         if !steps.is_empty() {
             stopped += steps.len();
             println!("job {}: cancelled {} step(s): {}", t.job_id, steps.len(), steps.join(" "));

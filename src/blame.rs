@@ -33,9 +33,16 @@ pub fn blame(
             blamed.push(Blamed { node_rank, reason });
         }
     };
+    // Lost before herd stopped anything; or the node whose silence made herd stop (the root
+    // cause, lost): it ends only after the stop, at the kill deadline, when no transport of
+    // its own noticed the loss first (a Slurm step has none).
+    let silenced = |n: &NodeOutcome| {
+        verdict.class == FailureClass::NodeLost
+            && root.is_some_and(|r| r.node_rank == n.node_rank && matches!(r.exit, NodeExit::Lost(_)))
+    };
     let lost: Vec<&NodeOutcome> = nodes
         .iter()
-        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && n.stop_requested_at.is_none())
+        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && (n.stop_requested_at.is_none() || silenced(n)))
         .collect();
     if minority(lost.len(), nodes.len()) {
         for node in lost {
@@ -127,10 +134,15 @@ mod tests {
         let v =
             verdict(FailureClass::NodeLost, Some((1, None, NodeExit::Lost("no heartbeat for 15s".into()))));
         assert_eq!(reasons(&blame(&v, &nodes, &rules, None)), [(1, "node-lost: no heartbeat for 15s")]);
-        // Lost after herd stopped it (no exit status after SIGKILL): not its fault.
+        // Its silence made herd stop every node, itself included, and it ended only at the
+        // kill deadline: still its fault.
         let mut late = nodes.clone();
         late[1].stop_requested_at = Some(Duration::ZERO);
-        assert_eq!(blame(&v, &late, &rules, None), []);
+        assert_eq!(reasons(&blame(&v, &late, &rules, None)), [(1, "node-lost: no heartbeat for 15s")]);
+        // Lost after herd stopped it for another node's crash (no exit status after SIGKILL):
+        // not its fault.
+        let crash = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(9))));
+        assert_eq!(blame(&crash, &late, &rules, None), []);
     }
 
     #[test]

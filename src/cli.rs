@@ -70,8 +70,10 @@ pub enum Command {
     /// Stop every process left on any node by earlier runs of this config.
     ///
     /// Processes are found by the HERD_MARKER in their environment, never by name, so other
-    /// jobs are never touched. Refused while a run of this config is live.
-    Kill(ConfigArg),
+    /// jobs are never touched. Refused while a run of this config is live. Inside a Slurm
+    /// allocation (with --slurm, or [transport] kind = "slurm"), the config's job steps that
+    /// are still there are cancelled first.
+    Kill(KillArgs),
     /// List the config's nodes: active (with node rank), spares and quarantined, with why.
     ///
     /// A run quarantines a node it blames (lost, a segfault, a hardware error, the root cause
@@ -98,6 +100,15 @@ pub struct NodesArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The nodes and steps of this Slurm allocation, as `herd run --slurm` used them.
+    #[arg(long)]
+    pub slurm: bool,
 }
 
 #[derive(Debug, Args)]

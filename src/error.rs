@@ -11,7 +11,7 @@ pub mod exit {
     /// Bad config or usage; nothing was contacted.
     pub const CONFIG: u8 = 2;
     /// A preflight check failed, a node unreachable over SSH included (`herd doctor`, or
-    /// `herd run` before it starts anything).
+    /// `herd run` before it starts anything); or Slurm's own commands failed.
     pub const PREFLIGHT: u8 = 3;
     /// herd could not start the job (no free master port, another run of the same config in
     /// progress); nothing was left running.
@@ -43,6 +43,9 @@ pub enum Error {
     TooFewNodes(#[from] crate::roster::TooFewNodes),
     #[error("{0}")]
     Busy(String),
+    /// Slurm's commands (squeue, scancel) failed: slurmctld cannot be reached, or refused.
+    #[error("{0}")]
+    Slurm(String),
     /// A command line that asks for something that is not there (a run, a node).
     #[error("{0}")]
     Usage(String),
@@ -63,7 +66,7 @@ impl Error {
             | Error::Quarantine(_)
             | Error::TooFewNodes(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
-            Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) => exit::PREFLIGHT,
+            Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) | Error::Slurm(_) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,
             Error::Io { .. } => exit::INTERNAL,
         }

@@ -13,12 +13,42 @@ use crate::plan::{LaunchPlan, NodePlan};
 use crate::remote::AgentInvocation;
 use crate::transport::{self, Connection, Started, TransportError};
 
+/// Through Slurm, the nodes (by node rank) among those `which` picks that Slurm will not run a
+/// step on (down, drained, not responding), and why: one `sinfo` for them all. Connecting to
+/// them fails, as an unreachable host fails over SSH: they are lost, waited for before a
+/// restart, replaced by a spare.
+async fn slurm_refusals(
+    plan: &LaunchPlan,
+    which: &impl Fn(&NodePlan) -> bool,
+) -> std::collections::HashMap<usize, String> {
+    let nodes: Vec<(usize, &str)> = plan
+        .nodes
+        .iter()
+        .filter(|n| which(n))
+        .filter_map(|n| match &n.transport {
+            crate::plan::Transport::Slurm(t) => Some((n.node_rank, t.node.as_str())),
+            _ => None,
+        })
+        .collect();
+    if nodes.is_empty() {
+        return Default::default();
+    }
+    let names: Vec<&str> = nodes.iter().map(|(_, n)| *n).collect();
+    match transport::slurm::states(&names).await {
+        Ok(states) => nodes
+            .iter()
+            .filter_map(|(rank, node)| Some((*rank, transport::slurm::refusal(node, &states)?)))
+            .collect(),
+        Err(e) => nodes.iter().map(|(rank, _)| (*rank, e.to_string())).collect(),
+    }
+}
+
 /// How often an unreachable node is tried again before a restart.
 const RECONNECT_EVERY: Duration = Duration::from_secs(2);
 
 /// A node that could not be connected, in a command that needs them all.
 #[derive(Debug, thiserror::Error)]
-#[error("node {node_rank} ({host}): ssh: {error}\n  fix: {}", transport::connect_fix(&error.to_string()))]
+#[error("node {node_rank} ({host}): {}: {error}\n  fix: {}", error.via(), error.fix())]
 pub struct ConnectError {
     pub node_rank: usize,
     pub host: String,
@@ -68,12 +98,17 @@ impl Fleet {
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
         let options = plan.timing.connect;
+        let refusals = slurm_refusals(plan, &which).await;
         let mut set = JoinSet::new();
         for node in plan.nodes.iter().filter(|n| which(n)) {
             let (transport, rank, want) = (node.transport.clone(), node.node_rank, early(node));
+            let refused = refusals.get(&rank).cloned();
             set.spawn(async move {
                 let started = Instant::now();
-                let conn = transport::connect(&transport, options).await;
+                let conn = match refused {
+                    Some(why) => Err(TransportError::Slurm(why)),
+                    None => transport::connect(&transport, options).await,
+                };
                 let took = started.elapsed();
                 // A start that fails here is tried again, and reported, where the agent is used.
                 let mut agents = Vec::new();
@@ -187,11 +222,16 @@ impl Fleet {
                 drop(link);
                 loop {
                     let started = Instant::now();
+                    // Checked once connected: through Slurm, connecting holds nothing open, and
+                    // the check is what asks whether the node can run steps again.
                     let error = match transport::connect(&transport, options).await {
-                        Ok(c) => {
-                            let connect_ms = started.elapsed().as_millis() as u64;
-                            return (rank, Link { conn: Ok(Arc::new(c)), connect_ms });
-                        }
+                        Ok(c) => match c.check().await {
+                            Ok(()) => {
+                                let connect_ms = started.elapsed().as_millis() as u64;
+                                return (rank, Link { conn: Ok(Arc::new(c)), connect_ms });
+                            }
+                            Err(e) => e.to_string(),
+                        },
                         Err(e) => e.to_string(),
                     };
                     let waiting =

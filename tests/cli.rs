@@ -688,7 +688,7 @@ fn slurm_outside_an_allocation_without_srun_or_too_small_exits_2() {
     assert!(
         missing
             .stderr
-            .contains("the slurm transport needs srun, squeue, scancel, scontrol on PATH, which are not"),
+            .contains("the slurm transport needs srun, squeue, scancel, sinfo on PATH, which are not"),
         "{missing}"
     );
 

@@ -43,11 +43,18 @@ impl SlurmCluster {
         std::fs::write(self.dir().join("cluster.toml"), text).unwrap();
     }
 
-    /// A torchrun job of 2 ranks per node whose setup prints the Slurm step it runs in.
+    /// A torchrun job of 2 ranks per node whose setup prints the Slurm step it runs in, and
+    /// what Slurm's task variables say there (herd unsets them: they describe its one-task
+    /// step, not the ranks).
     fn torchrun(&self, args: &str, extra: &str) {
+        self.torchrun_on(args, "", extra);
+    }
+
+    fn torchrun_on(&self, args: &str, job: &str, extra: &str) {
         let job = format!(
             "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\nnproc_per_node = 2\n\
-             setup = \"echo slurm-step=$SLURM_JOB_ID.$SLURM_STEP_ID on $SLURMD_NODENAME; source {}/bin/activate\"",
+             setup = \"echo slurm-step=$HERD_SLURM_STEP on $SLURMD_NODENAME procid=${{SLURM_PROCID-unset}} \
+             ntasks=${{SLURM_NTASKS-unset}}; source {}/bin/activate\"\n{job}",
             self.c.venv.display()
         );
         self.write_config(&job, extra);
@@ -81,6 +88,17 @@ impl SlurmCluster {
 const FAST_RESTART: &str =
     "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\nheartbeat_timeout = \"10s\"\n";
 
+/// The `srun`s of herd's steps on this machine, with their command lines.
+fn herd_sruns() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, std::fs::read(format!("/proc/{pid}/cmdline")).ok()?)))
+        .filter(|(_, c)| c.starts_with(b"srun\0") && String::from_utf8_lossy(c).contains("\0herd-"))
+        .map(|(pid, c)| format!("{pid} {}", String::from_utf8_lossy(&c).replace('\0', " ")))
+        .collect()
+}
+
 fn mark(c: &Cluster) -> String {
     format!("herd-slurm-test-{}", c.tb.k())
 }
@@ -89,11 +107,13 @@ fn all<'a>(ev: &'a [Value], name: &str) -> Vec<&'a Value> {
     ev.iter().filter(|e| e["event"] == name).collect()
 }
 
-/// Every rank's `result` line of `attempt`, under its own name: `[r<R> node<N>]`.
-fn assert_results(out: &herd::Finished, world: usize, attempt: u32) {
+/// Every rank's `result` line of `attempt`, under its own name: `[r<R> <host>]`, node rank
+/// `n` on `hosts[n]`.
+fn assert_results(out: &herd::Finished, hosts: &[&str], attempt: u32) {
+    let world = 2 * hosts.len();
     for r in 0..world {
         let node = r / 2;
-        let prefix = format!("[r{r} node{}] ", node + 1);
+        let prefix = format!("[r{r} {}] ", hosts[node]);
         let results: Vec<&str> = out
             .node_lines(&prefix)
             .into_iter()
@@ -104,7 +124,7 @@ fn assert_results(out: &herd::Finished, world: usize, attempt: u32) {
         assert!(line.ends_with(" ok"), "{line}");
         assert!(line.contains(&format!(" world={world} ")), "{line}");
         assert!(line.contains(&format!(" node_rank={node} ")), "{line}");
-        assert!(line.contains(&format!(" host=node{} ", node + 1)), "{line}");
+        assert!(line.contains(&format!(" host={} ", hosts[node])), "{line}");
     }
 }
 
@@ -116,8 +136,8 @@ fn steps_of(run: &Path, attempt: u32, nodes: usize) -> Vec<String> {
                 std::fs::read_to_string(run.join(format!("attempt-{attempt}/node{n}-node{}.log", n + 1)))
                     .unwrap_or_else(|e| panic!("node {n}'s log of attempt {attempt}: {e}"));
             let line = log.lines().find(|l| l.starts_with("slurm-step=")).expect("the step line").to_string();
-            assert!(line.ends_with(&format!(" on node{}", n + 1)), "{line}");
-            line
+            assert!(line.ends_with(&format!(" on node{} procid=unset ntasks=unset", n + 1)), "{line}");
+            line.split_whitespace().next().unwrap().to_string()
         })
         .collect()
 }
@@ -137,7 +157,7 @@ fn salloc_runs_torchrun_on_every_node_through_srun_with_no_ssh() {
     .wait(LIMIT);
     out.assert_code(0);
     eprintln!("salloc + herd run --slurm, 3 x 2 ranks: {:?}", started.elapsed());
-    assert_results(&out, 6, 0);
+    assert_results(&out, &["node1", "node2", "node3"], 0);
     assert!(s.processes_named("sshd").is_empty(), "an sshd ran: {:?}", s.processes_named("sshd"));
 
     let run = only_run_dir(&s.c.logs());
@@ -157,6 +177,7 @@ fn salloc_runs_torchrun_on_every_node_through_srun_with_no_ssh() {
     }
     // Each node's agent ran as a step of its own, on that node, in the salloc's job.
     let steps = steps_of(&run, 0, 3);
+    assert!(steps.iter().all(|s| s.len() > "slurm-step=1.".len()), "{steps:?}");
     let jobs: std::collections::BTreeSet<&str> =
         steps.iter().map(|l| l["slurm-step=".len()..].split('.').next().unwrap()).collect();
     assert_eq!(jobs.len(), 1, "{steps:?}");
@@ -174,7 +195,7 @@ fn a_rank_killed_on_attempt_0_restarts_as_new_steps_and_completes() {
     );
     let out = herd::start(s.dir(), &["run"], &env).wait(LIMIT);
     out.assert_code(0);
-    assert_results(&out, 6, 1);
+    assert_results(&out, &["node1", "node2", "node3"], 1);
 
     let run = only_run_dir(&s.c.logs());
     let ev = events(&run);
@@ -240,6 +261,13 @@ fn ctrl_c_and_sigkill_of_herd_leave_no_process_and_no_step() {
     eprintln!("all job processes gone {:?} after SIGKILL of herd", killed.elapsed());
     let no_steps = wait_until(Duration::from_secs(30), || s.slurm.steps().is_empty());
     assert!(no_steps, "steps left after SIGKILL of herd: {:?}", s.slurm.steps());
+    // herd's sruns (children it can no longer reap) end with their steps.
+    let no_srun = wait_until(Duration::from_secs(30), || herd_sruns().is_empty());
+    assert!(
+        no_srun,
+        "srun left after SIGKILL of herd: {:?}",
+        herd_sruns().iter().map(|l| &l[..120]).collect::<Vec<_>>()
+    );
     let _ = running.wait(Duration::from_secs(10));
 
     // herd kill inside the allocation: nothing of this config left to stop.
@@ -306,5 +334,57 @@ fn herd_doctor_checks_every_node_through_srun() {
     }
     assert!(doctor.stdout.starts_with("rank  host   srun "), "{doctor}");
     assert!(!doctor.stdout.contains("ssh"), "{doctor}");
+    s.slurm.release(&alloc[1].1);
+}
+
+#[test]
+fn a_node_cut_off_for_good_is_lost_and_replaced_by_the_allocations_spare() {
+    let s = SlurmCluster::new(4);
+    let alloc = s.slurm.allocate(4);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    s.torchrun_on(
+        "\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"",
+        "nnodes = 3",
+        &format!("[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}"),
+    );
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    let log = |run: &Path| run.join("attempt-0/node2-node3.log");
+    let trained = running.until(LIMIT, || {
+        std::fs::read_dir(s.c.logs())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| std::fs::read_to_string(log(&run.path())).is_ok_and(|l| l.contains("step 3 ")))
+    });
+    assert!(trained, "training did not start");
+    s.c.tb.link_down(2);
+    let cut = Instant::now();
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    eprintln!("cut to completion on the spare: {:?}", cut.elapsed());
+    assert_results(&out, &["node1", "node2", "node4"], 1);
+
+    let ev = events(&only_run_dir(&s.c.logs()));
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{ev:?}");
+    assert_eq!(q[0]["host"], "node3");
+    assert!(q[0]["reason"].as_str().unwrap().starts_with("node-lost: "), "{}", q[0]);
+    let promoted = all(&ev, "spare_promoted");
+    assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node4"), Some(2)));
+    // No srun of herd's is left here: the one of the cut node's step was killed when herd
+    // gave up on the node.
+    assert!(
+        herd_sruns().is_empty(),
+        "srun processes left: {:?}",
+        herd_sruns().iter().map(|l| &l[..120]).collect::<Vec<_>>()
+    );
+    // Once the link is back, the cut node's agent ends its job, and Slurm the step.
+    s.c.tb.link_up(2);
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    let clean = wait_until(Duration::from_secs(90), || herd::processes_with_env_prefix(&mark).is_empty());
+    assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
+    let no_steps =
+        wait_until(Duration::from_secs(90), || !s.slurm.steps().iter().any(|l| l.contains(" herd-")));
+    assert!(no_steps, "steps left: {:?}", s.slurm.steps());
     s.slurm.release(&alloc[1].1);
 }

@@ -45,6 +45,9 @@ const SHORT_DURATIONS: [&str; 3] =
 /// The Slurm variables that list an allocation's hosts, the first one set wins.
 pub const SLURM_NODELIST_VARS: [&str; 2] = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"];
 
+/// The Slurm variables that name the allocation herd runs in, the first one set wins.
+pub const SLURM_JOB_ID_VARS: [&str; 2] = ["SLURM_JOB_ID", "SLURM_JOBID"];
+
 /// What loading a config may read besides the config text: the environment and the files the
 /// config names. [`LoadOptions::process`] is the real ones; tests pass closures.
 #[derive(Clone, Copy)]

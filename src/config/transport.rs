@@ -11,29 +11,34 @@ use super::suggest;
 use super::types::*;
 use super::ConfigError;
 
-/// The variables that name the allocation herd runs in, the first one set wins.
-pub const SLURM_JOB_ID_VARS: [&str; 2] = ["SLURM_JOB_ID", "SLURM_JOBID"];
-
-/// `srun` options herd sets itself on every step: one task on one named node of this
-/// allocation, its stdio piped to herd, named so that herd can find it again.
-const HERDS_SRUN_OPTIONS: [&str; 16] = [
-    "-N",
-    "--nodes",
-    "-n",
-    "--ntasks",
-    "-w",
-    "--nodelist",
-    "--jobid",
-    "-J",
-    "--job-name",
-    "-i",
-    "--input",
-    "-o",
-    "--output",
-    "-e",
-    "--error",
-    "--pty",
+/// `srun` options that would change what herd's steps are: one task on one named node of this
+/// allocation, its stdio piped to herd unchanged (no `--label`), named so that herd can find
+/// it again, overlapping herd's other steps on the node (`--exclusive` would queue a probe
+/// behind the agent's step for ever).
+#[rustfmt::skip]
+const REFUSED_SRUN_OPTIONS: [&str; 29] = [
+    "-N", "--nodes", "-n", "--ntasks", "-w", "--nodelist", "--jobid", "-J", "--job-name", "-i", "--input",
+    "-o", "--output", "-e", "--error", "--pty", "-l", "--label", "--exclusive", "--multi-prog",
+    "--het-group", "-x", "--exclude", "-F", "--nodefile", "--ntasks-per-node", "--overcommit", "-O", "--array",
 ];
+
+/// The option of `REFUSED_SRUN_OPTIONS` that `arg` is, if any: `-N2` is `-N`, `--nodes=2` is
+/// `--nodes`, and so is `--nod` (srun takes an unambiguous prefix of a long option).
+fn refused_srun_option(arg: &str) -> Option<&'static str> {
+    if let Some(long) = arg.strip_prefix("--") {
+        let name = long.split('=').next().unwrap_or_default();
+        if name.len() < 2 {
+            return None;
+        }
+        let is = |o: &&str, m: &dyn Fn(&str) -> bool| o.strip_prefix("--").is_some_and(m);
+        let exact = REFUSED_SRUN_OPTIONS.iter().find(|o| is(o, &|o| o == name));
+        return exact
+            .or_else(|| REFUSED_SRUN_OPTIONS.iter().find(|o| is(o, &|o| o.starts_with(name))))
+            .copied();
+    }
+    let short = arg.strip_prefix('-')?.chars().next()?;
+    REFUSED_SRUN_OPTIONS.iter().find(|o| o.len() == 2 && o.ends_with(short)).copied()
+}
 
 impl Cx<'_> {
     /// The transport, and the nodes it reaches: with Slurm, those of the allocation.
@@ -100,11 +105,12 @@ impl Cx<'_> {
     }
 
     fn slurm_job_id(&self, what: &str, span: Option<Range<usize>>) -> Result<String> {
-        let found =
-            SLURM_JOB_ID_VARS.iter().find_map(|&var| (self.options.env)(var).filter(|v| !v.is_empty()));
+        let found = SLURM_JOB_ID_VARS
+            .iter()
+            .find_map(|&var| Some((var, (self.options.env)(var).filter(|v| !v.is_empty())?)));
         let message = match found {
-            Some(id) if id.bytes().all(|b| b.is_ascii_digit()) => return Ok(id),
-            Some(id) => format!("{what}: SLURM_JOB_ID {id:?} is not a job id"),
+            Some((_, id)) if id.bytes().all(|b| b.is_ascii_digit()) => return Ok(id),
+            Some((var, id)) => format!("{what}: {var} {id:?} is not a job id"),
             None => format!(
                 "{what}: not inside a Slurm allocation ({} are unset); run herd under salloc or in an \
                  sbatch script",
@@ -121,15 +127,12 @@ impl Cx<'_> {
         let span = args.span();
         let args = args.into_inner();
         for arg in &args {
-            let option = arg.split('=').next().unwrap_or_default();
-            let short = arg.len() > 2 && arg.starts_with('-') && !arg.starts_with("--");
-            let option = if short { &arg[..2] } else { option };
-            if HERDS_SRUN_OPTIONS.contains(&option) {
+            if let Some(option) = refused_srun_option(arg) {
                 return Err(self.err(
                     span,
                     format!(
                         "transport.srun_args: herd sets {option} itself (one task on each node, its \
-                         output to herd): remove {arg:?}"
+                         output to herd, beside herd's other steps): remove {arg:?}"
                     ),
                 ));
             }
@@ -156,13 +159,15 @@ mod tests {
 
     #[test]
     fn kind_slurm_takes_the_allocations_nodes_and_job() {
-        let text = format!("{JOB}[transport]\nkind = \"slurm\"\nsrun_args = [\"--gpus-per-node=8\"]\n");
+        let text = format!(
+            "{JOB}[transport]\nkind = \"slurm\"\nsrun_args = [\"--gpus-per-node=8\", \"--no-kill\", \"-u\", \"-é\"]\n"
+        );
         let config = parse_from(&text, &ALLOCATION, &[], false).unwrap();
         assert_eq!(hosts_and_nprocs(&config), [("n1", None), ("n2", None), ("n3", None)]);
         let s = slurm_of(&config);
         assert_eq!(
-            (s.job_id.as_str(), s.srun_args.as_slice()),
-            ("42", &["--gpus-per-node=8".to_string()][..])
+            (s.job_id.as_str(), s.srun_args[0].as_str(), s.srun_args.len()),
+            ("42", "--gpus-per-node=8", 4)
         );
         // nodes_from = "slurm" says the same thing twice: allowed.
         let text = format!("nodes_from = \"slurm\"\n{JOB}[transport]\nkind = \"slurm\"\n");
@@ -207,8 +212,8 @@ mod tests {
         let err = parse_from(&format!("{JOB}[transport]\nkind = \"slrum\"\n"), &ALLOCATION, &[], false)
             .unwrap_err();
         assert_eq!(err.help(), Some("did you mean \"slurm\"?"));
-        for bad in ["-N2", "--nodes=2", "-w", "--job-name=x", "--pty"] {
-            let text = format!("{kind}srun_args = [\"--exclusive\", \"{bad}\"]\n");
+        for bad in ["-N2", "--nodes=2", "-w", "--job-name=x", "--pty", "--nodel=n1", "-l", "--exclusive"] {
+            let text = format!("{kind}srun_args = [\"--gres=gpu:8\", \"{bad}\"]\n");
             let err = parse_from(&text, &ALLOCATION, &[], false).unwrap_err();
             assert!(err.message().starts_with("transport.srun_args: herd sets "), "{bad}: {err}");
         }
@@ -220,8 +225,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message().starts_with("transport.srun_args is for kind = \"slurm\""), "{err}");
-        let err = parse_from(&kind, &[("SLURM_JOB_NODELIST", "n1"), ("SLURM_JOB_ID", "4;2")], &[], false)
+        let err = parse_from(&kind, &[("SLURM_JOB_NODELIST", "n1"), ("SLURM_JOBID", "4;2")], &[], false)
             .unwrap_err();
-        assert!(err.message().ends_with("SLURM_JOB_ID \"4;2\" is not a job id"), "{err}");
+        assert!(err.message().ends_with("SLURM_JOBID \"4;2\" is not a job id"), "{err}");
     }
 }

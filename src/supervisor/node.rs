@@ -259,7 +259,10 @@ async fn node_exit(
     conn: &Connection,
 ) -> NodeExit {
     let transport_exit = match gave_up {
-        Some(why) => TransportExit::Disconnected(why),
+        Some(why) => {
+            handle.abandon();
+            TransportExit::Disconnected(why)
+        }
         None => match tokio::time::timeout(DRAIN_DEADLINE, handle.wait()).await {
             Ok(exit) => exit,
             Err(_) => TransportExit::Disconnected(format!(
@@ -273,8 +276,11 @@ async fn node_exit(
         // ssh's multiplexing cannot tell a dead connection from a killed process ("the
         // remote process has terminated"): ask the connection itself.
         (None, TransportExit::Disconnected(why)) => {
+            let slurm = matches!(conn, Connection::Slurm(_));
             NodeExit::Lost(match tokio::time::timeout(DRAIN_DEADLINE, conn.check()).await {
                 Ok(Ok(())) => format!("the agent's output ended without an exit status ({why})"),
+                Ok(Err(e)) if slurm => format!("{e} ({why})"),
+                _ if slurm => format!("Slurm did not say how the node is ({why})"),
                 _ => "the ssh connection to the node was lost (keepalives unanswered, or the link is down)"
                     .into(),
             })

@@ -26,8 +26,9 @@ pub enum TransportError {
     Connect(String),
     #[error("cannot start a command over ssh: {0}")]
     Spawn(String),
-    #[error("cannot start srun: {0}")]
-    Srun(std::io::Error),
+    /// Slurm will not run a step on the node, or cannot be asked.
+    #[error("{0}")]
+    Slurm(String),
     #[error("cannot start a local command: {0}")]
     Local(#[from] std::io::Error),
 }
@@ -88,8 +89,10 @@ pub struct AgentProcess {
 }
 
 pub enum AgentHandle {
-    /// A child of herd: the agent itself, or the `srun` that carries it.
+    /// The agent itself, a child of herd.
     Child(tokio::process::Child),
+    /// The `srun` that carries the agent's step.
+    Srun(tokio::process::Child),
     Ssh(openssh::Child<Arc<Session>>),
 }
 
@@ -213,12 +216,12 @@ impl Connection {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(TransportError::Srun)?;
+                    .map_err(|e| TransportError::Spawn(format!("srun: {e}")))?;
                 Ok(AgentProcess {
                     stdin: Box::new(child.stdin.take().expect("piped")),
                     stdout: Box::new(child.stdout.take().expect("piped")),
                     stderr: Box::new(child.stderr.take().expect("piped")),
-                    handle: AgentHandle::Child(child),
+                    handle: AgentHandle::Srun(child),
                 })
             }
             Connection::Ssh(link) => {
@@ -299,10 +302,25 @@ impl Connection {
 }
 
 impl AgentHandle {
+    /// herd has given up on the node: an srun waiting on a node it cannot reach is killed
+    /// (Slurm would keep it for as long as it takes to call the node down), its step then
+    /// cancelled with herd's others. An SSH client or a local agent is left to end with its
+    /// connection or job.
+    pub fn abandon(self) {
+        if let AgentHandle::Srun(mut child) = self {
+            let _ = child.start_kill();
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+    }
+
     pub async fn wait(self) -> TransportExit {
         use std::os::unix::process::ExitStatusExt;
         let status = match self {
-            AgentHandle::Child(mut child) => child.wait().await.map_err(|e| e.to_string()),
+            AgentHandle::Child(mut child) | AgentHandle::Srun(mut child) => {
+                child.wait().await.map_err(|e| e.to_string())
+            }
             AgentHandle::Ssh(child) => child.wait().await.map_err(|e| error_chain(&e)),
         };
         match status {
@@ -312,6 +330,24 @@ impl AgentHandle {
                 (None, None) => TransportExit::Disconnected("no exit status".into()),
             },
             Err(e) => TransportExit::Disconnected(e),
+        }
+    }
+}
+
+impl TransportError {
+    /// How herd reached (or failed to reach) the node, for messages: `ssh` or `srun`.
+    pub fn via(&self) -> &'static str {
+        match self {
+            TransportError::Slurm(_) => "srun",
+            _ => "ssh",
+        }
+    }
+
+    /// What to do about it.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            TransportError::Slurm(_) => slurm::FIX,
+            _ => connect_fix(&self.to_string()),
         }
     }
 }

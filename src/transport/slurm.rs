@@ -11,7 +11,7 @@ use super::TransportError;
 use crate::plan::SlurmTarget;
 
 /// The Slurm client commands herd runs, none of which may be missing from `path`.
-pub const COMMANDS: [&str; 4] = ["srun", "squeue", "scancel", "scontrol"];
+pub const COMMANDS: [&str; 4] = ["srun", "squeue", "scancel", "sinfo"];
 
 /// Those of [`COMMANDS`] that no directory of `path` (a `PATH` value) holds as an executable.
 pub fn missing_commands(path: Option<&std::ffi::OsStr>) -> Vec<&'static str> {
@@ -30,11 +30,47 @@ pub const FIX: &str =
     "see `scontrol show node NODE` and the node's slurmd log: a node that is down or drained \
      cannot run herd's steps; leave it out (--exclude), or run in an allocation without it";
 
+/// The allocation's settings for its tasks, which srun reads from its environment and would
+/// apply to herd's one-task steps: the whole of a node's launcher would run on one task's
+/// CPUs (`--exact` follows from a CPU count per task), bound, or with one task's GPUs.
+pub const ALLOCATION_TASK_VARS: [&str; 12] = [
+    "SLURM_CPUS_PER_TASK",
+    "SRUN_CPUS_PER_TASK",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_TRES_PER_TASK",
+    "SLURM_CPU_BIND",
+    "SLURM_EXACT",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_DISTRIBUTION",
+    "SLURM_MEM_BIND",
+    "SLURM_GPU_BIND",
+];
+
+/// What slurmstepd tells the one task of a step about its place in the step: never true of
+/// the ranks herd starts under it (they would see rank 0 of a world of 1; Lightning and MPI
+/// read these), so unset before the agent runs. The allocation's `SLURM_JOB_*` stay.
+pub const STEP_TASK_VARS: &str = "SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NPROCS \
+     SLURM_NNODES SLURM_STEPID SLURM_STEP_ID SLURM_STEP_NODELIST SLURM_STEP_NUM_NODES SLURM_STEP_NUM_TASKS \
+     SLURM_STEP_TASKS_PER_NODE SLURM_STEP_LAUNCHER_PORT SLURM_STEP_RESV_PORTS SLURM_TASK_PID \
+     SLURM_TASKS_PER_NODE SLURM_CPU_BIND SLURM_CPU_BIND_LIST SLURM_CPU_BIND_TYPE SLURM_CPU_BIND_VERBOSE \
+     SLURM_SRUN_COMM_HOST SLURM_SRUN_COMM_PORT SLURM_LAUNCH_NODE_IPADDR SLURM_DISTRIBUTION SLURM_GTIDS \
+     SLURM_JOB_NAME SLURM_PRIO_PROCESS SLURM_UMASK SLURM_CPUS_PER_TASK SLURM_NTASKS_PER_NODE";
+
+/// The shell line a step runs: the step's id kept as `HERD_SLURM_STEP` (JOB.STEP), the
+/// step's task variables unset, then `shell`.
+pub fn step_shell(shell: &str) -> String {
+    format!("export HERD_SLURM_STEP=\"${{SLURM_JOB_ID:-}}.${{SLURM_STEP_ID:-}}\"; unset {STEP_TASK_VARS}; {shell}")
+}
+
 /// srun's arguments for one step on `target`'s node running `sh -c shell`: one task, its stdio
-/// piped to herd unbuffered, named `<step name>-<pid>` (this herd's steps, see
+/// piped to herd unbuffered, named `<step name>-<host>-<pid>` (this herd's steps, see
 /// [`own_step_name`]), overlapping the other steps on the node (the agent's, the probes').
 /// The site's `srun_args` come after herd's defaults (`--export`, `--mpi`) so they can
 /// change them; the config refuses those that would change what herd sets about the task.
+/// Not `--quiet`: srun's own words (a step it cannot create yet, a node it lost) reach the
+/// node's log.
 pub fn srun_argv(target: &SlurmTarget, step_name: &str, shell: &str) -> Vec<String> {
     let mut argv: Vec<String> = [
         "--jobid",
@@ -47,7 +83,6 @@ pub fn srun_argv(target: &SlurmTarget, step_name: &str, shell: &str) -> Vec<Stri
         "--job-name",
         step_name,
         "--unbuffered",
-        "--quiet",
         "--export=ALL",
         "--mpi=none",
     ]
@@ -55,60 +90,81 @@ pub fn srun_argv(target: &SlurmTarget, step_name: &str, shell: &str) -> Vec<Stri
     .map(|s| s.to_string())
     .collect();
     argv.extend(target.srun_args.iter().cloned());
-    argv.extend(["--".into(), "sh".into(), "-c".into(), shell.into()]);
+    argv.extend(["--".into(), "sh".into(), "-c".into(), step_shell(shell)]);
     argv
 }
 
-/// The name of this herd process's steps: a `herd stacks` beside a run never cancels the
-/// run's steps as it closes, nor the run its.
+/// The name of this herd process's steps (its host and pid after the config's step name):
+/// a `herd stacks` beside a run never cancels the run's steps as it closes, nor the run its,
+/// nor a herd on another node of the job one of the same pid.
 pub fn own_step_name(target: &SlurmTarget) -> String {
-    format!("{}-{}", target.step_name, std::process::id())
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim().split('.').next().unwrap_or_default();
+    format!("{}-{host}-{}", target.step_name, std::process::id())
 }
 
 /// `srun` for `sh -c shell` on the target's node, stdin, stdout and stderr as given. In a
 /// process group of its own: a Ctrl-C at the terminal is herd's to handle (srun would
-/// otherwise take it as its own and kill the step without herd's teardown).
+/// otherwise take it as its own and kill the step without herd's teardown). Without the
+/// allocation's per-task settings (see [`ALLOCATION_TASK_VARS`]).
 pub fn srun(target: &SlurmTarget, shell: &str) -> Command {
     let mut command = Command::new("srun");
     command.args(srun_argv(target, &own_step_name(target), shell)).process_group(0);
+    for var in ALLOCATION_TASK_VARS {
+        command.env_remove(var);
+    }
     command
 }
 
-/// Run `sh -c shell` as a step on the node and collect its output.
+/// Run `sh -c shell` as a step on the node and collect its output. Dropped before it ends
+/// (a caller's deadline), the srun is killed, and the step with it.
 pub async fn output(target: &SlurmTarget, shell: &str) -> Result<std::process::Output, TransportError> {
     srun(target, shell)
+        .kill_on_drop(true)
         .stdin(Stdio::null())
         .output()
         .await
         .map_err(|e| TransportError::Spawn(format!("srun: {e}")))
 }
 
-/// Whether Slurm still counts the node as usable: `Err` with its state when it is down,
-/// drained, failing or not responding (the state `scontrol show node` gives).
-pub async fn check(target: &SlurmTarget) -> Result<(), TransportError> {
-    let out = Command::new("scontrol")
-        .args(["show", "node", "--oneliner", &target.node])
+/// The Slurm state of each of `nodes`, from one `sinfo` call for them all: a fleet of a
+/// thousand nodes asks slurmctld once, not a thousand times.
+pub async fn states(nodes: &[&str]) -> Result<std::collections::HashMap<String, String>, TransportError> {
+    let out = Command::new("sinfo")
+        .args(["--Node", "--noheader", "--format", "%N %T", "--nodes", &nodes.join(",")])
         .stdin(Stdio::null())
         .output()
         .await
-        .map_err(|e| TransportError::Connect(format!("scontrol: {e}")))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    match node_state(&text) {
-        Some(state) if unusable(state) => {
-            Err(TransportError::Connect(format!("Slurm reports node {} as {state}", target.node)))
-        }
-        Some(_) => Ok(()),
-        None => Err(TransportError::Connect(format!(
-            "scontrol show node {} said nothing of its state: {}",
-            target.node,
+        .map_err(|e| TransportError::Slurm(format!("sinfo: {e}")))?;
+    if !out.status.success() {
+        return Err(TransportError::Slurm(format!(
+            "sinfo --nodes ...: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        ))),
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, s)| (n.trim().to_string(), s.trim().to_string()))
+        .collect())
+}
+
+/// Why Slurm will not run a step on `node`, from [`states`]: `None` when it will.
+pub fn refusal(node: &str, states: &std::collections::HashMap<String, String>) -> Option<String> {
+    match states.get(node) {
+        Some(state) if unusable(state) => Some(format!("Slurm reports node {node} as {state}")),
+        Some(_) => None,
+        None => Some(format!("Slurm does not know node {node} (sinfo lists no such node)")),
     }
 }
 
-/// The `State=` of one `scontrol show node --oneliner` line, e.g. `IDLE+DRAIN`.
-pub fn node_state(scontrol: &str) -> Option<&str> {
-    scontrol.split_whitespace().find_map(|w| w.strip_prefix("State="))
+/// Whether Slurm still counts the node as usable: `Err` with its state when it is down,
+/// drained, failing or not responding.
+pub async fn check(target: &SlurmTarget) -> Result<(), TransportError> {
+    match refusal(&target.node, &states(&[&target.node]).await?) {
+        Some(why) => Err(TransportError::Slurm(why)),
+        None => Ok(()),
+    }
 }
 
 /// A node state (`MIXED`, `DOWN*`, `IDLE+DRAIN`, ...) in which Slurm will not run herd's steps
@@ -195,19 +251,37 @@ mod tests {
     fn one_task_on_the_named_node_of_this_job_then_the_sites_args_then_the_command() {
         let argv = srun_argv(&target(), "herd-00ff-77", "echo 'a b'");
         assert_eq!(
-            argv.join(" "),
+            argv[..argv.len() - 1].join(" "),
             "--jobid 4242 --nodes=1 --ntasks=1 --nodelist gpu-07 --overlap --job-name herd-00ff-77 \
-             --unbuffered --quiet --export=ALL --mpi=none --gpus-per-node=8 -- sh -c echo 'a b'"
+             --unbuffered --export=ALL --mpi=none --gpus-per-node=8 -- sh -c"
         );
-        assert_eq!(argv.last().unwrap(), "echo 'a b'", "the command is one argument");
-        assert_eq!(own_step_name(&target()), format!("herd-00ff-{}", std::process::id()));
+        assert_eq!(argv.last().unwrap(), &step_shell("echo 'a b'"), "the command is one argument");
+        let name = own_step_name(&target());
+        assert!(
+            name.starts_with("herd-00ff-") && name.ends_with(&format!("-{}", std::process::id())),
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn a_step_keeps_its_id_and_drops_what_slurm_says_of_its_one_task() {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(step_shell(
+                "echo \"$HERD_SLURM_STEP ${SLURM_PROCID-unset} ${SLURM_NTASKS-unset} $SLURM_JOB_NODELIST\"",
+            ))
+            .env("SLURM_JOB_ID", "42")
+            .env("SLURM_STEP_ID", "7")
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_NTASKS", "1")
+            .env("SLURM_JOB_NODELIST", "n[1-3]")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "42.7 unset unset n[1-3]\n");
     }
 
     #[test]
     fn node_states() {
-        let line = "NodeName=n2 Arch=x86_64 CoresPerSocket=2 State=IDLE+DRAIN ThreadsPerCore=1";
-        assert_eq!(node_state(line), Some("IDLE+DRAIN"));
-        assert_eq!(node_state("Node n9 not found"), None);
         for bad in ["DOWN", "DOWN*", "IDLE+DRAIN", "MIXED+DRAIN", "ALLOCATED+FAIL", "IDLE*", "down"] {
             assert!(unusable(bad), "{bad}");
         }
