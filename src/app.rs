@@ -7,6 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{
     Cli, Command, DoctorArgs, ExecArgs, InitArgs, LogsArgs, NodeSelection, NodesArgs, PlanArgs, RunArgs,
+    SubmitArgs,
 };
 use crate::error::{exit, Error};
 use crate::events::{Event, RunStatus};
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<u8, Error> {
         Command::Doctor(args) => doctor_command(args),
         Command::Nodes(args) => nodes_command(args),
         Command::Stacks(args) => stacks_command(&args.config),
+        Command::Submit(args) => submit_command(args),
     }
 }
 
@@ -54,7 +56,19 @@ pub fn load_plan(
     active: Active,
 ) -> Result<LaunchPlan, Error> {
     let options = config::LoadOptions { slurm: selection.slurm, ..config::LoadOptions::process() };
-    let mut config = config::load_with(path, &options)?;
+    load_plan_with(path, &options, selection, extra_args, active)
+}
+
+/// `load_plan`, with what loading the config reads given (`herd submit`: an allocation that
+/// does not exist yet).
+fn load_plan_with(
+    path: &Path,
+    options: &config::LoadOptions<'_>,
+    selection: &NodeSelection,
+    extra_args: &[String],
+    active: Active,
+) -> Result<LaunchPlan, Error> {
+    let mut config = config::load_with(path, options)?;
     config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
     if active == Active::All {
         config.job.nnodes = None;
@@ -211,8 +225,12 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
 
 fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     use std::io::Write;
-    // The config names the logs directory and identifies its runs; the run says its nodes.
-    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[], Active::All)?;
+    // The config names the logs directory and identifies its runs; the run says its nodes. A
+    // config for Slurm only (no nodes of its own, or kind = "slurm") is read outside its
+    // allocation too.
+    let path = &args.config.config;
+    let plan = load_plan(path, &NodeSelection::default(), &[], Active::All)
+        .or_else(|e| plan_in_allocation(path, 1, &[]).map_err(|_| e))?;
     let dir = &plan.logs_dir;
     let runs = logs::list_runs(dir, &plan.config_key)
         .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
@@ -375,6 +393,82 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     print!("{}", output::summary::stacks_text(&stacks, &hosts));
     let all: Vec<crate::stacks::RankStack> = stacks.into_iter().map(|(_, s)| s).collect();
     println!("{}", crate::stacks::summarize(&all, &plan.workdir).words());
+    Ok(exit::OK)
+}
+
+/// The plan of the config at `path` as `herd run --slurm` would make it in an allocation of
+/// `n` nodes that does not exist (yet): what `herd submit` checks, and how `herd logs` reads a
+/// config for Slurm only.
+fn plan_in_allocation(path: &Path, n: usize, extra_args: &[String]) -> Result<LaunchPlan, Error> {
+    let nodelist = format!("allocated-[1-{n}]");
+    let env = move |name: &str| match name {
+        "SLURM_JOB_ID" => Some("0".to_string()),
+        "SLURM_JOB_NODELIST" => Some(nodelist.clone()),
+        _ => std::env::var(name).ok(),
+    };
+    let options = config::LoadOptions { env: &env, slurm: true, ..config::LoadOptions::process() };
+    load_plan_with(path, &options, &NodeSelection::default(), extra_args, Active::Run)
+}
+
+fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
+    let path = &args.config.config;
+    for (flag, value) in
+        [("--partition", &args.partition), ("--time", &args.time), ("--account", &args.account)]
+    {
+        if let Some((value, why)) = value.as_deref().and_then(|v| Some((v, crate::submit::bad_value(v)?))) {
+            return Err(Error::Usage(format!("{flag} {value:?}: not a value for sbatch: {why}")));
+        }
+    }
+    // The config, checked as `herd run --slurm` will check it in an allocation of N nodes;
+    // without -N, N is the file's [job] nnodes (read from a check on the most nodes there
+    // can be).
+    let plan_on = |n: usize| plan_in_allocation(path, n, &args.extra_args);
+    let nodes = match args.nnodes {
+        Some(0) => return Err(Error::Usage("-N 0: allocate at least one node".into())),
+        Some(n) => n,
+        None => match plan_on(config::MAX_NODES)?.roster.active.len() {
+            n if n < config::MAX_NODES => n,
+            _ => {
+                return Err(Error::Usage(format!(
+                    "{}: how many nodes? Give -N, or set [job] nnodes",
+                    path.display()
+                )))
+            }
+        },
+    };
+    let plan = plan_on(nodes)?;
+    let herd = std::env::current_exe().map_err(Error::io("cannot find herd's own executable"))?;
+    let config_file =
+        std::fs::canonicalize(path).map_err(Error::io(format!("cannot resolve {}", path.display())))?;
+    let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
+    let logs_dir = cwd.join(&plan.logs_dir);
+    let script = crate::submit::script(&crate::submit::Submission {
+        name: crate::submit::job_name(&config_file),
+        nodes,
+        partition: args.partition.as_deref(),
+        time: args.time.as_deref(),
+        account: args.account.as_deref(),
+        herd: &herd,
+        config: &config_file,
+        workdir: &cwd,
+        logs_dir: &logs_dir,
+        extra_args: &args.extra_args,
+    });
+    if args.print {
+        print!("{script}");
+        return Ok(exit::OK);
+    }
+    if !crate::submit::on_path("sbatch") {
+        return Err(Error::Usage(
+            "herd submit needs Slurm's sbatch on PATH: run it where Slurm's client commands are".into(),
+        ));
+    }
+    // Slurm writes its output there from the first node: it must exist first.
+    std::fs::create_dir_all(&logs_dir).map_err(Error::io(format!("cannot create {}", logs_dir.display())))?;
+    let id = crate::submit::sbatch(&script).map_err(Error::Slurm)?;
+    println!("submitted job {id}: herd run --slurm -c {} on {nodes} node(s)", config_file.display());
+    println!("  Slurm's output: {}/slurm-{id}.out", logs_dir.display());
+    println!("  follow it:      herd logs -c {}   (once it runs; squeue -j {id})", path.display());
     Ok(exit::OK)
 }
 

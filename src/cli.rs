@@ -86,6 +86,13 @@ pub enum Command {
     ///
     /// Needs py-spy on the nodes (the job's PATH or the nodes'); `herd doctor` checks it.
     Stacks(ConfigArg),
+    /// Submit a run of this config to Slurm: an sbatch script that runs `herd run --slurm`
+    /// inside the allocation it asks for, and prints the job id.
+    ///
+    /// The config is checked first, as for `herd plan` on an allocation of N nodes. herd, the
+    /// config and the logs directory must be on a file system every node shares; `herd logs`
+    /// then reads the run, and Slurm's own output is `<logs.dir>/slurm-<job id>.out`.
+    Submit(SubmitArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +107,30 @@ pub struct NodesArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// How many nodes to allocate (sbatch --nodes). Default: [job] nnodes, when it is set.
+    #[arg(short = 'N', long, value_name = "N")]
+    pub nnodes: Option<usize>,
+    /// The partition (sbatch --partition).
+    #[arg(short, long)]
+    pub partition: Option<String>,
+    /// The time limit, in Slurm's form: MINUTES, HH:MM:SS, D-HH (sbatch --time).
+    #[arg(short, long)]
+    pub time: Option<String>,
+    /// The account to charge (sbatch --account).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
+    /// Print the script instead of submitting it.
+    #[arg(long)]
+    pub print: bool,
+    /// Extra arguments for the training script, as for `herd run -- ARGS`.
+    #[arg(last = true, value_name = "ARGS")]
+    pub extra_args: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -28,6 +28,7 @@ pub mod quarantine;
 pub mod remote;
 pub mod roster;
 pub mod stacks;
+pub mod submit;
 pub mod state;
 pub mod supervisor;
 pub mod transport;

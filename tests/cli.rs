@@ -704,3 +704,40 @@ fn slurm_outside_an_allocation_without_srun_or_too_small_exits_2() {
     assert!(small.stderr.contains("salloc --nodes=3, or #SBATCH --nodes=3"), "{small}");
     assert!(!dir.path().join("herd-logs").exists(), "nothing is started");
 }
+
+/// `herd submit` with no Slurm running: the script it would submit, and each bad input
+/// exits 2 before anything is submitted.
+#[test]
+fn submit_prints_its_script_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "[job]\nscript = \"train.py\"\nnproc_per_node = 2\nnnodes = 4\n");
+    let printed = herd::run(dir.path(), &["submit", "--print", "-p", "gpu", "--", "--lr", "3e-4"], LIMIT);
+    printed.assert_code(0);
+    let config = std::fs::canonicalize(dir.path().join("cluster.toml")).unwrap();
+    for line in [
+        "#SBATCH --nodes=4",
+        "#SBATCH --no-kill",
+        "#SBATCH --partition=gpu",
+        &format!("#SBATCH --chdir={}", std::fs::canonicalize(dir.path()).unwrap().display()),
+        &format!("run --slurm --no-progress -c {} -- --lr 3e-4", config.display()),
+    ] {
+        assert!(printed.stdout.lines().any(|l| l.ends_with(line) || l == line), "{line}\n{printed}");
+    }
+    let small = herd::run(dir.path(), &["submit", "--print", "-N", "2"], LIMIT);
+    small.assert_code(2);
+    assert!(
+        small.stderr.contains("job.nnodes must be between 1 and the nodes of the Slurm allocation (2)"),
+        "{small}"
+    );
+    let bad = herd::run(dir.path(), &["submit", "--print", "-t", "1 day"], LIMIT);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("--time \"1 day\": not a value for sbatch"), "{bad}");
+    let no_sbatch =
+        herd::run_with(dir.path(), &["submit"], &[("PATH", "/nonexistent-herd-test-path")], LIMIT);
+    no_sbatch.assert_code(2);
+    assert!(no_sbatch.stderr.contains("herd submit needs Slurm's sbatch on PATH"), "{no_sbatch}");
+    write(dir.path(), "[job]\nscript = \"train.py\"\n");
+    let how_many = herd::run(dir.path(), &["submit", "--print"], LIMIT);
+    how_many.assert_code(2);
+    assert!(how_many.stderr.contains("how many nodes? Give -N, or set [job] nnodes"), "{how_many}");
+}

@@ -388,3 +388,42 @@ fn a_node_cut_off_for_good_is_lost_and_replaced_by_the_allocations_spare() {
     assert!(no_steps, "steps left: {:?}", s.slurm.steps());
     s.slurm.release(&alloc[1].1);
 }
+
+#[test]
+fn herd_submit_runs_the_job_through_sbatch_to_completion() {
+    let s = SlurmCluster::new(3);
+    s.torchrun("\"--steps\", \"3\"", "");
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let printed = herd::run_with(s.dir(), &["submit", "-N", "3", "--print"], &env, LIMIT);
+    printed.assert_code(0);
+    assert!(printed.stdout.contains("#SBATCH --nodes=3\n"), "{printed}");
+    let submitted = herd::run_with(s.dir(), &["submit", "-N", "3", "-t", "10"], &env, LIMIT);
+    submitted.assert_code(0);
+    let id = submitted
+        .stdout
+        .strip_prefix("submitted job ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("no job id\n{submitted}"))
+        .to_string();
+    let done = wait_until(LIMIT, || {
+        let out = s.slurm.command("squeue").args(["--noheader", "--jobs", &id]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    });
+    assert!(done, "job {id} still queued or running: {:?}", s.slurm.steps());
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap();
+    for r in 0..6 {
+        assert!(
+            output
+                .lines()
+                .any(|l| l.starts_with(&format!("[r{r} node{}] result ", r / 2 + 1)) && l.ends_with(" ok")),
+            "rank {r} in Slurm's output:\n{output}"
+        );
+    }
+    let ev = events(&only_run_dir(&s.c.logs()));
+    assert_eq!(ev.last().unwrap()["status"], "succeeded", "{output}");
+    // herd logs finds the run.
+    let logs = herd::run(s.dir(), &["logs", "--rank", "5"], LIMIT);
+    logs.assert_code(0);
+    assert!(logs.stdout.lines().any(|l| l.contains("result rank=5")), "{logs}");
+}

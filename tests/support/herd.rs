@@ -121,6 +121,17 @@ impl Running {
     }
 }
 
+/// A test that panics while herd runs does not leave it running (nor what it started: its
+/// agents see their stdin close): herd is killed with the test.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// `herd <args>` started in `dir`, with stdout and stderr captured.
 pub fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
     start_under(&[], dir, args, env)
@@ -163,7 +174,7 @@ pub fn only_run_dir(logs: &Path) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(logs)
         .unwrap_or_else(|e| panic!("read {}: {e}", logs.display()))
         .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .filter(|p| p.is_dir() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert_eq!(runs.len(), 1, "expected one run under {}: {runs:?}", logs.display());
     runs.into_iter().next().unwrap()

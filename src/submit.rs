@@ -1,0 +1,171 @@
+//! `herd submit`: the sbatch script that runs `herd run --slurm` inside its allocation, from
+//! what the command line asks for (pure: the script's text; `app` checks the config and
+//! hands the script to sbatch).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::remote::quote;
+
+/// What the allocation asks for, and what runs in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission<'a> {
+    /// `sbatch --job-name`.
+    pub name: String,
+    pub nodes: usize,
+    pub partition: Option<&'a str>,
+    pub time: Option<&'a str>,
+    pub account: Option<&'a str>,
+    /// The herd that runs in the allocation: this one, on a file system every node shares.
+    pub herd: &'a Path,
+    /// The config, absolute.
+    pub config: &'a Path,
+    /// Where `herd run` starts (`--chdir`): the directory `herd submit` ran in.
+    pub workdir: &'a Path,
+    /// Slurm's own output of the batch step (herd's stdout and stderr): `slurm-<job id>.out`
+    /// in the config's logs directory.
+    pub logs_dir: &'a Path,
+    /// Extra arguments for the training script.
+    pub extra_args: &'a [String],
+}
+
+/// The job name for config `config`: `herd-` and its file stem.
+pub fn job_name(config: &Path) -> String {
+    let stem = config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem: String =
+        stem.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    format!("herd-{stem}")
+}
+
+/// The script. `--no-kill`: a node that fails does not end the allocation, so that herd can
+/// go on on a spare (`[job] nnodes`) or without it (`restart.min_nodes`). `--exclusive`:
+/// herd's steps share each node with nothing else of anyone's.
+pub fn script(s: &Submission<'_>) -> String {
+    let mut t = String::from("#!/bin/sh\n");
+    let path = |p: &Path| p.display().to_string();
+    let mut directive = |line: String| {
+        // sbatch reads `#SBATCH` lines as words of its own: no quoting, so no value may hold
+        // a newline (the caller's values are checked).
+        let _ = writeln!(t, "#SBATCH {line}");
+    };
+    directive(format!("--job-name={}", s.name));
+    directive(format!("--nodes={}", s.nodes));
+    directive("--exclusive".into());
+    directive("--no-kill".into());
+    directive(format!("--chdir={}", path(s.workdir)));
+    directive(format!("--output={}/slurm-%j.out", path(s.logs_dir)));
+    for (option, value) in [("partition", s.partition), ("time", s.time), ("account", s.account)] {
+        if let Some(v) = value {
+            directive(format!("--{option}={v}"));
+        }
+    }
+    let _ = writeln!(
+        t,
+        "# Written by `herd submit`: herd runs the config on this allocation's nodes, through srun."
+    );
+    let mut line =
+        format!("exec {} run --slurm --no-progress -c {}", quote(&path(s.herd)), quote(&path(s.config)));
+    if !s.extra_args.is_empty() {
+        line += " --";
+        for a in s.extra_args {
+            line.push(' ');
+            line += &quote(a);
+        }
+    }
+    t + &line + "\n"
+}
+
+/// Why `value` cannot be an `#SBATCH` value, if it cannot: sbatch splits its lines on
+/// whitespace and reads no quotes.
+pub fn bad_value(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        Some("it is empty")
+    } else if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("it holds whitespace or a control character")
+    } else {
+        None
+    }
+}
+
+/// Whether `program` is an executable in a directory of `PATH`.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            std::fs::metadata(d.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Submit `script` (`sbatch --parsable`, the script on stdin): the job id, or sbatch's words.
+pub fn sbatch(script: &str) -> Result<String, String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sbatch")
+        .arg("--parsable")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start sbatch: {e}"))?;
+    let written = child.stdin.take().expect("piped").write_all(script.as_bytes());
+    let out = child.wait_with_output().map_err(|e| format!("sbatch: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match (written, out.status.success(), parse_job_id(&stdout)) {
+        (Ok(()), true, Some(id)) => Ok(id.to_string()),
+        _ => Err(format!("sbatch refused the job: {}", String::from_utf8_lossy(&out.stderr).trim())),
+    }
+}
+
+/// The job id in `sbatch --parsable` output: `ID` or `ID;CLUSTER`.
+pub fn parse_job_id(out: &str) -> Option<&str> {
+    let id = out.trim().split(';').next()?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_allocates_and_runs_herd_with_the_config() {
+        let args = ["--lr".to_string(), "3e-4 x".to_string()];
+        let s = Submission {
+            name: job_name(Path::new("/p/my cluster.toml")),
+            nodes: 8,
+            partition: Some("gpu"),
+            time: None,
+            account: Some("ml"),
+            herd: Path::new("/opt/herd/bin/herd"),
+            config: Path::new("/p/my cluster.toml"),
+            workdir: Path::new("/p"),
+            logs_dir: Path::new("/p/herd-logs"),
+            extra_args: &args,
+        };
+        assert_eq!(
+            script(&s),
+            "#!/bin/sh\n\
+             #SBATCH --job-name=herd-my_cluster\n\
+             #SBATCH --nodes=8\n\
+             #SBATCH --exclusive\n\
+             #SBATCH --no-kill\n\
+             #SBATCH --chdir=/p\n\
+             #SBATCH --output=/p/herd-logs/slurm-%j.out\n\
+             #SBATCH --partition=gpu\n\
+             #SBATCH --account=ml\n\
+             # Written by `herd submit`: herd runs the config on this allocation's nodes, through srun.\n\
+             exec /opt/herd/bin/herd run --slurm --no-progress -c '/p/my cluster.toml' -- --lr '3e-4 x'\n"
+        );
+    }
+
+    #[test]
+    fn values_and_job_ids() {
+        assert_eq!(bad_value("gpu"), None);
+        assert!(bad_value("gpu\n#SBATCH --x").is_some());
+        assert!(bad_value("a b").is_some());
+        assert!(bad_value("").is_some());
+        assert_eq!(parse_job_id("4242\n"), Some("4242"));
+        assert_eq!(parse_job_id("4242;cluster\n"), Some("4242"));
+        assert_eq!(parse_job_id("sbatch: error: x"), None);
+    }
+}
