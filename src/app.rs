@@ -162,7 +162,24 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     if let Err(supervisor::RunError::Preflight(nodes)) = &outcome {
         eprint!("{}", output::doctor_view::text(nodes, true));
     }
-    let outcome = outcome?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            // Stopped before any attempt (a failed preflight, no port): the record says why.
+            let mut summary = output::record::summary(
+                &run_id,
+                RunStatus::Failed,
+                &[],
+                started,
+                std::time::SystemTime::now(),
+            );
+            summary["not_started"] = serde_json::Value::String(e.to_string());
+            if let Err(e) = output::record::write_summary(&run_dir, &summary) {
+                tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
+            }
+            return Err(e.into());
+        }
+    };
     let summary = output::record::summary(
         &run_id,
         outcome.status,
@@ -226,11 +243,13 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
 fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     use std::io::Write;
     // The config names the logs directory and identifies its runs; the run says its nodes. A
-    // config for Slurm only (no nodes of its own, or kind = "slurm") is read outside its
-    // allocation too.
+    // config that cannot be planned here is read as `--slurm` would read it in the largest
+    // allocation: a config for Slurm only (no nodes of its own, or kind = "slurm") outside
+    // its allocation (or one whose nodes are wrong: the logs are still there to read). If
+    // that fails too, the first error is the one shown.
     let path = &args.config.config;
     let plan = load_plan(path, &NodeSelection::default(), &[], Active::All)
-        .or_else(|e| plan_in_allocation(path, 1, &[]).map_err(|_| e))?;
+        .or_else(|e| plan_in_allocation(path, config::MAX_NODES, &[]).map_err(|_| e))?;
     let dir = &plan.logs_dir;
     let runs = logs::list_runs(dir, &plan.config_key)
         .map_err(Error::io(format!("cannot read the log directory {}", dir.display())))?;
@@ -412,10 +431,11 @@ fn plan_in_allocation(path: &Path, n: usize, extra_args: &[String]) -> Result<La
 
 fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
     let path = &args.config.config;
-    for (flag, value) in
-        [("--partition", &args.partition), ("--time", &args.time), ("--account", &args.account)]
-    {
-        if let Some((value, why)) = value.as_deref().and_then(|v| Some((v, crate::submit::bad_value(v)?))) {
+    let values = [("--partition", &args.partition), ("--time", &args.time), ("--account", &args.account)];
+    let values = values.into_iter().filter_map(|(f, v)| Some((f, v.as_deref()?)));
+    let more = args.sbatch_arg.iter().map(|a| ("--sbatch-arg", a.as_str()));
+    for (flag, value) in values.chain(more) {
+        if let Some(why) = crate::submit::bad_value(value) {
             return Err(Error::Usage(format!("{flag} {value:?}: not a value for sbatch: {why}")));
         }
     }
@@ -437,11 +457,25 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         },
     };
     let plan = plan_on(nodes)?;
-    let herd = std::env::current_exe().map_err(Error::io("cannot find herd's own executable"))?;
+    let herd = match &args.herd {
+        Some(p) => std::fs::canonicalize(p).map_err(Error::io(format!("--herd {}", p.display())))?,
+        None => std::env::current_exe().map_err(Error::io("cannot find herd's own executable"))?,
+    };
+    if herd.to_string_lossy().ends_with(" (deleted)") {
+        return Err(Error::Usage(format!(
+            "{}: this herd was replaced on disk since it started: give --herd PATH",
+            herd.display()
+        )));
+    }
     let config_file =
         std::fs::canonicalize(path).map_err(Error::io(format!("cannot resolve {}", path.display())))?;
     let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
     let logs_dir = cwd.join(&plan.logs_dir);
+    for (what, p) in [("the directory herd submit runs in", &cwd), ("logs.dir", &logs_dir)] {
+        if let Some(why) = crate::submit::bad_path(p) {
+            return Err(Error::Usage(format!("{what} {}: not a path for sbatch: {why}", p.display())));
+        }
+    }
     let script = crate::submit::script(&crate::submit::Submission {
         name: crate::submit::job_name(&config_file),
         nodes,
@@ -452,8 +486,12 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         config: &config_file,
         workdir: &cwd,
         logs_dir: &logs_dir,
+        sbatch_args: &args.sbatch_arg,
         extra_args: &args.extra_args,
     });
+    // Slurm writes its output there from the first node: it must exist first, also for a
+    // printed script handed to sbatch by hand.
+    std::fs::create_dir_all(&logs_dir).map_err(Error::io(format!("cannot create {}", logs_dir.display())))?;
     if args.print {
         print!("{script}");
         return Ok(exit::OK);
@@ -463,12 +501,14 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
             "herd submit needs Slurm's sbatch on PATH: run it where Slurm's client commands are".into(),
         ));
     }
-    // Slurm writes its output there from the first node: it must exist first.
-    std::fs::create_dir_all(&logs_dir).map_err(Error::io(format!("cannot create {}", logs_dir.display())))?;
     let id = crate::submit::sbatch(&script).map_err(Error::Slurm)?;
     println!("submitted job {id}: herd run --slurm -c {} on {nodes} node(s)", config_file.display());
     println!("  Slurm's output: {}/slurm-{id}.out", logs_dir.display());
-    println!("  follow it:      herd logs -c {}   (once it runs; squeue -j {id})", path.display());
+    println!(
+        "  follow it:      tail -f {}/slurm-{id}.out   (once it runs: squeue -j {id})",
+        logs_dir.display()
+    );
+    println!("  read it back:   herd logs -c {}", path.display());
     Ok(exit::OK)
 }
 

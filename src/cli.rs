@@ -125,6 +125,14 @@ pub struct SubmitArgs {
     /// The account to charge (sbatch --account).
     #[arg(short = 'A', long)]
     pub account: Option<String>,
+    /// One more sbatch option, as one word (`--sbatch-arg=--exclusive`,
+    /// `--sbatch-arg=--gres=gpu:8`); repeat it for more. SBATCH_* variables work too.
+    #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch_arg: Vec<String>,
+    /// The herd that runs in the allocation, on a file system every node shares. Default:
+    /// this one.
+    #[arg(long, value_name = "PATH")]
+    pub herd: Option<std::path::PathBuf>,
     /// Print the script instead of submitting it.
     #[arg(long)]
     pub print: bool,

@@ -25,6 +25,8 @@ pub struct Submission<'a> {
     /// Slurm's own output of the batch step (herd's stdout and stderr): `slurm-<job id>.out`
     /// in the config's logs directory.
     pub logs_dir: &'a Path,
+    /// More `#SBATCH` options (`--sbatch-arg`), after herd's own.
+    pub sbatch_args: &'a [String],
     /// Extra arguments for the training script.
     pub extra_args: &'a [String],
 }
@@ -38,26 +40,27 @@ pub fn job_name(config: &Path) -> String {
 }
 
 /// The script. `--no-kill`: a node that fails does not end the allocation, so that herd can
-/// go on on a spare (`[job] nnodes`) or without it (`restart.min_nodes`). `--exclusive`:
-/// herd's steps share each node with nothing else of anyone's.
+/// go on on a spare (`[job] nnodes`) or without it (`restart.min_nodes`). Paths are in double
+/// quotes (sbatch reads them as one word; [`bad_path`] refuses what it would not); the
+/// caller's other values are checked by [`bad_value`].
 pub fn script(s: &Submission<'_>) -> String {
     let mut t = String::from("#!/bin/sh\n");
     let path = |p: &Path| p.display().to_string();
     let mut directive = |line: String| {
-        // sbatch reads `#SBATCH` lines as words of its own: no quoting, so no value may hold
-        // a newline (the caller's values are checked).
         let _ = writeln!(t, "#SBATCH {line}");
     };
     directive(format!("--job-name={}", s.name));
     directive(format!("--nodes={}", s.nodes));
-    directive("--exclusive".into());
     directive("--no-kill".into());
-    directive(format!("--chdir={}", path(s.workdir)));
-    directive(format!("--output={}/slurm-%j.out", path(s.logs_dir)));
+    directive(format!("--chdir=\"{}\"", path(s.workdir)));
+    directive(format!("--output=\"{}/slurm-%j.out\"", path(s.logs_dir)));
     for (option, value) in [("partition", s.partition), ("time", s.time), ("account", s.account)] {
         if let Some(v) = value {
             directive(format!("--{option}={v}"));
         }
+    }
+    for arg in s.sbatch_args {
+        directive(arg.clone());
     }
     let _ = writeln!(
         t,
@@ -75,13 +78,26 @@ pub fn script(s: &Submission<'_>) -> String {
     t + &line + "\n"
 }
 
-/// Why `value` cannot be an `#SBATCH` value, if it cannot: sbatch splits its lines on
-/// whitespace and reads no quotes.
+/// Why `value` cannot be an `#SBATCH` word, if it cannot: sbatch splits its lines on
+/// whitespace, reads quotes and backslashes, and ends a line at `#`.
 pub fn bad_value(value: &str) -> Option<&'static str> {
     if value.is_empty() {
         Some("it is empty")
     } else if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Some("it holds whitespace or a control character")
+    } else if value.contains(['"', '\'', '\\', '#']) {
+        Some("it holds a quote, a backslash or a #, which sbatch reads as its own")
+    } else {
+        None
+    }
+}
+
+/// Why `path` cannot be a double-quoted `#SBATCH` path, if it cannot: spaces are fine there,
+/// but not a quote, a backslash, a line break, or `%` (Slurm's file name patterns).
+pub fn bad_path(path: &Path) -> Option<&'static str> {
+    let p = path.to_str()?;
+    if p.chars().any(|c| c.is_control()) || p.contains(['"', '\\', '%']) {
+        Some("it holds a quote, a backslash, a % or a control character, which sbatch would read as its own")
     } else {
         None
     }
@@ -111,8 +127,15 @@ pub fn sbatch(script: &str) -> Result<String, String> {
     let written = child.stdin.take().expect("piped").write_all(script.as_bytes());
     let out = child.wait_with_output().map_err(|e| format!("sbatch: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    match (written, out.status.success(), parse_job_id(&stdout)) {
+    // A site's wrapper may print more: the id is the last line.
+    let id = stdout.lines().rev().find(|l| !l.trim().is_empty()).and_then(parse_job_id);
+    match (written, out.status.success(), id) {
         (Ok(()), true, Some(id)) => Ok(id.to_string()),
+        (_, true, None) => Err(format!(
+            "sbatch succeeded but printed no job id ({:?}): the job may be queued all the same: \
+             check `squeue --me` before submitting again",
+            stdout.trim()
+        )),
         _ => Err(format!("sbatch refused the job: {}", String::from_utf8_lossy(&out.stderr).trim())),
     }
 }
@@ -140,6 +163,7 @@ mod tests {
             config: Path::new("/p/my cluster.toml"),
             workdir: Path::new("/p"),
             logs_dir: Path::new("/p/herd-logs"),
+            sbatch_args: &["--exclusive".to_string()],
             extra_args: &args,
         };
         assert_eq!(
@@ -147,12 +171,12 @@ mod tests {
             "#!/bin/sh\n\
              #SBATCH --job-name=herd-my_cluster\n\
              #SBATCH --nodes=8\n\
-             #SBATCH --exclusive\n\
              #SBATCH --no-kill\n\
-             #SBATCH --chdir=/p\n\
-             #SBATCH --output=/p/herd-logs/slurm-%j.out\n\
+             #SBATCH --chdir=\"/p\"\n\
+             #SBATCH --output=\"/p/herd-logs/slurm-%j.out\"\n\
              #SBATCH --partition=gpu\n\
              #SBATCH --account=ml\n\
+             #SBATCH --exclusive\n\
              # Written by `herd submit`: herd runs the config on this allocation's nodes, through srun.\n\
              exec /opt/herd/bin/herd run --slurm --no-progress -c '/p/my cluster.toml' -- --lr '3e-4 x'\n"
         );
@@ -164,6 +188,9 @@ mod tests {
         assert!(bad_value("gpu\n#SBATCH --x").is_some());
         assert!(bad_value("a b").is_some());
         assert!(bad_value("").is_some());
+        assert!(bad_value("ml#x").is_some() && bad_value("a'b").is_some() && bad_value("a\\b").is_some());
+        assert_eq!(bad_path(Path::new("/home/me/my project")), None);
+        assert!(bad_path(Path::new("/p/50%")).is_some() && bad_path(Path::new("/p/\"x")).is_some());
         assert_eq!(parse_job_id("4242\n"), Some("4242"));
         assert_eq!(parse_job_id("4242;cluster\n"), Some("4242"));
         assert_eq!(parse_job_id("sbatch: error: x"), None);

@@ -718,7 +718,7 @@ fn submit_prints_its_script_and_refuses_bad_input() {
         "#SBATCH --nodes=4",
         "#SBATCH --no-kill",
         "#SBATCH --partition=gpu",
-        &format!("#SBATCH --chdir={}", std::fs::canonicalize(dir.path()).unwrap().display()),
+        &format!("#SBATCH --chdir=\"{}\"", std::fs::canonicalize(dir.path()).unwrap().display()),
         &format!("run --slurm --no-progress -c {} -- --lr 3e-4", config.display()),
     ] {
         assert!(printed.stdout.lines().any(|l| l.ends_with(line) || l == line), "{line}\n{printed}");
@@ -732,6 +732,12 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let bad = herd::run(dir.path(), &["submit", "--print", "-t", "1 day"], LIMIT);
     bad.assert_code(2);
     assert!(bad.stderr.contains("--time \"1 day\": not a value for sbatch"), "{bad}");
+    let bad = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--comment=a#b"], LIMIT);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("--sbatch-arg \"--comment=a#b\": not a value for sbatch"), "{bad}");
+    let more = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--exclusive"], LIMIT);
+    more.assert_code(0);
+    assert!(more.stdout.contains("#SBATCH --exclusive\n"), "{more}");
     let no_sbatch =
         herd::run_with(dir.path(), &["submit"], &[("PATH", "/nonexistent-herd-test-path")], LIMIT);
     no_sbatch.assert_code(2);

@@ -103,6 +103,17 @@ fn a_restart_resumes_from_the_newest_checkpoint_and_the_run_is_recorded() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["event"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(names, ["attempt_failed", "restart_scheduled", "run_finished"]);
+    assert_nothing_left(&ev);
+}
+
+/// No process of the run's config is left on any node (nor on this machine, where the
+/// notify hook ran): every node's job carries the config's marker.
+fn assert_nothing_left(ev: &[Value]) {
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    let clean = herd::wait_until(std::time::Duration::from_secs(10), || {
+        herd::processes_with_env_prefix(&mark).is_empty()
+    });
+    assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
 }
 
 #[test]
@@ -130,6 +141,7 @@ fn no_checkpoint_starts_afresh_with_a_warning_and_a_failing_hook_changes_nothing
         (resuming[0]["from"].clone(), resuming[0]["args"].clone()),
         (Value::Null, serde_json::json!([]))
     );
+    assert_nothing_left(&ev);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -176,4 +188,5 @@ fn herd_stacks_prints_every_rank_of_a_live_run_and_changes_nothing() {
     out.assert_code(0);
     let ev = events(&only_run_dir(&c.logs()));
     assert!(!ev.iter().any(|e| e["event"] == "attempt_failed"), "{out}");
+    assert_nothing_left(&ev);
 }

@@ -208,3 +208,22 @@ fn a_process_that_survives_sigkill_is_named_and_not_called_stopped() {
     assert!(!out.stderr.contains("every node stopped"), "{out}");
     assert!(out.stderr.contains("run interrupted; 1 process(es) of the job could not be stopped"), "{out}");
 }
+
+/// A run its preflight stops (here: a workdir no node has) still leaves its record: a
+/// summary.json that says it never started, and why.
+#[test]
+fn a_run_the_preflight_stops_records_why_it_never_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"true\"\n\
+        workdir = \"/nonexistent-herd-test-workdir\"\n";
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let out = herd::run(dir.path(), &["run"], LIMIT);
+    out.assert_code(3);
+    let run = herd::only_run_dir(&dir.path().join("herd-logs"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "failed", "{summary}");
+    assert_eq!(summary["attempts"].as_array().map(Vec::len), Some(0), "{summary}");
+    let why = summary["not_started"].as_str().unwrap_or_default();
+    assert!(why.contains("preflight failed") && why.contains("workdir"), "{summary}");
+}

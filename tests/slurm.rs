@@ -392,13 +392,14 @@ fn a_node_cut_off_for_good_is_lost_and_replaced_by_the_allocations_spare() {
 #[test]
 fn herd_submit_runs_the_job_through_sbatch_to_completion() {
     let s = SlurmCluster::new(3);
-    s.torchrun("\"--steps\", \"3\"", "");
+    // No nodes of its own: [job] nnodes says how many to allocate.
+    s.torchrun_on("\"--steps\", \"3\"", "nnodes = 3", "");
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
-    let printed = herd::run_with(s.dir(), &["submit", "-N", "3", "--print"], &env, LIMIT);
+    let printed = herd::run_with(s.dir(), &["submit", "--print"], &env, LIMIT);
     printed.assert_code(0);
     assert!(printed.stdout.contains("#SBATCH --nodes=3\n"), "{printed}");
-    let submitted = herd::run_with(s.dir(), &["submit", "-N", "3", "-t", "10"], &env, LIMIT);
+    let submitted = herd::run_with(s.dir(), &["submit", "-t", "10", "--sbatch-arg=--exclusive"], &env, LIMIT);
     submitted.assert_code(0);
     let id = submitted
         .stdout
