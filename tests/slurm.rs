@@ -60,6 +60,21 @@ impl SlurmCluster {
         self.write_config(&job, extra);
     }
 
+    /// A `kind = "slurm"` config whose job runs until killed on every node: two processes
+    /// each, one in a session of its own as torchrun's workers are, marked for the test.
+    fn write_long_job(&self, extra: &str) {
+        let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 301";
+        let job = format!(
+            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]",
+            serde_json::to_string(script).unwrap()
+        );
+        let mark = mark(&self.c);
+        self.write_config(
+            &job,
+            &format!("[env]\nHERD_TEST_MARK = \"{mark}\"\n\n[transport]\nkind = \"slurm\"\n\n{extra}"),
+        );
+    }
+
     /// Processes of the test's job on any node.
     fn leftovers(&self) -> Vec<(usize, u32)> {
         self.c.leftovers("HERD_TEST_MARK", &mark(&self.c))
@@ -220,14 +235,9 @@ fn a_rank_killed_on_attempt_0_restarts_as_new_steps_and_completes() {
     s.slurm.release(&alloc[1].1);
 }
 
-/// A job that runs until killed on every node: two processes each, one in a session of its
-/// own as torchrun's workers are. Returns herd, once all of them are up.
+/// The long job of `write_long_job`, started: herd, once all of its processes are up.
 fn start_long_job(s: &SlurmCluster, env: &[(&str, &str)]) -> herd::Running {
-    let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 301";
-    s.write_config(
-        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]", serde_json::to_string(script).unwrap()),
-        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n[restart]\ngrace_period = \"3s\"\n", mark(&s.c)),
-    );
+    s.write_long_job("[restart]\ngrace_period = \"3s\"\n");
     let mut running = herd::start(s.dir(), &["run"], env);
     let up = running.until(LIMIT, || s.sleepers() == 6);
     assert!(up, "job processes did not come up: {:?}", s.leftovers());
@@ -278,21 +288,13 @@ fn ctrl_c_and_sigkill_of_herd_leave_no_process_and_no_step() {
 }
 
 #[test]
-fn herd_kill_cancels_the_configs_steps_and_stops_what_outlived_them() {
+fn herd_kill_cancels_the_configs_steps_and_no_other() {
     let s = SlurmCluster::new(2);
     let alloc = s.slurm.allocate(2);
     let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    // Leftovers of an earlier run of the config: a process that outlived its step on node 1,
-    // and a step of the config's that is still running (as a herd killed with its srun
-    // stopped would leave). Another step of the job, not herd's, must survive.
-    let script = "setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 301";
-    s.write_config(
-        &format!(
-            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]",
-            serde_json::to_string(script).unwrap()
-        ),
-        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n", mark(&s.c)),
-    );
+    // What a herd killed while slurmctld could not be told would leave: a step named for the
+    // config, still running. Another step of the job, not herd's, must survive.
+    s.write_long_job("");
     let plan = herd::run_with(s.dir(), &["plan", "--json"], &env, LIMIT);
     plan.assert_code(0);
     let plan: Value = serde_json::from_str(&plan.stdout).unwrap();

@@ -851,12 +851,22 @@ mod tests {
         let (name, value) = live.split_once('=').unwrap();
         stdin.write_all(&env_block([(name, value)])).unwrap();
         started(&mut BufReader::new(agent.stderr.take().unwrap()));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while processes_with_env(&live).is_empty() && std::time::Instant::now() < deadline {
+        // The job's steady state: its `sleep`, the only process with the marker once the
+        // subshells that set it up have exec'd (one of them, seen mid-way, is gone a moment
+        // later). A bound for a loaded machine, not a measure of speed.
+        let is_sleep = |pid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        };
+        let settled = || {
+            let found = processes_with_env(&live);
+            (found.len() == 1 && found.iter().all(is_sleep)).then_some(found)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while settled().is_none() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let job = processes_with_env(&live);
-        assert!(!job.is_empty());
+        let job = settled()
+            .unwrap_or_else(|| panic!("the live job did not settle: {:?}", processes_with_env(&live)));
         // A leftover of an earlier run (no agent), and a process of another config.
         let mut old = marked_sleep(&format!("k{tag}:run1:0:1"));
         let mut other_config = marked_sleep(&format!("j{tag}:run1:0:0"));

@@ -359,6 +359,13 @@ unset h
         let etc = PathBuf::from(format!("/etc/netns/{}", node.netns));
         fs::create_dir_all(&etc).unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", etc.display()));
         write_file(&etc.join("hosts"), &format!("127.0.0.1 localhost\n{} {hostname}\n", node.addr));
+        self.plug(&node);
+        node
+    }
+
+    /// The host's network namespace, plugged into the bridge: its veth pair, its address on
+    /// `eth0`, `eth0` and `lo` up.
+    fn plug(&self, node: &TestNode) {
         run(Command::new("ip").args(["netns", "add", &node.netns]));
         run(Command::new("ip").args([
             "link",
@@ -384,7 +391,6 @@ unset h
         ]));
         run(Command::new("ip").args(["-n", &node.netns, "link", "set", "eth0", "up"]));
         run(Command::new("ip").args(["-n", &node.netns, "link", "set", "lo", "up"]));
-        node
     }
 
     /// A `[ssh]` TOML table for herd's cluster file.
@@ -461,31 +467,7 @@ unset h
                 .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", home.display()));
             write_file(&etc.join("passwd"), &passwd_with_root_home(&home));
 
-            run(Command::new("ip").args(["netns", "add", &node.netns]));
-            run(Command::new("ip").args([
-                "link",
-                "add",
-                &node.veth_host,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &node.netns,
-            ]));
-            run(Command::new("ip").args(["link", "set", &node.veth_host, "master", &self.bridge, "up"]));
-            run(Command::new("ip").args([
-                "-n",
-                &node.netns,
-                "addr",
-                "add",
-                &format!("{}/24", node.addr),
-                "dev",
-                "eth0",
-            ]));
-            run(Command::new("ip").args(["-n", &node.netns, "link", "set", "eth0", "up"]));
-            run(Command::new("ip").args(["-n", &node.netns, "link", "set", "lo", "up"]));
+            self.plug(&node);
 
             let host_key = dir.join(format!("host{i}_ed25519"));
             let cfg = dir.join(format!("sshd{i}.conf"));
