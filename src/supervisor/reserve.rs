@@ -58,7 +58,8 @@ impl Run<'_> {
         loop {
             let unreachable: Vec<Blamed> = (errors.iter().enumerate())
                 .filter_map(|(node_rank, e)| {
-                    Some(Blamed { node_rank, reason: format!("ssh: {}", e.as_ref()?) })
+                    let e = e.as_ref()?;
+                    Some(Blamed { node_rank, reason: format!("{}: {e}", e.via()) })
                 })
                 .collect();
             if !unreachable.is_empty() {

@@ -216,7 +216,7 @@ impl Connection {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| TransportError::Spawn(format!("srun: {e}")))?;
+                    .map_err(|e| TransportError::Slurm(format!("cannot start srun: {e}")))?;
                 Ok(AgentProcess {
                     stdin: Box::new(child.stdin.take().expect("piped")),
                     stdout: Box::new(child.stdout.take().expect("piped")),
@@ -335,10 +335,11 @@ impl AgentHandle {
 }
 
 impl TransportError {
-    /// How herd reached (or failed to reach) the node, for messages: `ssh` or `srun`.
+    /// How herd reached (or failed to reach) the node, for messages: `ssh`, `srun` or `local`.
     pub fn via(&self) -> &'static str {
         match self {
             TransportError::Slurm(_) => "srun",
+            TransportError::Local(_) => "local",
             _ => "ssh",
         }
     }

@@ -1,7 +1,7 @@
 //! The Slurm transport: inside an allocation, each node's agent (and each probe) is a job step
 //! of one task on that node, started with `srun`. Slurm starts it, carries its stdio and ends
 //! it; herd's agent, env block and protocol are the same as over SSH. What herd asks of
-//! Slurm, and what it reads back (`squeue`, `scontrol`), is built and parsed here.
+//! Slurm, and what it reads back (`sinfo`, `squeue`), is built and parsed here.
 
 use std::process::Stdio;
 
@@ -124,7 +124,7 @@ pub async fn output(target: &SlurmTarget, shell: &str) -> Result<std::process::O
         .stdin(Stdio::null())
         .output()
         .await
-        .map_err(|e| TransportError::Spawn(format!("srun: {e}")))
+        .map_err(|e| TransportError::Slurm(format!("cannot start srun: {e}")))
 }
 
 /// The Slurm state of each of `nodes`, from one `sinfo` call for them all: a fleet of a
@@ -211,9 +211,9 @@ pub async fn cancel_steps(job_id: &str, name: &str, prefix: bool) -> Result<Vec<
         .stdin(Stdio::null())
         .output()
         .await
-        .map_err(|e| TransportError::Spawn(format!("squeue: {e}")))?;
+        .map_err(|e| TransportError::Slurm(format!("cannot run squeue: {e}")))?;
     if !out.status.success() {
-        return Err(TransportError::Spawn(format!(
+        return Err(TransportError::Slurm(format!(
             "squeue --steps --jobs {job_id}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )));
@@ -226,9 +226,9 @@ pub async fn cancel_steps(job_id: &str, name: &str, prefix: bool) -> Result<Vec<
             .stdin(Stdio::null())
             .status()
             .await
-            .map_err(|e| TransportError::Spawn(format!("scancel: {e}")))?;
+            .map_err(|e| TransportError::Slurm(format!("cannot run scancel: {e}")))?;
         if !status.success() {
-            return Err(TransportError::Spawn(format!("scancel {} failed ({status})", steps.join(" "))));
+            return Err(TransportError::Slurm(format!("scancel {} failed ({status})", steps.join(" "))));
         }
     }
     Ok(steps)
