@@ -489,17 +489,17 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         sbatch_args: &args.sbatch_arg,
         extra_args: &args.extra_args,
     });
+    if !args.print && !crate::submit::on_path("sbatch") {
+        return Err(Error::Usage(
+            "herd submit needs Slurm's sbatch on PATH: run it where Slurm's client commands are".into(),
+        ));
+    }
     // Slurm writes its output there from the first node: it must exist first, also for a
     // printed script handed to sbatch by hand.
     std::fs::create_dir_all(&logs_dir).map_err(Error::io(format!("cannot create {}", logs_dir.display())))?;
     if args.print {
         print!("{script}");
         return Ok(exit::OK);
-    }
-    if !crate::submit::on_path("sbatch") {
-        return Err(Error::Usage(
-            "herd submit needs Slurm's sbatch on PATH: run it where Slurm's client commands are".into(),
-        ));
     }
     let id = crate::submit::sbatch(&script).map_err(Error::Slurm)?;
     println!("submitted job {id}: herd run --slurm -c {} on {nodes} node(s)", config_file.display());

@@ -711,6 +711,11 @@ fn slurm_outside_an_allocation_without_srun_or_too_small_exits_2() {
 fn submit_prints_its_script_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "[job]\nscript = \"train.py\"\nnproc_per_node = 2\nnnodes = 4\n");
+    let no_sbatch =
+        herd::run_with(dir.path(), &["submit"], &[("PATH", "/nonexistent-herd-test-path")], LIMIT);
+    no_sbatch.assert_code(2);
+    assert!(no_sbatch.stderr.contains("herd submit needs Slurm's sbatch on PATH"), "{no_sbatch}");
+    assert!(!dir.path().join("herd-logs").exists(), "nothing is made for a job that was not submitted");
     let printed = herd::run(dir.path(), &["submit", "--print", "-p", "gpu", "--", "--lr", "3e-4"], LIMIT);
     printed.assert_code(0);
     let config = std::fs::canonicalize(dir.path().join("cluster.toml")).unwrap();
@@ -738,10 +743,6 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let more = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--exclusive"], LIMIT);
     more.assert_code(0);
     assert!(more.stdout.contains("#SBATCH --exclusive\n"), "{more}");
-    let no_sbatch =
-        herd::run_with(dir.path(), &["submit"], &[("PATH", "/nonexistent-herd-test-path")], LIMIT);
-    no_sbatch.assert_code(2);
-    assert!(no_sbatch.stderr.contains("herd submit needs Slurm's sbatch on PATH"), "{no_sbatch}");
     write(dir.path(), "[job]\nscript = \"train.py\"\n");
     let how_many = herd::run(dir.path(), &["submit", "--print"], LIMIT);
     how_many.assert_code(2);
