@@ -489,7 +489,7 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         sbatch_args: &args.sbatch_arg,
         extra_args: &args.extra_args,
     });
-    if !args.print && !crate::submit::on_path("sbatch") {
+    if !args.print && !transport::slurm::on_path("sbatch", std::env::var_os("PATH").as_deref()) {
         return Err(Error::Usage(
             "herd submit needs Slurm's sbatch on PATH: run it where Slurm's client commands are".into(),
         ));

@@ -103,17 +103,6 @@ pub fn bad_path(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// Whether `program` is an executable in a directory of `PATH`.
-pub fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p).any(|d| {
-            std::fs::metadata(d.join(program))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
 /// Submit `script` (`sbatch --parsable`, the script on stdin): the job id, or sbatch's words.
 pub fn sbatch(script: &str) -> Result<String, String> {
     use std::io::Write;

@@ -88,6 +88,21 @@ pub struct AgentProcess {
     pub handle: AgentHandle,
 }
 
+impl AgentProcess {
+    /// A child of herd's with its three pipes, as an agent: `handle` says what it is.
+    fn piped(
+        mut child: tokio::process::Child,
+        handle: fn(tokio::process::Child) -> AgentHandle,
+    ) -> AgentProcess {
+        AgentProcess {
+            stdin: Box::new(child.stdin.take().expect("piped")),
+            stdout: Box::new(child.stdout.take().expect("piped")),
+            stderr: Box::new(child.stderr.take().expect("piped")),
+            handle: handle(child),
+        }
+    }
+}
+
 pub enum AgentHandle {
     /// The agent itself, a child of herd.
     Child(tokio::process::Child),
@@ -202,27 +217,16 @@ impl Connection {
                         Ok(())
                     });
                 }
-                let mut child = command.spawn()?;
-                Ok(AgentProcess {
-                    stdin: Box::new(child.stdin.take().expect("piped")),
-                    stdout: Box::new(child.stdout.take().expect("piped")),
-                    stderr: Box::new(child.stderr.take().expect("piped")),
-                    handle: AgentHandle::Child(child),
-                })
+                Ok(AgentProcess::piped(command.spawn()?, AgentHandle::Child))
             }
             Connection::Slurm(target) => {
-                let mut child = slurm::srun(target, &inv.remote_command())
+                let child = slurm::srun(target, &inv.remote_command())
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|e| TransportError::Slurm(format!("cannot start srun: {e}")))?;
-                Ok(AgentProcess {
-                    stdin: Box::new(child.stdin.take().expect("piped")),
-                    stdout: Box::new(child.stdout.take().expect("piped")),
-                    stderr: Box::new(child.stderr.take().expect("piped")),
-                    handle: AgentHandle::Srun(child),
-                })
+                Ok(AgentProcess::piped(child, AgentHandle::Srun))
             }
             Connection::Ssh(link) => {
                 let command = inv.remote_command();

@@ -15,14 +15,18 @@ pub const COMMANDS: [&str; 4] = ["srun", "squeue", "scancel", "sinfo"];
 
 /// Those of [`COMMANDS`] that no directory of `path` (a `PATH` value) holds as an executable.
 pub fn missing_commands(path: Option<&std::ffi::OsStr>) -> Vec<&'static str> {
+    COMMANDS.into_iter().filter(|c| !on_path(c, path)).collect()
+}
+
+/// Whether a directory of `path` (a `PATH` value) holds `program` as an executable.
+pub fn on_path(program: &str, path: Option<&std::ffi::OsStr>) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let dirs: Vec<std::path::PathBuf> = path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
-    let found = |name: &str| {
-        dirs.iter().any(|d| {
-            std::fs::metadata(d.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    path.is_some_and(|p| {
+        std::env::split_paths(p).any(|d| {
+            std::fs::metadata(d.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-    };
-    COMMANDS.into_iter().filter(|c| !found(c)).collect()
+    })
 }
 
 /// What to do when a step cannot be started on a node, or Slurm has given up on it.
@@ -127,22 +131,35 @@ pub async fn output(target: &SlurmTarget, shell: &str) -> Result<std::process::O
         .map_err(|e| TransportError::Slurm(format!("cannot start srun: {e}")))
 }
 
-/// The Slurm state of each of `nodes`, from one `sinfo` call for them all: a fleet of a
-/// thousand nodes asks slurmctld once, not a thousand times.
-pub async fn states(nodes: &[&str]) -> Result<std::collections::HashMap<String, String>, TransportError> {
-    let out = Command::new("sinfo")
-        .args(["--Node", "--noheader", "--format", "%N %T", "--nodes", &nodes.join(",")])
+/// The stdout of one of Slurm's query commands (`what`: how an error names the call), or
+/// its error: it cannot be started, or slurmctld refused.
+async fn query(program: &str, args: &[&str], what: &str) -> Result<String, TransportError> {
+    let out = Command::new(program)
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .await
-        .map_err(|e| TransportError::Slurm(format!("sinfo: {e}")))?;
+        .map_err(|e| TransportError::Slurm(format!("cannot run {program}: {e}")))?;
     if !out.status.success() {
         return Err(TransportError::Slurm(format!(
-            "sinfo --nodes ...: {}",
+            "{what}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The Slurm state of each of `nodes`, from one `sinfo` call for them all: a fleet of a
+/// thousand nodes asks slurmctld once, not a thousand times.
+pub async fn states(nodes: &[&str]) -> Result<std::collections::HashMap<String, String>, TransportError> {
+    let nodes = nodes.join(",");
+    let out = query(
+        "sinfo",
+        &["--Node", "--noheader", "--format", "%N %T", "--nodes", &nodes],
+        "sinfo --nodes ...",
+    )
+    .await?;
+    Ok(out
         .lines()
         .filter_map(|l| l.split_once(' '))
         .map(|(n, s)| (n.trim().to_string(), s.trim().to_string()))
@@ -206,19 +223,10 @@ pub fn steps_named(squeue: &str, name: &str, prefix: bool) -> Vec<String> {
 /// of herd's steps once their agents are gone (an `srun` that hangs on a lost node), or, for
 /// `herd kill`, every step of the config. The step ids cancelled.
 pub async fn cancel_steps(job_id: &str, name: &str, prefix: bool) -> Result<Vec<String>, TransportError> {
-    let out = Command::new("squeue")
-        .args(["--steps", "--noheader", "--format", "%i %j", "--jobs", job_id])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|e| TransportError::Slurm(format!("cannot run squeue: {e}")))?;
-    if !out.status.success() {
-        return Err(TransportError::Slurm(format!(
-            "squeue --steps --jobs {job_id}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let steps = steps_named(&String::from_utf8_lossy(&out.stdout), name, prefix);
+    let what = format!("squeue --steps --jobs {job_id}");
+    let out =
+        query("squeue", &["--steps", "--noheader", "--format", "%i %j", "--jobs", job_id], &what).await?;
+    let steps = steps_named(&out, name, prefix);
     if !steps.is_empty() {
         let status = Command::new("scancel")
             .arg("--quiet")
