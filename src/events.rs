@@ -80,6 +80,13 @@ pub enum Event {
         #[serde(flatten)]
         exit: NodeExit,
     },
+    /// Every node still running is asked for its ranks' stacks, before the teardown that
+    /// `reason` calls for (at most `wait_secs` later).
+    StacksRequested {
+        attempt: u32,
+        reason: String,
+        wait_secs: u64,
+    },
     TeardownStarted {
         attempt: u32,
         reason: String,
@@ -116,15 +123,17 @@ pub enum Event {
         host: String,
         pids: Vec<u32>,
     },
-    /// Every worker's stack on a node, as py-spy dumped it when the job hung (the run's
-    /// files keep each in `attempt-<k>/stacks/rank<R>.txt`).
+    /// Every worker's stack on a node, as py-spy dumped it when the job hung or, after a
+    /// failure, before the nodes still running were stopped (the run's files keep each in
+    /// `attempt-<k>/stacks/rank<R>.txt`).
     #[serde(skip)]
     StacksCollected {
         attempt: u32,
         node_rank: usize,
         stacks: Vec<crate::stacks::RankStack>,
     },
-    /// Where the ranks were when the job hung, grouped, and the odd group.
+    /// Where the ranks were when the job hung (or outlived a failure), grouped, and the odd
+    /// group (a hang's only).
     StacksSummarized {
         attempt: u32,
         #[serde(flatten)]

@@ -29,6 +29,9 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
             format!("node {node_rank} ({host}) ended: {exit}")
         }
+        Event::StacksRequested { reason, wait_secs, .. } => format!(
+            "{reason}: taking the stacks of the ranks still running (at most {wait_secs} s), then stopping every node"
+        ),
         Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
         Event::AttemptFailed { attempt, verdict, .. } => {
             format!("attempt {attempt} failed: {}: {}", verdict.class, cause_words(verdict.root_cause.as_ref()))

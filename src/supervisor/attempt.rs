@@ -14,8 +14,10 @@ use crate::plan::LaunchPlan;
 use crate::port::{self, PortError};
 
 /// How long herd waits for the agents' answers to `probe` (every job process, and every
-/// worker's stack) before it tears a hung attempt down: the evidence of who is stuck dies
-/// with the processes. Each agent bounds its stacks to 3 s.
+/// worker's stack) before it tears an attempt down: the evidence of who is stuck dies with
+/// the processes. Each agent bounds its stacks to 3 s. A hang is probed, and so is a failure
+/// that leaves other nodes running (their ranks wait on the one that failed, in a collective
+/// or at a barrier): the teardown is late by this at most.
 pub const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
 /// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
@@ -76,8 +78,9 @@ pub enum Action {
     Teardown(String),
     /// Send `Input::KillTimer` after this long.
     KillAfter(Duration),
-    /// Ask every agent for its job's processes; send `Input::ProbeTimedOut` after this long.
-    Probe(Duration),
+    /// Ask every agent for its job's processes and stacks, because of `reason`; send
+    /// `Input::ProbeTimedOut` after `PROBE_WAIT`.
+    Probe(String),
     /// herd was not running for this long: every node gets a fresh window to be heard.
     Forgive(Duration),
 }
@@ -94,6 +97,16 @@ pub struct Ended {
     pub port: Option<u16>,
 }
 
+/// A stop that waits for the probe's answers (see `PROBE_WAIT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    why: Stopping,
+    failing: Option<usize>,
+    reason: String,
+    /// SIGKILL, not SIGTERM, once the answers are in: a silent node cannot act on `term`.
+    kill: bool,
+}
+
 /// One attempt's state. See the module's header.
 pub struct Attempt<'a> {
     plan: &'a LaunchPlan,
@@ -101,9 +114,11 @@ pub struct Attempt<'a> {
     port: Option<u16>,
     no_port: Option<PortError>,
     stopping: Option<(Stopping, Duration)>,
-    /// A hang found, the agents asked for their processes: why.
-    probing: Option<String>,
+    /// The agents asked for their processes and stacks: the stop that waits for them.
+    probing: Option<Pending>,
     answered: BTreeSet<usize>,
+    /// Per node, whether its agent has spoken yet (a node still logging in answers nothing).
+    heard: Vec<bool>,
     exits: Vec<Option<NodeExit>>,
     /// Nodes given up on for their silence, and how each one is lost.
     silent: BTreeMap<usize, String>,
@@ -122,6 +137,7 @@ impl<'a> Attempt<'a> {
             stopping: None,
             probing: None,
             answered: BTreeSet::new(),
+            heard: vec![false; plan.nnodes()],
             exits: vec![None; plan.nnodes()],
             silent: BTreeMap::new(),
             kill_armed: false,
@@ -145,24 +161,14 @@ impl<'a> Attempt<'a> {
             Input::NodeEnded { node_rank, exit } => self.node_ended(now, node_rank, exit, &mut actions),
             Input::FatalLine { node_rank, line } => {
                 let reason = format!("{} failed: {}", self.who(node_rank), line.trim());
-                self.stop_all(now, Stopping::NodeFailed, Some(node_rank), reason, &mut actions);
+                self.fail(now, Some(node_rank), reason, false, &mut actions);
             }
             Input::Interrupt => self.interrupt(now, &mut actions),
             Input::ProbeAnswered { node_rank } => {
                 self.answered.insert(node_rank);
-                let running = |r: &usize| self.exits[*r].is_none();
-                if self.probing.is_some()
-                    && (0..self.exits.len()).filter(running).all(|r| self.answered.contains(&r))
-                {
-                    let reason = self.probing.take().expect("checked");
-                    self.stop_all(now, Stopping::Hang, None, reason, &mut actions);
-                }
+                self.end_probe_if_answered(now, &mut actions);
             }
-            Input::ProbeTimedOut => {
-                if let Some(reason) = self.probing.take() {
-                    self.stop_all(now, Stopping::Hang, None, reason, &mut actions);
-                }
-            }
+            Input::ProbeTimedOut => self.end_probe(now, &mut actions),
             Input::KillTimer => {
                 // A teardown that takes this one over later gets its own grace, then SIGKILL.
                 self.kill_armed = false;
@@ -195,7 +201,7 @@ impl<'a> Attempt<'a> {
             Err(error) => {
                 let reason = format!("master node {}: {error}", master.host);
                 self.no_port = Some(error);
-                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
+                self.fail(now, None, reason, false, actions);
             }
         }
     }
@@ -205,11 +211,15 @@ impl<'a> Attempt<'a> {
             Some(why) => NodeExit::Lost(why.clone()),
             None => exit,
         };
-        if !exit.success() {
-            let reason = format!("{} failed: {exit}", self.who(node_rank));
-            self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
-        }
+        let failed = !exit.success();
+        let reason = format!("{} failed: {exit}", self.who(node_rank));
         self.exits[node_rank] = Some(exit);
+        if failed {
+            self.fail(now, None, reason, false, actions);
+        } else {
+            // One fewer node to answer.
+            self.end_probe_if_answered(now, actions);
+        }
     }
 
     /// The first interrupt stops the attempt gracefully, whatever else was stopping it; the
@@ -220,6 +230,7 @@ impl<'a> Attempt<'a> {
             return;
         }
         self.stopping = None;
+        self.probing = None;
         self.stop_all(now, Stopping::Interrupted, None, "interrupted".into(), actions);
     }
 
@@ -230,12 +241,16 @@ impl<'a> Attempt<'a> {
             clock.since_progress = Duration::ZERO;
             clock.heard.iter_mut().flatten().for_each(|d| *d = Duration::ZERO);
         }
+        for (heard, now_heard) in self.heard.iter_mut().zip(&clock.heard) {
+            *heard |= now_heard.is_some();
+        }
         if let Some(limit) = self.plan.restart.hang_timeout {
             if self.stopping.is_none() && self.probing.is_none() && clock.since_progress >= limit {
                 // First the evidence: which process each node's job is in, and its state.
                 let idle = Duration::from_secs(clock.since_progress.as_secs());
-                self.probing = Some(format!("no progress for {}", humantime::format_duration(idle)));
-                actions.push(Action::Probe(PROBE_WAIT));
+                let reason = format!("no progress for {}", humantime::format_duration(idle));
+                actions.push(Action::Probe(reason.clone()));
+                self.probing = Some(Pending { why: Stopping::Hang, failing: None, reason, kill: false });
             }
         }
         for (node_rank, heard) in clock.heard.iter().enumerate() {
@@ -244,11 +259,73 @@ impl<'a> Attempt<'a> {
             }
             if let Some((reason, why)) = judge_silence(self.plan, node_rank, *heard, now) {
                 self.silent.insert(node_rank, why);
-                // It cannot act on `term`: SIGKILL at once, so that herd stops waiting for it
-                // soon (a stop request never goes down: the `term` after it changes nothing).
-                actions.push(Action::Kill);
-                self.stop_all(now, Stopping::NodeFailed, None, reason, actions);
+                self.fail(now, None, reason, true, actions);
             }
+        }
+    }
+
+    /// A node failed: stop every node, once the others' stacks are in if some of them still
+    /// run (see `PROBE_WAIT`). `kill`: SIGKILL, for a silent node cannot act on `term` (and
+    /// herd stops waiting for it soon; a stop request never goes down: the `term` after it
+    /// changes nothing).
+    fn fail(
+        &mut self,
+        now: Duration,
+        failing: Option<usize>,
+        reason: String,
+        kill: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        if self.stopping.is_some() {
+            if kill {
+                actions.push(Action::Kill);
+            }
+            return;
+        }
+        // Some ranks may still run, waiting on the failed one: where they are is evidence.
+        let others = self.port.is_some() && self.to_answer().next().is_some();
+        match &mut self.probing {
+            // A failure takes a hang's probe over: the attempt failed, whatever else it did.
+            Some(pending) => {
+                if pending.why == Stopping::Hang {
+                    *pending = Pending { why: Stopping::NodeFailed, failing, reason, kill: false };
+                }
+                pending.kill |= kill;
+                self.end_probe_if_answered(now, actions);
+            }
+            None if others => {
+                actions.push(Action::Probe(reason.clone()));
+                self.probing = Some(Pending { why: Stopping::NodeFailed, failing, reason, kill });
+            }
+            None => {
+                if kill {
+                    actions.push(Action::Kill);
+                }
+                self.stop_all(now, Stopping::NodeFailed, failing, reason, actions);
+            }
+        }
+    }
+
+    /// The nodes whose answer to the probe is awaited: running, heard from, not given up on.
+    fn to_answer(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.exits.len())
+            .filter(|r| self.exits[*r].is_none() && self.heard[*r] && !self.silent.contains_key(r))
+            .filter(|r| !self.answered.contains(r))
+    }
+
+    fn end_probe_if_answered(&mut self, now: Duration, actions: &mut Vec<Action>) {
+        if self.probing.is_some() && self.to_answer().next().is_none() {
+            self.end_probe(now, actions);
+        }
+    }
+
+    /// The probe is over: the stop that waited for it.
+    fn end_probe(&mut self, now: Duration, actions: &mut Vec<Action>) {
+        if let Some(Pending { why, failing, reason, kill }) = self.probing.take() {
+            if kill {
+                actions.push(Action::Kill);
+            }
+            self.stop_all(now, why, failing, reason, actions);
         }
     }
 
@@ -433,12 +510,16 @@ mod tests {
         let used = BTreeSet::new();
         let mut a = Attempt::new(&p, Some(1), &used);
         assert!(a.decide(S(20), tick([Some(1), Some(14), Some(0)], 0, 250)).is_empty());
+        // First the others' stacks (they wait on it); the silent node is not waited for.
         let actions = a.decide(S(21), tick([Some(1), Some(15), Some(0)], 0, 250));
+        assert_eq!(actions, vec![Action::Probe("node 1 (n2) is silent: no heartbeat".into())]);
+        // Judged once.
+        assert!(a.decide(S(22), tick([Some(1), Some(16), Some(0)], 0, 250)).is_empty());
+        assert!(a.decide(S(22), Input::ProbeAnswered { node_rank: 0 }).is_empty());
         let mut want = vec![Action::Kill];
         want.extend(teardown("node 1 (n2) is silent: no heartbeat", None));
-        assert_eq!(actions, want);
-        // Judged once; when its task ends, its exit is the silence.
-        assert!(a.decide(S(22), tick([Some(1), Some(16), Some(0)], 0, 250)).is_empty());
+        assert_eq!(a.decide(S(22), Input::ProbeAnswered { node_rank: 2 }), want);
+        // When its task ends, its exit is the silence.
         a.decide(S(23), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
         assert_eq!(a.ended().exits[1], Some(NodeExit::Lost("no heartbeat for 15s".into())));
     }
@@ -451,11 +532,75 @@ mod tests {
         // Logging in for 100 s: no heartbeat is missed yet; after 2 minutes the login is stuck.
         assert!(a.decide(S(100), tick([Some(0), None, Some(0)], 0, 250)).is_empty());
         let actions = a.decide(S(120), tick([Some(0), None, Some(0)], 0, 250));
+        assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        let actions = a.decide(S(125), Input::ProbeTimedOut);
         let Action::Teardown(reason) = &actions[2] else { panic!("{actions:?}") };
         assert!(reason.starts_with("node 1 (n2) is silent: its login shell"), "{reason}");
         a.decide(S(121), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
         let Some(NodeExit::Lost(why)) = &a.ended().exits[1] else { panic!() };
         assert!(why.contains("ssh.login_timeout (2m)"), "{why}");
+    }
+
+    #[test]
+    fn a_failure_waits_for_the_stacks_of_the_nodes_still_running_and_no_longer() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0); 3], 0, 250));
+        // Node 2 failed: nodes 0 and 1 still run, their ranks likely in a collective.
+        let actions = a.decide(S(11), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(1) });
+        assert_eq!(actions, vec![Action::Probe("node 2 (n3) failed: exit code 1".into())]);
+        // Another failure meanwhile starts nothing more; node 1 ended, node 0's answer ends it.
+        assert!(a.decide(S(12), Input::NodeEnded { node_rank: 1, exit: NodeExit::ExitCode(1) }).is_empty());
+        let actions = a.decide(S(12), Input::ProbeAnswered { node_rank: 0 });
+        assert_eq!(actions, teardown("node 2 (n3) failed: exit code 1", None));
+        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(12))));
+
+        // No answer: the wait's end stops them, a fatal line's node keeping its grace.
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0); 3], 0, 250));
+        let line = "failed (exitcode: -9)".to_string();
+        let actions = a.decide(S(11), Input::FatalLine { node_rank: 1, line });
+        assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        assert_eq!(
+            a.decide(S(16), Input::ProbeTimedOut),
+            teardown("node 1 (n2) failed: failed (exitcode: -9)", Some(1))
+        );
+    }
+
+    #[test]
+    fn a_failure_with_nothing_else_running_or_an_interrupt_stops_at_once() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        // The others ended (or never spoke): nobody to ask.
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0), None, Some(0)], 0, 250));
+        a.decide(S(11), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(0) });
+        let actions = a.decide(S(12), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(1) });
+        assert_eq!(actions, teardown("node 2 (n3) failed: exit code 1", None));
+        // Ctrl-C while the stacks are taken: the interrupt, at once.
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0); 3], 0, 250));
+        a.decide(S(11), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(1) });
+        assert_eq!(a.decide(S(12), Input::Interrupt), teardown("interrupted", None));
+        assert!(a.decide(S(13), Input::ProbeTimedOut).is_empty());
+        assert_eq!(a.ended().stopping, Some((Stopping::Interrupted, S(12))));
+    }
+
+    #[test]
+    fn a_failure_during_a_hangs_probe_takes_it_over() {
+        let p = plan("hang_timeout = \"1m\"\n");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert_eq!(
+            a.decide(S(61), tick([Some(0); 3], 61, 250)),
+            vec![Action::Probe("no progress for 1m 1s".into())]
+        );
+        a.decide(S(62), Input::ProbeAnswered { node_rank: 0 });
+        assert!(a.decide(S(62), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(6) }).is_empty());
+        let actions = a.decide(S(63), Input::ProbeAnswered { node_rank: 2 });
+        assert_eq!(actions, teardown("node 1 (n2) failed: signal 6 (SIGABRT)", None));
+        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(63))));
     }
 
     #[test]
@@ -475,7 +620,10 @@ mod tests {
         let used = BTreeSet::new();
         let mut a = Attempt::new(&p, Some(1), &used);
         assert!(a.decide(S(59), tick([Some(0); 3], 59, 250)).is_empty());
-        assert_eq!(a.decide(S(61), tick([Some(0); 3], 61, 250)), vec![Action::Probe(PROBE_WAIT)]);
+        assert_eq!(
+            a.decide(S(61), tick([Some(0); 3], 61, 250)),
+            vec![Action::Probe("no progress for 1m 1s".into())]
+        );
         // Asked once.
         assert!(a.decide(S(62), tick([Some(0); 3], 62, 250)).is_empty());
         a.decide(S(62), Input::NodeEnded { node_rank: 2, exit: NodeExit::ExitCode(0) });

@@ -130,6 +130,8 @@ struct Gang<'a> {
     stacks: Vec<Vec<RankStack>>,
     kill_at: Option<Deadline>,
     probe_at: Option<Deadline>,
+    /// When the agents were asked for their stacks (the attempt's age), if they were.
+    probed_at: Option<Duration>,
     tick: tokio::time::Interval,
     last_tick: Instant,
     interrupts_open: bool,
@@ -201,6 +203,7 @@ impl<'a> Gang<'a> {
             stacks: plan.nodes.iter().map(|_| Vec::new()).collect(),
             kill_at: None,
             probe_at: None,
+            probed_at: None,
             tick,
             last_tick: Instant::now(),
             interrupts_open: true,
@@ -294,9 +297,13 @@ impl<'a> Gang<'a> {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
             Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
-            Action::Probe(wait) => {
+            Action::Probe(reason) => {
+                self.probed_at = Some(self.liveness.elapsed());
                 let _ = self.probe.send(1);
-                self.probe_at = Some(Deadline::now() + wait);
+                self.probe_at = Some(Deadline::now() + attempt::PROBE_WAIT);
+                let wait_secs = attempt::PROBE_WAIT.as_secs();
+                let _ =
+                    events.send(Event::StacksRequested { attempt: self.attempt, reason, wait_secs }).await;
             }
             Action::Forgive(gap) => {
                 tracing::warn!(
@@ -335,9 +342,11 @@ impl<'a> Gang<'a> {
             .collect();
         let trigger =
             if matches!(stop, Some((Stopping::Hang, _))) { Trigger::Hang } else { Trigger::NodeFailed };
-        let stacks = match trigger {
-            Trigger::Hang => Some(self.report_stacks(&outcomes).await),
-            Trigger::NodeFailed => None,
+        // A failure's stacks are those of the ranks that outlived it: the root cause is the
+        // failure, not an odd one among them.
+        let stacks = match self.probed_at {
+            Some(at) => Some(self.report_stacks(&outcomes, at, trigger == Trigger::Hang).await),
+            None => None,
         };
         let outcome = match classify::classify_with(&outcomes, trigger, &plan.patterns.rules, stacks.as_ref())
         {
@@ -353,10 +362,16 @@ impl<'a> Gang<'a> {
 }
 
 impl Gang<'_> {
-    /// Every rank's stack from a hang's probe, to the run's files (`StacksCollected`), and
-    /// what they say together (`StacksSummarized`). A rank of a node that did not answer in
-    /// time gets a line saying so.
-    async fn report_stacks(&self, outcomes: &[NodeOutcome]) -> stacks::Summary {
+    /// Every rank's stack from the probe at `probed_at`, to the run's files
+    /// (`StacksCollected`), and what they say together (`StacksSummarized`), naming the odd
+    /// group as the likely culprit if `culprit`. A rank of a node that did not answer in time,
+    /// or had ended already, gets a line saying so.
+    async fn report_stacks(
+        &self,
+        outcomes: &[NodeOutcome],
+        probed_at: Duration,
+        culprit: bool,
+    ) -> stacks::Summary {
         let (plan, events) = (self.ctx.plan, self.ctx.events);
         let mut all = Vec::new();
         for n in outcomes {
@@ -368,6 +383,10 @@ impl Gang<'_> {
                 }
                 let why = if answered {
                     format!("no process of the job has RANK={rank} in its environment")
+                } else if let NodeExit::Lost(why) = &n.exit {
+                    format!("node {} ({}) was lost: {why}", n.node_rank, n.host)
+                } else if n.ended_at <= probed_at {
+                    format!("node {} ({}) had ended before the stacks were taken", n.node_rank, n.host)
                 } else {
                     let wait = attempt::PROBE_WAIT.as_secs();
                     format!("node {} ({}) did not answer within {wait} s", n.node_rank, n.host)
@@ -379,7 +398,10 @@ impl Gang<'_> {
             let _ = events.send(collected).await;
             all.extend(got);
         }
-        let summary = stacks::summarize(&all, &plan.workdir);
+        let mut summary = stacks::summarize(&all, &plan.workdir);
+        if !culprit {
+            summary.culprit = None;
+        }
         let _ =
             events.send(Event::StacksSummarized { attempt: self.attempt, summary: summary.clone() }).await;
         summary
