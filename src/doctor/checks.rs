@@ -423,9 +423,15 @@ fn resource_checks(plan: &LaunchPlan, rank: usize, f: &Facts, checks: &mut Vec<C
 fn stack_checks(f: &Facts) -> Vec<Check> {
     const CAP_SYS_PTRACE: u32 = 19;
     let mut checks = Vec::new();
-    match f.get("pyspy").filter(|p| !p.is_empty()) {
-        Some(path) => checks.push(Check::pass("py-spy", path)),
-        None => checks.push(Check::warn(
+    let tools_missing = f.get("stack_tools_missing").map(str::trim).filter(|m| !m.is_empty());
+    match (f.get("pyspy").filter(|p| !p.is_empty()), tools_missing) {
+        (Some(_), Some(missing)) => checks.push(Check::warn(
+            "py-spy",
+            format!("found, but the node lacks {missing}, which herd's agent runs it with"),
+            "install coreutils on the node",
+        )),
+        (Some(path), None) => checks.push(Check::pass("py-spy", path)),
+        (None, _) => checks.push(Check::warn(
             "py-spy",
             "not found: a hang's stacks cannot be collected",
             "pip install py-spy in the job's environment, or put it on the nodes' PATH",
@@ -613,6 +619,13 @@ mod tests {
         let statuses =
             |f: &Facts| stack_checks(f).into_iter().map(|c| (c.name, c.status)).collect::<Vec<_>>();
         assert_eq!(statuses(&f), [("py-spy", Status::Pass), ("ptrace", Status::Pass)]);
+        let mut no_tools = f.clone();
+        no_tools.values.insert("stack_tools_missing".into(), " timeout base64".into());
+        let spy = &stack_checks(&no_tools)[0];
+        assert_eq!(
+            (spy.status, spy.detail.as_str()),
+            (Status::Warn, "found, but the node lacks timeout base64, which herd's agent runs it with")
+        );
         let mut without = f.clone();
         without.values.insert("pyspy".into(), String::new());
         without.values.insert("cap_eff".into(), "0000000000000000".into());

@@ -104,6 +104,8 @@ if {full}:
         s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
         // What a hang's stacks need: py-spy on the job's PATH, and leave to attach to the ranks.
         s += "echo \"herd-fact pyspy=$(command -v py-spy 2>/dev/null)\"\n";
+        // The agent bounds each dump with `timeout` and sends it in base64.
+        s += "m=; for t in timeout base64; do command -v $t >/dev/null 2>&1 || m=\"$m $t\"; done; echo \"herd-fact stack_tools_missing=$m\"\n";
         s += "echo \"herd-fact ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)\"\n";
         s += "echo \"herd-fact cap_eff=$(awk '/^CapEff:/{print $2}' /proc/self/status 2>/dev/null)\"\n";
         // The sweep's own rule: processes of this config whose agent is gone. The doctor's
