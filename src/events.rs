@@ -139,6 +139,21 @@ pub enum Event {
         #[serde(flatten)]
         summary: crate::stacks::Summary,
     },
+    /// A node's ranks' NCCL flight-recorder dumps after a failed attempt (the run's files
+    /// keep each in `attempt-<k>/nccl/rank_<R>`).
+    #[serde(skip)]
+    NcclDumpsCollected {
+        attempt: u32,
+        node_rank: usize,
+        dumps: Vec<crate::nccl::RankDump>,
+    },
+    /// The ranks whose NCCL dumps herd copied after a failed attempt, and the ones it could
+    /// not (too large, cut short), with why.
+    NcclDumpsSaved {
+        attempt: u32,
+        ranks: Vec<u32>,
+        missing: Vec<(u32, String)>,
+    },
     /// A node the run blamed is kept out of it, and of the config's later runs, until
     /// `herd nodes --release`.
     NodeQuarantined {

@@ -18,6 +18,7 @@ pub mod launcher;
 pub mod lines;
 pub mod logs;
 pub mod marker;
+pub mod nccl;
 pub mod notify;
 pub mod outcome;
 pub mod output;

@@ -11,7 +11,9 @@ use regex::Regex;
 use serde::Serialize;
 
 use crate::classify::RuleTable;
-use crate::config::{self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart, TransportSettings};
+use crate::config::{
+    self, Config, Device, KnownHostsPolicy, LauncherKind, PortSpec, Restart, TransportSettings,
+};
 use crate::container::{self, ContainerPlan};
 use crate::launcher::{self, NodeLaunch};
 use crate::marker::{self, Marker};
@@ -607,7 +609,7 @@ impl NodePlan {
                     }
                     // Relative to the workdir, made absolute there (see `remote::job_snippet`).
                     EnvValue::NcclDump => {
-                        format!("herd-nccl/{}/attempt-{}/rank_", values.run_id, values.attempt)
+                        format!("{}/rank_", crate::nccl::dump_dir(values.run_id, values.attempt))
                     }
                 };
                 Some((k.clone(), value))
@@ -619,6 +621,12 @@ impl NodePlan {
     pub fn env_block(&self, values: &AttemptValues<'_>) -> Vec<u8> {
         let env = self.resolved_env(values);
         remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
+    /// Whether its ranks dump the NCCL flight recorder where herd collects it (a GPU job, the
+    /// dump path not the user's own).
+    pub fn dumps_nccl(&self) -> bool {
+        matches!(self.env.get(NCCL_DUMP_VAR), Some(EnvValue::NcclDump))
     }
 
     pub fn global_ranks(&self) -> std::ops::Range<u32> {
@@ -685,6 +693,17 @@ mod tests {
         assert_eq!(own["TORCH_NCCL_TRACE_BUFFER_SIZE"], "0", "the user's value is kept");
         let cpu = env("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n");
         assert!(!cpu.contains_key("TORCH_NCCL_DUMP_ON_TIMEOUT") && !cpu.contains_key(NCCL_DUMP_VAR));
+        // herd collects the dumps only from where it put them.
+        let collects = |text: &str| {
+            let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+            build(&config, &PlanInputs::default()).nodes[0].dumps_nccl()
+        };
+        assert!(collects("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n"));
+        assert!(!collects("[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n"));
+        let own = format!(
+            "[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n[env]\n{NCCL_DUMP_VAR} = \"/tmp/d_\"\n"
+        );
+        assert!(!collects(&own));
     }
 
     #[test]

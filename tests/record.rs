@@ -190,3 +190,46 @@ fn herd_stacks_prints_every_rank_of_a_live_run_and_changes_nothing() {
     assert!(!ev.iter().any(|e| e["event"] == "attempt_failed"), "{out}");
     assert_nothing_left(&ev);
 }
+
+/// A GPU job's ranks dump PyTorch's NCCL flight recorder where herd points them; after the
+/// failed attempt, herd copies each node's own ranks' dumps into the run, byte for byte. The
+/// nodes share the workdir here (as a cluster's shared filesystem): each dump comes once.
+#[test]
+fn a_failed_gpu_jobs_nccl_dumps_are_copied_into_the_run() {
+    let c = Cluster::new(2);
+    let wd = c.tb.dir().join("wd");
+    std::fs::create_dir_all(&wd).unwrap();
+    // What a rank's watchdog does on a collective's timeout, then the rank's failure.
+    let dump = wd.join("dump.sh");
+    std::fs::write(
+        &dump,
+        "printf 'fr %s\\000\\377' \"$NODE_RANK\" >\"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}$NODE_RANK\"\nexit 7\n",
+    )
+    .unwrap();
+    let job = format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"{}\"]", dump.display());
+    let config = c.write_config(&job, "[restart]\nmax_restarts = 0\ngrace_period = \"2s\"\n");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace("device = \"cpu\"", "device = \"cuda\"").replace(
+        &format!("workdir = \"{}\"", herd::repo_root().display()),
+        &format!("workdir = \"{}\"", wd.display()),
+    );
+    std::fs::write(&config, text).unwrap();
+    // No GPUs here: the preflight would say so.
+    let out = herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT);
+    out.assert_code(1);
+    let run = only_run_dir(&c.logs());
+    for rank in 0..2 {
+        let copied = std::fs::read(run.join(format!("attempt-0/nccl/rank_{rank}"))).unwrap();
+        let mut want = format!("fr {rank}").into_bytes();
+        want.extend([0, 0xff]);
+        assert_eq!(copied, want, "rank {rank}");
+    }
+    let ev = events(&run);
+    let saved: Vec<&Value> = ev.iter().filter(|e| e["event"] == "nccl_dumps_saved").collect();
+    assert_eq!(saved.len(), 1, "{ev:?}");
+    assert_eq!(saved[0]["ranks"], serde_json::json!([0, 1]), "{}", saved[0]);
+    assert!(out.stderr.contains("NCCL flight-recorder dumps of 2 rank(s) in attempt-0/nccl/"), "{out}");
+    // On the nodes, where the plan said.
+    let run_id = ev[0]["run_id"].as_str().unwrap();
+    assert!(wd.join(format!("herd-nccl/{run_id}/attempt-0/rank_1")).is_file());
+}

@@ -97,6 +97,19 @@ impl RunFiles {
         Ok(())
     }
 
+    /// The NCCL flight-recorder dumps herd has, as `attempt-<k>/nccl/rank_<R>`: named as
+    /// PyTorch names them, for its `torchfrtrace` to read the folder.
+    pub fn write_nccl_dumps(&mut self, attempt: u32, dumps: &[crate::nccl::RankDump]) -> io::Result<()> {
+        let dir = attempt_dir(&self.run_dir, attempt).join("nccl");
+        fs::create_dir_all(&dir)?;
+        for d in dumps {
+            if let Ok(bytes) = &d.bytes {
+                fs::write(dir.join(format!("rank_{}", d.rank)), bytes)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn record(&mut self, event: &Event, ts: String) -> io::Result<()> {
         self.events.write_all(&super::json::event_line(event, ts))?;
         // Events are few and are what an operator reads after a crash: keep them on disk.

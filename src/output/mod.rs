@@ -182,6 +182,12 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                     file_result(&mut report, written, &mut screen);
                 }
             }
+            Event::NcclDumpsCollected { attempt, dumps, .. } => {
+                if files_ok {
+                    let written = files.write_nccl_dumps(*attempt, dumps);
+                    file_result(&mut report, written, &mut screen);
+                }
+            }
             other => {
                 if let Event::AttemptStarting { attempt: a } = other {
                     attempt = *a;

@@ -68,6 +68,16 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::StacksSummarized { attempt, summary } => {
             format!("attempt {attempt}: every rank's stack (attempt-{attempt}/stacks/): {}", summary.words())
         }
+        Event::NcclDumpsSaved { attempt, ranks, missing } => {
+            let mut s = format!(
+                "attempt {attempt}: NCCL flight-recorder dumps of {} rank(s) in attempt-{attempt}/nccl/ (`torchfrtrace` reads them)",
+                ranks.len()
+            );
+            for (rank, why) in missing {
+                let _ = write!(s, "; rank {rank}: {why}");
+            }
+            s
+        }
         Event::NodeQuarantined { host, reason, .. } => {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
         }

@@ -26,6 +26,7 @@ use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{EarlyAgents, Fleet};
+use crate::outcome::{NodeExit, NodeOutcome};
 use crate::plan::{self, LaunchPlan};
 use crate::roster::Blamed;
 use crate::transport::{Started, TransportError};
@@ -188,6 +189,7 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
         };
+        self.collect_nccl_dumps(fleet, attempt, &outcomes).await;
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         let previous = self.last_root.as_ref().map(|(host, class)| (host.as_str(), *class));
@@ -293,6 +295,65 @@ impl Run<'_> {
         self.plan = self.plan.resumed(Some(resume));
     }
 }
+
+impl Run<'_> {
+    /// After a failed attempt of a GPU job: each node's ranks' NCCL flight-recorder dumps,
+    /// copied into the run's files (`NcclDumpsCollected`), all nodes at once, within
+    /// `NCCL_COLLECT`; then what was copied (`NcclDumpsSaved`), if anything was. A node that
+    /// was lost is not asked: it would only cost the wait.
+    async fn collect_nccl_dumps(&self, fleet: &Fleet, attempt: u32, outcomes: &[NodeOutcome]) {
+        let plan = &self.plan;
+        let dir = crate::nccl::dump_dir(self.run_id, attempt);
+        let lost =
+            |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
+        let mut asks = tokio::task::JoinSet::new();
+        for node in plan.nodes.iter().filter(|n| n.dumps_nccl() && !lost(n.node_rank)) {
+            let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
+            let script = crate::nccl::script(&plan.workdir, &dir, node.global_ranks());
+            let node_rank = node.node_rank;
+            asks.spawn(async move {
+                let shell = format!("sh -c {}", crate::remote::quote(&script));
+                (node_rank, tokio::time::timeout(NCCL_COLLECT, conn.output(&shell)).await)
+            });
+        }
+        let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
+        let mut saved = Vec::new();
+        let mut missing = Vec::new();
+        while let Some(Ok((node_rank, got))) = asks.join_next().await {
+            let why = match got {
+                Ok(Ok(out)) if out.status.success() => {
+                    let dumps = crate::nccl::parse(&out.stdout, &on_node);
+                    for d in &dumps {
+                        match &d.bytes {
+                            Ok(_) => saved.push(d.rank),
+                            Err(why) => missing.push((d.rank, why.clone())),
+                        }
+                    }
+                    if !dumps.is_empty() {
+                        let _ =
+                            self.events.send(Event::NcclDumpsCollected { attempt, node_rank, dumps }).await;
+                    }
+                    continue;
+                }
+                Ok(Ok(out)) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {} s", NCCL_COLLECT.as_secs()),
+            };
+            let host = &plan.nodes[node_rank].host;
+            tracing::warn!(
+                "node {node_rank} ({host}): cannot copy its NCCL flight-recorder dumps from {on_node}: {why}"
+            );
+        }
+        if !saved.is_empty() || !missing.is_empty() {
+            saved.sort_unstable();
+            missing.sort_unstable();
+            let _ = self.events.send(Event::NcclDumpsSaved { attempt, ranks: saved, missing }).await;
+        }
+    }
+}
+
+/// How long the nodes may take to hand over their NCCL dumps after a failed attempt.
+const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The newest match of `glob` under `workdir` on a node, by modification time: in `sh` (not
 /// the login shell, which may be zsh), the pattern globbed but never split, the newest found
