@@ -10,12 +10,11 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::testbed::Testbed;
+use super::testbed::{self, Testbed};
 
 /// How long the daemons may take to come up with every node idle, on a loaded machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -181,24 +180,8 @@ impl Slurm {
     /// `sh -c script` in namespace `netns`, with its own PID and UTS namespaces and `hostname`.
     fn spawn(&mut self, netns: &str, hostname: &str, script: &str, name: &str) {
         let log = fs::File::create(self.dir.join(format!("{name}.out"))).unwrap();
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            netns,
-            "unshare",
-            "--uts",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-        ])
-        .args(["sh", "-c", &format!("hostname {hostname} && {script}")])
-        .env("SLURM_CONF", &self.conf)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0);
+        let mut c = testbed::host_command(netns, hostname, script);
+        c.env("SLURM_CONF", &self.conf).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
         self.daemons.push(c.spawn().unwrap_or_else(|e| panic!("slurm testbed: cannot start {name}: {e}")));
     }
 

@@ -504,30 +504,9 @@ unset h
             let log_path = dir.join(format!("sshd{i}.log"));
             let log = fs::File::create(&log_path)
                 .unwrap_or_else(|e| panic!("testbed: cannot create {}: {e}", log_path.display()));
-            let mut c = Command::new("ip");
-            // Its own UTS namespace (hostname) and PID namespace with its own /proc, like a
-            // separate machine: a node's /proc shows only its own processes.
-            c.args([
-                "netns",
-                "exec",
-                &node.netns,
-                "unshare",
-                "--uts",
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "sh",
-                "-c",
-            ]);
-            c.arg(format!(
-                "hostname {} && exec /usr/sbin/sshd -D -e -f {}",
-                node.hostname,
-                sh_quote(&cfg.to_string_lossy())
-            ));
+            let sshd = format!("exec /usr/sbin/sshd -D -e -f {}", sh_quote(&cfg.to_string_lossy()));
+            let mut c = host_command(&node.netns, &node.hostname, &sshd);
             c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-            // Own process group, so Drop can kill the whole group.
-            c.process_group(0);
             let child =
                 c.spawn().unwrap_or_else(|e| panic!("testbed: failed to spawn `{}`: {e}", cmdline(&c)));
             self.sshds.push(child);
@@ -660,6 +639,17 @@ fn passwd_with_root_home(home: &Path) -> String {
             fields.join(":") + "\n"
         })
         .collect()
+}
+
+/// `sh -c script` on a test host: in network namespace `netns`, with its own UTS namespace
+/// (`hostname`) and PID namespace with its own /proc, like a separate machine (a node's /proc
+/// shows only its own processes), in a process group of its own, which Drop kills whole.
+pub fn host_command(netns: &str, hostname: &str, script: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", netns, "unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc"])
+        .args(["sh", "-c", &format!("hostname {hostname} && {script}")])
+        .process_group(0);
+    c
 }
 
 pub fn cleanup_stale() {
