@@ -29,8 +29,8 @@ pub mod quarantine;
 pub mod remote;
 pub mod roster;
 pub mod stacks;
-pub mod submit;
 pub mod state;
+pub mod submit;
 pub mod supervisor;
 pub mod transport;
 

@@ -146,8 +146,9 @@ pub struct NodeOutcome {
     pub stop_requested_at: Option<Duration>,
     /// Its last lines.
     pub lines: Vec<TimedLine>,
-    /// Its job's processes as its agent saw them when herd found the job hung (empty
-    /// otherwise, or when the agent did not answer in time).
+    /// Its job's processes as its agent saw them when herd probed the nodes, on a hang or
+    /// before stopping them after a failure (empty otherwise, or when the agent did not
+    /// answer in time).
     pub processes: Vec<ProcessState>,
     /// Its workers' stacks, collected with `processes`.
     pub stacks: Vec<crate::stacks::RankStack>,

@@ -57,6 +57,10 @@ fn a_rank_killed_on_attempt_0_restarts_on_a_new_port_and_completes() {
     assert_eq!((root["rank"].as_u64(), root["local_rank"].as_u64()), (Some(3), Some(1)), "{f}");
     assert_eq!(root["signal"], 9, "{f}");
     assert!(f["consequences"].as_array().unwrap().iter().all(|c| c["node_rank"] != 1));
+    // Before the teardown, the stacks of the ranks still running; the failure is the cause.
+    let reason = all(&ev, "stacks_requested")[0]["reason"].as_str().unwrap().to_string();
+    assert!(reason.starts_with(&format!("node 1 ({}) failed: ", c.addr(1))), "{reason}");
+    assert_eq!(all(&ev, "stacks_summarized")[0]["culprit"], Value::Null);
     let scheduled = all(&ev, "restart_scheduled");
     assert_eq!(scheduled.len(), 1);
     assert!(scheduled[0]["delay_ms"].as_u64().unwrap() <= 2000);
@@ -260,7 +264,8 @@ fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
     assert!(trained, "training did not start");
     c.tb.link_down(2);
     let cut = Instant::now();
-    let detected = wait_for_event(&c.logs(), "teardown_started", Duration::from_secs(30));
+    // Nodes 0 and 1 still run: their stacks are asked for first, then every node is stopped.
+    let detected = wait_for_event(&c.logs(), "stacks_requested", Duration::from_secs(30));
     let took = cut.elapsed();
     assert!(detected.is_some(), "the cut was not detected");
     eprintln!("link cut detected after {took:?}");
@@ -279,6 +284,26 @@ fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
     assert_eq!(f["root_cause"]["node_rank"], 2, "{f}");
     let lost = f["root_cause"]["lost"].as_str().unwrap();
     assert!(lost.contains("connection to the node was lost") || lost.contains("no heartbeat"), "{f}");
+    // The ranks that outlived the cut wait for node 2's in all_reduce, and their stacks say
+    // so; node 2's ranks have none, and say why. The root cause is the loss: no culprit.
+    let run = only_run_dir(&c.logs());
+    for rank in 0..4 {
+        let stack = std::fs::read_to_string(run.join(format!("attempt-0/stacks/rank{rank}.txt"))).unwrap();
+        assert!(stack.contains("\"MainThread\""), "rank {rank}: {stack}");
+    }
+    for rank in 4..6 {
+        let none = std::fs::read_to_string(run.join(format!("attempt-0/stacks/rank{rank}.txt"))).unwrap();
+        assert!(none.contains("node 2 (") && none.contains("was lost"), "rank {rank}: {none}");
+    }
+    let summary = &all(&ev, "stacks_summarized")[0];
+    assert_eq!(summary["culprit"], Value::Null, "{summary}");
+    assert_eq!(summary["groups"].as_array().unwrap().len(), 1, "{summary}");
+    let place = summary["groups"][0]["place"].as_str().unwrap();
+    assert!(place.starts_with("all_reduce (examples/allreduce.py:"), "{summary}");
+    let at = |name: &str| humantime::parse_rfc3339(all(&ev, name)[0]["ts"].as_str().unwrap()).unwrap();
+    let probing = at("teardown_started").duration_since(at("stacks_requested")).unwrap();
+    eprintln!("stacks taken in {probing:?} before the teardown");
+    assert!(probing <= Duration::from_secs(6), "the teardown waited {probing:?} for the stacks");
     // The restart waited for the node: its attempt started only once the link was back.
     let restarted = &all(&ev, "attempt_started")[1];
     let at = humantime::parse_rfc3339(restarted["ts"].as_str().unwrap()).unwrap();

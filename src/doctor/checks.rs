@@ -433,7 +433,7 @@ fn stack_checks(f: &Facts) -> Vec<Check> {
         (Some(path), None) => checks.push(Check::pass("py-spy", path)),
         (None, _) => checks.push(Check::warn(
             "py-spy",
-            "not found: a hang's stacks cannot be collected",
+            "not found: the ranks' stacks cannot be collected (on a hang, after a failure, `herd stacks`)",
             "pip install py-spy in the job's environment, or put it on the nodes' PATH",
         )),
     }

@@ -105,7 +105,7 @@ if {full}:
         // What a hang's stacks need: py-spy on the job's PATH, and leave to attach to the ranks.
         s += "echo \"herd-fact pyspy=$(command -v py-spy 2>/dev/null)\"\n";
         // The agent bounds each dump with `timeout` and sends it in base64.
-        s += "m=; for t in timeout base64; do command -v $t >/dev/null 2>&1 || m=\"$m $t\"; done; echo \"herd-fact stack_tools_missing=$m\"\n";
+        s += "herd_m=; for t in timeout base64; do command -v $t >/dev/null 2>&1 || herd_m=\"$herd_m $t\"; done; echo \"herd-fact stack_tools_missing=$herd_m\"\n";
         s += "echo \"herd-fact ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)\"\n";
         s += "echo \"herd-fact cap_eff=$(awk '/^CapEff:/{print $2}' /proc/self/status 2>/dev/null)\"\n";
         // The sweep's own rule: processes of this config whose agent is gone. The doctor's

@@ -101,6 +101,9 @@ pub struct Ended {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pending {
     why: Stopping,
+    /// When the failure was seen: what a node did after it (end, get lost) follows the stop,
+    /// for classification and blame, as if herd had stopped every node then.
+    at: Duration,
     failing: Option<usize>,
     reason: String,
     /// SIGKILL, not SIGTERM, once the answers are in: a silent node cannot act on `term`.
@@ -230,7 +233,10 @@ impl<'a> Attempt<'a> {
             return;
         }
         self.stopping = None;
-        self.probing = None;
+        // A silent node waiting for the probe's end to be killed is killed now.
+        if self.probing.take().is_some_and(|p| p.kill) {
+            actions.push(Action::Kill);
+        }
         self.stop_all(now, Stopping::Interrupted, None, "interrupted".into(), actions);
     }
 
@@ -250,7 +256,8 @@ impl<'a> Attempt<'a> {
                 let idle = Duration::from_secs(clock.since_progress.as_secs());
                 let reason = format!("no progress for {}", humantime::format_duration(idle));
                 actions.push(Action::Probe(reason.clone()));
-                self.probing = Some(Pending { why: Stopping::Hang, failing: None, reason, kill: false });
+                self.probing =
+                    Some(Pending { why: Stopping::Hang, at: now, failing: None, reason, kill: false });
             }
         }
         for (node_rank, heard) in clock.heard.iter().enumerate() {
@@ -288,14 +295,14 @@ impl<'a> Attempt<'a> {
             // A failure takes a hang's probe over: the attempt failed, whatever else it did.
             Some(pending) => {
                 if pending.why == Stopping::Hang {
-                    *pending = Pending { why: Stopping::NodeFailed, failing, reason, kill: false };
+                    *pending = Pending { why: Stopping::NodeFailed, at: now, failing, reason, kill: false };
                 }
                 pending.kill |= kill;
                 self.end_probe_if_answered(now, actions);
             }
             None if others => {
                 actions.push(Action::Probe(reason.clone()));
-                self.probing = Some(Pending { why: Stopping::NodeFailed, failing, reason, kill });
+                self.probing = Some(Pending { why: Stopping::NodeFailed, at: now, failing, reason, kill });
             }
             None => {
                 if kill {
@@ -321,11 +328,13 @@ impl<'a> Attempt<'a> {
 
     /// The probe is over: the stop that waited for it.
     fn end_probe(&mut self, now: Duration, actions: &mut Vec<Action>) {
-        if let Some(Pending { why, failing, reason, kill }) = self.probing.take() {
+        if let Some(Pending { why, at, failing, reason, kill }) = self.probing.take() {
             if kill {
                 actions.push(Action::Kill);
             }
-            self.stop_all(now, why, failing, reason, actions);
+            // A hang is stopped when its evidence is in; a failure as it was seen.
+            let at = if why == Stopping::Hang { now } else { at };
+            self.stop_all(at, why, failing, reason, actions);
         }
     }
 
@@ -522,6 +531,13 @@ mod tests {
         // When its task ends, its exit is the silence.
         a.decide(S(23), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
         assert_eq!(a.ended().exits[1], Some(NodeExit::Lost("no heartbeat for 15s".into())));
+
+        // Ctrl-C while the others' stacks are taken: the silent node is killed at once too.
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(21), tick([Some(1), Some(15), Some(0)], 0, 250));
+        let mut want = vec![Action::Kill];
+        want.extend(teardown("interrupted", None));
+        assert_eq!(a.decide(S(22), Input::Interrupt), want);
     }
 
     #[test]
@@ -554,7 +570,8 @@ mod tests {
         assert!(a.decide(S(12), Input::NodeEnded { node_rank: 1, exit: NodeExit::ExitCode(1) }).is_empty());
         let actions = a.decide(S(12), Input::ProbeAnswered { node_rank: 0 });
         assert_eq!(actions, teardown("node 2 (n3) failed: exit code 1", None));
-        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(12))));
+        // Stopped as of the failure: node 1's end follows it, for classification and blame.
+        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(11))));
 
         // No answer: the wait's end stops them, a fatal line's node keeping its grace.
         let mut a = Attempt::new(&p, Some(1), &used);
@@ -600,7 +617,7 @@ mod tests {
         assert!(a.decide(S(62), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(6) }).is_empty());
         let actions = a.decide(S(63), Input::ProbeAnswered { node_rank: 2 });
         assert_eq!(actions, teardown("node 1 (n2) failed: signal 6 (SIGABRT)", None));
-        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(63))));
+        assert_eq!(a.ended().stopping, Some((Stopping::NodeFailed, S(62))), "as of the failure");
     }
 
     #[test]

@@ -387,6 +387,8 @@ impl Gang<'_> {
                     format!("node {} ({}) was lost: {why}", n.node_rank, n.host)
                 } else if n.ended_at <= probed_at {
                     format!("node {} ({}) had ended before the stacks were taken", n.node_rank, n.host)
+                } else if n.ended_at < probed_at + attempt::PROBE_WAIT {
+                    format!("node {} ({}) ended before it answered", n.node_rank, n.host)
                 } else {
                     let wait = attempt::PROBE_WAIT.as_secs();
                     format!("node {} ({}) did not answer within {wait} s", n.node_rank, n.host)

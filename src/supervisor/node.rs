@@ -324,6 +324,7 @@ impl Control {
                     None => std::future::pending().await,
                 }
             };
+            let env_sent = env.is_none();
             let env_known = async {
                 match &mut env {
                     Some(rx) => rx.await.ok(),
@@ -339,7 +340,8 @@ impl Control {
                         self.send(&block, "env block").await;
                     }
                 }
-                true = asked => self.send(remote::CONTROL_PROBE, "probe").await,
+                // Not before the env: the agent would read `probe` as the env block's start.
+                true = asked, if env_sent => self.send(remote::CONTROL_PROBE, "probe").await,
                 () = sleep_until(give_up_at) => {
                     // A node whose shell never reached the agent cannot act on `kill`; closing
                     // stdin (on return) is all that is left, and the agent acts on that if it
