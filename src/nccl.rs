@@ -28,29 +28,32 @@ pub struct RankDump {
     pub bytes: Result<Vec<u8>, String>,
 }
 
-/// What a node prints of its ranks' dumps in `dir` under `workdir`: for each rank with one,
-/// `herd-dump R N` and a newline, then its N bytes; `herd-dump R too-large N` for one over
+/// What a node prints of its ranks' dumps in `dir` under `workdir`: a line `herd-dumps`
+/// (after whatever a login shell printed), then for each rank with one, `herd-dump R N` and a
+/// newline, its N bytes, and a line `herd-dump-end R`; `herd-dump R too-large N` for one over
 /// `MAX_DUMP`. A rank without a dump prints nothing: most failures have none. In `sh`, the
-/// size read once, and exactly that many bytes sent.
+/// size read once, and at most that many bytes sent.
 pub fn script(workdir: &str, dir: &str, ranks: Range<u32>) -> String {
     let ranks: Vec<String> = ranks.map(|r| r.to_string()).collect();
     format!(
-        "cd -- {}/{} 2>/dev/null || exit 0; for r in {}; do f=rank_$r; [ -f \"$f\" ] || continue; \
-         n=$(wc -c <\"$f\") || continue; n=$((n + 0)); \
+        "cd -- {}/{} 2>/dev/null || exit 0; echo; echo herd-dumps; for r in {}; do f=rank_$r; \
+         [ -f \"$f\" ] || continue; n=$(wc -c <\"$f\") || continue; n=$((n + 0)); \
          if [ \"$n\" -gt {MAX_DUMP} ]; then echo \"herd-dump $r too-large $n\"; continue; fi; \
-         echo \"herd-dump $r $n\"; head -c \"$n\" \"$f\"; done",
+         echo \"herd-dump $r $n\"; head -c \"$n\" \"$f\"; echo; echo \"herd-dump-end $r\"; done",
         quote(workdir.trim_end_matches('/')),
         quote(dir),
         ranks.join(" ")
     )
 }
 
-/// The dumps in `out`, as `script` printed them. A line that is no header is skipped (what a
-/// login shell printed first); a frame cut short (the node went, or the file shrank) ends the
-/// reading, with that rank's dump said to be cut.
+/// The dumps in `out`, as `script` printed them: what comes before the `herd-dumps` line is
+/// a login shell's. A frame cut short or out of step (the node went, the file shrank) ends
+/// the reading, with that rank's dump said to be cut.
 pub fn parse(out: &[u8], dir_on_node: &str) -> Vec<RankDump> {
     let mut dumps = Vec::new();
-    let mut rest = out;
+    const START: &[u8] = b"\nherd-dumps\n";
+    let Some(start) = out.windows(START.len()).position(|w| w == START) else { return dumps };
+    let mut rest = &out[start + START.len()..];
     while !rest.is_empty() {
         let Some(eol) = rest.iter().position(|b| *b == b'\n') else { break };
         let header = String::from_utf8_lossy(&rest[..eol]).into_owned();
@@ -58,7 +61,7 @@ pub fn parse(out: &[u8], dir_on_node: &str) -> Vec<RankDump> {
         let words: Vec<&str> = header.split(' ').collect();
         let (rank, size) = match words[..] {
             ["herd-dump", rank, "too-large", size] => {
-                let (Ok(rank), Ok(size)) = (rank.parse(), size.parse::<u64>()) else { continue };
+                let (Ok(rank), Ok(size)) = (rank.parse(), size.parse::<u64>()) else { break };
                 let why = format!(
                     "its dump ({} MiB) is over {} MiB: left on the node at {dir_on_node}/rank_{rank}",
                     size >> 20,
@@ -69,17 +72,19 @@ pub fn parse(out: &[u8], dir_on_node: &str) -> Vec<RankDump> {
             }
             ["herd-dump", rank, size] => match (rank.parse::<u32>(), size.parse::<usize>()) {
                 (Ok(rank), Ok(size)) => (rank, size),
-                _ => continue,
+                _ => break,
             },
-            _ => continue,
+            _ => break,
         };
-        if rest.len() < size {
-            let why = format!("its dump was cut short ({} of {size} bytes came)", rest.len());
+        let end = format!("\nherd-dump-end {rank}\n");
+        if rest.len() < size + end.len() || !rest[size..].starts_with(end.as_bytes()) {
+            let why =
+                format!("its dump came cut short or garbled ({} bytes after a header of {size})", rest.len());
             dumps.push(RankDump { rank, bytes: Err(why) });
             break;
         }
         dumps.push(RankDump { rank, bytes: Ok(rest[..size].to_vec()) });
-        rest = &rest[size..];
+        rest = &rest[size + end.len()..];
     }
     dumps
 }
@@ -91,14 +96,30 @@ mod tests {
     #[test]
     fn the_script_prints_only_the_nodes_own_ranks_from_the_attempts_folder() {
         let s = script("/shared/my job/", "herd-nccl/r1/attempt-2", 8..11);
-        assert!(s.starts_with("cd -- '/shared/my job'/herd-nccl/r1/attempt-2 2>/dev/null || exit 0;"), "{s}");
+        assert!(
+            s.starts_with(
+                "cd -- '/shared/my job'/herd-nccl/r1/attempt-2 2>/dev/null || exit 0; echo; echo herd-dumps;"
+            ),
+            "{s}"
+        );
         assert!(s.contains("for r in 8 9 10; do f=rank_$r;"), "{s}");
         assert!(s.contains(&format!("-gt {MAX_DUMP}")), "{s}");
     }
 
+    fn frame(rank: u32, bytes: &[u8]) -> Vec<u8> {
+        let mut f = format!("herd-dump {rank} {}\n", bytes.len()).into_bytes();
+        f.extend(bytes);
+        f.extend(format!("\nherd-dump-end {rank}\n").into_bytes());
+        f
+    }
+
     #[test]
     fn dumps_are_read_by_their_sizes_whatever_bytes_they_hold() {
-        let mut out = b"herd-dump 3 5\n\x00\nab\xffherd-dump 4 too-large 20000000\nherd-dump 5 0\n".to_vec();
+        // A login shell's greeting, without a newline, comes first.
+        let mut out = b"Welcome!\nherd-dump 9 1\nx\nherd-dumps\n".to_vec();
+        out.extend(frame(3, b"\x00\nab\xff"));
+        out.extend(b"herd-dump 4 too-large 20000000\n");
+        out.extend(frame(5, b""));
         out.extend(b"herd-dump 6 10\nshort");
         let dumps = parse(&out, "/w/herd-nccl/r/attempt-0");
         assert_eq!(dumps[0], RankDump { rank: 3, bytes: Ok(b"\x00\nab\xff".to_vec()) });
@@ -109,16 +130,24 @@ mod tests {
                 .into())
         );
         assert_eq!(dumps[2], RankDump { rank: 5, bytes: Ok(Vec::new()) });
-        assert_eq!(
-            dumps[3],
-            RankDump { rank: 6, bytes: Err("its dump was cut short (5 of 10 bytes came)".into()) }
+        assert_eq!(dumps[3].rank, 6);
+        assert!(
+            dumps[3].bytes.as_ref().is_err_and(|e| e.starts_with("its dump came cut short")),
+            "{dumps:?}"
         );
         assert_eq!(dumps.len(), 4);
-        // Nothing; what a login shell printed before.
         assert!(parse(b"", "/d").is_empty());
-        assert_eq!(
-            parse(b"Welcome!\nherd-dump 1 1\nx", "/d"),
-            [RankDump { rank: 1, bytes: Ok(b"x".to_vec()) }]
-        );
+        assert!(parse(b"herd-dump 1 1\nx\nherd-dump-end 1\n", "/d").is_empty(), "no start line: not ours");
+    }
+
+    #[test]
+    fn a_frame_out_of_step_is_not_taken_for_a_dump() {
+        // Rank 1's file shrank to 2 bytes after its size was read: its frame holds the start
+        // of rank 2's; neither is taken as a dump.
+        let mut out = b"\nherd-dumps\nherd-dump 1 6\nab".to_vec();
+        out.extend(frame(2, b"cd"));
+        let dumps = parse(&out, "/d");
+        assert_eq!(dumps.len(), 1, "{dumps:?}");
+        assert!(dumps[0].rank == 1 && dumps[0].bytes.is_err(), "{dumps:?}");
     }
 }

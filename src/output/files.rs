@@ -101,11 +101,9 @@ impl RunFiles {
     /// PyTorch names them, for its `torchfrtrace` to read the folder.
     pub fn write_nccl_dumps(&mut self, attempt: u32, dumps: &[crate::nccl::RankDump]) -> io::Result<()> {
         let dir = attempt_dir(&self.run_dir, attempt).join("nccl");
-        fs::create_dir_all(&dir)?;
-        for d in dumps {
-            if let Ok(bytes) = &d.bytes {
-                fs::write(dir.join(format!("rank_{}", d.rank)), bytes)?;
-            }
+        for (rank, bytes) in dumps.iter().filter_map(|d| Some((d.rank, d.bytes.as_ref().ok()?))) {
+            fs::create_dir_all(&dir)?;
+            fs::write(dir.join(format!("rank_{rank}")), bytes)?;
         }
         Ok(())
     }

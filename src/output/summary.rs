@@ -69,10 +69,12 @@ pub fn status_line(event: &Event) -> Option<String> {
             format!("attempt {attempt}: every rank's stack (attempt-{attempt}/stacks/): {}", summary.words())
         }
         Event::NcclDumpsSaved { attempt, ranks, missing } => {
-            let mut s = format!(
-                "attempt {attempt}: NCCL flight-recorder dumps of {} rank(s) in attempt-{attempt}/nccl/ (`torchfrtrace` reads them)",
-                ranks.len()
-            );
+            let mut s = match ranks.len() {
+                0 => format!("attempt {attempt}: no NCCL flight-recorder dump copied"),
+                n => format!(
+                    "attempt {attempt}: NCCL flight-recorder dumps of {n} rank(s) in attempt-{attempt}/nccl/ (`torchfrtrace` reads them)"
+                ),
+            };
             for (rank, why) in missing {
                 let _ = write!(s, "; rank {rank}: {why}");
             }

@@ -189,7 +189,9 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
         };
-        self.collect_nccl_dumps(fleet, attempt, &outcomes).await;
+        // Ctrl-C while the dumps come: the attempt failed all the same, and the run ends.
+        let interrupted =
+            interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         let previous = self.last_root.as_ref().map(|(host, class)| (host.as_str(), *class));
@@ -197,6 +199,9 @@ impl Run<'_> {
         self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
         let class = verdict.class;
         self.attempts.push(summary(Some(verdict)));
+        if interrupted {
+            return Ok(Next::Done(RunStatus::Interrupted));
+        }
         let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
         else {
             return Ok(Next::Done(RunStatus::Failed));
@@ -311,18 +316,15 @@ impl Run<'_> {
             let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
             let script = crate::nccl::script(&plan.workdir, &dir, node.global_ranks());
             let node_rank = node.node_rank;
-            asks.spawn(async move {
-                let shell = format!("sh -c {}", crate::remote::quote(&script));
-                (node_rank, tokio::time::timeout(NCCL_COLLECT, conn.output(&shell)).await)
-            });
+            asks.spawn(async move { (node_rank, remote_sh(&conn, &script, NCCL_COLLECT).await) });
         }
         let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
         let mut saved = Vec::new();
         let mut missing = Vec::new();
         while let Some(Ok((node_rank, got))) = asks.join_next().await {
             let why = match got {
-                Ok(Ok(out)) if out.status.success() => {
-                    let dumps = crate::nccl::parse(&out.stdout, &on_node);
+                Ok(stdout) => {
+                    let dumps = crate::nccl::parse(&stdout, &on_node);
                     for d in &dumps {
                         match &d.bytes {
                             Ok(_) => saved.push(d.rank),
@@ -335,9 +337,7 @@ impl Run<'_> {
                     }
                     continue;
                 }
-                Ok(Ok(out)) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {} s", NCCL_COLLECT.as_secs()),
+                Err(why) => why,
             };
             let host = &plan.nodes[node_rank].host;
             tracing::warn!(
@@ -365,18 +365,32 @@ async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: 
         quote(workdir),
         quote(glob)
     );
-    let looked = tokio::time::timeout(RESUME_LOOKUP, conn.output(&format!("sh -c {}", quote(&script)))).await;
-    let why = match looked {
-        Ok(Ok(out)) if out.status.success() => {
-            let found = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
-            return Some(found).filter(|f| !f.is_empty());
+    match remote_sh(conn, &script, RESUME_LOOKUP).await {
+        Ok(stdout) => {
+            let found = String::from_utf8_lossy(&stdout).lines().last().unwrap_or("").to_string();
+            Some(found).filter(|f| !f.is_empty())
         }
-        Ok(Ok(out)) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no answer within {} s", RESUME_LOOKUP.as_secs()),
-    };
-    tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {why}");
-    None
+        Err(why) => {
+            tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {why}");
+            None
+        }
+    }
+}
+
+/// `script` run by `sh` on a node (not its login shell, which may be zsh), within `limit`:
+/// its output, or why there is none (its error, the transport's, or no answer in time).
+async fn remote_sh(
+    conn: &crate::transport::Connection,
+    script: &str,
+    limit: std::time::Duration,
+) -> Result<Vec<u8>, String> {
+    let shell = format!("sh -c {}", crate::remote::quote(script));
+    match tokio::time::timeout(limit, conn.output(&shell)).await {
+        Ok(Ok(out)) if out.status.success() => Ok(out.stdout),
+        Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    }
 }
 
 /// How long the master may take to find the newest checkpoint (a hung filesystem).
