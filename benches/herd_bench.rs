@@ -1241,7 +1241,10 @@ fn spare() {
 /// `hang_timeout`, and herd collects every rank's py-spy dump before the teardown. Measured:
 /// from the end of the hang timeout to the teardown (the probe, processes and stacks), and
 /// how many ranks got a stack. All N nodes share this machine's 2 cores: on a cluster each
-/// node's 8 dumps run on its own cores.
+/// node's 8 dumps run on its own cores. `BENCH_STACKS_SPY=real,stub` also runs each size with
+/// a stub `py-spy` first on the ranks' PATH, which prints a canned dump at once: herd's own
+/// part (the probe's fan-out, the agents' messages, the files and the summary) without
+/// py-spy's CPU, which a cluster spreads over its nodes.
 fn stacks() {
     let reps = runs(3);
     let sizes: Vec<(usize, usize)> = std::env::var("BENCH_STACKS")
@@ -1249,23 +1252,35 @@ fn stacks() {
         .split(',')
         .filter_map(|s| s.split_once('x').and_then(|(n, r)| Some((n.parse().ok()?, r.parse().ok()?))))
         .collect();
+    let spies: Vec<String> =
+        std::env::var("BENCH_STACKS_SPY").unwrap_or_else(|_| "real".into()).split(',').map(String::from).collect();
     let venv = herd_support::torch_venv();
     let most = sizes.iter().map(|s| s.0).max().unwrap_or(1);
     let tb = Testbed::new(most);
     let dir = tempfile::tempdir().unwrap();
+    let stub = dir.path().join("stub-bin");
+    std::fs::create_dir_all(&stub).unwrap();
+    let spy = stub.join("py-spy");
+    // Called as `py-spy dump --full-filenames --pid PID`.
+    let canned = "printf 'Process %s: python3\\nPython v3.11.2\\n\\nThread %s (idle): \"MainThread\"\\n    <module> (/bench/rank.py:2)\\n' \"$4\" \"$4\"";
+    std::fs::write(&spy, format!("#!/bin/sh\n{canned}\n")).unwrap();
+    std::fs::set_permissions(&spy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     const HANG: u64 = 30;
     println!("\n### Every rank's stack on a hang: N nodes x R sleeping Python ranks, hang_timeout {HANG} s ({reps} runs each)\n");
-    println!("Rerun: `BENCH_RUNS={reps} BENCH_STACKS={} cargo bench --bench herd_bench -- stacks`\n", sizes.iter().map(|(n, r)| format!("{n}x{r}")).collect::<Vec<_>>().join(","));
-    println!("| N x R | probe and stacks, from the hang timeout to the teardown: median s | spread s | ranks with a stack (all runs) | groups |");
-    println!("|---|---|---|---|---|");
-    for (n, per) in sizes {
+    let size_list = sizes.iter().map(|(n, r)| format!("{n}x{r}")).collect::<Vec<_>>().join(",");
+    println!("Rerun: `BENCH_RUNS={reps} BENCH_STACKS={size_list} BENCH_STACKS_SPY={} cargo bench --bench herd_bench -- stacks`\n", spies.join(","));
+    println!("| N x R | py-spy | probe and stacks, from the hang timeout to the teardown: median s | spread s | ranks with a stack (all runs) | groups |");
+    println!("|---|---|---|---|---|---|");
+    for ((n, per), spy) in sizes.iter().flat_map(|size| spies.iter().map(move |spy| (*size, spy))) {
         let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
         let ranks = format!(
             "i=0; while [ $i -lt {per} ]; do RANK=$((NODE_RANK * {per} + i)) LOCAL_RANK=$i python3 -c 'import time\nwhile True: time.sleep(60)' & i=$((i + 1)); done; wait"
         );
         let job = format!(
-            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]\nsetup = \"export PATH={}/bin:$PATH\"",
+            // nproc_per_node: the plan's ranks are the ones the command starts.
+            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]\nnproc_per_node = {per}\nsetup = \"export PATH={}{}/bin:$PATH\"",
             toml_str(&ranks),
+            if spy == "stub" { format!("{}:", stub.display()) } else { String::new() },
             venv.display()
         );
         let extra = format!("[restart]\nmax_restarts = 0\nhang_timeout = \"{HANG}s\"\nprogress_pattern = \"^never$\"\ngrace_period = \"2s\"\n");
@@ -1287,7 +1302,7 @@ fn stacks() {
             }
         }
         let (m, sp, _) = fmt_stat(&took, 2);
-        println!("| {n} x {per} | {m} | {sp} | {got} of {} | {groups} |", n * per * reps);
+        println!("| {n} x {per} | {spy} | {m} | {sp} | {got} of {} | {groups} |", n * per * reps);
     }
 }
 
