@@ -54,7 +54,10 @@ impl Cx<'_> {
         let env = self.env_table(raw.env, "[env]")?;
         let nnodes = job.nnodes.unwrap_or(nodes.len());
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes, nnodes)?;
-        let logs = self.logs(raw.logs)?;
+        let mut logs = self.logs(raw.logs)?;
+        // Relative to the config file's directory, not to where herd is started: the runs and
+        // the quarantine of a config are found however it is named (`-c ../proj/c.toml`).
+        logs.dir = self.path.parent().unwrap_or(Path::new("")).join(&logs.dir);
         let restart = self.restart(raw.restart, nnodes)?;
         let container = raw.container.map(|c| self.container(c)).transpose()?;
         let notify = raw.notify.map(|n| self.notify(n)).transpose()?;
