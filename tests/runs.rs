@@ -241,3 +241,27 @@ fn a_run_the_preflight_stops_records_why_it_never_started() {
     let why = summary["not_started"].as_str().unwrap_or_default();
     assert!(why.contains("preflight failed") && why.contains("workdir"), "{summary}");
 }
+
+/// A notify hook that hangs after a job that succeeded: Ctrl-C ends it at once (its whole
+/// process group) and herd exits with the run's code, 0, instead of waiting out the hook's
+/// 10-minute timeout through every signal.
+#[test]
+fn a_signal_ends_a_hanging_notify_hook_and_herd_exits_with_the_runs_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("hook-started");
+    let text = format!(
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"true\"\n\
+         [restart]\nmax_restarts = 0\n\
+         [notify]\ncommand = \"touch '{}'; sleep 617 & sleep 617\"\ntimeout = \"10m\"\n",
+        started.display()
+    );
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let mut running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
+    assert!(running.until(LIMIT, || started.exists()), "the hook never started");
+    running.signal("INT");
+    let out = running.wait(2 * LIMIT);
+    out.assert_code(0);
+    assert!(out.stderr.contains("herd got a signal: killed (run_finished)"), "{out}");
+    let left = herd::wait_until(Duration::from_secs(10), || processes_with_argv(&["sleep", "617"]).is_empty());
+    assert!(left, "the hook's processes outlived herd");
+}
