@@ -230,7 +230,8 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
         forward_signals(interrupt_tx, None);
-        supervisor::exec::exec(&plan, &exec_id, &command, events_tx, interrupts).await
+        let commands = vec![command; plan.nodes.len()];
+        supervisor::exec::exec(&plan, &exec_id, &commands, events_tx, interrupts).await
     });
     let outputs = printer.join().expect("exec printer panicked");
     let ends = outcome.ends;
@@ -398,11 +399,12 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     let collector = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
-    let command = crate::remote::stacks_command(&plan.config_key);
+    let commands: Vec<String> =
+        plan.nodes.iter().map(|n| crate::remote::stacks_command(&plan.config_key, &n.host)).collect();
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
         forward_signals(interrupt_tx, None);
-        supervisor::exec::exec(&plan, &new_run_id(), &command, events_tx, interrupts).await
+        supervisor::exec::exec(&plan, &new_run_id(), &commands, events_tx, interrupts).await
     });
     let outputs = collector.join().expect("stacks collector panicked");
     eprint!("{}", output::exec_view::failures(&hosts, &outcome.ends));
