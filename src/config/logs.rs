@@ -52,5 +52,12 @@ mod tests {
         assert_eq!(dir("/p/c.toml", "[logs]\ndir = \"out/logs\"\n"), Path::new("/p/out/logs"));
         assert_eq!(dir("/p/c.toml", "[logs]\ndir = \"/scratch/logs\"\n"), Path::new("/scratch/logs"));
         assert_eq!(dir("c.toml", ""), Path::new("herd-logs"));
+        // Through a symlink: the directory of the file it names, whose config key it shares.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("proj")).unwrap();
+        std::fs::write(tmp.path().join("proj/c.toml"), format!("{nodes}{JOB}")).unwrap();
+        std::os::unix::fs::symlink("proj/c.toml", tmp.path().join("link.toml")).unwrap();
+        let linked = load(&tmp.path().join("link.toml")).unwrap().logs.dir;
+        assert_eq!(linked, tmp.path().join("proj/herd-logs"));
     }
 }
