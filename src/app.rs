@@ -134,7 +134,16 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
     let started = std::time::SystemTime::now();
     let console = plan.console.clone();
-    let notify = plan.notify.clone();
+    let notifier = plan.notify.clone().map(|n| {
+        let config = &args.config.config;
+        let run = crate::notify::RunInfo {
+            run_id: run_id.clone(),
+            config: std::fs::canonicalize(config).unwrap_or_else(|_| cwd.join(config)),
+            run_dir: cwd.join(&run_dir),
+        };
+        crate::notify::Notifier::new(n, run)
+    });
+    let hooks = notifier.as_ref().map(crate::notify::Notifier::stopper);
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
@@ -147,13 +156,13 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
             mode,
             on_stdout_closed,
             console,
-            notify: notify.map(crate::notify::Notifier::new),
+            notify: notifier,
         };
         output::report(files, events_rx, sinks)
     });
 
     let outcome = runtime.block_on(async {
-        forward_signals(interrupt_tx);
+        forward_signals(interrupt_tx, hooks);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
@@ -220,8 +229,9 @@ fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     });
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-        forward_signals(interrupt_tx);
-        supervisor::exec::exec(&plan, &exec_id, &command, events_tx, interrupts).await
+        forward_signals(interrupt_tx, None);
+        let commands = vec![command; plan.nodes.len()];
+        supervisor::exec::exec(&plan, &exec_id, &commands, events_tx, interrupts).await
     });
     let outputs = printer.join().expect("exec printer panicked");
     let ends = outcome.ends;
@@ -389,11 +399,12 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     let collector = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
-    let command = crate::remote::stacks_command(&plan.config_key);
+    let commands: Vec<String> =
+        plan.nodes.iter().map(|n| crate::remote::stacks_command(&plan.config_key, &n.host)).collect();
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-        forward_signals(interrupt_tx);
-        supervisor::exec::exec(&plan, &new_run_id(), &command, events_tx, interrupts).await
+        forward_signals(interrupt_tx, None);
+        supervisor::exec::exec(&plan, &new_run_id(), &commands, events_tx, interrupts).await
     });
     let outputs = collector.join().expect("stacks collector panicked");
     eprint!("{}", output::exec_view::failures(&hosts, &outcome.ends));
@@ -652,17 +663,21 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
 
 /// Every SIGINT and SIGTERM becomes one interrupt on `tx`; the supervisor decides what each
 /// means.
-fn forward_signals(tx: mpsc::UnboundedSender<()>) {
+/// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
+/// is over and herd only waits for them.
+fn forward_signals(tx: mpsc::UnboundedSender<()>, hooks: Option<crate::notify::Stopper>) {
     use tokio::signal::unix::{signal, SignalKind};
     for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
-        let tx = tx.clone();
+        let (tx, hooks) = (tx.clone(), hooks.clone());
         match signal(kind) {
             Ok(mut stream) => {
                 tokio::spawn(async move {
                     while stream.recv().await.is_some() {
-                        if tx.send(()).is_err() {
-                            break;
+                        if let Some(hooks) = &hooks {
+                            hooks.stop("herd got a signal");
                         }
+                        // The run may be over already (herd waits for hooks): nothing to stop.
+                        let _ = tx.send(());
                     }
                 });
             }

@@ -154,12 +154,13 @@ pub enum Event {
         ranks: Vec<u32>,
         missing: Vec<(u32, String)>,
     },
-    /// A node the run blamed is kept out of it, and of the config's later runs, until
-    /// `herd nodes --release`.
+    /// A node the run blamed is kept out of it, and, when `saved` (the config's quarantine
+    /// file records it), of the config's later runs until `herd nodes --release`.
     NodeQuarantined {
         attempt: u32,
         host: String,
         reason: String,
+        saved: bool,
     },
     /// A spare takes a quarantined node's place from `attempt` on, with its node rank.
     SparePromoted {

@@ -5,7 +5,8 @@
 //! user's own code (not the interpreter's library, not site-packages): `all_reduce
 //! (train.py:42)` for a rank inside a collective called from line 42, `main (train.py:57)`
 //! for a rank sleeping there. Ranks are grouped by place; when one group is smaller than all
-//! the others, its ranks are the likely culprits: the others wait for them.
+//! the others and every other rank waits in a collective, its ranks are the likely culprits:
+//! the others wait for them.
 
 use serde::Serialize;
 
@@ -85,6 +86,12 @@ fn library(file: &str) -> bool {
         || file.starts_with('<')
 }
 
+/// Whether a rank waits in a collective: its innermost frame is torch.distributed's (or
+/// DeepSpeed's communication layer's).
+fn in_collective(frames: &[Frame]) -> bool {
+    frames.first().is_some_and(|f| f.file.contains("/torch/distributed/") || f.file.contains("/deepspeed/comm/"))
+}
+
 /// Where a rank is (see the module's words); paths under `workdir` are shown relative to it.
 pub fn place(frames: &[Frame], workdir: &str) -> Option<String> {
     let innermost = frames.first()?;
@@ -97,32 +104,48 @@ pub fn place(frames: &[Frame], workdir: &str) -> Option<String> {
 /// Group every rank's stack by place, and name the odd group.
 pub fn summarize(stacks: &[RankStack], workdir: &str) -> Summary {
     let mut summary = Summary::default();
+    // The places where a rank is not waiting in a collective.
+    let mut busy: Vec<String> = Vec::new();
     let mut sorted: Vec<&RankStack> = stacks.iter().collect();
     sorted.sort_by_key(|s| s.rank);
     for s in sorted {
-        let place = match &s.dump {
-            Ok(text) => place(&main_thread(text), workdir),
+        let frames = match &s.dump {
+            Ok(text) => main_thread(text),
             Err(why) => {
                 summary.missing.push((s.rank, why.clone()));
                 continue;
             }
         };
-        let Some(place) = place else {
+        let Some(place) = place(&frames, workdir) else {
             summary.missing.push((s.rank, "py-spy printed no Python frame".into()));
             continue;
         };
+        if !in_collective(&frames) {
+            busy.push(place.clone());
+        }
         match summary.groups.iter_mut().find(|g| g.place == place) {
             Some(g) => g.ranks.push(s.rank),
             None => summary.groups.push(Group { place, ranks: vec![s.rank] }),
         }
     }
     summary.groups.sort_by_key(|g| std::cmp::Reverse(g.ranks.len()));
-    if let [.., second, last] = summary.groups.as_slice() {
-        if last.ranks.len() < second.ranks.len() {
-            summary.culprit = Some(last.clone());
-        }
-    }
+    summary.culprit = odd_group(&summary.groups, &busy);
     summary
+}
+
+/// The group the others wait for: smaller than every other group, while every rank of the
+/// others waits in a collective. A smaller group alone is no sign: py-spy's dumps are a
+/// snapshot, not taken at one instant, and a healthy job's ranks are caught at different
+/// lines all the time (most sleeping or computing in the user's code, one already in its
+/// all_reduce): that named a culprit in a healthy job. In a hang, the ranks that did their
+/// part wait in the collective for the ones that did not come. Where the others do not sit in
+/// a collective (a NCCL job waiting at a later synchronisation), no culprit is named: none
+/// rather than a wrong one.
+fn odd_group(groups: &[Group], busy: &[String]) -> Option<Group> {
+    let [others @ .., second, last] = groups else { return None };
+    let waiting = |g: &Group| !busy.contains(&g.place);
+    let stands_out = last.ranks.len() < second.ranks.len();
+    (stands_out && waiting(second) && others.iter().all(waiting)).then(|| last.clone())
 }
 
 impl Summary {
@@ -206,6 +229,23 @@ mod tests {
         assert_eq!(summarize(&even, "/work").culprit, None);
         // Everyone at one place: no culprit either.
         assert_eq!(summarize(&stacks[..3], "/work").culprit, None);
+    }
+
+    #[test]
+    fn a_healthy_job_caught_at_different_lines_has_no_culprit() {
+        // Most ranks sleep between steps in their own code; one is caught in its all_reduce.
+        let mut stacks: Vec<RankStack> = (0..5).map(|r| stack(r, Ok(SLEEPING))).collect();
+        stacks.push(stack(5, Ok(IN_ALL_REDUCE)));
+        let s = summarize(&stacks, "/work");
+        assert_eq!(s.groups.len(), 2);
+        assert_eq!(s.culprit, None, "{}", s.words());
+        assert!(!s.words().contains("culprit"), "{}", s.words());
+        // Three places, the larger two in the user's code: no culprit either.
+        let computing = "Thread 9 (active): \"MainThread\"\n    forward (/work/model.py:12)\n";
+        let mut three: Vec<RankStack> = (0..3).map(|r| stack(r, Ok(SLEEPING))).collect();
+        three.extend((3..5).map(|r| stack(r, Ok(computing))));
+        three.push(stack(5, Ok(IN_ALL_REDUCE)));
+        assert_eq!(summarize(&three, "/work").culprit, None);
     }
 
     #[test]

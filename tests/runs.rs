@@ -11,8 +11,8 @@ use support::herd::{self, processes_with_argv};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// A config with no `[logs]`: its logs go to `./herd-logs` of whichever directory herd runs
-/// in. The job ticks for about 4 s on each node.
+/// A config with no `[logs]`: its logs go to `herd-logs` beside it, whichever directory herd
+/// runs in. The job ticks for about 4 s on each node.
 fn write_config(path: &Path) {
     let text = "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
         [job]\nlauncher = \"command\"\nscript = \"sh\"\n\
@@ -46,6 +46,8 @@ fn assert_all_ticks(out: &herd::Finished) {
 struct TwoDirs {
     tmp: tempfile::TempDir,
     config: String,
+    /// The config's logs directory (beside it, not in d1 or d2).
+    logs: std::path::PathBuf,
     d1: std::path::PathBuf,
     d2: std::path::PathBuf,
 }
@@ -57,16 +59,17 @@ fn two_dirs() -> TwoDirs {
     let (d1, d2) = (tmp.path().join("d1"), tmp.path().join("d2"));
     std::fs::create_dir_all(&d1).unwrap();
     std::fs::create_dir_all(&d2).unwrap();
-    TwoDirs { config: config.to_str().unwrap().to_string(), tmp, d1, d2 }
+    let logs = tmp.path().join("herd-logs");
+    TwoDirs { config: config.to_str().unwrap().to_string(), logs, tmp, d1, d2 }
 }
 
 #[test]
 fn the_same_config_from_another_directory_is_refused_while_it_runs() {
-    let TwoDirs { tmp: _tmp, config, d1, d2 } = two_dirs();
+    let TwoDirs { tmp: _tmp, config, logs, d1, d2 } = two_dirs();
     let config = config.as_str();
 
     let first = herd::start(&d1, &["run", "--no-preflight", "-c", config], &[]);
-    wait_started(&d1.join("herd-logs"));
+    wait_started(&logs);
     let second = herd::run(&d2, &["run", "--no-preflight", "-c", config], LIMIT);
     second.assert_code(4);
     assert!(second.stderr.contains("another herd run of"), "{second}");
@@ -77,13 +80,13 @@ fn the_same_config_from_another_directory_is_refused_while_it_runs() {
 
 #[test]
 fn a_live_run_from_another_machine_is_never_swept() {
-    let TwoDirs { tmp, config, d1, d2 } = two_dirs();
+    let TwoDirs { tmp, config, logs, d1, d2 } = two_dirs();
     let config = config.as_str();
     // Another machine, or another user: a state directory of its own, so no shared lock.
     let elsewhere = tmp.path().join("other-state");
 
     let first = herd::start(&d1, &["run", "--no-preflight", "-c", config], &[]);
-    wait_started(&d1.join("herd-logs"));
+    wait_started(&logs);
     let second = herd::start(
         &d2,
         &["run", "--no-preflight", "-c", config],
@@ -95,11 +98,18 @@ fn a_live_run_from_another_machine_is_never_swept() {
     first.assert_code(0);
     assert_all_ticks(&first);
     assert_all_ticks(&second);
-    let swept = herd::events(&herd::only_run_dir(&d2.join("herd-logs")));
-    assert!(
-        !herd::event_names(&swept).iter().any(|e| e == "leftovers_stopped"),
-        "the second run swept the first one's live processes: {swept:?}"
-    );
+    // Both runs' directories are in the config's logs directory; neither swept anything.
+    for run in std::fs::read_dir(&logs).unwrap() {
+        let run = run.unwrap().path();
+        if !run.is_dir() {
+            continue;
+        }
+        let swept = herd::events(&run);
+        assert!(
+            !herd::event_names(&swept).iter().any(|e| e == "leftovers_stopped"),
+            "the second run swept the first one's live processes: {swept:?}"
+        );
+    }
 }
 
 #[test]
@@ -121,6 +131,10 @@ fn a_config_is_one_config_whichever_way_its_path_is_written() {
         out.assert_code(0);
         assert!(out.stdout.contains(&run_id), "-c {name} does not find run {run_id}\n{out}");
     }
+    // From another directory too: a relative logs.dir is the config file's.
+    let out = herd::run(tmp.path(), &["logs", "--list", "-c", "proj/c.toml"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains(&run_id), "from {} -c proj/c.toml\n{out}", tmp.path().display());
 }
 
 /// herd stopped for longer than heartbeat_timeout (kill -STOP: Ctrl-Z, a laptop lid, a
@@ -226,4 +240,28 @@ fn a_run_the_preflight_stops_records_why_it_never_started() {
     assert_eq!(summary["attempts"].as_array().map(Vec::len), Some(0), "{summary}");
     let why = summary["not_started"].as_str().unwrap_or_default();
     assert!(why.contains("preflight failed") && why.contains("workdir"), "{summary}");
+}
+
+/// A notify hook that hangs after a job that succeeded: Ctrl-C ends it at once (its whole
+/// process group) and herd exits with the run's code, 0, instead of waiting out the hook's
+/// 10-minute timeout through every signal.
+#[test]
+fn a_signal_ends_a_hanging_notify_hook_and_herd_exits_with_the_runs_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("hook-started");
+    let text = format!(
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"true\"\n\
+         [restart]\nmax_restarts = 0\n\
+         [notify]\ncommand = \"touch '{}'; sleep 617 & sleep 617\"\ntimeout = \"10m\"\n",
+        started.display()
+    );
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let mut running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
+    assert!(running.until(LIMIT, || started.exists()), "the hook never started");
+    running.signal("INT");
+    let out = running.wait(2 * LIMIT);
+    out.assert_code(0);
+    assert!(out.stderr.contains("herd got a signal: killed (run_finished)"), "{out}");
+    let left = herd::wait_until(Duration::from_secs(10), || processes_with_argv(&["sleep", "617"]).is_empty());
+    assert!(left, "the hook's processes outlived herd");
 }

@@ -54,7 +54,11 @@ impl Cx<'_> {
         let env = self.env_table(raw.env, "[env]")?;
         let nnodes = job.nnodes.unwrap_or(nodes.len());
         let rendezvous = self.rendezvous(raw.rendezvous, &nodes, nnodes)?;
-        let logs = self.logs(raw.logs)?;
+        let mut logs = self.logs(raw.logs)?;
+        // Relative to the config file's directory, not to where herd is started: the runs and
+        // the quarantine of a config are found however it is named (`-c ../proj/c.toml`, a
+        // symlink to it), as its config key is.
+        logs.dir = followed(self.path).parent().unwrap_or(Path::new("")).join(&logs.dir);
         let restart = self.restart(raw.restart, nnodes)?;
         let container = raw.container.map(|c| self.container(c)).transpose()?;
         let notify = raw.notify.map(|n| self.notify(n)).transpose()?;
@@ -72,6 +76,20 @@ impl Cx<'_> {
             transport,
         })
     }
+}
+
+/// `path`, its symlinks followed (a link's target is relative to the link's directory); the
+/// path as it is where it is no symlink (or none at all: a config given as text).
+fn followed(path: &Path) -> std::path::PathBuf {
+    let mut path = path.to_path_buf();
+    // As the kernel bounds a chain of links.
+    for _ in 0..40 {
+        match std::fs::read_link(&path) {
+            Ok(target) => path = path.parent().unwrap_or(Path::new("")).join(target),
+            Err(_) => break,
+        }
+    }
+    path
 }
 
 #[cfg(test)]

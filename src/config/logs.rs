@@ -41,4 +41,23 @@ mod tests {
             "logs.console: \"0-x\" is not a rank or a range of ranks (\"all\", \"0\", \"0,8-15\")",
         );
     }
+
+    #[test]
+    fn a_relative_logs_dir_is_the_config_files_not_the_working_directorys() {
+        let nodes = "[[nodes]]\nhost = \"n1\"\n";
+        let dir = |path: &str, logs: &str| parse(Path::new(path), &format!("{nodes}{JOB}{logs}")).unwrap().logs.dir;
+        // `herd nodes -c ../proj/c.toml` must read the quarantine that `herd run -c c.toml` in
+        // proj wrote.
+        assert_eq!(dir("../proj/c.toml", ""), Path::new("../proj/herd-logs"));
+        assert_eq!(dir("/p/c.toml", "[logs]\ndir = \"out/logs\"\n"), Path::new("/p/out/logs"));
+        assert_eq!(dir("/p/c.toml", "[logs]\ndir = \"/scratch/logs\"\n"), Path::new("/scratch/logs"));
+        assert_eq!(dir("c.toml", ""), Path::new("herd-logs"));
+        // Through a symlink: the directory of the file it names, whose config key it shares.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("proj")).unwrap();
+        std::fs::write(tmp.path().join("proj/c.toml"), format!("{nodes}{JOB}")).unwrap();
+        std::os::unix::fs::symlink("proj/c.toml", tmp.path().join("link.toml")).unwrap();
+        let linked = load(&tmp.path().join("link.toml")).unwrap().logs.dir;
+        assert_eq!(linked, tmp.path().join("proj/herd-logs"));
+    }
 }

@@ -49,11 +49,12 @@ pub struct SlurmSettings {
 }
 
 /// `[notify]`: `command` runs (`sh -c`) on the launching machine at `attempt_failed`,
-/// `restart_scheduled` and `run_finished`, with the event's JSON on stdin.
+/// `restart_scheduled` and `run_finished`, with the event's JSON on stdin (see `notify`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notify {
     pub command: String,
-    /// Killed after this long; a warning, never the run's failure.
+    /// Killed after this long; a warning, never the run's failure. Also the longest herd
+    /// waits for the hooks left once the run is over.
     pub timeout: Duration,
 }
 

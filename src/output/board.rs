@@ -473,7 +473,7 @@ mod tests {
         );
         let text = b.render(t0, 200);
         assert!(text.contains("  spares: n3 · quarantined: n9 (node-lost)\n"), "{text}");
-        b.apply(&Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into() }, t0);
+        b.apply(&Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into(), saved: true }, t0);
         let promoted =
             Event::SparePromoted { attempt: 1, node_rank: 1, host: "n3".into(), replaced: "n2".into() };
         b.apply(&promoted, t0);

@@ -80,8 +80,11 @@ pub fn status_line(event: &Event) -> Option<String> {
             }
             s
         }
-        Event::NodeQuarantined { host, reason, .. } => {
+        Event::NodeQuarantined { host, reason, saved: true, .. } => {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
+        }
+        Event::NodeQuarantined { host, reason, saved: false, .. } => {
+            format!("quarantined {host}: {reason} (for this run only: the quarantine file could not be written)")
         }
         Event::SparePromoted { attempt, node_rank, host, replaced } => {
             format!("spare {host} takes node rank {node_rank} from {replaced} for attempt {attempt}")
@@ -322,5 +325,21 @@ mod tests {
         let ok =
             Event::NodeExited { attempt: 0, node_rank: 0, host: "a".into(), exit: NodeExit::ExitCode(0) };
         assert!(status_line(&ok).is_none());
+    }
+
+    #[test]
+    fn a_quarantine_not_saved_is_not_said_to_hold_for_later_runs() {
+        let line = |saved| {
+            let e = Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into(), saved };
+            status_line(&e).unwrap()
+        };
+        assert_eq!(
+            line(true),
+            "quarantined n2: SIGSEGV (later runs of this config skip it too; `herd nodes --release n2` clears it)"
+        );
+        // The warning before it said "kept out of this run only": the line agrees.
+        let unsaved = line(false);
+        assert!(!unsaved.contains("later runs"), "{unsaved}");
+        assert!(unsaved.contains("for this run only"), "{unsaved}");
     }
 }

@@ -272,11 +272,17 @@ pub enum AgentMessage {
     Other(String),
 }
 
-/// What `herd stacks` runs on a node: every rank of a live run of the config with
-/// `config_key` (its agent alive), dumped at once as the agent does on a hang.
-pub fn stacks_command(config_key: &str) -> String {
+/// What `herd stacks` runs on the node `host`: every rank of a live run of the config with
+/// `config_key` (its agent alive) that runs there as `host` (`HERD_NODE`), dumped at once as
+/// the agent does on a hang. Two nodes of the config may be one machine (localhost and
+/// 127.0.0.1): each reports its own ranks only, never the other's too.
+pub fn stacks_command(config_key: &str, host: &str) -> String {
     let marker = crate::marker::Marker::config(config_key).entry();
-    let body = format!("# shellcheck disable=SC2046\nherd_stacks $(herd_live_job {})", quote(&marker));
+    let body = format!(
+        "# shellcheck disable=SC2046\nherd_stacks $(herd_on_node {} $(herd_live_job {}))",
+        quote(host),
+        quote(&marker)
+    );
     with_procs(&body)
 }
 
@@ -1118,5 +1124,45 @@ mod tests {
             AgentMessage::Other("herd-agent clock 1796113363.%N".into())
         );
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
+    }
+
+    /// Two nodes of one config that are this one machine (localhost and 127.0.0.1): each
+    /// node's `herd stacks` command reports the ranks it runs, not the other node's too.
+    #[test]
+    fn stacks_are_taken_of_the_nodes_own_ranks_only() {
+        let key = format!("stacks{}x{}", test_mark(), rand_suffix());
+        let spawn = |argv: &[&str], env: &[(&str, &str)]| {
+            Command::new(argv[0])
+                .args(&argv[1..])
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut children = Vec::new();
+        for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
+            let marker = format!("{key}:r:0:{node}");
+            // The node's live agent holds its marker in its argv; its rank, in its environment.
+            let agent = format!("HERD_MARKER={marker}");
+            children.push(spawn(&["python3", "-c", "import time; time.sleep(30)", &agent], &[]));
+            let rank = node.to_string();
+            let env = [("HERD_MARKER", marker.as_str()), ("RANK", rank.as_str()), ("HERD_NODE", host)];
+            children.push(spawn(&["sleep", "30"], &env));
+        }
+        let ranks = |host: &str| -> Vec<String> {
+            let out = Command::new("sh").arg("-c").arg(stacks_command(&key, host)).output().unwrap();
+            let out = String::from_utf8_lossy(&out.stdout).into_owned();
+            let heads = out.lines().filter_map(|l| l.strip_prefix("herd-agent stack "));
+            heads.map(|l| l.split(' ').next().unwrap().to_string()).collect()
+        };
+        let (on_0, on_1) = (ranks("localhost"), ranks("127.0.0.1"));
+        for mut c in children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_eq!(on_0, ["0"]);
+        assert_eq!(on_1, ["1"]);
     }
 }

@@ -142,6 +142,17 @@ herd_sweep() {
   return 0
 }
 
+# herd_on_node HOST PIDS...: those of PIDS that herd runs as node HOST (their HERD_NODE), not
+# as another node of the config that is this same machine under another name (localhost and
+# 127.0.0.1).
+herd_on_node() {
+  herd_h=$1
+  shift
+  for herd_p in "$@"; do
+    if [ "$(herd_env HERD_NODE "$herd_p")" = "$herd_h" ]; then echo "$herd_p"; fi
+  done
+}
+
 # herd_env NAME PID: the value of NAME in process PID's environment, or nothing.
 herd_env() {
   herd_v=$(grep -z -- "^$1=" "/proc/$2/environ" 2>/dev/null | tr -d '\0')

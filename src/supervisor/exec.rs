@@ -47,13 +47,13 @@ pub struct ExecOutcome {
     pub interrupted: bool,
 }
 
-/// Run `command` (a shell command line, run by the login shell in the login directory) on
-/// every node of `plan`. Output arrives as `NodeOutput` events; each node's end as a
-/// `NodeExited` event too.
+/// Run `commands[node rank]` (a shell command line, run by the login shell in the login
+/// directory) on every node of `plan`. Output arrives as `NodeOutput` events; each node's
+/// end as a `NodeExited` event too.
 pub async fn exec(
     plan: &LaunchPlan,
     exec_id: &str,
-    command: &str,
+    commands: &[String],
     events: mpsc::Sender<Event>,
     mut interrupts: Interrupts,
 ) -> ExecOutcome {
@@ -67,7 +67,7 @@ pub async fn exec(
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
     let mut set = JoinSet::new();
     for (rank, conn) in fleet.connected() {
-        let run = node_run(plan, exec_id, command, rank, &liveness);
+        let run = node_run(plan, exec_id, &commands[rank], rank, &liveness);
         set.spawn(node::run(conn.clone(), run, stop_rx.clone(), events.clone()));
     }
     let mut interrupted = 0;

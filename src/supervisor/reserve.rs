@@ -158,8 +158,9 @@ impl Run<'_> {
         let mut quarantine_file = None;
         for b in blamed {
             let host = self.plan.nodes[b.node_rank].host.clone();
-            self.keep_out(&mut quarantine_file, &host, &b.reason, attempt);
-            let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason.clone() }).await;
+            let saved = self.keep_out(&mut quarantine_file, &host, &b.reason, attempt);
+            let reason = b.reason.clone();
+            let _ = events.send(Event::NodeQuarantined { attempt, host, reason, saved }).await;
         }
         let next = self.plan.with_roster(roster);
         let previous = std::mem::replace(&mut self.plan, next);
@@ -184,9 +185,10 @@ impl Run<'_> {
         Some(previous)
     }
 
-    /// Record the node in the config's quarantine file, which later runs read. A file that
-    /// cannot be written is a warning: this run keeps the node out either way.
-    fn keep_out(&self, file: &mut Option<Quarantine>, host: &str, reason: &str, attempt: u32) {
+    /// Record the node in the config's quarantine file, which later runs read; whether it is
+    /// recorded there. A file that cannot be read or written is a warning: this run keeps the
+    /// node out either way, and the event says it was for this run only.
+    fn keep_out(&self, file: &mut Option<Quarantine>, host: &str, reason: &str, attempt: u32) -> bool {
         let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
         let loaded = match file.take() {
             Some(q) => Ok(q),
@@ -196,7 +198,7 @@ impl Run<'_> {
             Ok(q) => q,
             Err(e) => {
                 tracing::warn!("{e}: {host} is kept out of this run only");
-                return;
+                return false;
             }
         };
         q.add(quarantine::Entry {
@@ -208,8 +210,10 @@ impl Run<'_> {
         });
         if let Err(e) = q.save(&path) {
             tracing::warn!("{e}: {host} is kept out of this run only");
+            return false;
         }
         *file = Some(q);
+        true
     }
 }
 
