@@ -69,11 +69,12 @@ fn load_plan_with(
     active: Active,
 ) -> Result<LaunchPlan, Error> {
     let mut config = config::load_with(path, options)?;
-    config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
+    // Before the selection: a run must keep `job.nnodes` nodes after it, a doctor need not.
     if active == Active::All {
         config.job.nnodes = None;
         config.restart.min_nodes = None;
     }
+    config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
     config.job.args.extend(extra_args.iter().cloned());
     let inputs = PlanInputs {
         cwd: std::env::current_dir()
