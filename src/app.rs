@@ -267,8 +267,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             logs::pick_node(run, node, &mut selection).map_err(usage)?;
         }
         if let Some(rank) = args.rank {
-            selection.nodes.push(logs::node_of_rank(run, rank).map_err(usage)?);
-            selection.rank = Some(rank);
+            logs::pick_rank(run, rank, &mut selection).map_err(usage)?;
         }
         if let Some(attempt) = args.attempt {
             if !run.attempts.contains(&attempt) {
@@ -280,8 +279,10 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             let re = regex::bytes::Regex::new(re).map_err(|e| Error::Usage(format!("--grep: {e}")))?;
             selection.grep = Some(re);
         }
+        // Each attempt's own nodes and ranks: the world may have changed between attempts.
+        let attempts = logs::per_attempt(run, &selection).map_err(usage)?;
         let color = output::mode::Surroundings::detect(false, true).color();
-        logs::print(run, &selection, color, &mut out)
+        logs::print(run, &selection, &attempts, color, &mut out)
     };
     match printed.and_then(|_| out.flush()) {
         // `herd logs | head` is not an error.
