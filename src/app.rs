@@ -557,7 +557,8 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
-        let probe = doctor::ProbeOptions { fast: false, test_port: true, presweep: None };
+        let probe =
+            doctor::ProbeOptions { fast: false, test_port: true, presweep: None, import_torch: Vec::new() };
         let report = doctor::diagnose(&plan, &fleet, &probe, Vec::new()).await;
         fleet.close().await;
         report
