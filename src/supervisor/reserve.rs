@@ -1,9 +1,9 @@
 //! The run's reserve: a node the run blames is quarantined (in the plan's roster and in the
 //! config's quarantine file, so later runs skip it too), a spare takes its node rank, or
 //! with none left the run goes on with fewer nodes down to `restart.min_nodes`. A node new
-//! to the run is connected and checked before an attempt uses it; one that fails is blamed
-//! in turn. Without room (no spare, no `min_nodes`), nothing changes: the run waits for its
-//! nodes as before.
+//! to the run is connected and checked before an attempt uses it (its `import torch` too,
+//! which the fast checks leave out); one that fails is blamed in turn. Without room (no
+//! spare, no `min_nodes`), nothing changes: the run waits for its nodes as before.
 
 use super::preflight::{self, Preflighted};
 use super::types::RunError;
