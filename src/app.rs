@@ -69,11 +69,12 @@ fn load_plan_with(
     active: Active,
 ) -> Result<LaunchPlan, Error> {
     let mut config = config::load_with(path, options)?;
-    config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
+    // Before the selection: a run must keep `job.nnodes` nodes after it, a doctor need not.
     if active == Active::All {
         config.job.nnodes = None;
         config.restart.min_nodes = None;
     }
+    config::select_nodes(&mut config, selection.nodes.as_deref(), selection.exclude.as_deref())?;
     config.job.args.extend(extra_args.iter().cloned());
     let inputs = PlanInputs {
         cwd: std::env::current_dir()
@@ -276,8 +277,7 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             logs::pick_node(run, node, &mut selection).map_err(usage)?;
         }
         if let Some(rank) = args.rank {
-            selection.nodes.push(logs::node_of_rank(run, rank).map_err(usage)?);
-            selection.rank = Some(rank);
+            logs::pick_rank(run, rank, &mut selection).map_err(usage)?;
         }
         if let Some(attempt) = args.attempt {
             if !run.attempts.contains(&attempt) {
@@ -289,8 +289,10 @@ fn logs_command(args: LogsArgs) -> Result<u8, Error> {
             let re = regex::bytes::Regex::new(re).map_err(|e| Error::Usage(format!("--grep: {e}")))?;
             selection.grep = Some(re);
         }
+        // Each attempt's own nodes and ranks: the world may have changed between attempts.
+        let attempts = logs::per_attempt(run, &selection).map_err(usage)?;
         let color = output::mode::Surroundings::detect(false, true).color();
-        logs::print(run, &selection, color, &mut out)
+        logs::print(run, &selection, &attempts, color, &mut out)
     };
     match printed.and_then(|_| out.flush()) {
         // `herd logs | head` is not an error.
@@ -566,7 +568,8 @@ fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
-        let probe = doctor::ProbeOptions { fast: false, test_port: true, presweep: None };
+        let probe =
+            doctor::ProbeOptions { fast: false, test_port: true, presweep: None, import_torch: Vec::new() };
         let report = doctor::diagnose(&plan, &fleet, &probe, Vec::new()).await;
         fleet.close().await;
         report

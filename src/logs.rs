@@ -31,6 +31,11 @@ impl RunInfo {
             None => (&self.hosts, &self.nprocs),
         }
     }
+
+    /// The hosts and ranks per node of the run's first attempt and of each change after it.
+    fn worlds(&self) -> impl Iterator<Item = (&Vec<String>, &Vec<u32>)> {
+        std::iter::once((&self.hosts, &self.nprocs)).chain(self.renamed.iter().map(|(_, h, n)| (h, n)))
+    }
 }
 
 /// Runs of the config with `config_key` under `logs_dir`, oldest first (run ids sort by
@@ -130,6 +135,20 @@ pub enum LookupError {
     NoRanks { run: String },
     #[error("run {run} has ranks 0-{last}, not {wanted}")]
     NoSuchRank { run: String, last: u32, wanted: u32 },
+    #[error("node rank {wanted} did not run in attempt {attempt} of run {run}; {} did", up_to("node rank", *last as u64))]
+    NodeNotInAttempt { run: String, attempt: u32, last: usize, wanted: usize },
+    #[error("{wanted} did not run in attempt {attempt} of run {run}; its nodes were {}", hosts.join(", "))]
+    HostNotInAttempt { run: String, attempt: u32, wanted: String, hosts: Vec<String> },
+    #[error("rank {wanted} did not run in attempt {attempt} of run {run}; {} did", up_to("rank", u64::from(*last)))]
+    RankNotInAttempt { run: String, attempt: u32, last: u32, wanted: u32 },
+}
+
+/// "rank 0", or "ranks 0-`last`".
+fn up_to(what: &str, last: u64) -> String {
+    match last {
+        0 => format!("{what} 0"),
+        _ => format!("{what}s 0-{last}"),
+    }
 }
 
 /// The run asked for (a run id or a unique prefix of one), or the latest.
@@ -150,20 +169,20 @@ pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a Run
     }
 }
 
-/// A node by its node rank or its host name.
-/// A node asked for by node rank, or by host (any host the run had, spares it promoted
-/// included), as a `Selection` of it.
+/// A node asked for by node rank (one any attempt had), or by host (any host the run had,
+/// spares it promoted included), as a `Selection` of it.
 pub fn pick_node(run: &RunInfo, wanted: &str, sel: &mut Selection) -> Result<(), LookupError> {
     if let Ok(node_rank) = wanted.parse::<usize>() {
-        if node_rank < run.hosts.len() {
-            sel.nodes.push(node_rank);
+        let most = run.worlds().map(|(hosts, _)| hosts.len()).max().unwrap_or(0);
+        if node_rank < most {
+            sel.node = Some(node_rank);
             return Ok(());
         }
-        let last = run.hosts.len().saturating_sub(1);
+        let last = most.saturating_sub(1);
         return Err(LookupError::NoSuchNodeRank { run: run.id.clone(), last, wanted: node_rank });
     }
-    let mut every: Vec<String> = run.hosts.clone();
-    for host in run.renamed.iter().flat_map(|(_, hosts, _)| hosts) {
+    let mut every: Vec<String> = Vec::new();
+    for host in run.worlds().flat_map(|(hosts, _)| hosts) {
         if !every.contains(host) {
             every.push(host.clone());
         }
@@ -179,26 +198,89 @@ pub fn pick_node(run: &RunInfo, wanted: &str, sel: &mut Selection) -> Result<(),
     Ok(())
 }
 
-/// The node that ran global rank `rank`.
-pub fn node_of_rank(run: &RunInfo, rank: u32) -> Result<usize, LookupError> {
+/// A global rank asked for, as a `Selection` of it: one that some attempt ran, counted over
+/// that attempt's own ranks per node (a promoted spare may run more or fewer of them).
+pub fn pick_rank(run: &RunInfo, rank: u32, sel: &mut Selection) -> Result<(), LookupError> {
     if run.nprocs.is_empty() {
         return Err(LookupError::NoRanks { run: run.id.clone() });
     }
+    let most = run.worlds().map(|(_, nprocs)| nprocs.iter().sum::<u32>()).max().unwrap_or(0);
+    if rank >= most {
+        return Err(LookupError::NoSuchRank {
+            run: run.id.clone(),
+            last: most.saturating_sub(1),
+            wanted: rank,
+        });
+    }
+    sel.rank = Some(rank);
+    Ok(())
+}
+
+/// The node that ran global rank `rank`, given the ranks per node.
+fn node_of_rank(nprocs: &[u32], rank: u32) -> Option<usize> {
     let mut first = 0;
-    for (node, &n) in run.nprocs.iter().enumerate() {
+    for (node, &n) in nprocs.iter().enumerate() {
         if rank < first + n {
-            return Ok(node);
+            return Some(node);
         }
         first += n;
     }
-    Err(LookupError::NoSuchRank { run: run.id.clone(), last: first.saturating_sub(1), wanted: rank })
+    None
+}
+
+/// Per attempt to print, the node ranks whose lines to print: the node, host or rank selected
+/// as that attempt had it. Without `--attempt`, an attempt that did not have it is left out;
+/// an attempt asked for that did not have it is an error saying what it had.
+pub fn per_attempt(run: &RunInfo, sel: &Selection) -> Result<Vec<(u32, Vec<usize>)>, LookupError> {
+    let asked = !sel.attempts.is_empty();
+    let attempts = if asked { &sel.attempts } else { &run.attempts };
+    let mut out = Vec::new();
+    for &attempt in attempts {
+        let (hosts, nprocs) = run.nodes_of(attempt);
+        let node = if let Some(node) = sel.node {
+            Some(node).filter(|&n| n < hosts.len())
+        } else if let Some(host) = &sel.host {
+            hosts.iter().position(|h| h == host)
+        } else if let Some(rank) = sel.rank {
+            node_of_rank(nprocs, rank)
+        } else {
+            out.push((attempt, (0..hosts.len()).collect()));
+            continue;
+        };
+        match node {
+            Some(node) => out.push((attempt, vec![node])),
+            None if asked => return Err(not_in(run, sel, attempt)),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Why attempt `attempt` has nothing of what `sel` selects.
+fn not_in(run: &RunInfo, sel: &Selection, attempt: u32) -> LookupError {
+    let (hosts, nprocs) = run.nodes_of(attempt);
+    let id = run.id.clone();
+    match (sel.node, &sel.host, sel.rank) {
+        (Some(wanted), _, _) => {
+            LookupError::NodeNotInAttempt { run: id, attempt, last: hosts.len().saturating_sub(1), wanted }
+        }
+        (_, Some(wanted), _) => {
+            LookupError::HostNotInAttempt { run: id, attempt, wanted: wanted.clone(), hosts: hosts.to_vec() }
+        }
+        (_, _, Some(wanted)) => {
+            let last = nprocs.iter().sum::<u32>().saturating_sub(1);
+            LookupError::RankNotInAttempt { run: id, attempt, last, wanted }
+        }
+        (None, None, None) => unreachable!("every attempt has every one of its nodes"),
+    }
 }
 
 /// Which lines to print.
 #[derive(Debug, Default)]
 pub struct Selection {
-    /// Node ranks; empty (and no `host`): every node.
-    pub nodes: Vec<usize>,
+    /// A node rank: the node that held it in each attempt. None (and no `host` or `rank`):
+    /// every node.
+    pub node: Option<usize>,
     /// A host: whichever node rank it held in each attempt.
     pub host: Option<String>,
     /// A global rank: its own log (`rank<R>.log`) where the attempt has one, else its node's.
@@ -209,24 +291,24 @@ pub struct Selection {
 }
 
 /// Print the selected lines, node by node within each attempt, each prefixed with its node.
-/// With more than one attempt, each starts with a `==> attempt k <==` line.
+/// `attempts`: the attempts and their node ranks to print, from `per_attempt`. With more
+/// than one attempt, each starts with a `==> attempt k <==` line.
 /// The node prefixes follow each attempt's nodes (see `RunInfo::nodes_of`).
-pub fn print(run: &RunInfo, sel: &Selection, color: bool, out: &mut dyn Write) -> io::Result<()> {
-    let attempts: Vec<u32> =
-        if sel.attempts.is_empty() { run.attempts.clone() } else { sel.attempts.clone() };
-    for &attempt in &attempts {
-        if attempts.len() > 1 {
+pub fn print(
+    run: &RunInfo,
+    sel: &Selection,
+    attempts: &[(u32, Vec<usize>)],
+    color: bool,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let headed = if sel.attempts.is_empty() { run.attempts.len() > 1 } else { sel.attempts.len() > 1 };
+    for (attempt, nodes) in attempts {
+        let attempt = *attempt;
+        if headed {
             writeln!(out, "==> attempt {attempt} <==")?;
         }
         let (hosts, nprocs) = run.nodes_of(attempt);
         let prefixes = crate::output::prefix::prefixes(hosts, color);
-        let mut nodes = sel.nodes.clone();
-        if let Some(host) = &sel.host {
-            nodes.extend(hosts.iter().position(|h| h == host));
-        }
-        if sel.nodes.is_empty() && sel.host.is_none() {
-            nodes = (0..hosts.len()).collect();
-        }
         for &node in nodes.iter().filter(|&&n| n < hosts.len()) {
             let mut prefix = &prefixes[node];
             let mut path = node_log_path(&run.dir, attempt, node, &hosts[node]);
@@ -292,10 +374,10 @@ mod tests {
         let r = run("x");
         let pick = |r: &RunInfo, wanted: &str| {
             let mut sel = Selection::default();
-            pick_node(r, wanted, &mut sel).map(|()| (sel.nodes, sel.host))
+            pick_node(r, wanted, &mut sel).map(|()| (sel.node, sel.host))
         };
-        assert_eq!(pick(&r, "1"), Ok((vec![1], None)));
-        assert_eq!(pick(&r, "c"), Ok((vec![], Some("c".into()))));
+        assert_eq!(pick(&r, "1"), Ok((Some(1), None)));
+        assert_eq!(pick(&r, "c"), Ok((None, Some("c".into()))));
         assert!(pick(&r, "3").unwrap_err().to_string().contains("nodes 0-2"));
         assert!(pick(&r, "d").unwrap_err().to_string().contains("its nodes are a, b, c"));
         // A spare the run promoted is one of its nodes.
@@ -303,12 +385,85 @@ mod tests {
             renamed: vec![(1, vec!["a".into(), "d".into(), "c".into()], vec![2, 1, 4])],
             ..r.clone()
         };
-        assert_eq!(pick(&promoted, "d"), Ok((vec![], Some("d".into()))));
+        assert_eq!(pick(&promoted, "d"), Ok((None, Some("d".into()))));
         assert_eq!(promoted.nodes_of(0).0, ["a", "b", "c"]);
         assert_eq!(promoted.nodes_of(3).0, ["a", "d", "c"]);
-        assert_eq!((0..7).map(|g| node_of_rank(&r, g).unwrap()).collect::<Vec<_>>(), [0, 0, 1, 2, 2, 2, 2]);
-        assert!(node_of_rank(&r, 7).unwrap_err().to_string().contains("ranks 0-6"));
+        assert_eq!(
+            (0..7).map(|g| node_of_rank(&r.nprocs, g).unwrap()).collect::<Vec<_>>(),
+            [0, 0, 1, 2, 2, 2, 2]
+        );
+        let rank =
+            |r: &RunInfo, g: u32| pick_rank(r, g, &mut Selection::default()).map_err(|e| e.to_string());
+        assert_eq!(rank(&r, 6), Ok(()));
+        assert!(rank(&r, 7).unwrap_err().contains("ranks 0-6"));
         let old = RunInfo { nprocs: vec![], ..r };
-        assert!(node_of_rank(&old, 0).unwrap_err().to_string().contains("use --node"));
+        assert!(rank(&old, 0).unwrap_err().contains("use --node"));
+    }
+
+    /// Attempt 0 on a, b, c with one rank each; attempt 1 with spare d (3 ranks) for b;
+    /// attempt 2 shrunk to a, d.
+    fn changing() -> RunInfo {
+        RunInfo {
+            id: "x".into(),
+            dir: PathBuf::new(),
+            hosts: vec!["a".into(), "b".into(), "c".into()],
+            nprocs: vec![1, 1, 1],
+            attempts: vec![0, 1, 2],
+            renamed: vec![
+                (1, vec!["a".into(), "d".into(), "c".into()], vec![1, 3, 1]),
+                (2, vec!["a".into(), "d".into()], vec![1, 3]),
+            ],
+        }
+    }
+
+    fn resolve(
+        run: &RunInfo,
+        pick: impl Fn(&mut Selection),
+        attempts: &[u32],
+    ) -> Result<Vec<(u32, Vec<usize>)>, String> {
+        let mut sel = Selection { attempts: attempts.to_vec(), ..Selection::default() };
+        pick(&mut sel);
+        per_attempt(run, &sel).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_rank_is_found_in_each_attempts_own_world() {
+        let r = changing();
+        // Rank 2: node 2 in attempt 0, the spare's second rank in attempts 1 and 2.
+        let two = |sel: &mut Selection| pick_rank(&r, 2, sel).unwrap();
+        assert_eq!(resolve(&r, two, &[]), Ok(vec![(0, vec![2]), (1, vec![1]), (2, vec![1])]));
+        assert_eq!(resolve(&r, two, &[1]), Ok(vec![(1, vec![1])]));
+        // Rank 4 only ran once the spare came.
+        let four = |sel: &mut Selection| pick_rank(&r, 4, sel).unwrap();
+        assert_eq!(resolve(&r, four, &[]), Ok(vec![(1, vec![2])]));
+        assert_eq!(
+            resolve(&r, four, &[0]),
+            Err("rank 4 did not run in attempt 0 of run x; ranks 0-2 did".into())
+        );
+        assert!(pick_rank(&r, 5, &mut Selection::default()).unwrap_err().to_string().contains("ranks 0-4"));
+    }
+
+    #[test]
+    fn a_node_missing_from_an_attempt_asked_for_is_an_error() {
+        let r = changing();
+        let two = |sel: &mut Selection| pick_node(&r, "2", sel).unwrap();
+        assert_eq!(resolve(&r, two, &[]), Ok(vec![(0, vec![2]), (1, vec![2])]));
+        assert_eq!(
+            resolve(&r, two, &[2]),
+            Err("node rank 2 did not run in attempt 2 of run x; node ranks 0-1 did".into())
+        );
+        let b = |sel: &mut Selection| pick_node(&r, "b", sel).unwrap();
+        assert_eq!(resolve(&r, b, &[]), Ok(vec![(0, vec![1])]));
+        assert_eq!(
+            resolve(&r, b, &[1]),
+            Err("b did not run in attempt 1 of run x; its nodes were a, d, c".into())
+        );
+        let d = |sel: &mut Selection| pick_node(&r, "d", sel).unwrap();
+        assert_eq!(resolve(&r, d, &[]), Ok(vec![(1, vec![1]), (2, vec![1])]));
+        // Nothing picked: every node of each attempt.
+        assert_eq!(
+            resolve(&r, |_| (), &[]),
+            Ok(vec![(0, vec![0, 1, 2]), (1, vec![0, 1, 2]), (2, vec![0, 1])])
+        );
     }
 }

@@ -491,6 +491,22 @@ fn bad_node_sources_and_selections_exit_2() {
     }
 }
 
+/// A selection that leaves fewer nodes than `job.nnodes` would change the world size (and the
+/// global batch): `plan` and `run` refuse it as they refuse a too small allocation.
+#[test]
+fn a_selection_below_nnodes_exits_2_before_any_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "[[nodes]]\nhost = \"n[1-4]\"\n[job]\nscript = \"t.py\"\nnnodes = 3\n");
+    for cmd in ["plan", "run"] {
+        let out = herd::run(dir.path(), &[cmd, "--exclude", "n[3-4]"], LIMIT);
+        out.assert_code(2);
+        let needle = "job.nnodes = 3 but --exclude \"n[3-4]\" leaves 2 node(s)";
+        assert!(out.stderr.contains(needle), "herd {cmd}: {needle:?} not in\n{}", out.stderr);
+        assert!(!dir.path().join("herd-logs").exists(), "herd {cmd} started a run");
+    }
+    herd::run(dir.path(), &["plan", "--exclude", "n4"], LIMIT).assert_code(0);
+}
+
 #[test]
 fn init_writes_a_starter_that_plans_and_never_overwrites_by_accident() {
     let dir = tempfile::tempdir().unwrap();

@@ -191,6 +191,58 @@ fn logs_reads_back_a_past_run() {
     }
 }
 
+/// `herd logs` reads each attempt in its own world: a spare with more ranks, or fewer nodes
+/// after a shrink. The later attempts are written into a real run's directory as a run with
+/// a promotion and a shrink would have written them.
+#[test]
+fn logs_follow_each_attempts_own_world() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK""#);
+    herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
+    let run = herd::only_run_dir(&dir.path().join("logs"));
+    // Attempt 1: node 1 runs 2 ranks (ranks 1-2). Attempt 2: node 0 alone.
+    let changed = |attempt: u32, hosts: &str, nprocs: &str| {
+        format!(
+            "{{\"event\":\"world_changed\",\"attempt\":{attempt},\"nnodes\":2,\"world_size\":3,\
+             \"hosts\":[{hosts}],\"nprocs\":[{nprocs}]}}\n"
+        )
+    };
+    let mut events = std::fs::OpenOptions::new().append(true).open(run.join("events.jsonl")).unwrap();
+    use std::io::Write;
+    events.write_all(changed(1, r#""localhost","127.0.0.1""#, "1,2").as_bytes()).unwrap();
+    events.write_all(changed(2, r#""localhost""#, "1").as_bytes()).unwrap();
+    for (attempt, file, text) in [
+        (1, "node0-localhost.log", "a1 n0\n"),
+        (1, "node1-127.0.0.1.log", "a1 n1\n"),
+        (1, "rank2.log", "a1 rank 2\n"),
+        (2, "node0-localhost.log", "a2 n0\n"),
+    ] {
+        std::fs::create_dir_all(run.join(format!("attempt-{attempt}"))).unwrap();
+        std::fs::write(run.join(format!("attempt-{attempt}")).join(file), text).unwrap();
+    }
+
+    let out = herd::run(dir.path(), &["logs", "--rank", "2"], LIMIT);
+    out.assert_code(0);
+    assert_eq!(out.stdout, "==> attempt 1 <==\n[r2 127.0.0.1] a1 rank 2\n", "{out}");
+    let out = herd::run(dir.path(), &["logs", "--rank", "2", "--attempt", "0"], LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains("rank 2 did not run in attempt 0 of run "), "{out}");
+    assert!(out.stderr.contains("; ranks 0-1 did"), "{out}");
+
+    let out = herd::run(dir.path(), &["logs", "--node", "1", "--attempt", "2"], LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains("node rank 1 did not run in attempt 2 of run "), "{out}");
+    assert!(out.stderr.contains("; node rank 0 did"), "{out}");
+    assert!(out.stdout.is_empty(), "{out}");
+    let out = herd::run(dir.path(), &["logs", "--node", "1"], LIMIT);
+    out.assert_code(0);
+    assert_eq!(
+        out.stdout,
+        "==> attempt 0 <==\n[1 127.0.0.1] attempt 0 node 1\n==> attempt 1 <==\n[1 127.0.0.1] a1 n1\n",
+        "{out}"
+    );
+}
+
 /// A reader of herd's stdout that falls behind must not cost a line. Here it stops reading
 /// once the job has ended, for longer than herd waits for the output of a node whose job
 /// ended but whose pipe stays silent, while the job's last lines are still queued in herd.

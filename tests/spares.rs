@@ -238,6 +238,60 @@ fn a_node_failing_the_preflight_is_replaced_by_the_spare_before_anything_starts(
     assert_eq!(results(&out, 0).len(), 6, "{out}");
 }
 
+/// A spare whose `import torch` is broken is caught when it is promoted (the preflight imports
+/// torch on the nodes new to the run only), quarantined, and the next spare is tried: the run
+/// does not end as `launch` on it while another spare sits idle.
+#[test]
+fn a_spare_with_a_broken_torch_is_skipped_for_the_next_one() {
+    let c = Cluster::new(5);
+    let fake = c.tb.dir().join("broken-python/torch");
+    std::fs::create_dir_all(&fake).unwrap();
+    std::fs::write(fake.join("__init__.py"), "raise ImportError('broken on purpose')\n").unwrap();
+    // Node 1 dies of SIGSEGV (blamed at once); node 3, the first spare, has a broken torch.
+    let doomed = format!("\"--signal-on-node\", \"{}:SIGSEGV\"", c.addr(1));
+    let path = c.write_config(
+        &torchrun(&format!("\"--steps\", \"3\", \"--fault-step\", \"1\", {doomed}"), "nnodes = 3"),
+        FAST_RESTART,
+    );
+    let nodes: String = (0..5)
+        .map(|i| match i {
+            3 => format!(
+                "[[nodes]]\nhost = \"{}\"\nenv = {{ PYTHONPATH = \"{}\" }}\n",
+                c.addr(i),
+                c.tb.dir().join("broken-python").display()
+            ),
+            _ => format!("[[nodes]]\nhost = \"{}\"\n", c.addr(i)),
+        })
+        .collect();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(&format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist()), &nodes))
+        .unwrap();
+    let out = c.run();
+    out.assert_code(0);
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let q: Vec<(Option<&str>, &str)> = all(&ev, "node_quarantined")
+        .iter()
+        .map(|e| (e["host"].as_str(), e["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(q.len(), 2, "{out}");
+    assert_eq!(q[0].0, Some(c.addr(1)), "{q:?}");
+    assert_eq!(q[1].0, Some(c.addr(3)), "{q:?}");
+    assert!(
+        q[1].1.starts_with("preflight: torch: import torch failed: ImportError('broken on purpose')"),
+        "{q:?}"
+    );
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed.len(), 1, "the broken spare never ran an attempt\n{out}");
+    let mut on_1: Vec<(u64, &str)> = all(&ev, "node_started")
+        .iter()
+        .filter(|e| e["attempt"] == 1)
+        .map(|e| (e["node_rank"].as_u64().unwrap(), e["host"].as_str().unwrap()))
+        .collect();
+    on_1.sort();
+    assert_eq!(on_1, [(0, c.addr(0)), (1, c.addr(4)), (2, c.addr(2))], "{out}");
+    assert_eq!(results(&out, 1).len(), 6, "{out}");
+}
+
 #[test]
 fn min_nodes_lets_the_run_go_on_with_fewer_nodes() {
     let c = Cluster::new(3);

@@ -26,6 +26,10 @@ pub enum SelectionError {
     #[error("no node left to run on after {what}")]
     Empty { what: String },
     #[error(
+        "{field} = {wanted} but {what} leaves {left} node(s): select at least {wanted}, or lower {field}"
+    )]
+    TooFew { field: &'static str, wanted: usize, left: usize, what: String },
+    #[error(
         "rendezvous.master {master:?} is not among the selected nodes: select it too, \
          or remove rendezvous.master so that the first selected node is the master"
     )]
@@ -37,7 +41,8 @@ fn help(suggestion: Option<&str>) -> String {
 }
 
 /// Keeps only the nodes `nodes` lists (when given), then drops those `exclude` lists (when
-/// given). Every host named must be one of the config's nodes, something must be left, and an
+/// given). Every host named must be one of the config's nodes, at least `job.nnodes` and
+/// `restart.min_nodes` must be left (a selection never shrinks the job silently), and an
 /// explicit `rendezvous.master` must be left.
 pub fn select_nodes(
     config: &mut Config,
@@ -53,14 +58,19 @@ pub fn select_nodes(
         keep.as_ref().is_none_or(|k| k.contains(&n.host))
             && drop.as_ref().is_none_or(|d| !d.contains(&n.host))
     });
-    if config.nodes.is_empty() {
-        let what = match (nodes, exclude) {
-            (Some(n), Some(e)) => format!("--nodes {n:?} --exclude {e:?}"),
-            (Some(n), None) => format!("--nodes {n:?}"),
-            (None, Some(e)) => format!("--exclude {e:?}"),
-            (None, None) => unreachable!("returned early"),
-        };
-        return Err(SelectionError::Empty { what });
+    let what = || match (nodes, exclude) {
+        (Some(n), Some(e)) => format!("--nodes {n:?} --exclude {e:?}"),
+        (Some(n), None) => format!("--nodes {n:?}"),
+        (None, Some(e)) => format!("--exclude {e:?}"),
+        (None, None) => unreachable!("returned early"),
+    };
+    let left = config.nodes.len();
+    if left == 0 {
+        return Err(SelectionError::Empty { what: what() });
+    }
+    let wanted = [("job.nnodes", config.job.nnodes), ("restart.min_nodes", config.restart.min_nodes)];
+    if let Some((field, Some(wanted))) = wanted.into_iter().find(|(_, n)| n.is_some_and(|n| n > left)) {
+        return Err(SelectionError::TooFew { field, wanted, left, what: what() });
     }
     if let Some(master) = &config.rendezvous.master {
         if !config.nodes.iter().any(|n| &n.host == master) {
@@ -156,6 +166,41 @@ mod tests {
             select(Some("gpu-01"), Some("gpu-01")).unwrap_err().to_string(),
             "no node left to run on after --nodes \"gpu-01\" --exclude \"gpu-01\""
         );
+    }
+
+    #[test]
+    fn a_selection_never_runs_fewer_nodes_than_nnodes_or_min_nodes() {
+        let mut c = config("nnodes = 3\n");
+        let err = select_nodes(&mut c, None, Some("gpu-[03-04],cpu9")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "job.nnodes = 3 but --exclude \"gpu-[03-04],cpu9\" leaves 2 node(s): select at least 3, or lower job.nnodes"
+        );
+        let mut c = config("nnodes = 3\n");
+        let err = select_nodes(&mut c, Some("gpu-[01-04]"), Some("gpu-01,gpu-02")).unwrap_err();
+        assert_eq!(
+            err,
+            SelectionError::TooFew {
+                field: "job.nnodes",
+                wanted: 3,
+                left: 2,
+                what: "--nodes \"gpu-[01-04]\" --exclude \"gpu-01,gpu-02\"".into()
+            }
+        );
+        // Exactly nnodes left: no spare, but the job keeps its size.
+        let mut c = config("nnodes = 3\n");
+        select_nodes(&mut c, Some("gpu-[01-03]"), None).unwrap();
+        assert_eq!(c.nodes.len(), 3);
+        // Without nnodes the job is every node selected, but not fewer than min_nodes.
+        let mut c = config("[restart]\nmin_nodes = 4\n");
+        let err = select_nodes(&mut c, Some("gpu-[01-03]"), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "restart.min_nodes = 4 but --nodes \"gpu-[01-03]\" leaves 3 node(s): select at least 4, or lower restart.min_nodes"
+        );
+        let mut c = config("");
+        select_nodes(&mut c, Some("gpu-[01-02]"), None).unwrap();
+        assert_eq!(c.nodes.len(), 2);
     }
 
     #[test]

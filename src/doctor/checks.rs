@@ -125,6 +125,18 @@ const CLOCK_SKEW_MAX: f64 = 1.0;
 
 /// Every check on every node. `fast`: only what `herd run` checks before it starts.
 pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool) -> Vec<NodeChecks> {
+    evaluate_with(plan, facts, port, fast, &[])
+}
+
+/// `evaluate`, with `import torch` checked on the node ranks `import_torch` even when `fast`
+/// (their probes imported it: nodes new to the run).
+pub fn evaluate_with(
+    plan: &LaunchPlan,
+    facts: &[Facts],
+    port: &PortReach,
+    fast: bool,
+    import_torch: &[usize],
+) -> Vec<NodeChecks> {
     let consistency = version_consistency(plan, facts, fast);
     let skew = clock_skew(facts);
     plan.nodes
@@ -142,7 +154,8 @@ pub fn evaluate(plan: &LaunchPlan, facts: &[Facts], port: &PortReach, fast: bool
                 return NodeChecks { node_rank: node.node_rank, host: node.host.clone(), checks };
             }
             checks.push(if srun { srun_check(f) } else { ssh_check(f) });
-            node_checks(plan, node.node_rank, f, fast, &mut checks);
+            let torch = !fast || import_torch.contains(&node.node_rank);
+            node_checks(plan, node.node_rank, f, fast, torch, &mut checks);
             if let Some(c) = consistency.get(&node.node_rank) {
                 checks.push(c.clone());
             }
@@ -187,7 +200,8 @@ fn srun_check(f: &Facts) -> Check {
     }
 }
 
-fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &mut Vec<Check>) {
+/// `fast`: only what `herd run` checks; `torch`: check `import torch` all the same.
+fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: bool, checks: &mut Vec<Check>) {
     // The probe runs after `cd workdir` and `setup`: if either failed, nothing else is known.
     if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: cannot enter workdir")) {
         checks.push(Check::fail(
@@ -244,10 +258,10 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &m
             "install it, or make job.setup put it on PATH (e.g. activate the virtualenv)",
         )),
     }
+    if torch && plan.uses_torch {
+        checks.push(torch_check(f));
+    }
     if !fast {
-        if plan.uses_torch {
-            checks.push(torch_check(f));
-        }
         gpu_check(plan, rank, f, checks);
         if plan.uses_torch {
             if let Some(c) = nccl_check(plan.device, f) {
@@ -706,6 +720,31 @@ mod tests {
         assert!(crate::doctor::facts_script(&with_python, false).contains("import torch"));
         let nodes = evaluate(&with_python, &[no_torch.clone(), no_torch], &port, false);
         assert_eq!(status_of(&nodes, 0, "torch"), Some(Status::Fail));
+    }
+
+    #[test]
+    fn a_fast_preflight_imports_torch_on_the_nodes_new_to_the_run_only() {
+        let p = plan();
+        let mut broken = facts("2.15.0", 0.0);
+        broken.values.insert("torch_import".into(), "ImportError('broken')".into());
+        let f = [facts("2.15.0", 0.0), facts("2.15.0", 0.0), broken];
+        let port = PortReach::Skipped("test".into());
+        // The fast checks leave torch out: the broken node passes.
+        assert_eq!(tally(&evaluate(&p, &f, &port, true)).2, 0);
+        // Node 2 is new to the run (a promoted spare): its probe imported torch, and it fails.
+        let nodes = evaluate_with(&p, &f, &port, true, &[2]);
+        assert_eq!(status_of(&nodes, 2, "torch"), Some(Status::Fail));
+        assert_eq!(status_of(&nodes, 0, "torch"), None);
+        assert_eq!(status_of(&nodes, 2, "gpus"), None, "the rest stays fast");
+        let options = crate::doctor::ProbeOptions {
+            fast: true,
+            test_port: false,
+            presweep: None,
+            import_torch: vec![2],
+        };
+        let script = |rank: usize| crate::doctor::probe_command(&p, &p.nodes[rank], &options);
+        assert!(script(2).contains("if True:") && !script(2).contains("nvidia-smi"), "{}", script(2));
+        assert!(script(0).contains("if False:"), "{}", script(0));
     }
 
     #[test]

@@ -42,6 +42,11 @@ const FACTS_DONE: &str = "herd-facts-done";
 
 /// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
 pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
+    facts_script_with(plan, fast, !fast)
+}
+
+/// `facts_script`, importing torch when `import_torch` (a fast probe of a node new to the run).
+fn facts_script_with(plan: &LaunchPlan, fast: bool, import_torch: bool) -> String {
     let launcher = &plan.launcher_program;
     let py = format!(
         r#"import platform
@@ -64,7 +69,7 @@ if {full}:
     except Exception as e:
         print("herd-fact torch_import=" + repr(e)[:300].replace("\n", " "))
 "#,
-        full = if fast { "False" } else { "True" }
+        full = if import_torch { "True" } else { "False" }
     );
     let mut s = String::new();
     match &plan.container {
@@ -169,8 +174,8 @@ fn connect_command(plan: &LaunchPlan) -> String {
 /// The command one node's probe runs: its facts and, where the env gives a master port (0:
 /// none to test), its side of the reachability test. The workers get their env, and so
 /// start, only once the master's listener is up.
-fn probe_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
-    let facts = facts_script(plan, fast);
+fn probe_command(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> String {
+    let facts = facts_script_with(plan, options.fast, options.imports_torch(node.node_rank));
     let script = if node.node_rank == plan.master.node_rank {
         format!(
             "if [ \"$MASTER_PORT\" = 0 ]; then exec sh -c {}; fi\n{}",
@@ -321,6 +326,16 @@ pub struct ProbeOptions {
     pub test_port: bool,
     /// A sweep each probe's agent runs before anything else (`herd run`'s leftovers).
     pub presweep: Option<String>,
+    /// Node ranks whose probe imports torch even when `fast`: the nodes new to a run (a
+    /// promoted spare), which no attempt has tried yet.
+    pub import_torch: Vec<usize>,
+}
+
+impl ProbeOptions {
+    /// Whether node rank `node_rank`'s probe imports torch.
+    pub fn imports_torch(&self, node_rank: usize) -> bool {
+        !self.fast || self.import_torch.contains(&node_rank)
+    }
 }
 
 /// Everything `herd doctor` (or `herd run`'s preflight) found.
@@ -348,7 +363,7 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
     let job = remote::job_snippet(
         &plan.workdir,
         plan.setup.as_deref().filter(|_| plan.container.is_none()),
-        &probe_command(plan, node, options.fast),
+        &probe_command(plan, node, options),
     );
     AgentInvocation {
         grace_secs: 1,
@@ -511,7 +526,7 @@ pub async fn diagnose(
             results: workers.iter().map(|&w| (w, reach_of(&facts[w]))).collect(),
         },
     };
-    let nodes = evaluate(plan, &facts, &reach_result, options.fast);
+    let nodes = checks::evaluate_with(plan, &facts, &reach_result, options.fast, &options.import_torch);
     let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
     Report { nodes, route_devs, port, swept }
 }

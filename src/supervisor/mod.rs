@@ -124,7 +124,8 @@ impl Run<'_> {
         // A node that could not be connected changes the plan, or ends the run: either way
         // the first agents are not used, and go before their connections close.
         let jobs = if errors.iter().any(Option::is_some) { Vec::new() } else { jobs };
-        let settled = self.settle(fleet, errors, probes, 0, false);
+        let first: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
+        let settled = self.settle(fleet, errors, probes, 0, false, &first);
         let Some(settled) = interruptible(&mut interrupts, settled).await else {
             return Ok(RunStatus::Interrupted);
         };
@@ -236,12 +237,11 @@ impl Run<'_> {
                 };
             };
             let (fleet, errors) = fleet.rearranged(&previous, &self.plan, events).await;
-            let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true).await?;
+            let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, &before).await?;
             // The preflight's sweep spares this run: what its earlier attempts left on the
             // nodes it kept is swept as on any restart, and the new nodes as on a first one.
             settled.checked.swept = false;
-            settled.checked.fresh =
-                (self.plan.nodes.iter()).filter(|n| !before.contains(&n.host)).map(|n| n.node_rank).collect();
+            settled.checked.fresh = reserve::fresh(&self.plan, &before);
             Ok((settled.fleet, settled.checked))
         };
         let Some(ready) = interruptible(interrupts, ready).await else {
@@ -412,7 +412,7 @@ async fn connect(
     options: RunOptions,
     events: &mpsc::Sender<Event>,
 ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
-    let probing = preflight::probe_options(plan, run_id, options);
+    let probing = preflight::probe_options(plan, run_id, options, &[]);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
     let early = |node: &crate::plan::NodePlan| {
         let probe = probing.as_ref().map(|o| doctor::probe_invocation(plan, node, o));

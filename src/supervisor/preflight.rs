@@ -34,29 +34,36 @@ pub(super) fn will_preflight(plan: &LaunchPlan, options: RunOptions) -> bool {
 }
 
 /// How the run's preflight probes, if it does: the fast checks, the port test with the
-/// checks, and a sweep of the config's leftovers first on every node.
+/// checks, and a sweep of the config's leftovers first on every node. The node ranks `fresh`
+/// (nodes new to the run: promoted spares) also `import torch` with the checks: the fast
+/// checks leave it out for time, and an attempt that found it broken there would end the run
+/// as `launch` while another spare is left.
 pub(super) fn probe_options(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
+    fresh: &[usize],
 ) -> Option<doctor::ProbeOptions> {
     will_preflight(plan, options).then(|| doctor::ProbeOptions {
         fast: true,
         test_port: options.preflight,
         presweep: Some(Sweep::Config { spare_run: Some(run_id) }.body(plan)),
+        import_torch: if options.preflight { fresh.to_vec() } else { Vec::new() },
     })
 }
 
-/// Probe every node, over the fleet's connections, with the probes `early` already started.
+/// Probe every node, over the fleet's connections, with the probes `early` already started;
+/// `fresh`: the node ranks new to the run (see `probe_options`).
 pub(super) async fn preflight(
     plan: &LaunchPlan,
     run_id: &str,
     fleet: &Fleet,
     options: RunOptions,
+    fresh: &[usize],
     events: &mpsc::Sender<Event>,
     early: Vec<Option<Started>>,
 ) -> Result<Preflighted, RunError> {
-    let Some(probe) = probe_options(plan, run_id, options) else {
+    let Some(probe) = probe_options(plan, run_id, options, fresh) else {
         return Ok(Preflighted::default());
     };
     let report = doctor::diagnose(plan, fleet, &probe, early).await;

@@ -1,9 +1,9 @@
 //! The run's reserve: a node the run blames is quarantined (in the plan's roster and in the
 //! config's quarantine file, so later runs skip it too), a spare takes its node rank, or
 //! with none left the run goes on with fewer nodes down to `restart.min_nodes`. A node new
-//! to the run is connected and checked before an attempt uses it; one that fails is blamed
-//! in turn. Without room (no spare, no `min_nodes`), nothing changes: the run waits for its
-//! nodes as before.
+//! to the run is connected and checked before an attempt uses it (its `import torch` too,
+//! which the fast checks leave out); one that fails is blamed in turn. Without room (no
+//! spare, no `min_nodes`), nothing changes: the run waits for its nodes as before.
 
 use super::preflight::{self, Preflighted};
 use super::types::RunError;
@@ -45,7 +45,8 @@ impl Run<'_> {
     /// one): a node that fails either is blamed, and replaced while the run has room.
     /// `errors`: the fleet's connect errors; `probes`: preflight probes already started;
     /// `restart`: the nodes the run kept from an attempt before are checked again, and
-    /// waited for up to `restart.node_wait`.
+    /// waited for up to `restart.node_wait`. `known`: the hosts the run started or last ran
+    /// on; the others (promoted spares) also `import torch` in the preflight.
     pub(super) async fn settle(
         &mut self,
         mut fleet: Fleet,
@@ -53,6 +54,7 @@ impl Run<'_> {
         mut probes: Vec<Option<Started>>,
         attempt: u32,
         restart: bool,
+        known: &[String],
     ) -> Result<Settled, Unsettled> {
         let mut replanned = false;
         loop {
@@ -87,13 +89,7 @@ impl Run<'_> {
                     Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
                 };
             }
-            if self.options.preflight {
-                let _ = self.events.send(Event::PreflightStarted { nnodes: self.plan.nnodes() }).await;
-            }
-            let probes = std::mem::take(&mut probes);
-            let checked =
-                preflight::preflight(&self.plan, self.run_id, &fleet, self.options, self.events, probes)
-                    .await;
+            let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
             let nodes = match checked {
                 Ok(mut checked) => {
                     if !checked.interfaces.is_empty() {
@@ -118,6 +114,22 @@ impl Run<'_> {
             };
             replanned = true;
         }
+    }
+
+    /// The preflight, when the run has one, of every node of the plan over `fleet`, with the
+    /// probes already started; `import torch` too on the nodes new to the run (not `known`).
+    async fn check(
+        &self,
+        fleet: &Fleet,
+        known: &[String],
+        probes: Vec<Option<Started>>,
+    ) -> Result<Preflighted, RunError> {
+        let (plan, events) = (&self.plan, self.events);
+        if self.options.preflight {
+            let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
+        }
+        let fresh = fresh(plan, known);
+        preflight::preflight(plan, self.run_id, fleet, self.options, &fresh, events, probes).await
     }
 
     /// `replace`, and the fleet of the new plan: the new nodes connected, with their errors.
@@ -215,6 +227,11 @@ impl Run<'_> {
         *file = Some(q);
         true
     }
+}
+
+/// The node ranks of `plan` whose hosts are not among `known`: the nodes new to the run.
+pub(super) fn fresh(plan: &LaunchPlan, known: &[String]) -> Vec<usize> {
+    plan.nodes.iter().filter(|n| !known.contains(&n.host)).map(|n| n.node_rank).collect()
 }
 
 /// The nodes the preflight blames, each with its first failing check: none when most nodes
