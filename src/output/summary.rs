@@ -60,7 +60,9 @@ pub fn status_line(event: &Event) -> Option<String> {
         ),
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
         Event::Resuming { attempt, from: Some(from), args } => {
-            format!("attempt {attempt} resumes from {from} (appends {})", args.join(" "))
+            // A checkpoint's name is the job's: it may hold a newline or an escape sequence.
+            let args = args.iter().map(|a| super::printable(a)).collect::<Vec<_>>().join(" ");
+            format!("attempt {attempt} resumes from {} (appends {args})", super::printable(from))
         }
         Event::Resuming { attempt, from: None, args } if args.is_empty() => {
             format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
@@ -314,6 +316,17 @@ mod tests {
         assert_eq!(rows[4], "       nodes: node rank 1: n4 (was n2)", "{text}");
         assert!(rows[5].starts_with("    2 "), "unchanged: no line\n{text}");
         assert_eq!(rows[7], "       on 2 node(s), by node rank: 0 n1, 1 n3", "{text}");
+    }
+
+    /// A checkpoint's name is any file name: a newline or an escape sequence in it is shown
+    /// escaped, as one line.
+    #[test]
+    fn a_resume_from_an_odd_name_is_one_line() {
+        let from = "ck/step_2\nevil\x1b[2J".to_string();
+        let event = Event::Resuming { attempt: 1, from: Some(from.clone()), args: vec!["--resume".into(), from] };
+        let line = status_line(&event).unwrap();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"), "{line}");
     }
 
     #[test]
