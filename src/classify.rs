@@ -154,8 +154,12 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         .iter()
         .find_map(|class| matched.iter().find(|(c, _, l)| c == class && !stop_noise(l)))
         .map(|(c, i, _)| (*c, Some(informative_line(&node.lines, *i))));
-    let first_sign =
-        matched.iter().filter(|(_, _, l)| !stop_noise(l)).map(|(_, _, l)| l.at).min().unwrap_or(node.ended_at);
+    let first_sign = matched
+        .iter()
+        .filter(|(_, _, l)| !stop_noise(l))
+        .map(|(_, _, l)| l.at)
+        .min()
+        .unwrap_or(node.ended_at);
     let (class, line) = match (&node.exit, best) {
         (NodeExit::ExitCode(0), _) => return None,
         (NodeExit::Lost(_), _) => (FailureClass::NodeLost, None),
@@ -213,7 +217,9 @@ fn informative_line(lines: &[TimedLine], i: usize) -> String {
     };
     let text = &lines[i].text;
     let exception = match indented(text) {
-        true => lines[i + 1..].iter().map(|l| &l.text).find(|t| !indented(t)).filter(|t| is_exception_line(t)),
+        true => {
+            lines[i + 1..].iter().map(|l| &l.text).find(|t| !indented(t)).filter(|t| is_exception_line(t))
+        }
         false => None,
     };
     let line = exception.unwrap_or(text);

@@ -556,7 +556,8 @@ mod tests {
         let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n\
             setup = \"source /opt/venv/bin/activate\"\n[rendezvous]\ninterface = \"eth0\"\n";
         let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
-        let plan = crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
+        let plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
         let options = ProbeOptions { fast: false, test_port: true, presweep: Some("true".into()) };
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
         let line = remote::for_login_shell(&command);

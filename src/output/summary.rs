@@ -338,10 +338,14 @@ mod tests {
     #[test]
     fn a_resume_from_an_odd_name_is_one_line() {
         let from = "ck/step_2\nevil\x1b[2J".to_string();
-        let event = Event::Resuming { attempt: 1, from: Some(from.clone()), args: vec!["--resume".into(), from] };
+        let event =
+            Event::Resuming { attempt: 1, from: Some(from.clone()), args: vec!["--resume".into(), from] };
         let line = status_line(&event).unwrap();
         assert!(!line.chars().any(char::is_control), "{line:?}");
-        assert!(line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"), "{line}");
+        assert!(
+            line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"),
+            "{line}"
+        );
     }
 
     #[test]

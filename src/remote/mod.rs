@@ -136,9 +136,9 @@ impl AgentInvocation {
         ]
     }
 
-    /// The command string given to ssh, which the remote login shell runs with `-c`: the
-    /// agent's argv, started through /usr/bin/python3 where the node has it, which makes it a
-    /// child subreaper (the flag survives exec) and then execs it unchanged.
+    /// The command for `sh` that ssh runs (through `for_login_shell`) and srun: the agent's
+    /// argv, started through /usr/bin/python3 where the node has it, which makes it a child
+    /// subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
         let agent = self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
         format!(
@@ -1073,7 +1073,12 @@ mod tests {
         };
         let line = for_login_shell(&inv.remote_command());
         assert_eq!(csh_or_fish_would_misread(&line), None);
-        assert!(line.len() < 96 * 1024, "{} bytes (the command itself: {})", line.len(), inv.remote_command().len());
+        assert!(
+            line.len() < 96 * 1024,
+            "{} bytes (the command itself: {})",
+            line.len(),
+            inv.remote_command().len()
+        );
     }
 
     #[test]

@@ -389,9 +389,12 @@ fn latest_script(workdir: &str, glob: &str) -> String {
 /// The name `latest_script` printed: `None` when nothing matched; an error for output that
 /// is not framed as it prints, or a name that is not UTF-8.
 fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
-    let framed = stdout.strip_suffix(b"\0").and_then(|s| s.rsplit(|&b| b == 0).next().filter(|_| s.contains(&0)));
-    let name = framed.ok_or_else(|| format!("was not printed as asked: {:?}", String::from_utf8_lossy(stdout)))?;
-    let name = String::from_utf8(name.to_vec()).map_err(|_| "is not UTF-8: it cannot be passed on".to_string())?;
+    let framed =
+        stdout.strip_suffix(b"\0").and_then(|s| s.rsplit(|&b| b == 0).next().filter(|_| s.contains(&0)));
+    let name =
+        framed.ok_or_else(|| format!("was not printed as asked: {:?}", String::from_utf8_lossy(stdout)))?;
+    let name =
+        String::from_utf8(name.to_vec()).map_err(|_| "is not UTF-8: it cannot be passed on".to_string())?;
     Ok(Some(name).filter(|n| !n.is_empty()))
 }
 

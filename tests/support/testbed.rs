@@ -227,7 +227,8 @@ sleep {secs}
     /// every command sent to it with `shell -c`.
     pub fn login_shell(&self, node: usize, shell: &str) {
         let passwd = PathBuf::from(format!("/etc/netns/{}/passwd", self.node(node).netns));
-        let text = fs::read_to_string(&passwd).unwrap_or_else(|e| panic!("testbed: {}: {e}", passwd.display()));
+        let text =
+            fs::read_to_string(&passwd).unwrap_or_else(|e| panic!("testbed: {}: {e}", passwd.display()));
         let text: String = text
             .lines()
             .map(|line| match line.rsplit_once(':') {
