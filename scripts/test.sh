@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
-# Python venv support, shellcheck, Slurm and munge), creates the cached torch + deepspeed
+# Python venv support, shellcheck, tcsh, Slurm and munge), creates the cached torch + deepspeed
 # virtualenv, then runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
@@ -13,6 +13,8 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v setsid >/dev/null && command -v flock >/dev/null && command -v unshare >/dev/null || missing+=(util-linux)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 command -v shellcheck >/dev/null || missing+=(shellcheck)
+# A login shell that is not POSIX (tests/doctor.rs, and the remote module's unit tests).
+command -v tcsh >/dev/null || missing+=(tcsh)
 # tests/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] && command -v mungekey >/dev/null || missing+=(munge)

@@ -5,6 +5,7 @@
 //! report closed connections, and those are consequences. Only when every failing node
 //! reports a communication error is the earliest of those the cause.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use regex::Regex;
@@ -141,16 +142,24 @@ struct NodeFailure<'a> {
 }
 
 fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFailure<'a>> {
-    let matched: Vec<(FailureClass, &TimedLine)> =
-        node.lines.iter().filter_map(|l| rules.class_of(&l.text).map(|c| (c, l))).collect();
+    let matched: Vec<(FailureClass, usize, &TimedLine)> = node
+        .lines
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| rules.class_of(&l.text).map(|c| (c, i, l)))
+        .collect();
     // Lines printed after herd asked the node to stop are the teardown's, not the failure's.
     let stop_noise = |l: &TimedLine| node.stop_requested_at.is_some_and(|at| l.at >= at);
     let best = NODE_PRIORITY
         .iter()
-        .find_map(|class| matched.iter().find(|(c, l)| c == class && !stop_noise(l)))
-        .map(|(c, l)| (*c, Some(l.text.clone())));
-    let first_sign =
-        matched.iter().filter(|(_, l)| !stop_noise(l)).map(|(_, l)| l.at).min().unwrap_or(node.ended_at);
+        .find_map(|class| matched.iter().find(|(c, _, l)| c == class && !stop_noise(l)))
+        .map(|(c, i, _)| (*c, Some(informative_line(&node.lines, *i))));
+    let first_sign = matched
+        .iter()
+        .filter(|(_, _, l)| !stop_noise(l))
+        .map(|(_, _, l)| l.at)
+        .min()
+        .unwrap_or(node.ended_at);
     let (class, line) = match (&node.exit, best) {
         (NodeExit::ExitCode(0), _) => return None,
         (NodeExit::Lost(_), _) => (FailureClass::NodeLost, None),
@@ -168,6 +177,53 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
     };
     let at = if class == FailureClass::NodeLost { node.ended_at } else { first_sign.min(node.ended_at) };
     Some(NodeFailure { node, class, line, at })
+}
+
+/// `[rank3]: `, which torch puts before each line a rank prints to stderr.
+static RANK_PREFIX: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\[rank\d+\]:\s?").expect("compiles"));
+
+/// The last line of a Python traceback: the exception and its message (`ImportError: …`).
+static EXCEPTION_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:\[rank\d+\]:\s?)?[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault)(?::|$)")
+        .expect("compiles")
+});
+
+/// herd's rank wrapper (see `mux.py`), which torchrun names in place of the user's program.
+const WRAPPER_PATH: &str = r"\S*herd-out-[^/\s]+/rank\b";
+static WRAPPER: LazyLock<Regex> = LazyLock::new(|| Regex::new(WRAPPER_PATH).expect("compiles"));
+static OF_WRAPPER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&format!(" of binary: {WRAPPER_PATH}")).expect("compiles"));
+
+/// `line` without herd's rank wrapper: torchrun's ` of binary: WRAPPER` is left out; `None`
+/// for a line that names the wrapper otherwise (torchrun's `WRAPPER FAILED` header).
+fn without_wrapper(line: &str) -> Option<String> {
+    let line = OF_WRAPPER.replace_all(line, "");
+    (!WRAPPER.is_match(&line)).then(|| line.trim_end().to_string())
+}
+
+/// Whether a traceback's exception line is the error itself: torchrun's own `ChildFailedError`
+/// only says that a worker failed.
+fn is_exception_line(line: &str) -> bool {
+    EXCEPTION_LINE.is_match(line) && !line.contains("ChildFailedError")
+}
+
+/// The line at `i` that a rule matched, as quoted: a traceback's frame (`from torch... import
+/// main`, `in _get_module_details`) gives way to the exception that ends the traceback, and
+/// herd's rank wrapper is no binary of the user's.
+fn informative_line(lines: &[TimedLine], i: usize) -> String {
+    let indented = |t: &str| {
+        let t = RANK_PREFIX.replace(t, "");
+        t.is_empty() || t.starts_with(char::is_whitespace)
+    };
+    let text = &lines[i].text;
+    let exception = match indented(text) {
+        true => {
+            lines[i + 1..].iter().map(|l| &l.text).find(|t| !indented(t)).filter(|t| is_exception_line(t))
+        }
+        false => None,
+    };
+    let line = exception.unwrap_or(text);
+    without_wrapper(line).unwrap_or_else(|| line.trim_end().to_string())
 }
 
 /// Classify a failed attempt. `None` when no node failed and herd did not end it.
@@ -335,13 +391,13 @@ pub fn hint(class: FailureClass) -> &'static str {
     }
 }
 
-/// Words that mark a line as the likely reason a process failed.
+/// Words that mark a line as the likely reason a process failed. (A traceback's header is no
+/// reason: its exception line is, which `last_error_line` prefers.)
 const ERROR_MARKERS: &[&str] = &[
     "Error",
     "error:",
     "ERROR",
     "Exception",
-    "Traceback",
     "FAILED",
     "failed",
     "fatal",
@@ -350,14 +406,17 @@ const ERROR_MARKERS: &[&str] = &[
     "No such file",
 ];
 
-/// The line that best explains a failure: the last one that looks like an error, or else the
-/// last non-empty one.
+/// The line that best explains a failure: the last exception a traceback ended with, else the
+/// last line that looks like an error, else the last non-empty one; all without herd's rank
+/// wrapper (see `without_wrapper`), and never torchrun's `ChildFailedError`, which only says
+/// that a worker failed (its `RuntimeError: …` says why).
 pub fn last_error_line(tail: &[String]) -> Option<String> {
-    let non_empty = || tail.iter().rev().filter(|l| !l.trim().is_empty());
-    non_empty()
-        .find(|l| ERROR_MARKERS.iter().any(|m| l.contains(m)))
-        .or_else(|| non_empty().next())
-        .map(|l| l.trim_end().to_string())
+    let said = |l: &String| !l.trim().is_empty() && !l.contains("ChildFailedError");
+    let lines = || tail.iter().rev().filter_map(|l| without_wrapper(l)).filter(said);
+    lines()
+        .find(|l| is_exception_line(l))
+        .or_else(|| lines().find(|l| ERROR_MARKERS.iter().any(|m| l.contains(m))))
+        .or_else(|| lines().next())
 }
 
 #[cfg(test)]
@@ -479,6 +538,61 @@ mod tests {
             torch.distributed.elastic.multiprocessing.errors.ChildFailedError:";
         let nodes = [node(0, worker, NodeExit::ExitCode(1), 0, 100, None)];
         assert_eq!(classify(&nodes, Trigger::NodeFailed, &rules).unwrap().class, FailureClass::User);
+    }
+
+    /// The quoted line of a launch failure is the exception, not the traceback's frame that
+    /// the launch rule matched (`from torch.distributed.run import main`).
+    #[test]
+    fn a_launch_failure_quotes_the_exception_not_the_frame() {
+        let rules = RuleTable::new(&[]);
+        for scenario in ["torchrun-broken-torch", "deepspeed-broken-torch"] {
+            let nodes = [node(0, &fixture(scenario, 0), NodeExit::ExitCode(1), 0, 100, None)];
+            let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+            let line = v.root_cause.unwrap().line;
+            assert_eq!(line.as_deref(), Some("ImportError: broken on purpose"), "{scenario}");
+        }
+    }
+
+    /// torchrun runs herd's rank wrapper (see mux.py), which it names where the user's program
+    /// belongs: `of binary: /tmp/herd-out-…/rank`, `/tmp/herd-out-…/rank FAILED`.
+    fn wrapped(log: &str) -> String {
+        let venv_python = "/root/.cache/herd/venv-torch2.15.0-ds0.19.8/bin/python3";
+        let wrapper = "/tmp/herd-out-5f2a9c1b0d3e/rank";
+        let log = log.replace(&format!("of binary: {venv_python}"), &format!("of binary: {wrapper}"));
+        log.lines()
+            .map(|l| match l.ends_with(" FAILED") && !l.starts_with(' ') {
+                true => format!("{wrapper} FAILED\n"),
+                false => format!("{l}\n"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn herds_rank_wrapper_is_never_quoted_as_the_users_program() {
+        let rules = RuleTable::new(&[]);
+        let killed = wrapped(&fixture("torchrun-sigkill", 1));
+        assert!(killed.contains("of binary: /tmp/herd-out-") && killed.contains("/rank FAILED"));
+        let nodes = [node(1, &killed, NodeExit::ExitCode(1), 0, 100, None)];
+        let line = classify(&nodes, Trigger::NodeFailed, &rules).unwrap().root_cause.unwrap().line.unwrap();
+        assert!(line.ends_with("failed (exitcode: -9) local_rank: 1 (pid: 29288)"), "{line}");
+
+        // An exception no rule knows: the traceback's last one, not torchrun's report after it.
+        let boom = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/w/train.py\", line 5, in <module>\n\
+            [rank0]:     raise RuntimeError(\"boom\")\n[rank0]: RuntimeError: boom\n\
+            E1202 10:00:00.000000 12 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 13) of binary: /root/.cache/herd/venv-torch2.15.0-ds0.19.8/bin/python3\n\
+            Traceback (most recent call last):\n  File \"/opt/venv/bin/torchrun\", line 8, in <module>\n    sys.exit(main())\n\
+            torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n=====\ntrain.py FAILED\n-----\n\
+            Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 13)\n\
+            error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n=====\n";
+        let nodes = [node(0, &wrapped(boom), NodeExit::ExitCode(1), 0, 100, None)];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.root_cause.unwrap().line.as_deref(), Some("[rank0]: RuntimeError: boom"));
+
+        // Without a traceback, torchrun's line without the wrapper, not its FAILED header.
+        let quiet = boom.lines().skip(4).collect::<Vec<_>>().join("\n");
+        let nodes = [node(0, &wrapped(&quiet), NodeExit::ExitCode(1), 0, 100, None)];
+        let line = classify(&nodes, Trigger::NodeFailed, &rules).unwrap().root_cause.unwrap().line.unwrap();
+        assert!(line.ends_with("failed (exitcode: 1) local_rank: 0 (pid: 13)"), "{line}");
     }
 
     /// A node whose lines arrived one millisecond apart from `first_ms`.

@@ -149,7 +149,8 @@ fn odd_group(groups: &[Group], busy: &[String]) -> Option<Group> {
 }
 
 impl Summary {
-    /// `5 ranks in all_reduce (train.py:42); 1 rank (5) in main (train.py:57), the likely culprit`
+    /// `5 ranks in all_reduce (train.py:42); 1 rank (5) in main (train.py:57), the likely culprit`,
+    /// for a terminal.
     pub fn words(&self) -> String {
         let mut parts: Vec<String> = self
             .groups
@@ -162,7 +163,10 @@ impl Summary {
                     String::new()
                 };
                 let odd = if self.culprit.as_ref() == Some(g) { ", the likely culprit" } else { "" };
-                format!("{n} rank{}{which} in {}{odd}", if n == 1 { "" } else { "s" }, g.place)
+                // A place is the job's own text (a script's path): shown as `herd plan` shows
+                // paths, its control characters escaped.
+                let place = crate::output::printable(&g.place);
+                format!("{n} rank{}{which} in {place}{odd}", if n == 1 { "" } else { "s" })
             })
             .collect();
         if !self.missing.is_empty() {
@@ -207,6 +211,18 @@ mod tests {
             Some("poll (/usr/lib/python3.11/selectors.py:415)")
         );
         assert_eq!(place(&main_thread("Process 1: x\n"), "/w"), None);
+    }
+
+    /// A script's path is any file name: an escape sequence in it reaches no terminal raw.
+    #[test]
+    fn a_place_with_control_characters_is_shown_escaped() {
+        let path = "/work/ev\x1b]0;owned\x07il\x1b[2Jx.py";
+        let dump = format!("Thread 72 (idle): \"MainThread\"\n    main ({path}:57)\n");
+        let summary = summarize(&[stack(0, Ok(&dump)), stack(1, Ok(SLEEPING))], "/work");
+        assert_eq!(summary.groups[0].place, "main (ev\x1b]0;owned\x07il\x1b[2Jx.py:57)", "kept as it is");
+        let words = summary.words();
+        assert!(!words.chars().any(char::is_control), "{words:?}");
+        assert!(words.contains("main (ev\\u{1b}]0;owned\\u{7}il\\u{1b}[2Jx.py:57)"), "{words}");
     }
 
     #[test]

@@ -278,3 +278,23 @@ fn a_changed_host_key_is_named_with_its_fix() {
     run.assert_code(3);
     assert!(run.stderr.contains("host key is not the one in known_hosts"), "{run}");
 }
+
+/// sshd runs each command with the user's login shell, `$SHELL -c`: herd's commands hold
+/// newlines, quotes and `!`, which tcsh reads otherwise than sh. Everything herd sends runs in
+/// sh all the same, so neither the doctor nor a run fails on a tcsh node.
+#[test]
+fn a_node_whose_login_shell_is_tcsh_passes_the_doctor_and_runs() {
+    let c = Cluster::new(2);
+    c.tb.login_shell(1, "/usr/bin/tcsh");
+    let out = c.tb.ssh(1, "echo $tcsh");
+    assert!(out.status.success() && out.stdout.len() > 1, "tcsh is node 2's login shell: {out:?}");
+    c.write_config(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [\"--steps\", \"1\"]\nnproc_per_node = 1",
+        "",
+    );
+    let (out, json) = doctor_json(&c);
+    assert_eq!(failures(&json), vec![], "{out}");
+    out.assert_code(0);
+    let out = c.run();
+    out.assert_code(0);
+}

@@ -558,3 +558,24 @@ fn reach_of(f: &Facts) -> Result<(), String> {
 fn py_str(s: &str) -> String {
     serde_json::to_string(s).expect("a string")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The master's probe is herd's longest command (the facts in three places, quoted inside
+    /// quotes). Its line for the login shell (`remote::for_login_shell`) must stay one
+    /// argument of `$SHELL -c`, which Linux takes up to 128 KiB.
+    #[test]
+    fn the_masters_probe_fits_one_login_shell_argument() {
+        let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n\
+            setup = \"source /opt/venv/bin/activate\"\n[rendezvous]\ninterface = \"eth0\"\n";
+        let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
+        let plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
+        let options = ProbeOptions { fast: false, test_port: true, presweep: Some("true".into()) };
+        let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
+        let line = remote::for_login_shell(&command);
+        assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
+    }
+}

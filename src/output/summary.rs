@@ -60,7 +60,9 @@ pub fn status_line(event: &Event) -> Option<String> {
         ),
         Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
         Event::Resuming { attempt, from: Some(from), args } => {
-            format!("attempt {attempt} resumes from {from} (appends {})", args.join(" "))
+            // A checkpoint's name is the job's: it may hold a newline or an escape sequence.
+            let args = args.iter().map(|a| super::printable(a)).collect::<Vec<_>>().join(" ");
+            format!("attempt {attempt} resumes from {} (appends {args})", super::printable(from))
         }
         Event::Resuming { attempt, from: None, args } if args.is_empty() => {
             format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
@@ -204,13 +206,17 @@ fn node_changes(before: &[String], now: &[String]) -> String {
     format!("on {} node(s), by node rank: {}", now.len(), ranks.join(", "))
 }
 
-/// `herd stacks`: each rank's dump under a `==> rank R: node N (host), pid P <==` line.
+/// `herd stacks`: each rank's dump under a `==> rank R: node N (host), pid P <==` line. A
+/// dump holds the job's own text (its scripts' paths, py-spy's errors): each line is shown
+/// with its control characters escaped, as `herd plan` shows paths.
 pub fn stacks_text(stacks: &[(usize, crate::stacks::RankStack)], hosts: &[String]) -> String {
     let mut s = String::new();
     for (node_rank, st) in stacks {
         let host = hosts.get(*node_rank).map_or("?", String::as_str);
         let _ = writeln!(s, "==> rank {}: node {node_rank} ({host}), pid {} <==", st.rank, st.pid);
-        s += &st.text();
+        for line in st.text().lines() {
+            let _ = writeln!(s, "{}", super::printable(line));
+        }
         s.push('\n');
     }
     s
@@ -317,6 +323,32 @@ mod tests {
         assert_eq!(rows[4], "       nodes: node rank 1: n4 (was n2)", "{text}");
         assert!(rows[5].starts_with("    2 "), "unchanged: no line\n{text}");
         assert_eq!(rows[7], "       on 2 node(s), by node rank: 0 n1, 1 n3", "{text}");
+    }
+
+    #[test]
+    fn herd_stacks_shows_a_dump_with_its_control_characters_escaped() {
+        let dump = "Thread 7 (idle): \"MainThread\"\n    main (/w/ev\x1b[2Jil.py:3)\n".to_string();
+        let st = crate::stacks::RankStack { rank: 0, pid: 7, dump: Ok(dump) };
+        let text = stacks_text(&[(0, st)], &["n1".into()]);
+        assert_eq!(
+            text,
+            "==> rank 0: node 0 (n1), pid 7 <==\nThread 7 (idle): \"MainThread\"\n    main (/w/ev\\u{1b}[2Jil.py:3)\n\n"
+        );
+    }
+
+    /// A checkpoint's name is any file name: a newline or an escape sequence in it is shown
+    /// escaped, as one line.
+    #[test]
+    fn a_resume_from_an_odd_name_is_one_line() {
+        let from = "ck/step_2\nevil\x1b[2J".to_string();
+        let event =
+            Event::Resuming { attempt: 1, from: Some(from.clone()), args: vec!["--resume".into(), from] };
+        let line = status_line(&event).unwrap();
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(
+            line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"),
+            "{line}"
+        );
     }
 
     #[test]

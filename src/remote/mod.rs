@@ -61,6 +61,39 @@ pub fn quote(word: &str) -> String {
     out
 }
 
+/// `command`, a line for `sh`, as a line that any login shell runs with `-c` (as sshd runs a
+/// remote command, whatever the user's shell): `exec sh -c '…'`, inside which printf rebuilds
+/// `command` for `eval`. csh and tcsh take no newline inside quotes and expand `!` even in
+/// single quotes; fish reads `\\` and `\'` in them; `$` in double quotes means something else to
+/// each: the line holds none of these, nor any byte outside printable ASCII, and has only the
+/// two single quotes around the script. Inside, the format is in sh's double quotes: `'` and
+/// `\`, the most frequent (nested quoting), are `$1` and `$2`, whose values printf writes as
+/// they are; the others are escapes (`\n`, `\$`, `\041`). The positional parameters are
+/// cleared before `command` runs.
+pub fn for_login_shell(command: &str) -> String {
+    let mut format = String::with_capacity(command.len() * 5 / 4 + 16);
+    format.push_str("set --\\n");
+    for b in command.bytes() {
+        match b {
+            b'\'' => format.push_str("$1"),
+            b'\\' => format.push_str("$2"),
+            b'\n' => format.push_str("\\n"),
+            b'%' => format.push_str("%%"),
+            // Special to sh in double quotes; printf writes the character itself.
+            b'$' | b'`' | b'"' => {
+                format.push('\\');
+                format.push(b as char);
+            }
+            b'!' => format.push_str("\\041"),
+            b' '..=b'~' => format.push(b as char),
+            _ => {
+                let _ = write!(format, "\\{b:03o}");
+            }
+        }
+    }
+    format!("exec sh -c 'set -- \"$(printf \"\\047\")\" \"$(printf \"\\134\\134\")\"; eval \"$(printf \"{format}\")\"'")
+}
+
 /// What the agent needs to start one node's job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentInvocation {
@@ -103,9 +136,9 @@ impl AgentInvocation {
         ]
     }
 
-    /// The command string given to ssh, which the remote login shell runs with `-c`: the
-    /// agent's argv, started through /usr/bin/python3 where the node has it, which makes it a
-    /// child subreaper (the flag survives exec) and then execs it unchanged.
+    /// The command for `sh` that ssh runs (through `for_login_shell`) and srun: the agent's
+    /// argv, started through /usr/bin/python3 where the node has it, which makes it a child
+    /// subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
         let agent = self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
         format!(
@@ -456,9 +489,14 @@ mod tests {
     /// The agent as a node's login shell starts it for sshd: `sh -c` of its remote command
     /// line, with all three pipes.
     fn spawn_remote(inv: &AgentInvocation) -> std::process::Child {
-        Command::new("sh")
+        spawn_under("sh", inv)
+    }
+
+    /// The agent as sshd starts it where the login shell is `shell`.
+    fn spawn_under(shell: &str, inv: &AgentInvocation) -> std::process::Child {
+        Command::new(shell)
             .arg("-c")
-            .arg(inv.remote_command())
+            .arg(for_login_shell(&inv.remote_command()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -957,6 +995,96 @@ mod tests {
         assert_eq!(stdout, b"hi there\n");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
+    }
+
+    /// The shells sshd may run a command with. tcsh is required (scripts/test.sh installs
+    /// it); the others where this machine has them.
+    fn login_shells() -> Vec<&'static str> {
+        let has = |sh: &str| Command::new(sh).args(["-c", "exit 0"]).status().is_ok_and(|s| s.success());
+        assert!(has("tcsh"), "tcsh is missing (apt-get install tcsh; scripts/test.sh does)");
+        ["sh", "bash", "zsh", "tcsh", "csh", "fish"].into_iter().filter(|sh| has(sh)).collect()
+    }
+
+    /// What csh, tcsh or fish would read differently from sh in a command line: a newline, a
+    /// `!`, a quote beyond the pair around the script, a backslash before one or before
+    /// another backslash, a byte outside printable ASCII.
+    fn csh_or_fish_would_misread(line: &str) -> Option<String> {
+        let bad = line.bytes().position(|b| !(b' '..=b'~').contains(&b) || b == b'!');
+        let quotes = line.matches('\'').count();
+        match () {
+            _ if bad.is_some() => Some(format!("byte {:?} at {bad:?}", line.as_bytes()[bad.unwrap()])),
+            _ if quotes != 2 => Some(format!("{quotes} single quotes")),
+            _ if line.contains("\\\\") || line.contains("\\'") => Some("a fish escape".into()),
+            _ => None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_command_survives_a_login_shell_line(s in "[^\u{0}]{0,40}") {
+            let line = for_login_shell(&format!("printf '%s' {}", quote(&s)));
+            prop_assert_eq!(csh_or_fish_would_misread(&line), None, "{}", line);
+            let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
+            prop_assert_eq!(out.stdout, s.as_bytes());
+        }
+    }
+
+    /// sshd runs a command as `$SHELL -c LINE`: herd's lines run the same in every shell, the
+    /// agent's, its job's and a sweep's, though they hold newlines, quotes and `!`.
+    #[test]
+    fn the_agent_and_a_sweep_start_under_any_login_shell() {
+        let job = job_snippet("/", Some("echo 'setup!'\n# a comment"), "printf '%s\\n' \"it's $HERD_T\"");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            presweep: Some(with_procs(&sweep_call("herd-none", SweepScope::Leftovers, 1))),
+            job,
+            cleanup: Some("echo 'done!'".into()),
+            report_ports: false,
+        };
+        let line = for_login_shell(&inv.remote_command());
+        assert_eq!(csh_or_fish_would_misread(&line), None, "{line}");
+        for shell in login_shells() {
+            use std::io::{Read, Write};
+            let mut child = spawn_under(shell, &inv);
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&env_block([("HERD_T", "a $b `c` \\ 'd' \"e\"!")])).unwrap();
+            let mut stdout = Vec::new();
+            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let expected = "setup!\nit's a $b `c` \\ 'd' \"e\"!\n";
+            assert_eq!(String::from_utf8_lossy(&stdout), expected, "{shell}: {stderr}");
+            assert!(stderr.contains("herd-agent exit 0"), "{shell}: {stderr}");
+        }
+    }
+
+    /// The agent's line with a torch job's multiplexer and setup stays one argument for
+    /// `$SHELL -c`: Linux takes at most 128 KiB in one.
+    #[test]
+    fn a_torch_agents_login_line_fits_one_argument() {
+        let command = under_mux("/opt/venv/bin/python", "torchrun --nnodes=2 train.py --lr 0.1", true);
+        let job = job_snippet("/work dir", Some("source /opt/venv/bin/activate\nmodule load cuda"), &command);
+        let inv = AgentInvocation {
+            grace_secs: 30,
+            heartbeat_secs: 5,
+            marker: "HERD_MARKER=abc:r1:0:0".into(),
+            job,
+            cleanup: Some("docker rm -f herd-abc".into()),
+            presweep: Some(with_procs(&sweep_call("abc", SweepScope::Leftovers, 10))),
+            report_ports: true,
+        };
+        let line = for_login_shell(&inv.remote_command());
+        assert_eq!(csh_or_fish_would_misread(&line), None);
+        assert!(
+            line.len() < 96 * 1024,
+            "{} bytes (the command itself: {})",
+            line.len(),
+            inv.remote_command().len()
+        );
     }
 
     #[test]

@@ -355,26 +355,47 @@ impl Run<'_> {
 /// How long the nodes may take to hand over their NCCL dumps after a failed attempt.
 const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The newest match of `glob` under `workdir` on a node, by modification time: in `sh` (not
-/// the login shell, which may be zsh), the pattern globbed but never split, the newest found
-/// with `-nt` (no argument list to overflow), within `RESUME_LOOKUP`.
+/// The newest match of `glob` under `workdir` on a node, by modification time (see
+/// `latest_script`), within `RESUME_LOOKUP`.
 async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: &str) -> Option<String> {
-    use crate::remote::quote;
-    let script = format!(
-        "cd -- {} || exit 1; p={}; IFS=; set -- $p; b=; for f in \"$@\"; do [ -e \"$f\" ] || continue; if [ -z \"$b\" ] || [ \"$f\" -nt \"$b\" ]; then b=$f; fi; done; printf '%s\\n' \"$b\"",
-        quote(workdir),
-        quote(glob)
-    );
-    match remote_sh(conn, &script, RESUME_LOOKUP).await {
-        Ok(stdout) => {
-            let found = String::from_utf8_lossy(&stdout).lines().last().unwrap_or("").to_string();
-            Some(found).filter(|f| !f.is_empty())
-        }
+    match remote_sh(conn, &latest_script(workdir, glob), RESUME_LOOKUP).await {
+        Ok(stdout) => match latest_found(&stdout) {
+            Ok(found) => found,
+            Err(why) => {
+                tracing::warn!("restart.resume_args: the newest match of {glob:?} on the master {why}");
+                None
+            }
+        },
         Err(why) => {
             tracing::warn!("restart.resume_args: cannot look for {glob:?} on the master: {why}");
             None
         }
     }
+}
+
+/// The script that prints the newest match of `glob` under `workdir`: in `sh` (not the login
+/// shell, which may be zsh), the pattern globbed but never split, the newest found with `-nt`
+/// (no argument list to overflow), printed between two NULs: a file name holds anything but
+/// NUL (a newline too), and a login's init may print before it.
+fn latest_script(workdir: &str, glob: &str) -> String {
+    use crate::remote::quote;
+    format!(
+        "cd -- {} || exit 1; p={}; IFS=; set -- $p; b=; for f in \"$@\"; do [ -e \"$f\" ] || continue; if [ -z \"$b\" ] || [ \"$f\" -nt \"$b\" ]; then b=$f; fi; done; printf '\\0%s\\0' \"$b\"",
+        quote(workdir),
+        quote(glob)
+    )
+}
+
+/// The name `latest_script` printed: `None` when nothing matched; an error for output that
+/// is not framed as it prints, or a name that is not UTF-8.
+fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
+    let framed =
+        stdout.strip_suffix(b"\0").and_then(|s| s.rsplit(|&b| b == 0).next().filter(|_| s.contains(&0)));
+    let name =
+        framed.ok_or_else(|| format!("was not printed as asked: {:?}", String::from_utf8_lossy(stdout)))?;
+    let name =
+        String::from_utf8(name.to_vec()).map_err(|_| "is not UTF-8: it cannot be passed on".to_string())?;
+    Ok(Some(name).filter(|n| !n.is_empty()))
 }
 
 /// `script` run by `sh` on a node (not its login shell, which may be zsh), within `limit`:
@@ -428,5 +449,33 @@ async fn interruptible<T>(interrupts: &mut Interrupts, work: impl Future<Output 
     tokio::select! {
         done = work => Some(done),
         _ = interrupts.recv() => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint's name may hold a newline: it stays one name, never split into a name
+    /// of the attacker's choice (`evil`), nor shifted by what a login's init prints.
+    #[test]
+    fn the_newest_checkpoint_keeps_a_newline_in_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let wd = dir.path().join("w d");
+        std::fs::create_dir_all(wd.join("ck")).unwrap();
+        std::fs::write(wd.join("ck/step_1"), "").unwrap();
+        let newest = wd.join("ck/step_2\nevil");
+        std::fs::write(&newest, "").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        std::fs::File::options().write(true).open(&newest).unwrap().set_modified(later).unwrap();
+        let run = |glob: &str| {
+            let script = format!("echo 'hello from .bashrc'; {}", latest_script(wd.to_str().unwrap(), glob));
+            let out = std::process::Command::new("sh").arg("-c").arg(script).output().unwrap();
+            latest_found(&out.stdout)
+        };
+        assert_eq!(run("ck/step_*"), Ok(Some("ck/step_2\nevil".to_string())));
+        assert_eq!(run("ck/none_*"), Ok(None));
+        assert!(latest_found(b"ck/step_2\n").is_err(), "not framed");
+        assert!(latest_found(b"\0\xff\0").is_err(), "not UTF-8");
     }
 }

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::KnownHostsPolicy;
 use crate::plan::{SlurmTarget, SshTarget, Transport};
-use crate::remote::AgentInvocation;
+use crate::remote::{self, AgentInvocation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -229,7 +229,7 @@ impl Connection {
                 Ok(AgentProcess::piped(child, AgentHandle::Srun))
             }
             Connection::Ssh(link) => {
-                let command = inv.remote_command();
+                let command = remote::for_login_shell(&inv.remote_command());
                 let mut child = link
                     .with_session(|session| {
                         let command = command.clone();
@@ -269,6 +269,8 @@ impl Connection {
                 .await?),
             Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
+                let shell = remote::for_login_shell(shell);
+                let shell = shell.as_str();
                 link.with_session(|session| async move {
                     session
                         .raw_command(shell)

@@ -223,6 +223,23 @@ sleep {secs}
         );
     }
 
+    /// Makes `shell` (e.g. `/usr/bin/tcsh`) root's login shell on the node's host: sshd runs
+    /// every command sent to it with `shell -c`.
+    pub fn login_shell(&self, node: usize, shell: &str) {
+        let passwd = PathBuf::from(format!("/etc/netns/{}/passwd", self.node(node).netns));
+        let text =
+            fs::read_to_string(&passwd).unwrap_or_else(|e| panic!("testbed: {}: {e}", passwd.display()));
+        let text: String = text
+            .lines()
+            .map(|line| match line.rsplit_once(':') {
+                Some((rest, _)) if line.starts_with("root:") => format!("{rest}:{shell}\n"),
+                _ => format!("{line}\n"),
+            })
+            .collect();
+        // Written in place: the file is bind-mounted over the host's /etc/passwd.
+        write_file(&passwd, &text);
+    }
+
     /// From now on, every login on the node's host (a shell sshd starts) writes a line to a
     /// file of its home: `logins` counts them. A shell that a login's command starts is no
     /// login, and is not counted; a shell init it pays is, though: see `shell_inits`. Call it
