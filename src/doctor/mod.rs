@@ -573,7 +573,12 @@ mod tests {
         let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
         let plan =
             crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/w".into(), ..Default::default() });
-        let options = ProbeOptions { fast: false, test_port: true, presweep: Some("true".into()) };
+        let options = ProbeOptions {
+            fast: false,
+            test_port: true,
+            presweep: Some("true".into()),
+            import_torch: Vec::new(),
+        };
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
         let line = remote::for_login_shell(&command);
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
