@@ -9,10 +9,12 @@ use std::time::Duration;
 use support::cluster::{Cluster, LIMIT};
 use support::herd;
 
-/// What differs from `before` on each node once the processes had 5 s to go.
+/// The processes not in `before` on each node once the processes had 5 s to go. By pid: a
+/// process that was there before may have retitled itself (sshd's listener shows how many
+/// logins it is accepting, `[listener] 1 of 10-100 startups`).
 fn left_after(c: &Cluster, before: &[Vec<(u32, String)>]) -> Vec<(usize, Vec<(u32, String)>)> {
     let extra = |i: usize| -> Vec<(u32, String)> {
-        c.tb.processes(i).into_iter().filter(|p| !before[i].contains(p)).collect()
+        c.tb.processes(i).into_iter().filter(|(pid, _)| !before[i].iter().any(|(p, _)| p == pid)).collect()
     };
     herd::wait_until(Duration::from_secs(5), || (0..before.len()).all(|i| extra(i).is_empty()));
     (0..before.len()).map(|i| (i, extra(i))).filter(|(_, e)| !e.is_empty()).collect()
