@@ -439,6 +439,11 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
             return Err(Error::Usage(format!("{flag} {value:?}: not a value for sbatch: {why}")));
         }
     }
+    for arg in &args.sbatch_arg {
+        if let Some(why) = crate::submit::refused_sbatch_arg(arg) {
+            return Err(Error::Usage(format!("--sbatch-arg {arg:?}: {why}")));
+        }
+    }
     // The config, checked as `herd run --slurm` will check it in an allocation of N nodes;
     // without -N, N is the file's [job] nnodes (read from a check on the most nodes there
     // can be).

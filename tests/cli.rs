@@ -743,6 +743,14 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let more = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--exclusive"], LIMIT);
     more.assert_code(0);
     assert!(more.stdout.contains("#SBATCH --exclusive\n"), "{more}");
+    // An sbatch option that would undo one of herd's own (the last #SBATCH line wins).
+    let undoing = [("--nodes=1", "--nodes"), ("--nod=1", "--nodes"), ("-k", "-k"), ("--out=x", "--output")];
+    for (arg, option) in undoing {
+        let bad = herd::run(dir.path(), &["submit", "--print", &format!("--sbatch-arg={arg}")], LIMIT);
+        bad.assert_code(2);
+        let want = format!("--sbatch-arg {arg:?}: herd submit sets {option} itself");
+        assert!(bad.stderr.contains(&want), "{want}\n{bad}");
+    }
     write(dir.path(), "[job]\nscript = \"train.py\"\n");
     let how_many = herd::run(dir.path(), &["submit", "--print"], LIMIT);
     how_many.assert_code(2);
