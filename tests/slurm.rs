@@ -430,3 +430,35 @@ fn herd_submit_runs_the_job_through_sbatch_to_completion() {
     logs.assert_code(0);
     assert!(logs.stdout.lines().any(|l| l.contains("result rank=5")), "{logs}");
 }
+
+#[test]
+fn an_allocation_cancelled_under_the_run_ends_it_as_such_and_blames_no_node() {
+    let s = SlurmCluster::new(3);
+    let alloc = s.slurm.allocate(3);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Two nodes and a spare: a node blamed for the allocation's end would be quarantined.
+    s.write_config(
+        "launcher = \"command\"\nscript = \"sleep\"\nargs = [\"300\"]\nnnodes = 2",
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}",
+            mark(&s.c)
+        ),
+    );
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    assert!(running.until(LIMIT, || s.sleepers() == 2), "the job did not start: {:?}", s.leftovers());
+    s.slurm.release(&alloc[1].1);
+    let out = running.wait(LIMIT);
+    out.assert_code(1);
+    let ev = events(&only_run_dir(&s.c.logs()));
+    assert!(all(&ev, "node_quarantined").is_empty(), "{ev:?}");
+    assert_eq!(all(&ev, "attempt_started").len(), 1, "no restart: {ev:?}");
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed[0]["class"], "allocation", "{}", failed[0]);
+    assert!(failed[0]["root_cause"].is_null(), "{}", failed[0]);
+    let abandoned = all(&ev, "restart_abandoned");
+    let reason = abandoned[0]["reason"].as_str().unwrap();
+    let cancelled = format!("the Slurm allocation {} ended (CANCELLED): cancelled (scancel", alloc[1].1);
+    assert!(reason.starts_with(&cancelled), "{reason}");
+    assert!(out.stderr.contains("no node is to blame"), "{out}");
+    assert!(!out.stderr.contains("quarantined"), "{out}");
+}
