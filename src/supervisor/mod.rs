@@ -240,6 +240,14 @@ impl Run<'_> {
         let events = self.events;
         let ready = async {
             tokio::time::sleep(delay).await;
+            // Through Slurm, a node now down or drained is replaced as at the start, not
+            // waited for (it is, without a spare or min_nodes to take its place).
+            let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;
+            let refused = reserve::refused(refusals, self.plan.nnodes());
+            let replaced = match self.replace(&refused, attempt).await {
+                Some(previous) => Some(replaced.unwrap_or(previous)),
+                None => replaced,
+            };
             let Some(previous) = replaced else {
                 return match fleet.reconnect(&self.plan, events).await {
                     Ok(fleet) => Ok((fleet, Preflighted::default())),
