@@ -477,7 +477,8 @@ fn a_node_drained_during_an_attempt_is_replaced_by_the_spare_at_the_restart_not_
             serde_json::to_string(script).unwrap()
         ),
         &format!(
-            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}node_wait = \"1m\"\n",
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n\
+             {FAST_RESTART}node_wait = \"1m\"\n",
             mark(&s.c)
         ),
     );

@@ -195,7 +195,8 @@ impl Run<'_> {
             let class = FailureClass::Allocation;
             let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
             let millis = duration.as_millis() as u64;
-            let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
+            let failed = Event::AttemptFailed { attempt, millis, verdict: verdict.clone() };
+            let _ = self.events.send(failed).await;
             self.attempts.push(summary(Some(verdict)));
             let _ = self.events.send(Event::RestartAbandoned { reason: nothing_left(&ended) }).await;
             return Ok(Next::Done(RunStatus::Failed));

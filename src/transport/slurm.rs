@@ -344,7 +344,8 @@ mod tests {
 
     #[test]
     fn an_allocation_ends_in_the_states_that_hold_no_nodes() {
-        for running in ["RUNNING", "running", "SUSPENDED", "CONFIGURING", "RESIZING", "STOPPED", "SIGNALING"] {
+        let holding = ["RUNNING", "running", "SUSPENDED", "CONFIGURING", "RESIZING", "STOPPED", "SIGNALING"];
+        for running in holding {
             assert_eq!(allocation_ended("42", Some(running)), None, "{running}");
         }
         assert_eq!(
