@@ -352,7 +352,17 @@ fn init_command(args: InitArgs) -> Result<u8, Error> {
 }
 
 fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
-    let plan = load_plan(&args.config.config, &NodeSelection::default(), &[], Active::All)?;
+    let config = &args.config.config;
+    let selection = NodeSelection { slurm: args.slurm, ..NodeSelection::default() };
+    // A config for Slurm outside its allocation has no nodes here, but its quarantine file is
+    // where it always is: it can be read, and nodes released.
+    let (plan, outside) = match load_plan(config, &selection, &[], Active::All) {
+        Ok(plan) => (plan, false),
+        Err(e) if outside_allocation(&e) => {
+            (plan_in_allocation(config, config::MAX_NODES, &[]).map_err(|_| e)?, true)
+        }
+        Err(e) => return Err(e),
+    };
     let path = quarantine::path(&plan.logs_dir, &plan.config_key);
     let mut kept_out = Quarantine::load(&path)?;
     if !args.release.is_empty() {
@@ -373,21 +383,32 @@ fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
         }
     }
     // What the next run would do; with too few nodes left, only why.
-    let next = match load_plan(&args.config.config, &NodeSelection::default(), &[], Active::Run) {
+    let plan = match load_plan(config, &selection, &[], Active::Run) {
         Ok(plan) => Some(plan),
+        Err(_) if outside => None,
         Err(Error::TooFewNodes(e)) => {
             eprintln!("herd: the next run cannot start: {e}");
             None
         }
         Err(e) => return Err(e),
     };
+    let next = match &plan {
+        Some(plan) => output::plan_view::NextRun::Plan(plan),
+        None if outside => output::plan_view::NextRun::OutsideAllocation,
+        None => output::plan_view::NextRun::CannotStart,
+    };
     let text = if args.json {
-        output::plan_view::nodes_json(next.as_ref(), &kept_out)
+        output::plan_view::nodes_json(next, &kept_out)
     } else {
-        output::plan_view::nodes_text(next.as_ref(), &kept_out)
+        output::plan_view::nodes_text(next, &kept_out)
     };
     print!("{text}");
     Ok(exit::OK)
+}
+
+/// Whether `e` says that the config's nodes are a Slurm allocation's, and herd is in none.
+fn outside_allocation(e: &Error) -> bool {
+    matches!(e, Error::Config(c) if c.message().contains("not inside a Slurm allocation"))
 }
 
 fn stacks_command(config: &Path) -> Result<u8, Error> {
@@ -450,6 +471,11 @@ fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
     for (flag, value) in values.chain(more) {
         if let Some(why) = crate::submit::bad_value(value) {
             return Err(Error::Usage(format!("{flag} {value:?}: not a value for sbatch: {why}")));
+        }
+    }
+    for arg in &args.sbatch_arg {
+        if let Some(why) = crate::submit::refused_sbatch_arg(arg) {
+            return Err(Error::Usage(format!("--sbatch-arg {arg:?}: {why}")));
         }
     }
     // The config, checked as `herd run --slurm` will check it in an allocation of N nodes;

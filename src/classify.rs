@@ -388,6 +388,7 @@ pub fn hint(class: FailureClass) -> &'static str {
         FailureClass::Oom => "out of memory: lower the batch size or use activation checkpointing; check host RAM and /dev/shm",
         FailureClass::User => "the training script raised an error: fix it and run again (herd does not restart user errors by default)",
         FailureClass::Launch => "the job could not start on that node: check workdir, setup, and that the launcher and script exist there; `herd doctor` checks the node's environment, its torch import included",
+        FailureClass::Allocation => "Slurm ended the allocation (scancel, its time limit, preemption, or the salloc or batch script that held it): every step ended with it, and no node is to blame; run again in a new allocation (a longer --time?), resuming from a checkpoint",
     }
 }
 

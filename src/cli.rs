@@ -104,6 +104,12 @@ pub struct NodesArgs {
     #[arg(long, value_name = "HOST")]
     pub release: Vec<String>,
 
+    /// The nodes of this Slurm allocation, as `herd run --slurm` uses them (as [transport]
+    /// kind = "slurm" does). Outside an allocation only the quarantine is known, and
+    /// --release works.
+    #[arg(long)]
+    pub slurm: bool,
+
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -15,9 +15,9 @@ use crate::transport::{self, Connection, Started, TransportError};
 
 /// Through Slurm, the nodes (by node rank) among those `which` picks that Slurm will not run a
 /// step on (down, drained, not responding), and why: one `sinfo` for them all. Connecting to
-/// them fails, as an unreachable host fails over SSH: they are lost, waited for before a
-/// restart, replaced by a spare.
-async fn slurm_refusals(
+/// them fails, as an unreachable host fails over SSH: they are lost, and replaced by a spare
+/// (at the start, and before a restart), or waited for when none can take their place.
+pub async fn slurm_refusals(
     plan: &LaunchPlan,
     which: &impl Fn(&NodePlan) -> bool,
 ) -> std::collections::HashMap<usize, String> {

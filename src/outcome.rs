@@ -17,6 +17,9 @@ pub enum FailureClass {
     Oom,
     User,
     Launch,
+    /// Slurm ended the allocation the run was in (scancel, its time limit, its salloc): no
+    /// node's failure, and nothing to restart in. Never configurable (not in [`Self::ALL`]).
+    Allocation,
 }
 
 impl FailureClass {
@@ -41,6 +44,7 @@ impl FailureClass {
             FailureClass::Oom => "oom",
             FailureClass::User => "user",
             FailureClass::Launch => "launch",
+            FailureClass::Allocation => "allocation",
         }
     }
 

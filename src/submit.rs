@@ -78,6 +78,34 @@ pub fn script(s: &Submission<'_>) -> String {
     t + &line + "\n"
 }
 
+/// sbatch options that would change what the script sets and herd relies on: the node count
+/// the config was checked for (`--ntasks` caps it too), `--no-kill` (a failed node does not
+/// end the allocation), the directory herd starts in, where Slurm's output goes (herd names
+/// the file), and one herd per config (`--array` would start several, `--wrap` none).
+#[rustfmt::skip]
+const REFUSED_SBATCH_OPTIONS: [&str; 15] = [
+    "-N", "--nodes", "-n", "--ntasks", "-k", "--no-kill", "-D", "--chdir", "-o", "--output", "-e", "--error",
+    "-a", "--array", "--wrap",
+];
+
+/// Why `arg` cannot be a `--sbatch-arg`, if it cannot: it is not an option (a bare word such
+/// as `hetjob` splits the job), or it is one herd sets itself, abbreviated or not.
+pub fn refused_sbatch_arg(arg: &str) -> Option<String> {
+    if !arg.starts_with('-') {
+        return Some("it is not an sbatch option (one word starting with -)".into());
+    }
+    let option = crate::config::refused_option(arg, &REFUSED_SBATCH_OPTIONS)?;
+    let instead = match option {
+        "-N" | "--nodes" | "-n" | "--ntasks" => ": give the node count with -N",
+        _ => "",
+    };
+    Some(format!(
+        "herd submit sets {option} itself, and a later #SBATCH line would undo it (herd relies on \
+         the node count it checked the config for, --no-kill, the directory, its output file and \
+         one herd per job){instead}"
+    ))
+}
+
 /// Why `value` cannot be an `#SBATCH` word, if it cannot: sbatch splits its lines on
 /// whitespace, reads quotes and backslashes, and ends a line at `#`.
 pub fn bad_value(value: &str) -> Option<&'static str> {
@@ -169,6 +197,25 @@ mod tests {
              # Written by `herd submit`: herd runs the config on this allocation's nodes, through srun.\n\
              exec /opt/herd/bin/herd run --slurm --no-progress -c '/p/my cluster.toml' -- --lr '3e-4 x'\n"
         );
+    }
+
+    #[test]
+    fn sbatch_args_that_change_what_herd_sets_are_refused_abbreviated_or_not() {
+        for bad in [
+            "--nodes=1", "-N1", "-N", "--nod=1", "--ntasks=1", "-n1", "--no-kill=off", "-k", "--chdir=/x",
+            "-D/x", "--output=o", "--out=o", "-eerr", "--error=e", "--array=0-3", "-a1", "--wrap=x",
+        ] {
+            let why = refused_sbatch_arg(bad).unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(why.starts_with("herd submit sets -"), "{bad}: {why}");
+        }
+        assert!(refused_sbatch_arg("--nodes=2").unwrap().ends_with("give the node count with -N"));
+        assert!(refused_sbatch_arg("hetjob").unwrap().contains("not an sbatch option"));
+        for good in [
+            "--exclusive", "--gres=gpu:8", "--nodelist=n[1-2]", "--ntasks-per-node=1", "-Jname", "--qos=hi",
+            "--mem=0", "-C", "--constraint=a100", "--reservation=r",
+        ] {
+            assert_eq!(refused_sbatch_arg(good), None, "{good}");
+        }
     }
 
     #[test]

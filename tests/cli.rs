@@ -652,6 +652,52 @@ fn too_many_quarantined_nodes_stop_the_run_before_it_starts_and_herd_nodes_says_
     );
 }
 
+/// `herd nodes` for a run through Slurm: inside the allocation its nodes; outside, only the
+/// quarantine, which can still be released.
+#[test]
+fn herd_nodes_with_slurm_lists_the_allocations_nodes_and_releases_outside_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = "[job]\nscript = \"train.py\"\nnnodes = 2\n[logs]\ndir = \"logs\"\n";
+    write(dir.path(), &format!("{job}[transport]\nkind = \"slurm\"\n"));
+    let inside = [("SLURM_JOB_ID", "42"), ("SLURM_JOB_NODELIST", "n[1-3]")];
+    let plan = herd::run_with(dir.path(), &["plan", "--json"], &inside, LIMIT);
+    plan.assert_code(0);
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let key = plan["nodes"][0]["transport"]["step_name"].as_str().unwrap().strip_prefix("herd-").unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    let entry =
+        r#"{"host":"n2","reason":"node-lost: test","run_id":"r","attempt":1,"at":"2026-12-01T00:00:00Z"}"#;
+    let file = dir.path().join(format!("logs/.quarantine-{key}.json"));
+    std::fs::write(&file, format!(r#"{{"nodes":[{entry}]}}"#)).unwrap();
+
+    let nodes = herd::run_with(dir.path(), &["nodes"], &inside, LIMIT);
+    nodes.assert_code(0);
+    let want = "active (node rank, host):\n     0  n1\n     1  n3\nspares: none\n";
+    assert!(nodes.stdout.starts_with(want), "{nodes}");
+    let outside = herd::run(dir.path(), &["nodes", "--json"], LIMIT);
+    outside.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(&outside.stdout).unwrap();
+    assert!(json["active"].is_null() && json["spares"].is_null(), "{outside}");
+    assert_eq!(json["quarantined"][0]["host"], "n2", "{outside}");
+    let outside = herd::run(dir.path(), &["nodes"], LIMIT);
+    outside.assert_code(0);
+    assert!(outside.stdout.starts_with("active: unknown outside a Slurm allocation"), "{outside}");
+    let released = herd::run(dir.path(), &["nodes", "--release", "n2"], LIMIT);
+    released.assert_code(0);
+    assert!(released.stdout.contains("quarantined: none"), "{released}");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("\"n2\""));
+
+    // An SSH config run with --slurm: `herd nodes --slurm` lists the allocation's nodes.
+    write(dir.path(), &format!("[[nodes]]\nhost = \"a,b,c\"\n{job}"));
+    let nodes = herd::run_with(dir.path(), &["nodes", "--slurm"], &inside, LIMIT);
+    nodes.assert_code(0);
+    let want = "active (node rank, host):\n     0  n1\n     1  n2\nspares: n3\n";
+    assert!(nodes.stdout.starts_with(want), "{nodes}");
+    let outside = herd::run(dir.path(), &["nodes", "--slurm"], LIMIT);
+    outside.assert_code(0);
+    assert!(outside.stdout.starts_with("active: unknown outside a Slurm allocation"), "{outside}");
+}
+
 /// Every test binary that builds a namespace testbed runs in nextest's `cluster` group, one
 /// test at a time: two clusters of torch processes at once on a 2-core machine make both slow
 /// enough to miss their bounds (a CI run once failed that way).
@@ -759,6 +805,14 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let more = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--exclusive"], LIMIT);
     more.assert_code(0);
     assert!(more.stdout.contains("#SBATCH --exclusive\n"), "{more}");
+    // An sbatch option that would undo one of herd's own (the last #SBATCH line wins).
+    let undoing = [("--nodes=1", "--nodes"), ("--nod=1", "--nodes"), ("-k", "-k"), ("--out=x", "--output")];
+    for (arg, option) in undoing {
+        let bad = herd::run(dir.path(), &["submit", "--print", &format!("--sbatch-arg={arg}")], LIMIT);
+        bad.assert_code(2);
+        let want = format!("--sbatch-arg {arg:?}: herd submit sets {option} itself");
+        assert!(bad.stderr.contains(&want), "{want}\n{bad}");
+    }
     write(dir.path(), "[job]\nscript = \"train.py\"\n");
     let how_many = herd::run(dir.path(), &["submit", "--print"], LIMIT);
     how_many.assert_code(2);

@@ -430,3 +430,79 @@ fn herd_submit_runs_the_job_through_sbatch_to_completion() {
     logs.assert_code(0);
     assert!(logs.stdout.lines().any(|l| l.contains("result rank=5")), "{logs}");
 }
+
+#[test]
+fn an_allocation_cancelled_under_the_run_ends_it_as_such_and_blames_no_node() {
+    let s = SlurmCluster::new(3);
+    let alloc = s.slurm.allocate(3);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Two nodes and a spare: a node blamed for the allocation's end would be quarantined.
+    s.write_config(
+        "launcher = \"command\"\nscript = \"sleep\"\nargs = [\"300\"]\nnnodes = 2",
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}",
+            mark(&s.c)
+        ),
+    );
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    assert!(running.until(LIMIT, || s.sleepers() == 2), "the job did not start: {:?}", s.leftovers());
+    s.slurm.release(&alloc[1].1);
+    let out = running.wait(LIMIT);
+    out.assert_code(1);
+    let ev = events(&only_run_dir(&s.c.logs()));
+    assert!(all(&ev, "node_quarantined").is_empty(), "{ev:?}");
+    assert_eq!(all(&ev, "attempt_started").len(), 1, "no restart: {ev:?}");
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed[0]["class"], "allocation", "{}", failed[0]);
+    assert!(failed[0]["root_cause"].is_null(), "{}", failed[0]);
+    let abandoned = all(&ev, "restart_abandoned");
+    let reason = abandoned[0]["reason"].as_str().unwrap();
+    let cancelled = format!("the Slurm allocation {} ended (CANCELLED): cancelled (scancel", alloc[1].1);
+    assert!(reason.starts_with(&cancelled), "{reason}");
+    assert!(out.stderr.contains("no node is to blame"), "{out}");
+    assert!(!out.stderr.contains("quarantined"), "{out}");
+}
+
+#[test]
+fn a_node_drained_during_an_attempt_is_replaced_by_the_spare_at_the_restart_not_waited_for() {
+    let s = SlurmCluster::new(4);
+    let alloc = s.slurm.allocate(4);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // Attempt 0 runs until a process is killed; attempt 1 ends at once. A node waited for
+    // would be waited for a minute, then the run would fail.
+    let script = "[ \"$HERD_ATTEMPT\" = 0 ] && exec sleep 300; exit 0";
+    s.write_config(
+        &format!(
+            "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {}]\nnnodes = 3",
+            serde_json::to_string(script).unwrap()
+        ),
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[transport]\nkind = \"slurm\"\n\n\
+             {FAST_RESTART}node_wait = \"1m\"\n",
+            mark(&s.c)
+        ),
+    );
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    assert!(running.until(LIMIT, || s.sleepers() == 3), "the job did not start: {:?}", s.leftovers());
+    let drain = s
+        .slurm
+        .command("scontrol")
+        .args(["update", "nodename=node3", "state=drain", "reason=herd-test"])
+        .output()
+        .unwrap();
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    // node1's job is killed: a crash, blamed on no node the first time.
+    let (_, pid) = *s.leftovers().iter().find(|(node, _)| *node == 0).expect("node1's job");
+    let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    let ev = events(&only_run_dir(&s.c.logs()));
+    assert!(all(&ev, "node_waiting").is_empty(), "a drained node was waited for: {ev:?}");
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{ev:?}");
+    assert_eq!(q[0]["host"], "node3");
+    assert!(q[0]["reason"].as_str().unwrap().ends_with("node3 as draining"), "{}", q[0]);
+    let promoted = all(&ev, "spare_promoted");
+    assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node4"), Some(2)));
+    s.slurm.release(&alloc[1].1);
+}

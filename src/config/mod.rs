@@ -45,6 +45,7 @@ pub use load::{load, load_with, parse, parse_with};
 pub use ranks::RankList;
 pub use restart::{latest_glob, LATEST};
 pub use select::{select_nodes, SelectionError};
+pub use transport::refused_option;
 pub use types::*;
 
 #[cfg(test)]

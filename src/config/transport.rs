@@ -22,22 +22,20 @@ const REFUSED_SRUN_OPTIONS: [&str; 29] = [
     "--het-group", "-x", "--exclude", "-F", "--nodefile", "--ntasks-per-node", "--overcommit", "-O", "--array",
 ];
 
-/// The option of `REFUSED_SRUN_OPTIONS` that `arg` is, if any: `-N2` is `-N`, `--nodes=2` is
-/// `--nodes`, and so is `--nod` (srun takes an unambiguous prefix of a long option).
-fn refused_srun_option(arg: &str) -> Option<&'static str> {
+/// The option of `refused` that `arg` is, if any: `-N2` is `-N`, `--nodes=2` is `--nodes`,
+/// and so is `--nod` (srun and sbatch take an unambiguous prefix of a long option).
+pub fn refused_option(arg: &str, refused: &[&'static str]) -> Option<&'static str> {
     if let Some(long) = arg.strip_prefix("--") {
         let name = long.split('=').next().unwrap_or_default();
         if name.len() < 2 {
             return None;
         }
         let is = |o: &&str, m: &dyn Fn(&str) -> bool| o.strip_prefix("--").is_some_and(m);
-        let exact = REFUSED_SRUN_OPTIONS.iter().find(|o| is(o, &|o| o == name));
-        return exact
-            .or_else(|| REFUSED_SRUN_OPTIONS.iter().find(|o| is(o, &|o| o.starts_with(name))))
-            .copied();
+        let exact = refused.iter().find(|o| is(o, &|o| o == name));
+        return exact.or_else(|| refused.iter().find(|o| is(o, &|o| o.starts_with(name)))).copied();
     }
     let short = arg.strip_prefix('-')?.chars().next()?;
-    REFUSED_SRUN_OPTIONS.iter().find(|o| o.len() == 2 && o.ends_with(short)).copied()
+    refused.iter().find(|o| o.len() == 2 && o.ends_with(short)).copied()
 }
 
 impl Cx<'_> {
@@ -127,7 +125,7 @@ impl Cx<'_> {
         let span = args.span();
         let args = args.into_inner();
         for arg in &args {
-            if let Some(option) = refused_srun_option(arg) {
+            if let Some(option) = refused_option(arg, &REFUSED_SRUN_OPTIONS) {
                 return Err(self.err(
                     span,
                     format!(

@@ -220,14 +220,42 @@ pub fn text(plan: &LaunchPlan) -> String {
 
 /// `herd nodes`: which nodes the next run uses, its spares, and the quarantined ones with
 /// why, which run blamed them, and when.
-pub fn nodes_text(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
-    let p = super::printable;
-    let mut s = String::from("active (node rank, host):\n");
-    for node in plan.iter().flat_map(|p| &p.nodes) {
-        s += &format!("  {:>4}  {}\n", node.node_rank, node.host);
+/// What `herd nodes` knows of the config's next run.
+#[derive(Debug, Clone, Copy)]
+pub enum NextRun<'a> {
+    Plan(&'a LaunchPlan),
+    /// Too few nodes are left that are not quarantined.
+    CannotStart,
+    /// The config's nodes are those of a Slurm allocation, and herd is in none.
+    OutsideAllocation,
+}
+
+impl<'a> NextRun<'a> {
+    fn plan(self) -> Option<&'a LaunchPlan> {
+        match self {
+            NextRun::Plan(plan) => Some(plan),
+            _ => None,
+        }
     }
-    let spares: Vec<&str> = plan.iter().flat_map(|p| p.roster.spare_hosts()).collect();
-    s += &format!("spares: {}\n", if spares.is_empty() { "none".to_string() } else { spares.join(", ") });
+}
+
+/// What `herd nodes` says when it cannot know the active nodes.
+pub const OUTSIDE_ALLOCATION: &str = "unknown outside a Slurm allocation (a Slurm run's nodes are \
+     its allocation's: run `herd nodes` inside it)";
+
+pub fn nodes_text(next: NextRun<'_>, kept_out: &Quarantine) -> String {
+    let p = super::printable;
+    let plan = next.plan();
+    let mut s = if let NextRun::OutsideAllocation = next {
+        format!("active: {OUTSIDE_ALLOCATION}\nspares: unknown\n")
+    } else {
+        let mut s = String::from("active (node rank, host):\n");
+        for node in plan.iter().flat_map(|p| &p.nodes) {
+            s += &format!("  {:>4}  {}\n", node.node_rank, node.host);
+        }
+        let spares: Vec<&str> = plan.iter().flat_map(|p| p.roster.spare_hosts()).collect();
+        s + &format!("spares: {}\n", if spares.is_empty() { "none".to_string() } else { spares.join(", ") })
+    };
     if kept_out.nodes.is_empty() {
         s += "quarantined: none\n";
     } else {
@@ -246,7 +274,9 @@ pub fn nodes_text(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
     s
 }
 
-pub fn nodes_json(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
+/// `herd nodes --json`: `active` and `spares` are null when they cannot be known (outside a
+/// Slurm allocation).
+pub fn nodes_json(next: NextRun<'_>, kept_out: &Quarantine) -> String {
     #[derive(Serialize)]
     struct Active<'a> {
         node_rank: usize,
@@ -254,17 +284,18 @@ pub fn nodes_json(plan: Option<&LaunchPlan>, kept_out: &Quarantine) -> String {
     }
     #[derive(Serialize)]
     struct View<'a> {
-        active: Vec<Active<'a>>,
-        spares: Vec<&'a str>,
+        active: Option<Vec<Active<'a>>>,
+        spares: Option<Vec<&'a str>>,
         quarantined: &'a [crate::quarantine::Entry],
     }
+    let plan = next.plan();
+    let known = !matches!(next, NextRun::OutsideAllocation);
     let view = View {
-        active: plan
-            .iter()
-            .flat_map(|p| &p.nodes)
-            .map(|n| Active { node_rank: n.node_rank, host: &n.host })
-            .collect(),
-        spares: plan.iter().flat_map(|p| p.roster.spare_hosts()).collect(),
+        active: known.then(|| {
+            let nodes = plan.iter().flat_map(|p| &p.nodes);
+            nodes.map(|n| Active { node_rank: n.node_rank, host: &n.host }).collect()
+        }),
+        spares: known.then(|| plan.iter().flat_map(|p| p.roster.spare_hosts()).collect()),
         quarantined: &kept_out.nodes,
     };
     let mut s = serde_json::to_string_pretty(&view).expect("serialises");

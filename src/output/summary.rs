@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::events::{Event, RunStatus};
-use crate::outcome::{RootCause, Verdict};
+use crate::outcome::{FailureClass, RootCause, Verdict};
 use crate::output::node_log_path;
 use crate::supervisor::AttemptSummary;
 
@@ -34,7 +34,7 @@ pub fn status_line(event: &Event) -> Option<String> {
         ),
         Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
         Event::AttemptFailed { attempt, verdict, .. } => {
-            format!("attempt {attempt} failed: {}: {}", verdict.class, cause_words(verdict.root_cause.as_ref()))
+            format!("attempt {attempt} failed: {}: {}", verdict.class, cause_words(verdict))
         }
         Event::RestartScheduled { attempt, delay_ms, class } => {
             format!("restarting ({class}) as attempt {attempt} in {:.1} s", *delay_ms as f64 / 1000.0)
@@ -114,9 +114,16 @@ fn plural(n: u32) -> &'static str {
 /// What herd says when a verdict names no node (a hang that no evidence pins on one).
 pub const NO_ROOT_CAUSE: &str = "no single node: every rank stopped making progress at once, and none was found stopped or stuck in the kernel";
 
-/// The root cause's words, or that there is none.
-pub fn cause_words(r: Option<&RootCause>) -> String {
-    r.map_or_else(|| NO_ROOT_CAUSE.to_string(), root_cause_words)
+/// What herd says when Slurm ended the run's allocation: no node failed.
+pub const ALLOCATION_ENDED: &str = "no node: Slurm ended the allocation, and every step with it";
+
+/// The root cause's words, or why there is none.
+pub fn cause_words(v: &Verdict) -> String {
+    match (&v.root_cause, v.class) {
+        (Some(r), _) => root_cause_words(r),
+        (None, FailureClass::Allocation) => ALLOCATION_ENDED.to_string(),
+        (None, _) => NO_ROOT_CAUSE.to_string(),
+    }
 }
 
 /// `node 1 (gpu-02), rank 3 (local 1): signal 9 (SIGKILL)`
@@ -149,6 +156,7 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
                     v.class.to_string(),
                     match &v.root_cause {
                         Some(r) => root_cause_words(r).split(':').next().unwrap_or_default().to_string(),
+                        None if v.class == FailureClass::Allocation => "no node".to_string(),
                         None => "no single node".to_string(),
                     },
                     v.root_cause.as_ref().and_then(|r| r.line.clone()).unwrap_or_default(),
@@ -224,7 +232,7 @@ pub fn stacks_text(stacks: &[(usize, crate::stacks::RankStack)], hosts: &[String
 
 /// How the last attempt failed, for people.
 pub fn failure(v: &Verdict, log: &Path) -> String {
-    let mut s = format!("root cause ({}): {}\n", v.class, cause_words(v.root_cause.as_ref()));
+    let mut s = format!("root cause ({}): {}\n", v.class, cause_words(v));
     if let Some(line) = v.root_cause.as_ref().and_then(|r| r.line.as_ref()) {
         let _ = writeln!(s, "  line: {line}");
     }
@@ -239,7 +247,7 @@ pub fn failure(v: &Verdict, log: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::{Consequence, FailureClass, NodeExit};
+    use crate::outcome::{Consequence, NodeExit};
     use std::time::Duration;
 
     fn verdict() -> Verdict {
@@ -349,6 +357,17 @@ mod tests {
             line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn an_ended_allocation_is_no_nodes_fault() {
+        let class = FailureClass::Allocation;
+        let v = Verdict { class, root_cause: None, consequences: vec![], hint: crate::classify::hint(class) };
+        let failed = status_line(&Event::AttemptFailed { attempt: 0, millis: 1, verdict: v.clone() }).unwrap();
+        assert_eq!(failed, format!("attempt 0 failed: allocation: {ALLOCATION_ENDED}"));
+        let text = failure(&v, Path::new("r/attempt-0"));
+        assert!(text.starts_with("root cause (allocation): no node: Slurm ended the allocation"), "{text}");
+        assert!(!text.contains("SSH"), "{text}");
     }
 
     #[test]

@@ -26,10 +26,11 @@ use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{EarlyAgents, Fleet};
-use crate::outcome::{NodeExit, NodeOutcome};
+use crate::classify::hint;
+use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
 use crate::roster::Blamed;
-use crate::transport::{Started, TransportError};
+use crate::transport::{slurm, Started, TransportError};
 use crate::{blame, policy};
 
 use gang::{AttemptContext, AttemptOutcome};
@@ -190,6 +191,17 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
         };
+        // Slurm ended the allocation: every node's end follows from it, none is to blame.
+        if let Some(ended) = self.allocation_ended().await {
+            let class = FailureClass::Allocation;
+            let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
+            let millis = duration.as_millis() as u64;
+            let failed = Event::AttemptFailed { attempt, millis, verdict: verdict.clone() };
+            let _ = self.events.send(failed).await;
+            self.attempts.push(summary(Some(verdict)));
+            let _ = self.events.send(Event::RestartAbandoned { reason: nothing_left(&ended) }).await;
+            return Ok(Next::Done(RunStatus::Failed));
+        }
         // Ctrl-C while the dumps come: the attempt failed all the same, and the run ends.
         let interrupted =
             interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
@@ -230,6 +242,14 @@ impl Run<'_> {
         let events = self.events;
         let ready = async {
             tokio::time::sleep(delay).await;
+            // Through Slurm, a node now down or drained is replaced as at the start, not
+            // waited for (it is, without a spare or min_nodes to take its place).
+            let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;
+            let refused = reserve::refused(refusals, self.plan.nnodes());
+            let replaced = match self.replace(&refused, attempt).await {
+                Some(previous) => Some(replaced.unwrap_or(previous)),
+                None => replaced,
+            };
             let Some(previous) = replaced else {
                 return match fleet.reconnect(&self.plan, events).await {
                     Ok(fleet) => Ok((fleet, Preflighted::default())),
@@ -265,9 +285,48 @@ impl Run<'_> {
                 )
             }
         };
+        // A restart that cannot start in an allocation Slurm has ended says so, not why its
+        // steps failed.
+        let reason = self.allocation_ended().await.map_or(reason, |ended| nothing_left(&ended));
         let _ = events.send(Event::RestartAbandoned { reason }).await;
         Err(RunStatus::Failed)
     }
+
+    /// Through Slurm, why the run's allocation can run nothing any more, if it cannot: one
+    /// `squeue` when an attempt failed or a restart could not start. `None` over SSH, while
+    /// the allocation runs, or when Slurm cannot say (the failure is then judged as ever).
+    async fn allocation_ended(&self) -> Option<String> {
+        let job_id = self.plan.nodes.iter().find_map(|n| match &n.transport {
+            plan::Transport::Slurm(t) => Some(t.job_id.clone()),
+            _ => None,
+        })?;
+        // A job Slurm is ending shows as COMPLETING until its steps are gone: asked again
+        // for a while, for its state underneath (CANCELLED, TIMEOUT, ...).
+        let settle = Instant::now() + ALLOCATION_QUERY;
+        loop {
+            let asked = tokio::time::timeout(ALLOCATION_QUERY, slurm::job_state(&job_id)).await;
+            let error = match asked {
+                Ok(Ok(Some(state))) if state == "COMPLETING" && Instant::now() < settle => {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    continue;
+                }
+                Ok(Ok(state)) => return slurm::allocation_ended(&job_id, state.as_deref()),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
+            };
+            tracing::warn!("cannot ask Slurm whether allocation {job_id} still runs: {error}");
+            return None;
+        }
+    }
+}
+
+/// How long slurmctld may take to say whether the allocation still runs, and to finish
+/// ending one.
+const ALLOCATION_QUERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The reason a run ends in an allocation Slurm has ended.
+fn nothing_left(ended: &str) -> String {
+    format!("{ended}; no node is to blame, and no step can start in it any more")
 }
 
 impl Run<'_> {

@@ -234,6 +234,22 @@ pub(super) fn fresh(plan: &LaunchPlan, known: &[String]) -> Vec<usize> {
     plan.nodes.iter().filter(|n| !known.contains(&n.host)).map(|n| n.node_rank).collect()
 }
 
+/// The nodes Slurm will not run a step on (`refusals`: why, by node rank; see
+/// `fleet::slurm_refusals`), blamed as nodes that cannot be connected are at the start: none
+/// when most are refused (Slurm's trouble, or `sinfo`'s, not theirs). The plan's nodes
+/// number `nnodes`.
+pub(super) fn refused(refusals: std::collections::HashMap<usize, String>, nnodes: usize) -> Vec<Blamed> {
+    let mut blamed: Vec<Blamed> = (refusals.into_iter())
+        .map(|(node_rank, why)| Blamed { node_rank, reason: format!("srun: {why}") })
+        .collect();
+    blamed.sort_by_key(|b| b.node_rank);
+    if blame::minority(blamed.len(), nnodes) {
+        blamed
+    } else {
+        Vec::new()
+    }
+}
+
 /// The nodes the preflight blames, each with its first failing check: none when most nodes
 /// failed (a config-wide mistake: the workdir, `setup`, `python`), and never for the master
 /// port's checks, which fail on every node for the master's or the network's fault.
@@ -264,6 +280,19 @@ mod tests {
 
     fn node(node_rank: usize, checks: Vec<Check>) -> NodeChecks {
         NodeChecks { node_rank, host: format!("n{node_rank}"), checks }
+    }
+
+    #[test]
+    fn a_node_slurm_refuses_is_blamed_unless_most_are() {
+        let refusals = |ranks: &[usize]| -> std::collections::HashMap<usize, String> {
+            ranks.iter().map(|&r| (r, format!("Slurm reports node n{r} as IDLE+DRAIN"))).collect()
+        };
+        let blamed = refused(refusals(&[2]), 3);
+        let got: Vec<(usize, &str)> = blamed.iter().map(|b| (b.node_rank, b.reason.as_str())).collect();
+        assert_eq!(got, [(2, "srun: Slurm reports node n2 as IDLE+DRAIN")]);
+        assert!(refused(refusals(&[]), 3).is_empty());
+        // Most nodes refused (or sinfo failing for all): Slurm's trouble, no node's.
+        assert!(refused(refusals(&[0, 1]), 3).is_empty());
     }
 
     #[test]

@@ -205,6 +205,50 @@ pub fn unusable(state: &str) -> bool {
         })
 }
 
+/// The state of job `job_id` (`squeue --states all`: `RUNNING`, `CANCELLED`, `TIMEOUT`, ...),
+/// `None` when slurmctld no longer knows the job; `Err` when it cannot be asked.
+pub async fn job_state(job_id: &str) -> Result<Option<String>, TransportError> {
+    let out = Command::new("squeue")
+        .args(["--jobs", job_id, "--states", "all", "--noheader", "--format", "%T"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| TransportError::Slurm(format!("cannot run squeue: {e}")))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        if stderr.contains("Invalid job id") {
+            return Ok(None);
+        }
+        return Err(TransportError::Slurm(format!("squeue --jobs {job_id}: {}", stderr.trim())));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok(stdout.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string))
+}
+
+/// Why the allocation `job_id` can run nothing any more, from its state (see [`job_state`]):
+/// `None` while it holds its nodes (running, suspended, ...) or in a state herd does not know.
+pub fn allocation_ended(job_id: &str, state: Option<&str>) -> Option<String> {
+    let Some(state) = state else {
+        return Some(format!("the Slurm allocation {job_id} ended: slurmctld no longer knows the job"));
+    };
+    let state = state.trim().to_ascii_uppercase();
+    let why = match state.as_str() {
+        "CANCELLED" => "cancelled (scancel, or an administrator)",
+        "TIMEOUT" => "it reached its time limit",
+        "DEADLINE" => "it reached its deadline",
+        "PREEMPTED" => "another job preempted it",
+        "NODE_FAIL" => "one of its nodes failed (an allocation made without --no-kill ends then)",
+        "BOOT_FAIL" => "its nodes failed to boot",
+        "OUT_OF_MEMORY" => "it ran out of memory",
+        "COMPLETED" | "FAILED" => "the salloc or batch script that held it ended",
+        "COMPLETING" => "it is ending (cancelled, out of time, or its salloc ended)",
+        "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" => "it was requeued",
+        "REVOKED" | "SPECIAL_EXIT" => "Slurm ended it",
+        _ => return None,
+    };
+    Some(format!("the Slurm allocation {job_id} ended ({state}): {why}"))
+}
+
 /// The step ids (`JOB.STEP`) in `squeue --steps --noheader --format "%i %j"` output whose name
 /// is `name` or, with `prefix`, starts with `name-`.
 pub fn steps_named(squeue: &str, name: &str, prefix: bool) -> Vec<String> {
@@ -296,6 +340,24 @@ mod tests {
         for good in ["IDLE", "ALLOCATED", "MIXED", "ALLOCATED+COMPLETING"] {
             assert!(!unusable(good), "{good}");
         }
+    }
+
+    #[test]
+    fn an_allocation_ends_in_the_states_that_hold_no_nodes() {
+        let holding = ["RUNNING", "running", "SUSPENDED", "CONFIGURING", "RESIZING", "STOPPED", "SIGNALING"];
+        for running in holding {
+            assert_eq!(allocation_ended("42", Some(running)), None, "{running}");
+        }
+        assert_eq!(
+            allocation_ended("42", Some("CANCELLED\n")).as_deref(),
+            Some("the Slurm allocation 42 ended (CANCELLED): cancelled (scancel, or an administrator)")
+        );
+        assert!(allocation_ended("42", Some("TIMEOUT")).unwrap().ends_with("it reached its time limit"));
+        for ended in ["COMPLETED", "COMPLETING", "FAILED", "NODE_FAIL", "PREEMPTED", "DEADLINE"] {
+            let why = allocation_ended("7", Some(ended)).unwrap_or_else(|| panic!("{ended}"));
+            assert!(why.starts_with(&format!("the Slurm allocation 7 ended ({ended}): ")), "{why}");
+        }
+        assert!(allocation_ended("7", None).unwrap().contains("no longer knows the job"));
     }
 
     #[test]
