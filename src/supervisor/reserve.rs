@@ -163,9 +163,14 @@ impl Run<'_> {
         }
         let next = self.plan.with_roster(roster);
         let previous = std::mem::replace(&mut self.plan, next);
+        let mut dropped = Vec::new();
         for change in changes {
-            if let Change::Promoted { node_rank, spare, replaced } = change {
-                let _ = events.send(Event::SparePromoted { attempt, node_rank, host: spare, replaced }).await;
+            match change {
+                Change::Promoted { node_rank, spare, replaced } => {
+                    let event = Event::SparePromoted { attempt, node_rank, host: spare, replaced };
+                    let _ = events.send(event).await;
+                }
+                Change::Dropped { host } => dropped.push(host),
             }
         }
         let plan = &self.plan;
@@ -178,6 +183,7 @@ impl Run<'_> {
                     world_size: plan.world_size,
                     hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
                     nprocs,
+                    dropped,
                 })
                 .await;
         }
