@@ -3,7 +3,9 @@
 //! A node is blamed when
 //! - it was lost (its SSH connection, or its heartbeat) before herd stopped anything, while
 //!   most nodes were not: when most are lost at once, the fault is more likely herd's own
-//!   network than every node's;
+//!   network than every node's. Nodes seen lost within `lost_together` of the first are lost
+//!   at once, even those seen after the stop was requested (during the probe that delays it):
+//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time;
 //! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
@@ -14,43 +16,42 @@
 //! Only the blame is decided here; whether the run can go on without the node is the
 //! roster's question.
 
+use std::time::Duration;
+
 use crate::classify::RuleTable;
 use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
 use crate::roster::Blamed;
 
-/// The nodes `verdict` and `nodes` blame, by node rank, one reason each. `previous_root`:
-/// the host that was the root cause of the attempt before, if it failed.
+/// How far apart herd may see nodes lost and still judge them lost at once (one cut of a
+/// switch, a partition, herd's own link) rather than each by its own fault. A cut is seen on
+/// each node's ssh connection after 3 to 4 unanswered keepalives, or by its heartbeat a
+/// timeout after its last beat, which came up to a heartbeat interval before the cut: all
+/// within a keepalive interval or so of one another (at most 4 s apart for a timeout of a few
+/// seconds, whose keepalives cannot be under 1 s). The first loss starts the stacks probe,
+/// which holds the stop for up to `probe_wait`: a loss seen meanwhile cannot be a consequence
+/// of the stop, which was not sent yet. One heartbeat timeout, a keepalive interval and the
+/// probe's wait leave room for a loaded machine that sees the losses late.
+pub fn lost_together(heartbeat_timeout: Duration, probe_wait: Duration) -> Duration {
+    heartbeat_timeout + crate::policy::keepalive_interval(heartbeat_timeout) + probe_wait
+}
+
+/// The nodes `verdict` and `nodes` blame, by node rank, one reason each. `previous`: the
+/// host that was the root cause of the attempt before, if it failed, and its class.
+/// `together`: see `lost_together`.
 pub fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
     rules: &RuleTable,
     previous: Option<(&str, FailureClass)>,
+    together: Duration,
 ) -> Vec<Blamed> {
-    let root = verdict.root_cause.as_ref();
-    let mut blamed: Vec<Blamed> = Vec::new();
+    let mut blamed: Vec<Blamed> = lost(verdict, nodes, together);
     let mut add = |node_rank: usize, reason: String| {
         if !blamed.iter().any(|b| b.node_rank == node_rank) {
             blamed.push(Blamed { node_rank, reason });
         }
     };
-    // Lost before herd stopped anything; or the node whose silence made herd stop (the root
-    // cause, lost): it ends only after the stop, at the kill deadline, when no transport of
-    // its own noticed the loss first (a Slurm step has none).
-    let silenced = |n: &NodeOutcome| {
-        verdict.class == FailureClass::NodeLost
-            && root.is_some_and(|r| r.node_rank == n.node_rank && matches!(r.exit, NodeExit::Lost(_)))
-    };
-    let lost: Vec<&NodeOutcome> = nodes
-        .iter()
-        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && (n.stop_requested_at.is_none() || silenced(n)))
-        .collect();
-    if minority(lost.len(), nodes.len()) {
-        for node in lost {
-            if let NodeExit::Lost(why) = &node.exit {
-                add(node.node_rank, format!("node-lost: {why}"));
-            }
-        }
-    }
+    let root = verdict.root_cause.as_ref();
     if let Some(root) = root {
         if let NodeExit::Signal(sig @ (7 | 11)) = root.exit {
             let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
@@ -76,6 +77,44 @@ pub fn blame(
     blamed
 }
 
+/// The nodes lost before herd stopped anything, or the node whose silence made herd stop (the
+/// root cause, lost: it ends only after the stop, at the kill deadline, when no transport of
+/// its own noticed the loss first; a Slurm step has none); none when most nodes were lost at
+/// once with them (see `lost_at_once`).
+fn lost(verdict: &Verdict, nodes: &[NodeOutcome], together: Duration) -> Vec<Blamed> {
+    let root = verdict.root_cause.as_ref();
+    let silenced = |n: &NodeOutcome| {
+        verdict.class == FailureClass::NodeLost
+            && root.is_some_and(|r| r.node_rank == n.node_rank && matches!(r.exit, NodeExit::Lost(_)))
+    };
+    let own: Vec<&NodeOutcome> = nodes
+        .iter()
+        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && (n.stop_requested_at.is_none() || silenced(n)))
+        .collect();
+    if !minority(lost_at_once(&own, nodes, together), nodes.len()) {
+        return Vec::new();
+    }
+    (own.iter())
+        .filter_map(|n| match &n.exit {
+            NodeExit::Lost(why) => {
+                Some(Blamed { node_rank: n.node_rank, reason: format!("node-lost: {why}") })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many `nodes` were lost at once with the first of `own` (the nodes lost before herd
+/// stopped anything): `own`, and every node seen lost within `together` of the first, even
+/// one seen after the stop was requested.
+fn lost_at_once(own: &[&NodeOutcome], nodes: &[NodeOutcome], together: Duration) -> usize {
+    let lost_at = |n: &NodeOutcome| n.lost_at.unwrap_or(n.ended_at);
+    let Some(first) = own.iter().map(|n| lost_at(n)).min() else { return 0 };
+    let with_first =
+        |n: &&NodeOutcome| own.iter().any(|o| o.node_rank == n.node_rank) || lost_at(n) <= first + together;
+    nodes.iter().filter(|n| matches!(n.exit, NodeExit::Lost(_))).filter(with_first).count()
+}
+
 /// Whether `failing` of `of` nodes are few enough to be the nodes' own fault: at most half
 /// (one of one, one of two). More, and the cause is shared (herd's network, the config).
 pub fn minority(failing: usize, of: usize) -> bool {
@@ -90,6 +129,19 @@ mod tests {
     use crate::config::RuleSpec;
     use crate::outcome::{RootCause, TimedLine};
 
+    /// `lost_together` of a heartbeat timeout of 15 s.
+    const TOGETHER: Duration = Duration::from_secs(23);
+
+    /// The blame of an attempt, the losses judged with a heartbeat timeout of 15 s.
+    fn blame(
+        verdict: &Verdict,
+        nodes: &[NodeOutcome],
+        rules: &RuleTable,
+        previous: Option<(&str, FailureClass)>,
+    ) -> Vec<Blamed> {
+        super::blame(verdict, nodes, rules, previous, TOGETHER)
+    }
+
     fn node(node_rank: usize, exit: NodeExit, lines: &[&str]) -> NodeOutcome {
         NodeOutcome {
             node_rank,
@@ -98,6 +150,7 @@ mod tests {
             exit,
             ended_at: Duration::from_secs(1),
             stop_requested_at: None,
+            lost_at: None,
             lines: lines.iter().map(|t| TimedLine { at: Duration::ZERO, text: t.to_string() }).collect(),
             processes: Vec::new(),
             stacks: Vec::new(),
@@ -153,6 +206,48 @@ mod tests {
         let v = verdict(FailureClass::NodeLost, Some((0, None, lost())));
         assert_eq!(blame(&v, &nodes, &rules, None), [], "two of three lost: herd's network, more likely");
         assert!(minority(1, 1) && minority(1, 2) && minority(2, 4) && !minority(3, 4) && !minority(2, 3));
+    }
+
+    #[test]
+    fn losses_close_together_are_one_even_when_seen_after_the_stop() {
+        let rules = RuleTable::new(&[]);
+        assert_eq!(lost_together(Duration::from_secs(15), Duration::from_secs(5)), TOGETHER);
+        let ms = Duration::from_millis;
+        let lost = |node_rank, at: u64, stop: Option<u64>| NodeOutcome {
+            ended_at: ms(at),
+            lost_at: Some(ms(at)),
+            stop_requested_at: stop.map(ms),
+            ..node(node_rank, NodeExit::Lost("the ssh connection to the node was lost".into()), &[])
+        };
+        // A partition: node 2's loss was seen first and started the stacks probe, which dates
+        // the stop at it; nodes 0 and 1 were seen lost 1 ms later, during the probe.
+        let cut = [lost(0, 30_001, Some(30_000)), lost(1, 30_001, Some(30_000)), lost(2, 30_000, None)];
+        let v = verdict(FailureClass::NodeLost, Some((2, None, cut[2].exit.clone())));
+        assert_eq!(blame(&v, &cut, &rules, None), [], "three of three lost at once: no node's fault");
+        // Three of four, the spare's place aside: still most of them.
+        let mut four = cut.to_vec();
+        four.push(node(3, NodeExit::Signal(15), &[]));
+        four[3].stop_requested_at = Some(ms(30_000));
+        assert_eq!(blame(&v, &four, &rules, None), []);
+        // Silent nodes: each judged lost a heartbeat apart, ended only once herd gave up on
+        // them; the time they were judged lost counts, not their end.
+        let mut silent = cut.clone();
+        silent[0].lost_at = Some(ms(33_000));
+        silent[0].ended_at = ms(58_000);
+        silent[1].ended_at = ms(58_000);
+        assert_eq!(blame(&v, &silent, &rules, None), []);
+        // A lone loss is still its node's, and so are losses too far apart to be one cut: a
+        // node lost long after herd stopped it is a consequence.
+        let lone =
+            [node(0, NodeExit::Signal(15), &[]), node(1, NodeExit::Signal(15), &[]), lost(2, 30_000, None)];
+        assert_eq!(reasons(&blame(&v, &lone, &rules, None)).len(), 1);
+        let mut apart = cut.clone();
+        apart[0].lost_at = Some(ms(30_000) + TOGETHER + ms(1));
+        apart[1] = node(1, NodeExit::Signal(15), &[]);
+        assert_eq!(
+            reasons(&blame(&v, &apart, &rules, None)),
+            [(2, "node-lost: the ssh connection to the node was lost")]
+        );
     }
 
     #[test]

@@ -194,8 +194,9 @@ impl Run<'_> {
             interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
+        let together = blame::lost_together(self.plan.restart.heartbeat_timeout, attempt::PROBE_WAIT);
         let previous = self.last_root.as_ref().map(|(host, class)| (host.as_str(), *class));
-        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous);
+        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous, together);
         self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
         let class = verdict.class;
         self.attempts.push(summary(Some(verdict)));
