@@ -161,6 +161,13 @@ pub enum Event {
         host: String,
         reason: String,
     },
+    /// A node the run quarantined is released: the fault it was blamed for turned out not to
+    /// be its own. Later runs of the config may use it again, and this one has it as a spare.
+    NodeReleased {
+        attempt: u32,
+        host: String,
+        reason: String,
+    },
     /// A spare takes a quarantined node's place from `attempt` on, with its node rank.
     SparePromoted {
         attempt: u32,

@@ -83,6 +83,9 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::NodeQuarantined { host, reason, .. } => {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
         }
+        Event::NodeReleased { host, reason, .. } => {
+            format!("released {host}: {reason} (a spare again; later runs of this config may use it)")
+        }
         Event::SparePromoted { attempt, node_rank, host, replaced } => {
             format!("spare {host} takes node rank {node_rank} from {replaced} for attempt {attempt}")
         }
@@ -341,6 +344,17 @@ mod tests {
         assert!(!promoted.contains("min_nodes"), "{promoted}");
         let shrunk = status_line(&changed(vec![2, 2], &["n9"])).unwrap();
         assert_eq!(shrunk, "attempt 1 runs on 2 node(s), world size 4, without n9 (restart.min_nodes)");
+    }
+
+    #[test]
+    fn a_released_node_says_why_and_that_later_runs_may_use_it() {
+        let reason = "rank 0 failed the same way (crash, signal 11 (SIGSEGV)) on n3: the fault follows the rank, not the node";
+        let line = status_line(&Event::NodeReleased { attempt: 2, host: "n1".into(), reason: reason.into() })
+            .unwrap();
+        assert_eq!(
+            line,
+            format!("released n1: {reason} (a spare again; later runs of this config may use it)")
+        );
     }
 
     #[test]
