@@ -3,7 +3,9 @@
 //! A node is blamed when
 //! - it was lost (its SSH connection, or its heartbeat) before herd stopped anything, while
 //!   most nodes were not: when most are lost at once, the fault is more likely herd's own
-//!   network than every node's;
+//!   network than every node's. Nodes seen lost within `lost_together` of the first are lost
+//!   at once, even those seen after the stop was requested (during the probe that delays it):
+//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time;
 //! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
@@ -11,53 +13,62 @@
 //! - it is the root cause of this attempt and of the one before, with the same class (not
 //!   `port`: a port clash is the port's, not the node's).
 //!
+//! But a rank that fails the same way (class, exit, rank) on another host, after its node was
+//! replaced or the ranks moved, carries its fault with it: a bug of the program's, no node's.
+//! From then on, the run blames no node for that fault (the root cause's node is blamed only
+//! if lost), and the nodes it blamed for it earlier are released (`History`).
+//!
 //! Only the blame is decided here; whether the run can go on without the node is the
 //! roster's question.
+
+use std::time::Duration;
 
 use crate::classify::RuleTable;
 use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
 use crate::roster::Blamed;
 
-/// The nodes `verdict` and `nodes` blame, by node rank, one reason each. `previous_root`:
-/// the host that was the root cause of the attempt before, if it failed.
-pub fn blame(
+/// How far apart herd may see nodes lost and still judge them lost at once (one cut of a
+/// switch, a partition, herd's own link) rather than each by its own fault. A cut is seen on
+/// each node's ssh connection after 3 to 4 unanswered keepalives, or by its heartbeat a
+/// timeout after its last beat, which came up to a heartbeat interval before the cut: all
+/// within a keepalive interval or so of one another (at most 4 s apart for a timeout of a few
+/// seconds, whose keepalives cannot be under 1 s). The first loss starts the stacks probe,
+/// which holds the stop for up to `probe_wait`: a loss seen meanwhile cannot be a consequence
+/// of the stop, which was not sent yet. One heartbeat timeout, a keepalive interval and the
+/// probe's wait leave room for a loaded machine that sees the losses late.
+pub fn lost_together(heartbeat_timeout: Duration, probe_wait: Duration) -> Duration {
+    heartbeat_timeout + crate::policy::keepalive_interval(heartbeat_timeout) + probe_wait
+}
+
+/// The nodes `verdict` and `nodes` blame, by node rank, one reason each. `previous`: the
+/// host that was the root cause of the attempt before, if it failed, and its class.
+/// `together`: see `lost_together`. `rank_fault`: the root cause's failure follows its rank,
+/// and blames its node for nothing but a loss.
+fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
     rules: &RuleTable,
     previous: Option<(&str, FailureClass)>,
+    together: Duration,
+    rank_fault: bool,
 ) -> Vec<Blamed> {
-    let root = verdict.root_cause.as_ref();
-    let mut blamed: Vec<Blamed> = Vec::new();
+    let mut blamed: Vec<Blamed> = lost(verdict, nodes, together);
     let mut add = |node_rank: usize, reason: String| {
         if !blamed.iter().any(|b| b.node_rank == node_rank) {
             blamed.push(Blamed { node_rank, reason });
         }
     };
-    // Lost before herd stopped anything; or the node whose silence made herd stop (the root
-    // cause, lost): it ends only after the stop, at the kill deadline, when no transport of
-    // its own noticed the loss first (a Slurm step has none).
-    let silenced = |n: &NodeOutcome| {
-        verdict.class == FailureClass::NodeLost
-            && root.is_some_and(|r| r.node_rank == n.node_rank && matches!(r.exit, NodeExit::Lost(_)))
-    };
-    let lost: Vec<&NodeOutcome> = nodes
-        .iter()
-        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && (n.stop_requested_at.is_none() || silenced(n)))
-        .collect();
-    if minority(lost.len(), nodes.len()) {
-        for node in lost {
-            if let NodeExit::Lost(why) = &node.exit {
-                add(node.node_rank, format!("node-lost: {why}"));
-            }
-        }
-    }
+    // The rules below judge the root cause's own failure, unless it follows its rank.
+    let root = verdict.root_cause.as_ref();
+    let spared = root.map(|r| r.node_rank).filter(|_| rank_fault);
+    let root = root.filter(|_| !rank_fault);
     if let Some(root) = root {
         if let NodeExit::Signal(sig @ (7 | 11)) = root.exit {
             let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
             add(root.node_rank, format!("{who} died of {}", crate::outcome::signal_name(sig)));
         }
     }
-    for node in nodes {
+    for node in nodes.iter().filter(|n| Some(n.node_rank) != spared) {
         let is_root = root.is_some_and(|r| r.node_rank == node.node_rank);
         let line = node.lines.iter().find(|l| match rules.blames(&l.text) {
             Some(FailureClass::Comm) => is_root,
@@ -76,10 +87,161 @@ pub fn blame(
     blamed
 }
 
+/// The nodes lost before herd stopped anything, or the node whose silence made herd stop (the
+/// root cause, lost: it ends only after the stop, at the kill deadline, when no transport of
+/// its own noticed the loss first; a Slurm step has none); none when most nodes were lost at
+/// once with them (see `lost_at_once`).
+fn lost(verdict: &Verdict, nodes: &[NodeOutcome], together: Duration) -> Vec<Blamed> {
+    let root = verdict.root_cause.as_ref();
+    let silenced = |n: &NodeOutcome| {
+        verdict.class == FailureClass::NodeLost
+            && root.is_some_and(|r| r.node_rank == n.node_rank && matches!(r.exit, NodeExit::Lost(_)))
+    };
+    let own: Vec<&NodeOutcome> = nodes
+        .iter()
+        .filter(|n| matches!(n.exit, NodeExit::Lost(_)) && (n.stop_requested_at.is_none() || silenced(n)))
+        .collect();
+    if !minority(lost_at_once(&own, nodes, together), nodes.len()) {
+        return Vec::new();
+    }
+    (own.iter())
+        .filter_map(|n| match &n.exit {
+            NodeExit::Lost(why) => {
+                Some(Blamed { node_rank: n.node_rank, reason: format!("node-lost: {why}") })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many `nodes` were lost at once with the first of `own` (the nodes lost before herd
+/// stopped anything): `own`, and every node seen lost within `together` of the first, even
+/// one seen after the stop was requested.
+fn lost_at_once(own: &[&NodeOutcome], nodes: &[NodeOutcome], together: Duration) -> usize {
+    let lost_at = |n: &NodeOutcome| n.lost_at.unwrap_or(n.ended_at);
+    let Some(first) = own.iter().map(|n| lost_at(n)).min() else { return 0 };
+    let with_first =
+        |n: &&NodeOutcome| own.iter().any(|o| o.node_rank == n.node_rank) || lost_at(n) <= first + together;
+    nodes.iter().filter(|n| matches!(n.exit, NodeExit::Lost(_))).filter(with_first).count()
+}
+
 /// Whether `failing` of `of` nodes are few enough to be the nodes' own fault: at most half
 /// (one of one, one of two). More, and the cause is shared (herd's network, the config).
 pub fn minority(failing: usize, of: usize) -> bool {
     failing <= (of / 2).max(1)
+}
+
+/// How a rank failed: what a later attempt may show again, on its host or on another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fault {
+    class: FailureClass,
+    /// The global rank, when the launcher said; else the node rank and local rank.
+    rank: Option<u32>,
+    node_rank: usize,
+    local_rank: Option<u32>,
+    exit: NodeExit,
+}
+
+impl Fault {
+    /// The root cause's, with its host; none for a hang pinned on no rank, or a lost node (a
+    /// host's failure, not a rank's).
+    fn of(verdict: &Verdict) -> Option<(String, Fault)> {
+        let root = verdict.root_cause.as_ref().filter(|r| !matches!(r.exit, NodeExit::Lost(_)))?;
+        let fault = Fault {
+            class: verdict.class,
+            rank: root.rank,
+            node_rank: root.node_rank,
+            local_rank: root.local_rank,
+            exit: root.exit.clone(),
+        };
+        Some((root.host.clone(), fault))
+    }
+
+    /// The same rank, failed the same way.
+    fn same(&self, other: &Fault) -> bool {
+        let same_rank = match (self.rank, other.rank) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => (self.node_rank, self.local_rank) == (other.node_rank, other.local_rank),
+            _ => false,
+        };
+        same_rank && self.class == other.class && self.exit == other.exit
+    }
+
+    fn words(&self) -> String {
+        let who = match (self.rank, self.local_rank) {
+            (Some(rank), _) => format!("rank {rank}"),
+            (None, Some(local)) => format!("local rank {local} of node rank {}", self.node_rank),
+            (None, None) => format!("node rank {}", self.node_rank),
+        };
+        format!("{who} failed the same way ({}, {})", self.class, self.exit)
+    }
+}
+
+/// What a run's failed attempts tell the blame of the next ones: the last root cause, the
+/// faults seen to follow their rank to another host, and the hosts blamed for a fault.
+#[derive(Debug, Default)]
+pub struct History {
+    /// The last failed attempt's root cause: its host and class, and its fault if a rank's.
+    last: Option<(String, FailureClass, Option<Fault>)>,
+    /// Faults that hit the same rank the same way on two hosts: the program's, no node's.
+    follow_rank: Vec<Fault>,
+    /// The hosts blamed for their root cause's fault, with it.
+    blamed_for: Vec<(String, Fault)>,
+}
+
+/// A failed attempt's blame.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Judged {
+    pub blamed: Vec<Blamed>,
+    /// Hosts blamed earlier in the run for a fault now seen to follow its rank, each with why
+    /// it is no longer to blame.
+    pub released: Vec<(String, String)>,
+}
+
+impl History {
+    /// The nodes a failed attempt blames (see `blame`), and those it clears: when its root
+    /// cause's rank failed the same way on another host than the last attempt's root cause,
+    /// the fault follows the rank. From then on it blames no node, and the hosts blamed for
+    /// it are released.
+    pub fn judge(
+        &mut self,
+        verdict: &Verdict,
+        nodes: &[NodeOutcome],
+        rules: &RuleTable,
+        together: Duration,
+    ) -> Judged {
+        let fault = Fault::of(verdict);
+        if let (Some((host, f)), Some((last_host, _, Some(last)))) = (&fault, &self.last) {
+            if f.same(last) && host != last_host && !self.follows(f) {
+                self.follow_rank.push(f.clone());
+            }
+        }
+        let rank_fault = fault.as_ref().is_some_and(|(_, f)| self.follows(f));
+        let previous = self.last.as_ref().map(|(host, class, _)| (host.as_str(), *class));
+        let blamed = blame(verdict, nodes, rules, previous, together, rank_fault);
+        let mut released = Vec::new();
+        if let Some((host, f)) = &fault {
+            if rank_fault {
+                let why = format!("{} on {host}: the fault follows the rank, not the node", f.words());
+                self.blamed_for.retain(|(h, g)| {
+                    let release = g.same(f) && h != host;
+                    if release {
+                        released.push((h.clone(), why.clone()));
+                    }
+                    !release
+                });
+            } else if blamed.iter().any(|b| b.node_rank == f.node_rank) {
+                self.blamed_for.push((host.clone(), f.clone()));
+            }
+        }
+        let root = verdict.root_cause.as_ref();
+        self.last = root.map(|r| (r.host.clone(), verdict.class, fault.map(|(_, f)| f)));
+        Judged { blamed, released }
+    }
+
+    fn follows(&self, fault: &Fault) -> bool {
+        self.follow_rank.iter().any(|f| f.same(fault))
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +252,19 @@ mod tests {
     use crate::config::RuleSpec;
     use crate::outcome::{RootCause, TimedLine};
 
+    /// `lost_together` of a heartbeat timeout of 15 s.
+    const TOGETHER: Duration = Duration::from_secs(23);
+
+    /// The blame of an attempt alone, its root cause's failure not known to follow its rank.
+    fn blame(
+        verdict: &Verdict,
+        nodes: &[NodeOutcome],
+        rules: &RuleTable,
+        previous: Option<(&str, FailureClass)>,
+    ) -> Vec<Blamed> {
+        super::blame(verdict, nodes, rules, previous, TOGETHER, false)
+    }
+
     fn node(node_rank: usize, exit: NodeExit, lines: &[&str]) -> NodeOutcome {
         NodeOutcome {
             node_rank,
@@ -98,6 +273,7 @@ mod tests {
             exit,
             ended_at: Duration::from_secs(1),
             stop_requested_at: None,
+            lost_at: None,
             lines: lines.iter().map(|t| TimedLine { at: Duration::ZERO, text: t.to_string() }).collect(),
             processes: Vec::new(),
             stacks: Vec::new(),
@@ -153,6 +329,107 @@ mod tests {
         let v = verdict(FailureClass::NodeLost, Some((0, None, lost())));
         assert_eq!(blame(&v, &nodes, &rules, None), [], "two of three lost: herd's network, more likely");
         assert!(minority(1, 1) && minority(1, 2) && minority(2, 4) && !minority(3, 4) && !minority(2, 3));
+    }
+
+    #[test]
+    fn losses_close_together_are_one_even_when_seen_after_the_stop() {
+        let rules = RuleTable::new(&[]);
+        assert_eq!(lost_together(Duration::from_secs(15), Duration::from_secs(5)), TOGETHER);
+        let ms = Duration::from_millis;
+        let lost = |node_rank, at: u64, stop: Option<u64>| NodeOutcome {
+            ended_at: ms(at),
+            lost_at: Some(ms(at)),
+            stop_requested_at: stop.map(ms),
+            ..node(node_rank, NodeExit::Lost("the ssh connection to the node was lost".into()), &[])
+        };
+        // A partition: node 2's loss was seen first and started the stacks probe, which dates
+        // the stop at it; nodes 0 and 1 were seen lost 1 ms later, during the probe.
+        let cut = [lost(0, 30_001, Some(30_000)), lost(1, 30_001, Some(30_000)), lost(2, 30_000, None)];
+        let v = verdict(FailureClass::NodeLost, Some((2, None, cut[2].exit.clone())));
+        assert_eq!(blame(&v, &cut, &rules, None), [], "three of three lost at once: no node's fault");
+        // Three of four, the spare's place aside: still most of them.
+        let mut four = cut.to_vec();
+        four.push(node(3, NodeExit::Signal(15), &[]));
+        four[3].stop_requested_at = Some(ms(30_000));
+        assert_eq!(blame(&v, &four, &rules, None), []);
+        // Silent nodes: each judged lost a heartbeat apart, ended only once herd gave up on
+        // them; the time they were judged lost counts, not their end.
+        let mut silent = cut.clone();
+        silent[0].lost_at = Some(ms(33_000));
+        silent[0].ended_at = ms(58_000);
+        silent[1].ended_at = ms(58_000);
+        assert_eq!(blame(&v, &silent, &rules, None), []);
+        // A lone loss is still its node's, and so are losses too far apart to be one cut: a
+        // node lost long after herd stopped it is a consequence.
+        let lone =
+            [node(0, NodeExit::Signal(15), &[]), node(1, NodeExit::Signal(15), &[]), lost(2, 30_000, None)];
+        assert_eq!(reasons(&blame(&v, &lone, &rules, None)).len(), 1);
+        let mut apart = cut.clone();
+        apart[0].lost_at = Some(ms(30_000) + TOGETHER + ms(1));
+        apart[1] = node(1, NodeExit::Signal(15), &[]);
+        assert_eq!(
+            reasons(&blame(&v, &apart, &rules, None)),
+            [(2, "node-lost: the ssh connection to the node was lost")]
+        );
+    }
+
+    #[test]
+    fn a_fault_that_follows_its_rank_to_another_host_blames_no_node_and_releases_the_blamed() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &[])];
+        let on = |host: &str, rank: u32, exit: NodeExit| {
+            let mut v = verdict(FailureClass::Crash, Some((0, Some(rank), exit)));
+            v.root_cause.as_mut().unwrap().host = host.into();
+            v
+        };
+        let segv = NodeExit::Signal(11);
+        let mut h = History::default();
+        // Rank 0 segfaults on n0: its node is blamed, and a spare, n2, takes its node rank.
+        let first = h.judge(&on("n0", 0, segv.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&first.blamed), [(0, "rank 0 died of SIGSEGV")]);
+        assert!(first.released.is_empty());
+        // Rank 0 segfaults on n2 too: the fault is the rank's. n2 is not blamed, n0 released.
+        let second = h.judge(&on("n2", 0, segv.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(second.blamed, []);
+        assert_eq!(
+            second.released,
+            [("n0".to_string(), "rank 0 failed the same way (crash, signal 11 (SIGSEGV)) on n2: the fault follows the rank, not the node".to_string())]
+        );
+        // Nor is n2 blamed the next time: not for the signal, nor as the root cause twice.
+        let third = h.judge(&on("n2", 0, segv.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(third, Judged::default());
+        // Another rank's fault, or another failure, is judged as ever.
+        let other = h.judge(&on("n2", 1, segv.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&other.blamed), [(0, "rank 1 died of SIGSEGV")]);
+        // A hardware line of another node still blames it.
+        let xid = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &["NVRM: Xid 79"])];
+        let with_xid = h.judge(&on("n2", 0, segv), &xid, &rules, TOGETHER);
+        assert_eq!(reasons(&with_xid.blamed), [(1, "hardware: NVRM: Xid 79")]);
+    }
+
+    #[test]
+    fn a_crash_blamed_as_the_root_cause_twice_is_released_when_it_follows_its_rank() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(0, NodeExit::Signal(6), &[])];
+        let on = |host: &str| {
+            let mut v = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(6))));
+            v.root_cause.as_mut().unwrap().host = host.into();
+            v
+        };
+        let mut h = History::default();
+        assert_eq!(h.judge(&on("n0"), &nodes, &rules, TOGETHER), Judged::default());
+        let twice = h.judge(&on("n0"), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&twice.blamed), [(0, "the root cause of two attempts in a row")]);
+        let moved = h.judge(&on("n2"), &nodes, &rules, TOGETHER);
+        assert_eq!((moved.blamed.len(), moved.released.len()), (0, 1), "{moved:?}");
+        assert_eq!(moved.released[0].0, "n0");
+        // A host failing the same way while the ranks stay put keeps its blame (the test
+        // above: n0 twice). And a rank failing differently on the new host is no repetition.
+        let mut h = History::default();
+        h.judge(&on("n0"), &nodes, &rules, TOGETHER);
+        let segv = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(11))));
+        let other = h.judge(&segv, &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&other.blamed), [(0, "rank 0 died of SIGSEGV")]);
     }
 
     #[test]

@@ -612,6 +612,7 @@ mod tests {
             exit,
             ended_at: Duration::from_millis(ended_ms),
             stop_requested_at: stop_ms.map(Duration::from_millis),
+            lost_at: None,
             processes: Vec::new(),
             stacks: Vec::new(),
             lines: text

@@ -162,6 +162,13 @@ pub enum Event {
         reason: String,
         saved: bool,
     },
+    /// A node the run quarantined is released: the fault it was blamed for turned out not to
+    /// be its own. Later runs of the config may use it again, and this one has it as a spare.
+    NodeReleased {
+        attempt: u32,
+        host: String,
+        reason: String,
+    },
     /// A spare takes a quarantined node's place from `attempt` on, with its node rank.
     SparePromoted {
         attempt: u32,
@@ -169,14 +176,16 @@ pub enum Event {
         host: String,
         replaced: String,
     },
-    /// From `attempt` on, the job runs on fewer nodes (`restart.min_nodes`): node ranks are
-    /// recounted over `hosts`.
+    /// From `attempt` on, the job's world differs: it runs without `dropped` (`restart.min_nodes`;
+    /// node ranks are recounted over `hosts`), or a promoted spare runs another number of ranks.
     WorldChanged {
         attempt: u32,
         nnodes: usize,
         world_size: u32,
         hosts: Vec<String>,
         nprocs: Vec<u32>,
+        /// The nodes that left with no spare in their place.
+        dropped: Vec<String>,
     },
     /// Attempt `attempt` resumes (`restart.resume_args`): from the checkpoint found, with
     /// these arguments appended; `from` null and no arguments: nothing matched, it starts

@@ -148,6 +148,9 @@ pub struct NodeOutcome {
     pub ended_at: Duration,
     /// When herd asked it to stop, if it was still running then.
     pub stop_requested_at: Option<Duration>,
+    /// When herd saw it lost (its silence judged, its connection gone), if it was: a silent
+    /// node ends only once herd stops waiting for it.
+    pub lost_at: Option<Duration>,
     /// Its last lines.
     pub lines: Vec<TimedLine>,
     /// Its job's processes as its agent saw them when herd probed the nodes, on a hang or

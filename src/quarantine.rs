@@ -1,6 +1,7 @@
 //! The nodes a config's runs keep out, and why: one JSON file per config next to its logs
 //! (`<logs.dir>/.quarantine-<config key>.json`, hidden beside the run directories), written by `herd run` when it blames a node,
-//! read by every later run of the config, cleared by `herd nodes --release`. The config file
+//! read by every later run of the config, cleared by `herd nodes --release` (or by the run
+//! that blamed a node, when the fault turns out to follow its rank). The config file
 //! itself is never rewritten.
 
 use std::collections::BTreeMap;

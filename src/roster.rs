@@ -110,6 +110,19 @@ impl Roster {
         !self.spares.is_empty() || self.active.len() > self.min_nodes
     }
 
+    /// The roster with `host` no longer quarantined: a spare again, in file order, unless it
+    /// is active. `None` when it is not quarantined.
+    pub fn released(&self, host: &str) -> Option<Roster> {
+        let at = self.quarantined.iter().position(|(i, _)| self.hosts[*i] == host)?;
+        let mut next = self.clone();
+        let (index, _) = next.quarantined.remove(at);
+        if !next.active.contains(&index) {
+            let at = next.spares.partition_point(|&s| s < index);
+            next.spares.insert(at, index);
+        }
+        Some(next)
+    }
+
     /// The roster without the blamed nodes, each quarantined and replaced by a spare or,
     /// with none left, dropped down to `min_nodes`; with what changed. `None` when the run
     /// cannot do without all of them: it then waits for them as before.
@@ -228,6 +241,20 @@ mod tests {
         assert_eq!(active(&last), ["n5", "n4", "n3"]);
         assert!(!last.has_room());
         assert_eq!(last.without(&[blame(2)]), None, "no spare, no min_nodes: wait as before");
+    }
+
+    #[test]
+    fn a_released_node_is_a_spare_again_in_file_order() {
+        let r = Roster::new(hosts(5), Some(2), None, None, &BTreeMap::new()).unwrap();
+        let (next, _) = r.without(&[blame(0)]).unwrap();
+        let (next, _) = next.without(&[blame(1)]).unwrap();
+        assert_eq!((active(&next), next.spare_hosts().collect::<Vec<_>>()), (vec!["n3", "n4"], vec!["n5"]));
+        let back = next.released("n2").unwrap();
+        assert_eq!(back.spare_hosts().collect::<Vec<_>>(), ["n2", "n5"]);
+        assert_eq!(back.quarantined_hosts().collect::<Vec<_>>(), [("n1", "node-lost")]);
+        assert_eq!(active(&back), ["n3", "n4"], "the active nodes stay");
+        assert_eq!(back.released("n2"), None, "not quarantined");
+        assert_eq!(back.released("n3"), None);
     }
 
     #[test]

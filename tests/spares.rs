@@ -206,6 +206,38 @@ fn the_root_cause_of_two_attempts_in_a_row_is_replaced() {
 }
 
 #[test]
+fn a_segfault_that_follows_its_rank_to_the_spare_releases_the_node_blamed_for_it() {
+    let c = Cluster::new(4);
+    c.write_config(
+        &torchrun(
+            "\"--steps\", \"3\", \"--fault-step\", \"1\", \"--signal-rank\", \"0:SIGSEGV\"",
+            "nnodes = 2",
+        ),
+        &format!("{FAST_RESTART}max_restarts = 1\n"),
+    );
+    let out = c.run();
+    assert_ne!(out.code, Some(0), "rank 0 fails every attempt\n{out}");
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let failed = all(&ev, "attempt_failed");
+    assert_eq!(failed.len(), 2, "{out}");
+    // Attempt 0 blames node 0; the spare takes rank 0 and fails the same way: the program's
+    // fault. Node 0 is released and nobody else is quarantined.
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{out}");
+    assert_eq!(
+        (q[0]["host"].as_str(), q[0]["reason"].as_str()),
+        (Some(c.addr(0)), Some("rank 0 died of SIGSEGV"))
+    );
+    let released = all(&ev, "node_released");
+    assert_eq!(released.len(), 1, "{out}");
+    assert_eq!((released[0]["attempt"].as_u64(), released[0]["host"].as_str()), (Some(2), Some(c.addr(0))));
+    assert!(out.stderr.contains(&format!("released {}: rank 0 failed the same way", c.addr(0))), "{out}");
+    let nodes = herd::run(c.tb.dir(), &["nodes"], LIMIT);
+    nodes.assert_code(0);
+    assert!(nodes.stdout.contains("quarantined: none"), "{nodes}");
+}
+
+#[test]
 fn a_node_failing_the_preflight_is_replaced_by_the_spare_before_anything_starts() {
     let c = Cluster::new(4);
     let path = c.write_config(&torchrun("\"--steps\", \"2\"", "nnodes = 3"), FAST_RESTART);

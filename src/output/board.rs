@@ -126,6 +126,10 @@ impl Board {
             Event::NodeQuarantined { host, reason, .. } => {
                 self.quarantined.push((host.clone(), reason.clone()));
             }
+            Event::NodeReleased { host, .. } => {
+                self.quarantined.retain(|(h, _)| h != host);
+                self.spares.push(host.clone());
+            }
             Event::SparePromoted { .. } | Event::WorldChanged { .. } => {
                 if let Event::SparePromoted { host, .. } = event {
                     self.spares.retain(|s| s != host);
@@ -481,5 +485,9 @@ mod tests {
         assert!(text.contains("  quarantined: n9 (node-lost), n2 (SIGSEGV)\n"), "{text}");
         assert!(!text.contains("spares:"), "{text}");
         assert!(text.lines().any(|l| l.contains("  1  n3 ")), "{text}");
+        // Its fault followed its rank to n3: n2 is a spare again.
+        b.apply(&Event::NodeReleased { attempt: 2, host: "n2".into(), reason: "the rank's".into() }, t0);
+        let text = b.render(t0, 200);
+        assert!(text.contains("  spares: n2 · quarantined: n9 (node-lost)\n"), "{text}");
     }
 }

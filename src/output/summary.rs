@@ -88,11 +88,20 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::NodeQuarantined { host, reason, saved: false, .. } => {
             format!("quarantined {host}: {reason} (for this run only: the quarantine file could not be written)")
         }
+        Event::NodeReleased { host, reason, .. } => {
+            format!("released {host}: {reason} (a spare again; later runs of this config may use it)")
+        }
         Event::SparePromoted { attempt, node_rank, host, replaced } => {
             format!("spare {host} takes node rank {node_rank} from {replaced} for attempt {attempt}")
         }
-        Event::WorldChanged { attempt, nnodes, world_size, .. } => {
-            format!("attempt {attempt} runs on {nnodes} node(s), world size {world_size} (restart.min_nodes)")
+        Event::WorldChanged { attempt, nnodes, world_size, nprocs, dropped, .. } => {
+            let s = format!("attempt {attempt} runs on {nnodes} node(s), world size {world_size}");
+            if dropped.is_empty() {
+                let per_node: Vec<String> = nprocs.iter().map(u32::to_string).collect();
+                format!("{s}: a promoted spare runs another number of ranks (per node: {})", per_node.join(", "))
+            } else {
+                format!("{s}, without {} (restart.min_nodes)", dropped.join(", "))
+            }
         }
         Event::RunFinished { status, attempts } => match status {
             RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
@@ -356,6 +365,38 @@ mod tests {
         assert!(
             line.contains("from ck/step_2\\nevil\\u{1b}[2J (appends --resume ck/step_2\\nevil"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn a_changed_world_says_why_it_changed() {
+        let changed = |nprocs: Vec<u32>, dropped: &[&str]| Event::WorldChanged {
+            attempt: 1,
+            nnodes: nprocs.len(),
+            world_size: nprocs.iter().sum(),
+            hosts: (0..nprocs.len()).map(|i| format!("n{i}")).collect(),
+            nprocs,
+            dropped: dropped.iter().map(|h| h.to_string()).collect(),
+        };
+        // A spare with a larger nproc took a node's place: no node left, no min_nodes in it.
+        let promoted = status_line(&changed(vec![2, 4], &[])).unwrap();
+        assert_eq!(
+            promoted,
+            "attempt 1 runs on 2 node(s), world size 6: a promoted spare runs another number of ranks (per node: 2, 4)"
+        );
+        assert!(!promoted.contains("min_nodes"), "{promoted}");
+        let shrunk = status_line(&changed(vec![2, 2], &["n9"])).unwrap();
+        assert_eq!(shrunk, "attempt 1 runs on 2 node(s), world size 4, without n9 (restart.min_nodes)");
+    }
+
+    #[test]
+    fn a_released_node_says_why_and_that_later_runs_may_use_it() {
+        let reason = "rank 0 failed the same way (crash, signal 11 (SIGSEGV)) on n3: the fault follows the rank, not the node";
+        let line = status_line(&Event::NodeReleased { attempt: 2, host: "n1".into(), reason: reason.into() })
+            .unwrap();
+        assert_eq!(
+            line,
+            format!("released n1: {reason} (a spare again; later runs of this config may use it)")
         );
     }
 

@@ -92,6 +92,9 @@ pub struct Ended {
     pub stopping: Option<(Stopping, Duration)>,
     /// Each node's exit, a silent node's made `Lost` with why.
     pub exits: Vec<Option<NodeExit>>,
+    /// When herd saw each lost node lost (its silence judged, or its transport gone): the
+    /// moment of the loss, which a lost node's end may follow by a while.
+    pub lost_at: Vec<Option<Duration>>,
     /// No master port could be chosen: nothing started.
     pub no_port: Option<PortError>,
     pub port: Option<u16>,
@@ -123,6 +126,7 @@ pub struct Attempt<'a> {
     /// Per node, whether its agent has spoken yet (a node still logging in answers nothing).
     heard: Vec<bool>,
     exits: Vec<Option<NodeExit>>,
+    lost_at: Vec<Option<Duration>>,
     /// Nodes given up on for their silence, and how each one is lost.
     silent: BTreeMap<usize, String>,
     kill_armed: bool,
@@ -142,6 +146,7 @@ impl<'a> Attempt<'a> {
             answered: BTreeSet::new(),
             heard: vec![false; plan.nnodes()],
             exits: vec![None; plan.nnodes()],
+            lost_at: vec![None; plan.nnodes()],
             silent: BTreeMap::new(),
             kill_armed: false,
         }
@@ -184,7 +189,8 @@ impl<'a> Attempt<'a> {
 
     /// Every node has ended: what the attempt leaves for classification.
     pub fn ended(self) -> Ended {
-        Ended { stopping: self.stopping, exits: self.exits, no_port: self.no_port, port: self.port }
+        let (stopping, exits, lost_at) = (self.stopping, self.exits, self.lost_at);
+        Ended { stopping, exits, lost_at, no_port: self.no_port, port: self.port }
     }
 
     fn who(&self, node_rank: usize) -> String {
@@ -214,6 +220,9 @@ impl<'a> Attempt<'a> {
             Some(why) => NodeExit::Lost(why.clone()),
             None => exit,
         };
+        if matches!(exit, NodeExit::Lost(_)) {
+            self.lost_at[node_rank].get_or_insert(now);
+        }
         let failed = !exit.success();
         let reason = format!("{} failed: {exit}", self.who(node_rank));
         self.exits[node_rank] = Some(exit);
@@ -266,6 +275,7 @@ impl<'a> Attempt<'a> {
             }
             if let Some((reason, why)) = judge_silence(self.plan, node_rank, *heard, now) {
                 self.silent.insert(node_rank, why);
+                self.lost_at[node_rank] = Some(now);
                 self.fail(now, None, reason, true, actions);
             }
         }
@@ -528,9 +538,11 @@ mod tests {
         let mut want = vec![Action::Kill];
         want.extend(teardown("node 1 (n2) is silent: no heartbeat", None));
         assert_eq!(a.decide(S(22), Input::ProbeAnswered { node_rank: 2 }), want);
-        // When its task ends, its exit is the silence.
+        // When its task ends, its exit is the silence, lost as of when it was judged silent.
         a.decide(S(23), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
-        assert_eq!(a.ended().exits[1], Some(NodeExit::Lost("no heartbeat for 15s".into())));
+        let ended = a.ended();
+        assert_eq!(ended.exits[1], Some(NodeExit::Lost("no heartbeat for 15s".into())));
+        assert_eq!(ended.lost_at, [None, Some(S(21)), None]);
 
         // Ctrl-C while the others' stacks are taken: the silent node is killed at once too.
         let mut a = Attempt::new(&p, Some(1), &used);
@@ -538,6 +550,23 @@ mod tests {
         let mut want = vec![Action::Kill];
         want.extend(teardown("interrupted", None));
         assert_eq!(a.decide(S(22), Input::Interrupt), want);
+    }
+
+    #[test]
+    fn nodes_lost_during_the_probe_are_lost_as_of_when_they_were_seen() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0); 3], 0, 250));
+        let lost = || NodeExit::Lost("the ssh connection to the node was lost".into());
+        let actions = a.decide(S(30), Input::NodeEnded { node_rank: 2, exit: lost() });
+        assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        a.decide(S(31), Input::NodeEnded { node_rank: 0, exit: lost() });
+        a.decide(S(32), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(15) });
+        let ended = a.ended();
+        // The stop is dated at the first loss; the second loss keeps its own time.
+        assert_eq!(ended.stopping, Some((Stopping::NodeFailed, S(30))));
+        assert_eq!(ended.lost_at, [Some(S(31)), None, Some(S(30))]);
     }
 
     #[test]

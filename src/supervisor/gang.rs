@@ -326,13 +326,16 @@ impl<'a> Gang<'a> {
         if let Some(error) = ended.no_port {
             return (AttemptOutcome::NoPort(RunError::Port { host: plan.master.host.clone(), error }), None);
         }
-        let outcomes: Vec<NodeOutcome> = (self.results.iter_mut().zip(ended.exits))
-            .filter_map(|(r, exit)| Some((r.take()?, exit.unwrap_or(NodeExit::Lost("no result".into())))))
-            .map(|(r, exit)| NodeOutcome {
+        let outcomes: Vec<NodeOutcome> = (self.results.iter_mut().zip(ended.exits).zip(ended.lost_at))
+            .filter_map(|((r, exit), lost_at)| {
+                Some((r.take()?, exit.unwrap_or(NodeExit::Lost("no result".into())), lost_at))
+            })
+            .map(|(r, exit, lost_at)| NodeOutcome {
                 node_rank: r.node_rank,
                 host: plan.nodes[r.node_rank].host.clone(),
                 first_rank: plan.nodes[r.node_rank].global_ranks().start,
                 stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
+                lost_at,
                 exit,
                 ended_at: r.ended_at,
                 lines: r.tail,

@@ -55,7 +55,7 @@ pub async fn run(
         events: &events,
         attempts: Vec::new(),
         used_ports: BTreeSet::new(),
-        last_root: None,
+        history: blame::History::default(),
         interfaces: Vec::new(),
     };
     let status = run.run(interrupts).await?;
@@ -95,8 +95,8 @@ struct Run<'a> {
     attempts: Vec<AttemptSummary>,
     /// The master ports of earlier attempts, which a restart does not reuse.
     used_ports: BTreeSet<u16>,
-    /// The host at the root of the last failed attempt, and its class (see `blame`).
-    last_root: Option<(String, crate::outcome::FailureClass)>,
+    /// What the failed attempts so far tell the blame of the next (see `blame`).
+    history: blame::History,
     /// Per node rank, its interface to the master (`rendezvous.interface = "auto"`), as the
     /// last preflight found them.
     interfaces: Vec<String>,
@@ -207,9 +207,10 @@ impl Run<'_> {
             interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
         let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
-        let previous = self.last_root.as_ref().map(|(host, class)| (host.as_str(), *class));
-        let blamed = blame::blame(&verdict, &outcomes, &self.plan.patterns.rules, previous);
-        self.last_root = verdict.root_cause.as_ref().map(|r| (r.host.clone(), verdict.class));
+        let together = blame::lost_together(self.plan.restart.heartbeat_timeout, attempt::PROBE_WAIT);
+        let judged = self.history.judge(&verdict, &outcomes, &self.plan.patterns.rules, together);
+        self.release(&judged.released, attempt + 1).await;
+        let blamed = judged.blamed;
         let class = verdict.class;
         self.attempts.push(summary(Some(verdict)));
         if interrupted {

@@ -3,7 +3,9 @@
 //! with none left the run goes on with fewer nodes down to `restart.min_nodes`. A node new
 //! to the run is connected and checked before an attempt uses it (its `import torch` too,
 //! which the fast checks leave out); one that fails is blamed in turn. Without room (no
-//! spare, no `min_nodes`), nothing changes: the run waits for its nodes as before.
+//! spare, no `min_nodes`), nothing changes: the run waits for its nodes as before. A node
+//! blamed for a fault that turns out to follow its rank is released: a spare again, and out
+//! of the quarantine file.
 
 use super::preflight::{self, Preflighted};
 use super::types::RunError;
@@ -176,9 +178,14 @@ impl Run<'_> {
         }
         let next = self.plan.with_roster(roster);
         let previous = std::mem::replace(&mut self.plan, next);
+        let mut dropped = Vec::new();
         for change in changes {
-            if let Change::Promoted { node_rank, spare, replaced } = change {
-                let _ = events.send(Event::SparePromoted { attempt, node_rank, host: spare, replaced }).await;
+            match change {
+                Change::Promoted { node_rank, spare, replaced } => {
+                    let event = Event::SparePromoted { attempt, node_rank, host: spare, replaced };
+                    let _ = events.send(event).await;
+                }
+                Change::Dropped { host } => dropped.push(host),
             }
         }
         let plan = &self.plan;
@@ -191,10 +198,43 @@ impl Run<'_> {
                     world_size: plan.world_size,
                     hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
                     nprocs,
+                    dropped,
                 })
                 .await;
         }
         Some(previous)
+    }
+
+    /// Let back in the nodes this run quarantined for a fault that turned out to be no
+    /// node's (see `blame::History`), each with why: a spare again for this run (from attempt
+    /// `attempt`), and out of the config's quarantine file for later runs.
+    pub(super) async fn release(&mut self, released: &[(String, String)], attempt: u32) {
+        for (host, reason) in released {
+            let Some(roster) = self.plan.roster.released(host) else {
+                continue; // Blamed, but never quarantined: the run had no room for it.
+            };
+            self.plan = self.plan.with_roster(roster);
+            self.let_in(host);
+            let event = Event::NodeReleased { attempt, host: host.clone(), reason: reason.clone() };
+            let _ = self.events.send(event).await;
+        }
+    }
+
+    /// Take the node out of the config's quarantine file, if this run put it there. A file
+    /// that cannot be read or written is a warning: later runs then still skip the node.
+    fn let_in(&self, host: &str) {
+        let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
+        let released = Quarantine::load(&path).and_then(|mut q| {
+            let ours = q.nodes.iter().any(|e| e.host == host && e.run_id == self.run_id);
+            if ours && q.release(host) {
+                q.save(&path)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = released {
+            tracing::warn!("{e}: later runs still skip {host}; `herd nodes --release {host}` clears it");
+        }
     }
 
     /// Record the node in the config's quarantine file, which later runs read; whether it is
