@@ -408,7 +408,7 @@ fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
 
 /// Whether `e` says that the config's nodes are a Slurm allocation's, and herd is in none.
 fn outside_allocation(e: &Error) -> bool {
-    matches!(e, Error::Config(c) if c.message().contains("not inside a Slurm allocation"))
+    matches!(e, Error::Config(c) if c.message().contains(config::OUTSIDE_ALLOCATION))
 }
 
 fn stacks_command(config: &Path) -> Result<u8, Error> {

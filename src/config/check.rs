@@ -48,6 +48,10 @@ pub const SLURM_NODELIST_VARS: [&str; 2] = ["SLURM_JOB_NODELIST", "SLURM_NODELIS
 /// The Slurm variables that name the allocation herd runs in, the first one set wins.
 pub const SLURM_JOB_ID_VARS: [&str; 2] = ["SLURM_JOB_ID", "SLURM_JOBID"];
 
+/// What every error of a Slurm config used outside an allocation says; `herd nodes` tells
+/// such an error from the others by it, to work on the quarantine file all the same.
+pub const OUTSIDE_ALLOCATION: &str = "not inside a Slurm allocation";
+
 /// What loading a config may read besides the config text: the environment and the files the
 /// config names. [`LoadOptions::process`] is the real ones; tests pass closures.
 #[derive(Clone, Copy)]

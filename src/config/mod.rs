@@ -36,8 +36,8 @@ mod transport;
 mod types;
 
 pub use check::{
-    check_host, is_env_name, is_env_pattern, LoadOptions, MAX_NODES, MAX_NPROC, RESERVED_ENV,
-    SLURM_NODELIST_VARS,
+    check_host, is_env_name, is_env_pattern, LoadOptions, MAX_NODES, MAX_NPROC, OUTSIDE_ALLOCATION,
+    RESERVED_ENV, SLURM_NODELIST_VARS,
 };
 pub use error::{help_line, line_col, ConfigError, Location};
 pub use hostlist::HostlistError;

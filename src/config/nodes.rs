@@ -101,7 +101,7 @@ impl Cx<'_> {
             .find_map(|&var| (self.options.env)(var).filter(|v| !v.is_empty()).map(|v| (var, v)));
         let Some((var, list)) = found else {
             return Err(here(format!(
-                "{what}: not inside a Slurm allocation ({} are unset); run under salloc or sbatch, \
+                "{what}: {OUTSIDE_ALLOCATION} ({} are unset); run under salloc or sbatch, \
                  or list the nodes in [[nodes]]",
                 SLURM_NODELIST_VARS.join(" and ")
             )));

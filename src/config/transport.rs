@@ -110,7 +110,7 @@ impl Cx<'_> {
             Some((_, id)) if id.bytes().all(|b| b.is_ascii_digit()) => return Ok(id),
             Some((var, id)) => format!("{what}: {var} {id:?} is not a job id"),
             None => format!(
-                "{what}: not inside a Slurm allocation ({} are unset); run herd under salloc or in an \
+                "{what}: {OUTSIDE_ALLOCATION} ({} are unset); run herd under salloc or in an \
                  sbatch script",
                 SLURM_JOB_ID_VARS.join(" and ")
             ),
