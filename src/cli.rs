@@ -43,8 +43,9 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Run a shell command on every node at once; each line comes prefixed with its node.
     ///
-    /// The command runs in each node's login shell and login directory, without the job's
-    /// env, under the same agent as a job: Ctrl-C (or herd going away) stops it everywhere.
+    /// The command runs in bash (sh where a node has none) in each node's login directory,
+    /// without the job's env, under the same agent as a job: Ctrl-C (or herd going away)
+    /// stops it everywhere.
     /// Exits with the highest exit status of any node; 255 when a node cannot be reached.
     Exec(ExecArgs),
     /// Print a past run's node logs, each line prefixed with its node as it was live.

@@ -2,7 +2,7 @@
 //! quarantined ones. Pure: the plan is built from a roster, and after a failed attempt the
 //! supervisor asks it what the run looks like without the nodes it blames.
 //!
-//! The rules, which `herd plan` shows and the README documents:
+//! The rules, which `herd plan` shows and docs/guide/spares.md documents:
 //! - the first `job.nnodes` nodes in file order that are not quarantined are active, with node
 //!   ranks in that order; the others are spares, in file order;
 //! - a blamed node's place goes to the first spare, which takes its node rank; every other

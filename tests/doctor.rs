@@ -113,7 +113,7 @@ fn a_node_whose_torch_import_is_broken_is_named() {
         "{text}"
     );
 
-    // herd run's preflight does not import torch (seconds per node, see the README): the
+    // herd run's preflight does not import torch (seconds per node, see BENCHMARKS.md): the
     // launcher fails on that node, and that is `launch`, the node's environment, never the
     // user's script; it is not restarted.
     let out = herd::run(c.tb.dir(), &["run"], LIMIT);

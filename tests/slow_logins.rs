@@ -11,7 +11,7 @@ use support::herd::{self, events, only_run_dir};
 
 /// Four shell inits of 35 s in a row on the master (the preflight's login and its `setup`'s
 /// bash, the job's login and its `setup`'s bash: bash sources ~/.bashrc again for `setup`,
-/// see the README), and torch's start-up: about 190 s here.
+/// see docs/guide/running.md), and torch's start-up: about 190 s here.
 const SLOW_LIMIT: Duration = Duration::from_secs(450);
 
 /// The master's login takes 35 s (a stale lock in the shell init), the others' 2 s. Every
