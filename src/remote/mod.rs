@@ -18,6 +18,22 @@ pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("a
 /// herd's output multiplexer (Python, standard library only). See the header of `mux.py`.
 pub const MUX_SCRIPT: &str = include_str!("mux.py");
 
+/// The newest match of a glob in the workdir, for `{latest:GLOB}` (POSIX sh). See the header
+/// of `latest.sh`.
+pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
+
+/// The command for `sh` that runs the node script `script` (one of this folder's, POSIX sh)
+/// as `sh -c SCRIPT NAME ARGS...`: its inputs are positional arguments, each quoted here once,
+/// never written into its text. `name` is its `$0`, which names it in `ps` and in its errors.
+pub fn script_call<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> String {
+    let mut call = format!("sh -c {} {}", quote(script), quote(name));
+    for arg in args {
+        call.push(' ');
+        call.push_str(&quote(arg.as_ref()));
+    }
+    call
+}
+
 /// `command` (a launcher line, as it would follow `exec`) run under the output multiplexer,
 /// by `python`, as a line that follows `exec`: each rank's stdout and stderr reach herd as
 /// streams of their own. The line itself runs in `sh` under the multiplexer, so that it sees
@@ -427,14 +443,28 @@ mod tests {
     /// which the agent evals. Needs shellcheck (scripts/test.sh installs it).
     #[test]
     fn the_shipped_agent_passes_shellcheck() {
+        shellcheck("agent.sh", AGENT_SCRIPT);
+    }
+
+    /// `script`, written to a file `name`, passes shellcheck as POSIX sh (SC2317 left out,
+    /// see above).
+    fn shellcheck(name: &str, script: &str) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.sh");
-        std::fs::write(&path, AGENT_SCRIPT).unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, script).unwrap();
         let out =
             Command::new("shellcheck").args(["-s", "sh", "-e", "SC2317"]).arg(&path).output().unwrap_or_else(
                 |e| panic!("shellcheck: {e} (apt-get install shellcheck; scripts/test.sh does)"),
             );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    /// Every other node script in sh, as it ships, passes shellcheck too.
+    #[test]
+    fn the_shipped_node_scripts_pass_shellcheck() {
+        for (name, script) in [("latest.sh", LATEST_SCRIPT)] {
+            shellcheck(name, script);
+        }
     }
 
     use proptest::prelude::*;
