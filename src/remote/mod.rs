@@ -22,6 +22,10 @@ pub const MUX_SCRIPT: &str = include_str!("mux.py");
 /// of `latest.sh`.
 pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
 
+/// A node's NCCL flight-recorder dumps, framed by size (POSIX sh). See the header of
+/// `nccl_dumps.sh`, and `nccl`, which reads them.
+pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
+
 /// The command for `sh` that runs the node script `script` (one of this folder's, POSIX sh)
 /// as `sh -c SCRIPT NAME ARGS...`: its inputs are positional arguments, each quoted here once,
 /// never written into its text. `name` is its `$0`, which names it in `ps` and in its errors.
@@ -462,7 +466,7 @@ mod tests {
     /// Every other node script in sh, as it ships, passes shellcheck too.
     #[test]
     fn the_shipped_node_scripts_pass_shellcheck() {
-        for (name, script) in [("latest.sh", LATEST_SCRIPT)] {
+        for (name, script) in [("latest.sh", LATEST_SCRIPT), ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT)] {
             shellcheck(name, script);
         }
     }

@@ -374,10 +374,9 @@ impl Run<'_> {
         let mut asks = tokio::task::JoinSet::new();
         for node in plan.nodes.iter().filter(|n| n.dumps_nccl() && !lost(n.node_rank)) {
             let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
-            let script = crate::nccl::script(&plan.workdir, &dir, node.global_ranks());
+            let command = crate::nccl::command(&plan.workdir, &dir, node.global_ranks());
             let node_rank = node.node_rank;
-            let script = format!("sh -c {}", crate::remote::quote(&script));
-            asks.spawn(async move { (node_rank, remote_sh(&conn, &script, NCCL_COLLECT).await) });
+            asks.spawn(async move { (node_rank, remote_sh(&conn, &command, NCCL_COLLECT).await) });
         }
         let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
         let mut saved = Vec::new();
