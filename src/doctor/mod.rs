@@ -34,7 +34,8 @@ fn probe_limit(plan: &LaunchPlan) -> Duration {
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
 pub const DOCTOR_RUN_ID: &str = "doctor";
-/// What the master's probe prints once its test listener is up, or when it cannot listen.
+/// What the master's probe prints once its test listener is up, or when it cannot listen
+/// (see `port_test.py`).
 const LISTENING: &str = "herd-listening";
 const LISTEN_FAILED: &str = "herd-listen-failed";
 /// What the master's probe prints once its facts are in (its listener lives on).
@@ -129,63 +130,18 @@ if {full}:
     s
 }
 
-/// The master's probe when the port is tested: a listener bound to `$MASTER_PORT` on every
-/// address, which says so and only then starts the facts (`$1`), so that their lines never
-/// share one with its own, and says when they are done. It accepts until herd ends the probe
-/// (with its agent's stdin), once the facts are in and every worker has answered; its own
-/// bound only covers a herd that is gone. Without the interpreter, the facts alone.
-fn listener_command(plan: &LaunchPlan, facts: &str) -> String {
-    let listen = format!(
-        "import os, socket, subprocess, sys, threading, time\n\
-         try:\n    s = socket.socket(socket.AF_INET6 if ':' in {addr} else socket.AF_INET)\n\
-         \x20   s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-         \x20   s.bind(('', int(os.environ['MASTER_PORT'])))\n    s.listen(1024)\n\
-         \x20   print({LISTENING:?}, flush=True)\n\
-         except OSError as e:\n    print({LISTEN_FAILED:?} + ' ' + str(e), flush=True)\n    s = None\n\
-         facts = subprocess.Popen(['sh', '-c', sys.argv[1]])\n\
-         if s is None:\n    sys.exit(facts.wait())\n\
-         def serve():\n    while True:\n        try:\n            c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n        except OSError:\n            pass\n\
-         threading.Thread(target=serve, daemon=True).start()\n\
-         facts.wait()\nprint({FACTS_DONE:?}, flush=True)\ntime.sleep({secs})\n",
-        addr = py_str(&plan.master.addr),
-        secs = probe_limit(plan).as_secs() * 2,
-    );
-    let python = quote(&plan.python);
-    format!(
-        "if command -v {python} >/dev/null 2>&1; then exec {python} -c {} {}; fi\necho {}\nexec sh -c {}",
-        quote(&listen),
-        quote(facts),
-        quote(&format!("{LISTEN_FAILED} {} not found", plan.python)),
-        quote(facts)
-    )
-}
-
-/// A worker's side of the reachability test: one connection to the master's listener.
-fn connect_command(plan: &LaunchPlan) -> String {
-    let connect = format!(
-        "import os, socket\ntry:\n    socket.create_connection(({}, int(os.environ['MASTER_PORT'])), timeout={}).close()\n    print('herd-reached')\n\
-         except OSError as e:\n    print('herd-unreached ' + str(e))\n",
-        py_str(&plan.master.addr),
-        REACH_TIMEOUT.as_secs()
-    );
-    format!("{} -c {}", quote(&plan.python), quote(&connect))
-}
-
-/// The command one node's probe runs: its facts and, where the env gives a master port (0:
-/// none to test), its side of the reachability test. The workers get their env, and so
-/// start, only once the master's listener is up.
+/// The command one node's probe runs (`probe.sh`): its facts and, where the env gives a
+/// master port (0: none to test), its side of the reachability test (`port_test.py`). The
+/// master's listener bounds itself, for a herd that is gone, at twice the probe's limit.
 fn probe_command(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> String {
     let facts = facts_script_with(plan, options.fast, options.imports_torch(node.node_rank));
-    let script = if node.node_rank == plan.master.node_rank {
-        format!(
-            "if [ \"$MASTER_PORT\" = 0 ]; then exec sh -c {}; fi\n{}",
-            quote(&facts),
-            listener_command(plan, &facts)
-        )
-    } else {
-        format!("sh -c {}\nif [ \"$MASTER_PORT\" != 0 ]; then {}; fi", quote(&facts), connect_command(plan))
+    let (role, secs) = match node.node_rank == plan.master.node_rank {
+        true => ("master", probe_limit(plan) * 2),
+        false => ("worker", REACH_TIMEOUT),
     };
-    format!("sh -c {}", quote(&script))
+    let secs = secs.as_secs().to_string();
+    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs, "sh", "-c", &facts];
+    remote::script_call(remote::PROBE_SCRIPT, "herd-probe", args)
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -555,16 +511,11 @@ fn reach_of(f: &Facts) -> Result<(), String> {
         .to_string())
 }
 
-fn py_str(s: &str) -> String {
-    serde_json::to_string(s).expect("a string")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The master's probe is herd's longest command (the facts in three places, quoted inside
-    /// quotes). Its line for the login shell (`remote::for_login_shell`) must stay one
+    /// The master's probe is herd's longest command (the facts, quoted inside quotes). Its line for the login shell (`remote::for_login_shell`) must stay one
     /// argument of `$SHELL -c`, which Linux takes up to 128 KiB.
     #[test]
     fn the_masters_probe_fits_one_login_shell_argument() {
@@ -582,5 +533,50 @@ mod tests {
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
         let line = remote::for_login_shell(&command);
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
+    }
+
+    /// The probes as they ship, run here on a free loopback port: the master's listener says
+    /// it is up, then runs the facts and says when they are done; a worker's connection
+    /// reaches it. Without a port to test, the facts alone; without the Python, the master
+    /// says so and its facts still come.
+    #[test]
+    fn the_probes_test_the_master_port_on_this_machine() {
+        use std::io::BufRead;
+        let text = "[[nodes]]\nhost = \"127.0.0.1\"\n[[nodes]]\nhost = \"localhost\"\n[job]\nscript = \"t.py\"\n\
+            device = \"cpu\"\npython = \"python3\"\n";
+        let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
+        let mut plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
+        let options = ProbeOptions { fast: true, test_port: true, presweep: None, import_torch: Vec::new() };
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+        let probe = |plan: &LaunchPlan, rank: usize, port: &str| {
+            let mut command = std::process::Command::new("sh");
+            let exec = format!("exec {}", probe_command(plan, &plan.nodes[rank], &options));
+            command.arg("-c").arg(exec).env("MASTER_PORT", port);
+            command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
+            command
+        };
+        let mut master = probe(&plan, 0, &port).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(master.stdout.take().unwrap()).lines().map(Result::unwrap);
+        assert_eq!(lines.next().as_deref(), Some(LISTENING));
+        let facts: Vec<String> = lines.by_ref().take_while(|l| l != FACTS_DONE).collect();
+        assert!(facts.iter().any(|l| l.starts_with("herd-fact hostname=")), "{facts:?}");
+        let worker = probe(&plan, 1, &port).output().unwrap();
+        let (_, other) = checks::parse_facts(&String::from_utf8_lossy(&worker.stdout));
+        assert_eq!(other, ["herd-reached"], "{worker:?}");
+        master.kill().unwrap();
+        let _ = master.wait();
+        // No port to test: the facts alone, on either side.
+        for rank in [0, 1] {
+            let out = probe(&plan, rank, "0").output().unwrap();
+            let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+            assert!(facts.contains_key("hostname") && other.is_empty(), "{facts:?} {other:?}");
+        }
+        plan.python = "/nonexistent/python3".into();
+        let out = probe(&plan, 0, &port).output().unwrap();
+        let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+        // The facts say the same of the Python (a line the checks keep).
+        assert_eq!(other[0], format!("{LISTEN_FAILED} /nonexistent/python3 not found"), "{other:?}");
+        assert!(facts.contains_key("hostname"), "{facts:?}");
     }
 }

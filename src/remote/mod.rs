@@ -26,16 +26,31 @@ pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
 /// `nccl_dumps.sh`, and `nccl`, which reads them.
 pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
 
-/// The command for `sh` that runs the node script `script` (one of this folder's, POSIX sh)
-/// as `sh -c SCRIPT NAME ARGS...`: its inputs are positional arguments, each quoted here once,
-/// never written into its text. `name` is its `$0`, which names it in `ps` and in its errors.
+/// The doctor's probe of one node: its facts, and its side of the master port's test (POSIX
+/// sh). See the header of `probe.sh`.
+pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
+
+/// The master port's test, listener and connection (Python, standard library only), which
+/// `probe.sh` runs with the job's interpreter. See the header of `port_test.py`.
+pub const PORT_TEST_PY: &str = include_str!("port_test.py");
+
+/// The argv that runs the node script `script` (one of this folder's, POSIX sh):
+/// `sh -c SCRIPT NAME ARGS...`, its inputs positional arguments, never written into its
+/// text. `name` is its `$0`, which names it in `ps` and in its errors.
+pub fn script_argv<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut argv = vec!["sh".to_string(), "-c".to_string(), script.to_string(), name.to_string()];
+    argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+    argv
+}
+
+/// `argv` as one command line for `sh`, each word quoted once.
+pub fn command_line<S: AsRef<str>>(argv: impl IntoIterator<Item = S>) -> String {
+    argv.into_iter().map(|w| quote(w.as_ref())).collect::<Vec<_>>().join(" ")
+}
+
+/// The command for `sh` that runs the node script `script`: its `script_argv`, quoted once.
 pub fn script_call<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> String {
-    let mut call = format!("sh -c {} {}", quote(script), quote(name));
-    for arg in args {
-        call.push(' ');
-        call.push_str(&quote(arg.as_ref()));
-    }
-    call
+    command_line(script_argv(script, name, args))
 }
 
 /// `command` (a launcher line, as it would follow `exec`) run under the output multiplexer,
@@ -160,7 +175,7 @@ impl AgentInvocation {
     /// argv, started through /usr/bin/python3 where the node has it, which makes it a child
     /// subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
-        let agent = self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
+        let agent = command_line(self.local_argv());
         format!(
             "set -- {agent}; [ -x {SUBREAPER_PYTHON} ] && exec {SUBREAPER_PYTHON} -S -I -c {} \"$@\"; exec \"$@\"",
             quote(SUBREAPER_SHIM)
@@ -466,8 +481,22 @@ mod tests {
     /// Every other node script in sh, as it ships, passes shellcheck too.
     #[test]
     fn the_shipped_node_scripts_pass_shellcheck() {
-        for (name, script) in [("latest.sh", LATEST_SCRIPT), ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT)] {
+        for (name, script) in
+            [("latest.sh", LATEST_SCRIPT), ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT), ("probe.sh", PROBE_SCRIPT)]
+        {
             shellcheck(name, script);
+        }
+    }
+
+    /// Every node script in Python, as it ships, compiles (`python3 -m py_compile`).
+    #[test]
+    fn the_shipped_python_scripts_compile() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, script) in [("port_test.py", PORT_TEST_PY)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, script).unwrap();
+            let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         }
     }
 
