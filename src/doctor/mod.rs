@@ -16,7 +16,7 @@ use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
-use crate::remote::{self, quote, AgentInvocation, AgentMessage};
+use crate::remote::{self, AgentInvocation, AgentMessage};
 use crate::transport::{Connection, Started};
 
 pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
@@ -41,107 +41,52 @@ const LISTEN_FAILED: &str = "herd-listen-failed";
 /// What the master's probe prints once its facts are in (its listener lives on).
 const FACTS_DONE: &str = "herd-facts-done";
 
-/// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
-pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
-    facts_script_with(plan, fast, !fast)
+/// The command that prints a node's facts (`facts.sh`). `fast` leaves out what costs time
+/// (importing torch).
+pub fn facts_command(plan: &LaunchPlan, fast: bool) -> String {
+    remote::command_line(facts_argv(plan, fast, !fast))
 }
 
-/// `facts_script`, importing torch when `import_torch` (a fast probe of a node new to the run).
-fn facts_script_with(plan: &LaunchPlan, fast: bool, import_torch: bool) -> String {
-    let launcher = &plan.launcher_program;
-    let py = format!(
-        r#"import platform
-print("herd-fact python=" + platform.python_version())
-try:
-    import importlib.metadata as m
-    print("herd-fact torch=" + m.version("torch"))
-except Exception:
-    print("herd-fact torch=")
-if {full}:
-    try:
-        import torch, torch.distributed as d
-        print("herd-fact torch_import=ok")
-        print("herd-fact cuda=" + str(torch.version.cuda))
-        try:
-            print("herd-fact nccl=" + ".".join(map(str, torch.cuda.nccl.version())))
-        except Exception:
-            print("herd-fact nccl=none")
-        print("herd-fact nccl_available=" + str(d.is_nccl_available()))
-    except Exception as e:
-        print("herd-fact torch_import=" + repr(e)[:300].replace("\n", " "))
-"#,
-        full = if import_torch { "True" } else { "False" }
-    );
-    let mut s = String::new();
-    match &plan.container {
+/// The argv of `facts.sh` (after `procs.sh`, in `sh`), importing torch when `import_torch` (a
+/// fast probe of a node new to the run). Its arguments are in the order of its header.
+pub(crate) fn facts_argv(plan: &LaunchPlan, fast: bool, import_torch: bool) -> Vec<String> {
+    let (runtime, python) = match &plan.container {
         // The launcher, Python and torch are in the image: the node needs the runtime.
-        Some(c) => {
-            let runtime = c.runtime.as_str();
-            s += &format!("echo \"herd-fact runtime=$(command -v {runtime} 2>/dev/null)\"\n");
-        }
-        None => {
-            s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(launcher));
-            if plan.uses_torch {
-                s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
-            }
-        }
-    }
-    s += "h=$(hostname); echo \"herd-fact hostname=$h\"\n";
-    s += "echo \"herd-fact hostname_addr=$(getent hosts \"$h\" 2>/dev/null | awk '{print $1; exit}')\"\n";
-    s += &format!(
-        "m={}; case $m in *[!0-9.]*) m=$(getent ahostsv4 \"$m\" 2>/dev/null | awk '{{print $1; exit}}');; esac\n",
-        quote(&plan.master.addr)
-    );
-    // On the master itself the route to its own address is via lo: take the interface that
-    // holds the address instead.
-    s += "d=$(ip -o addr show to \"$m\" 2>/dev/null | awk '{print $2; exit}')\n";
-    s += "[ -n \"$d\" ] || d=$(ip route get \"$m\" 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n 1)\n";
-    s += "echo \"herd-fact route_dev=$d\"\n";
-    if let Some(name) = plan.interface.as_deref().filter(|i| *i != "auto") {
-        s += &format!(
-            "if [ -e /sys/class/net/{0} ]; then echo herd-fact iface_exists=yes; else echo herd-fact iface_exists=no; fi\n",
-            quote(name)
-        );
-    }
-    if !fast {
-        s += "if command -v nvidia-smi >/dev/null 2>&1; then echo \"herd-fact gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')\"; else echo herd-fact gpus=0; fi\n";
-        s += "echo \"herd-fact shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $2}')\"\n";
-        s += "echo \"herd-fact nofile=$(ulimit -n)\"\n";
-        s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
-        // What a hang's stacks need: py-spy on the job's PATH, and leave to attach to the ranks.
-        s += "echo \"herd-fact pyspy=$(command -v py-spy 2>/dev/null)\"\n";
-        // The agent bounds each dump with `timeout` and sends it in base64.
-        s += "herd_m=; for t in timeout base64; do command -v $t >/dev/null 2>&1 || herd_m=\"$herd_m $t\"; done; echo \"herd-fact stack_tools_missing=$herd_m\"\n";
-        s += "echo \"herd-fact ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)\"\n";
-        s += "echo \"herd-fact cap_eff=$(awk '/^CapEff:/{print $2}' /proc/self/status 2>/dev/null)\"\n";
-        // The sweep's own rule: processes of this config whose agent is gone. The doctor's
-        // probes, and any live run, have theirs.
-        s += remote::PROCS_SCRIPT;
-        s += &format!(
-            "echo \"herd-fact leftovers=$(herd_leftovers {} | wc -l)\"\n",
-            quote(&crate::marker::Marker::config(&plan.config_key).entry())
-        );
-        if let crate::config::PortSpec::Fixed(p) = plan.master.port {
-            s += &format!(
-                "echo \"herd-fact port_in_use=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:{p:04X}$/ && $4 == \"0A\"' | wc -l)\"\n"
-            );
-        }
-    }
-    s
+        Some(c) => (c.runtime.as_str(), ""),
+        None => ("", if plan.uses_torch { plan.python.as_str() } else { "" }),
+    };
+    let interface = plan.interface.as_deref().filter(|i| *i != "auto").unwrap_or("");
+    let port = match plan.master.port {
+        PortSpec::Fixed(p) => p.to_string(),
+        PortSpec::Auto => String::new(),
+    };
+    let args = [
+        if fast { "fast" } else { "full" },
+        runtime,
+        &plan.launcher_program,
+        python,
+        remote::FACTS_PY,
+        if import_torch { "import" } else { "" },
+        &plan.master.addr,
+        interface,
+        &crate::marker::Marker::config(&plan.config_key).entry(),
+        &port,
+    ];
+    remote::script_argv(remote::FACTS_SCRIPT, "herd-facts", args)
 }
 
-/// The command one node's probe runs (`probe.sh`): its facts and, where the env gives a
-/// master port (0: none to test), its side of the reachability test (`port_test.py`). The
-/// master's listener bounds itself, for a herd that is gone, at twice the probe's limit.
-fn probe_command(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> String {
-    let facts = facts_script_with(plan, options.fast, options.imports_torch(node.node_rank));
+/// The argv of one node's probe (`probe.sh`): its facts and, where the env gives a master
+/// port (0: none to test), its side of the reachability test (`port_test.py`). The master's
+/// listener bounds itself, for a herd that is gone, at twice the probe's limit.
+fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec<String> {
     let (role, secs) = match node.node_rank == plan.master.node_rank {
         true => ("master", probe_limit(plan) * 2),
         false => ("worker", REACH_TIMEOUT),
     };
     let secs = secs.as_secs().to_string();
-    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs, "sh", "-c", &facts];
-    remote::script_call(remote::PROBE_SCRIPT, "herd-probe", args)
+    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
+    let facts = facts_argv(plan, options.fast, options.imports_torch(node.node_rank));
+    remote::script_argv(remote::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -319,7 +264,7 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
     let job = remote::job_snippet(
         &plan.workdir,
         plan.setup.as_deref().filter(|_| plan.container.is_none()),
-        &probe_command(plan, node, options),
+        &remote::command_line(probe_argv(plan, node, options)),
     );
     AgentInvocation {
         grace_secs: 1,
@@ -515,8 +460,10 @@ fn reach_of(f: &Facts) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// The master's probe is herd's longest command (the facts, quoted inside quotes). Its line for the login shell (`remote::for_login_shell`) must stay one
-    /// argument of `$SHELL -c`, which Linux takes up to 128 KiB.
+    /// The master's probe is herd's longest command (the probe, the port test and the facts
+    /// with the process functions, each once, quoted inside quotes). Its line for the login
+    /// shell (`remote::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
+    /// takes up to 128 KiB.
     #[test]
     fn the_masters_probe_fits_one_login_shell_argument() {
         let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n\
@@ -535,6 +482,38 @@ mod tests {
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
     }
 
+    /// The shipped facts script, run here as a full probe would run it, prints what the checks
+    /// read: Python's facts (torch or not), the route to the master, the named interface, the
+    /// fixed port's listener, the limits and the leftovers.
+    #[test]
+    fn the_facts_script_prints_every_fact_the_checks_read() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let text = format!(
+            "[[nodes]]\nhost = \"127.0.0.1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\npython = \"python3\"\n\
+             [rendezvous]\nport = {port}\ninterface = \"lo\"\n"
+        );
+        let config = crate::config::parse(std::path::Path::new("c.toml"), &text).unwrap();
+        let plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
+        let run = |command: String| std::process::Command::new("sh").arg("-c").arg(command).output().unwrap();
+        let out = run(facts_command(&plan, false));
+        let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let fact = |name: &str| facts.get(name).map(String::as_str);
+        let python = run("python3 -c 'import platform; print(platform.python_version())'".into());
+        let python = String::from_utf8_lossy(&python.stdout);
+        assert_eq!(fact("python"), Some(python.trim()), "{facts:?} {other:?}");
+        assert!(fact("torch").is_some() && fact("torch_import").is_some(), "{facts:?}");
+        assert_eq!(fact("launcher"), Some(""), "t.py is on no PATH");
+        assert_eq!((fact("route_dev"), fact("iface_exists")), (Some("lo"), Some("yes")));
+        assert_eq!((fact("port_in_use"), fact("leftovers")), (Some("1"), Some("0")));
+        for name in ["hostname", "shm_kb", "nofile", "disk_free_kb", "gpus", "cap_eff"] {
+            assert!(fact(name).is_some_and(|v| !v.is_empty()), "{name}: {facts:?}");
+        }
+        assert_eq!(fact("stack_tools_missing"), Some(""));
+        drop(listener);
+    }
+
     /// The probes as they ship, run here on a free loopback port: the master's listener says
     /// it is up, then runs the facts and says when they are done; a worker's connection
     /// reaches it. Without a port to test, the facts alone; without the Python, the master
@@ -542,16 +521,19 @@ mod tests {
     #[test]
     fn the_probes_test_the_master_port_on_this_machine() {
         use std::io::BufRead;
-        let text = "[[nodes]]\nhost = \"127.0.0.1\"\n[[nodes]]\nhost = \"localhost\"\n[job]\nscript = \"t.py\"\n\
-            device = \"cpu\"\npython = \"python3\"\n";
+        let text =
+            "[[nodes]]\nhost = \"127.0.0.1\"\n[[nodes]]\nhost = \"localhost\"\n[job]\nscript = \"t.py\"\n\
+             device = \"cpu\"\npython = \"python3\"\n";
         let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
         let mut plan =
             crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
         let options = ProbeOptions { fast: true, test_port: true, presweep: None, import_torch: Vec::new() };
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
         let probe = |plan: &LaunchPlan, rank: usize, port: &str| {
             let mut command = std::process::Command::new("sh");
-            let exec = format!("exec {}", probe_command(plan, &plan.nodes[rank], &options));
+            let exec =
+                format!("exec {}", remote::command_line(probe_argv(plan, &plan.nodes[rank], &options)));
             command.arg("-c").arg(exec).env("MASTER_PORT", port);
             command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
             command

@@ -26,6 +26,14 @@ pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
 /// `nccl_dumps.sh`, and `nccl`, which reads them.
 pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
 
+/// A node's facts for the doctor's probe (POSIX sh), after the process functions it uses. See
+/// the header of `facts.sh`.
+pub const FACTS_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("facts.sh"));
+
+/// The Python and torch facts, which `facts.sh` runs with the job's interpreter. See its
+/// header.
+pub const FACTS_PY: &str = include_str!("facts.py");
+
 /// The doctor's probe of one node: its facts, and its side of the master port's test (POSIX
 /// sh). See the header of `probe.sh`.
 pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
@@ -37,7 +45,11 @@ pub const PORT_TEST_PY: &str = include_str!("port_test.py");
 /// The argv that runs the node script `script` (one of this folder's, POSIX sh):
 /// `sh -c SCRIPT NAME ARGS...`, its inputs positional arguments, never written into its
 /// text. `name` is its `$0`, which names it in `ps` and in its errors.
-pub fn script_argv<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> Vec<String> {
+pub fn script_argv<S: AsRef<str>>(
+    script: &str,
+    name: &str,
+    args: impl IntoIterator<Item = S>,
+) -> Vec<String> {
     let mut argv = vec!["sh".to_string(), "-c".to_string(), script.to_string(), name.to_string()];
     argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
     argv
@@ -478,12 +490,17 @@ mod tests {
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
     }
 
-    /// Every other node script in sh, as it ships, passes shellcheck too.
+    /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
+    /// the process functions it is shipped after, which the agent's check covers).
     #[test]
     fn the_shipped_node_scripts_pass_shellcheck() {
-        for (name, script) in
-            [("latest.sh", LATEST_SCRIPT), ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT), ("probe.sh", PROBE_SCRIPT)]
-        {
+        let scripts = [
+            ("latest.sh", LATEST_SCRIPT),
+            ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT),
+            ("probe.sh", PROBE_SCRIPT),
+            ("facts.sh", include_str!("facts.sh")),
+        ];
+        for (name, script) in scripts {
             shellcheck(name, script);
         }
     }
@@ -492,7 +509,7 @@ mod tests {
     #[test]
     fn the_shipped_python_scripts_compile() {
         let dir = tempfile::tempdir().unwrap();
-        for (name, script) in [("port_test.py", PORT_TEST_PY)] {
+        for (name, script) in [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY)] {
             let path = dir.path().join(name);
             std::fs::write(&path, script).unwrap();
             let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();
