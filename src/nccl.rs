@@ -2,14 +2,12 @@
 //! rank's last collectives, dumped by the rank itself when its watchdog fires. The plan turns
 //! it on for GPU jobs (see `plan::NCCL_FLIGHT_RECORDER`) with each attempt's dumps in a
 //! folder of the workdir on the node; after a failed attempt herd copies the dumps of each
-//! node's own ranks into the run's `attempt-<k>/nccl/`. Pure: the script that prints them on
-//! a node, and the reading of what it printed.
+//! node's own ranks into the run's `attempt-<k>/nccl/`. Pure: the call of the node script that
+//! prints them (`remote/nccl_dumps.sh`), and the reading of what it printed.
 
 use std::ops::Range;
 
 use serde::Serialize;
-
-use crate::remote::quote;
 
 /// The folder, relative to the workdir, where the ranks of attempt `attempt` dump: each rank
 /// to `rank_<global rank>` in it (the dump variable's value is this folder and `/rank_`).
@@ -28,25 +26,16 @@ pub struct RankDump {
     pub bytes: Result<Vec<u8>, String>,
 }
 
-/// What a node prints of its ranks' dumps in `dir` under `workdir`: a line `herd-dumps`
-/// (after whatever a login shell printed), then for each rank with one, `herd-dump R N` and a
-/// newline, its N bytes, and a line `herd-dump-end R`; `herd-dump R too-large N` for one over
-/// `MAX_DUMP`. A rank without a dump prints nothing: most failures have none. In `sh`, the
-/// size read once, and at most that many bytes sent.
-pub fn script(workdir: &str, dir: &str, ranks: Range<u32>) -> String {
-    let ranks: Vec<String> = ranks.map(|r| r.to_string()).collect();
-    format!(
-        "cd -- {}/{} 2>/dev/null || exit 0; echo; echo herd-dumps; for r in {}; do f=rank_$r; \
-         [ -f \"$f\" ] || continue; n=$(wc -c <\"$f\") || continue; n=$((n + 0)); \
-         if [ \"$n\" -gt {MAX_DUMP} ]; then echo \"herd-dump $r too-large $n\"; continue; fi; \
-         echo \"herd-dump $r $n\"; head -c \"$n\" \"$f\"; echo; echo \"herd-dump-end $r\"; done",
-        quote(workdir.trim_end_matches('/')),
-        quote(dir),
-        ranks.join(" ")
-    )
+/// The command that prints a node's ranks' dumps in `dir` under `workdir` (`nccl_dumps.sh`,
+/// in `sh`): a line `herd-dumps`, then each dump framed by its size, which `parse` reads; a
+/// dump over `MAX_DUMP` is named, not sent.
+pub fn command(workdir: &str, dir: &str, ranks: Range<u32>) -> String {
+    let args = [workdir.to_string(), dir.to_string(), MAX_DUMP.to_string()];
+    let args = args.into_iter().chain(ranks.map(|r| r.to_string()));
+    crate::remote::script_call(crate::remote::NCCL_DUMPS_SCRIPT, "herd-nccl-dumps", args)
 }
 
-/// The dumps in `out`, as `script` printed them: what comes before the `herd-dumps` line is
+/// The dumps in `out`, as `command` printed them: what comes before the `herd-dumps` line is
 /// a login shell's. A frame cut short or out of step (the node went, the file shrank) ends
 /// the reading, with that rank's dump said to be cut.
 pub fn parse(out: &[u8], dir_on_node: &str) -> Vec<RankDump> {
@@ -93,17 +82,32 @@ pub fn parse(out: &[u8], dir_on_node: &str) -> Vec<RankDump> {
 mod tests {
     use super::*;
 
+    /// The shipped script, run here: the node's own ranks' dumps from the attempt's folder,
+    /// whatever bytes they hold, framed as `parse` reads them after a login's greeting; one
+    /// over `MAX_DUMP` named, not sent; no folder, no dumps.
     #[test]
-    fn the_script_prints_only_the_nodes_own_ranks_from_the_attempts_folder() {
-        let s = script("/shared/my job/", "herd-nccl/r1/attempt-2", 8..11);
-        assert!(
-            s.starts_with(
-                "cd -- '/shared/my job'/herd-nccl/r1/attempt-2 2>/dev/null || exit 0; echo; echo herd-dumps;"
-            ),
-            "{s}"
-        );
-        assert!(s.contains("for r in 8 9 10; do f=rank_$r;"), "{s}");
-        assert!(s.contains(&format!("-gt {MAX_DUMP}")), "{s}");
+    fn the_script_sends_only_the_nodes_own_ranks_from_the_attempts_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workdir = format!("{}/my 'job'/", tmp.path().display());
+        let dir = "herd-nccl/r1/attempt-2";
+        let on_node = format!("{workdir}{dir}");
+        std::fs::create_dir_all(&on_node).unwrap();
+        std::fs::write(format!("{on_node}/rank_8"), b"\x00\nab\xff").unwrap();
+        std::fs::File::create(format!("{on_node}/rank_10")).unwrap().set_len(MAX_DUMP + 1).unwrap();
+        std::fs::write(format!("{on_node}/rank_11"), b"another node's").unwrap();
+        std::fs::write(format!("{workdir}herd-nccl/r1/rank_9"), b"another attempt's").unwrap();
+        let run = |dir: &str| {
+            let shell = format!("echo 'hello from .bashrc'; {}", command(&workdir, dir, 8..11));
+            let out = std::process::Command::new("sh").arg("-c").arg(shell).output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            parse(&out.stdout, &on_node)
+        };
+        let dumps = run(dir);
+        assert_eq!(dumps.len(), 2, "{dumps:?}");
+        assert_eq!(dumps[0], RankDump { rank: 8, bytes: Ok(b"\x00\nab\xff".to_vec()) });
+        assert_eq!(dumps[1].rank, 10);
+        assert!(dumps[1].bytes.as_ref().is_err_and(|e| e.contains("left on the node")), "{dumps:?}");
+        assert!(run("herd-nccl/r1/attempt-3").is_empty());
     }
 
     fn frame(rank: u32, bytes: &[u8]) -> Vec<u8> {

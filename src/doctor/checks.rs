@@ -658,9 +658,9 @@ mod tests {
         let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\nsetup = \"pip install -e .\"\n[container]\nimage = \"i\"\nruntime = \"podman\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
         let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() });
-        let script = crate::doctor::facts_script(&p, true);
-        assert!(script.contains("herd-fact runtime=$(command -v podman"), "{script}");
-        assert!(!script.contains("torch"), "{script}");
+        // facts.sh's $2 (the runtime) and $4 (the Python that torch is looked for with).
+        let argv = crate::doctor::facts_argv(&p, true, true);
+        assert_eq!((argv[5].as_str(), argv[7].as_str()), ("podman", ""), "{:?}", &argv[4..]);
         let mut with = facts("2.5.0", 0.0);
         with.values.insert("runtime".into(), "/usr/bin/podman".into());
         with.values.insert("gpus".into(), "1".into());
@@ -705,7 +705,9 @@ mod tests {
         let port = PortReach::Skipped("test".into());
         let plain = build("script = \"./run.sh\"\n");
         assert_eq!(plain.launcher_program, "./run.sh");
-        assert!(!crate::doctor::facts_script(&plain, false).contains("import torch"));
+        // facts.sh's $4: the Python that torch is looked for with, none.
+        let python = |p: &LaunchPlan| crate::doctor::facts_argv(p, false, true)[7].clone();
+        assert_eq!(python(&plain), "");
         for fast in [true, false] {
             let nodes = evaluate(&plain, &[no_torch.clone(), no_torch.clone()], &port, fast);
             assert!(
@@ -717,7 +719,7 @@ mod tests {
         // Naming the interpreter says the job needs it, and torch with it.
         let with_python = build("script = \"train.py\"\npython = \"/opt/v/bin/python\"\n");
         assert_eq!(with_python.launcher_program, "train.py");
-        assert!(crate::doctor::facts_script(&with_python, false).contains("import torch"));
+        assert_eq!(python(&with_python), "/opt/v/bin/python");
         let nodes = evaluate(&with_python, &[no_torch.clone(), no_torch], &port, false);
         assert_eq!(status_of(&nodes, 0, "torch"), Some(Status::Fail));
     }
@@ -742,9 +744,14 @@ mod tests {
             presweep: None,
             import_torch: vec![2],
         };
-        let script = |rank: usize| crate::doctor::probe_command(&p, &p.nodes[rank], &options);
-        assert!(script(2).contains("if True:") && !script(2).contains("nvidia-smi"), "{}", script(2));
-        assert!(script(0).contains("if False:"), "{}", script(0));
+        // facts.sh's $1 (fast or full) and $6 (import torch or not), in each probe's argv.
+        let facts = |rank: usize| {
+            let argv = crate::doctor::probe_argv(&p, &p.nodes[rank], &options);
+            let at = argv.iter().position(|w| w == "herd-facts").unwrap();
+            (argv[at + 1].clone(), argv[at + 6].clone())
+        };
+        assert_eq!(facts(2), ("fast".to_string(), "import".to_string()));
+        assert_eq!(facts(0), ("fast".to_string(), String::new()));
     }
 
     #[test]
@@ -892,7 +899,7 @@ mod tests {
         let mut live = agent("20000101-000001-live", "sleep 62".into());
         let mut probe = agent(
             crate::doctor::DOCTOR_RUN_ID,
-            format!("sleep 0.3; sh -c {}", crate::remote::quote(&crate::doctor::facts_script(&p, false))),
+            format!("sleep 0.3; {}", crate::doctor::facts_command(&p, false)),
         );
         let mut out = String::new();
         probe.stdout.take().unwrap().read_to_string(&mut out).unwrap();

@@ -16,7 +16,7 @@ use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
-use crate::remote::{self, quote, AgentInvocation, AgentMessage};
+use crate::remote::{self, AgentInvocation, AgentMessage};
 use crate::transport::{Connection, Started};
 
 pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
@@ -34,158 +34,59 @@ fn probe_limit(plan: &LaunchPlan) -> Duration {
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
 pub const DOCTOR_RUN_ID: &str = "doctor";
-/// What the master's probe prints once its test listener is up, or when it cannot listen.
+/// What the master's probe prints once its test listener is up, or when it cannot listen
+/// (see `port_test.py`).
 const LISTENING: &str = "herd-listening";
 const LISTEN_FAILED: &str = "herd-listen-failed";
 /// What the master's probe prints once its facts are in (its listener lives on).
 const FACTS_DONE: &str = "herd-facts-done";
 
-/// The shell that prints a node's facts. `fast` leaves out what costs time (importing torch).
-pub fn facts_script(plan: &LaunchPlan, fast: bool) -> String {
-    facts_script_with(plan, fast, !fast)
+/// The command that prints a node's facts (`facts.sh`). `fast` leaves out what costs time
+/// (importing torch).
+pub fn facts_command(plan: &LaunchPlan, fast: bool) -> String {
+    remote::command_line(facts_argv(plan, fast, !fast))
 }
 
-/// `facts_script`, importing torch when `import_torch` (a fast probe of a node new to the run).
-fn facts_script_with(plan: &LaunchPlan, fast: bool, import_torch: bool) -> String {
-    let launcher = &plan.launcher_program;
-    let py = format!(
-        r#"import platform
-print("herd-fact python=" + platform.python_version())
-try:
-    import importlib.metadata as m
-    print("herd-fact torch=" + m.version("torch"))
-except Exception:
-    print("herd-fact torch=")
-if {full}:
-    try:
-        import torch, torch.distributed as d
-        print("herd-fact torch_import=ok")
-        print("herd-fact cuda=" + str(torch.version.cuda))
-        try:
-            print("herd-fact nccl=" + ".".join(map(str, torch.cuda.nccl.version())))
-        except Exception:
-            print("herd-fact nccl=none")
-        print("herd-fact nccl_available=" + str(d.is_nccl_available()))
-    except Exception as e:
-        print("herd-fact torch_import=" + repr(e)[:300].replace("\n", " "))
-"#,
-        full = if import_torch { "True" } else { "False" }
-    );
-    let mut s = String::new();
-    match &plan.container {
+/// The argv of `facts.sh` (after `procs.sh`, in `sh`), importing torch when `import_torch` (a
+/// fast probe of a node new to the run). Its arguments are in the order of its header.
+pub(crate) fn facts_argv(plan: &LaunchPlan, fast: bool, import_torch: bool) -> Vec<String> {
+    let (runtime, python) = match &plan.container {
         // The launcher, Python and torch are in the image: the node needs the runtime.
-        Some(c) => {
-            let runtime = c.runtime.as_str();
-            s += &format!("echo \"herd-fact runtime=$(command -v {runtime} 2>/dev/null)\"\n");
-        }
-        None => {
-            s += &format!("echo \"herd-fact launcher=$(command -v {} 2>/dev/null)\"\n", quote(launcher));
-            if plan.uses_torch {
-                s += &format!("{} -c {} 2>&1\n", quote(&plan.python), quote(&py));
-            }
-        }
-    }
-    s += "h=$(hostname); echo \"herd-fact hostname=$h\"\n";
-    s += "echo \"herd-fact hostname_addr=$(getent hosts \"$h\" 2>/dev/null | awk '{print $1; exit}')\"\n";
-    s += &format!(
-        "m={}; case $m in *[!0-9.]*) m=$(getent ahostsv4 \"$m\" 2>/dev/null | awk '{{print $1; exit}}');; esac\n",
-        quote(&plan.master.addr)
-    );
-    // On the master itself the route to its own address is via lo: take the interface that
-    // holds the address instead.
-    s += "d=$(ip -o addr show to \"$m\" 2>/dev/null | awk '{print $2; exit}')\n";
-    s += "[ -n \"$d\" ] || d=$(ip route get \"$m\" 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n 1)\n";
-    s += "echo \"herd-fact route_dev=$d\"\n";
-    if let Some(name) = plan.interface.as_deref().filter(|i| *i != "auto") {
-        s += &format!(
-            "if [ -e /sys/class/net/{0} ]; then echo herd-fact iface_exists=yes; else echo herd-fact iface_exists=no; fi\n",
-            quote(name)
-        );
-    }
-    if !fast {
-        s += "if command -v nvidia-smi >/dev/null 2>&1; then echo \"herd-fact gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')\"; else echo herd-fact gpus=0; fi\n";
-        s += "echo \"herd-fact shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2{print $2}')\"\n";
-        s += "echo \"herd-fact nofile=$(ulimit -n)\"\n";
-        s += "echo \"herd-fact disk_free_kb=$(df -Pk . 2>/dev/null | awk 'NR==2{print $4}')\"\n";
-        // What a hang's stacks need: py-spy on the job's PATH, and leave to attach to the ranks.
-        s += "echo \"herd-fact pyspy=$(command -v py-spy 2>/dev/null)\"\n";
-        // The agent bounds each dump with `timeout` and sends it in base64.
-        s += "herd_m=; for t in timeout base64; do command -v $t >/dev/null 2>&1 || herd_m=\"$herd_m $t\"; done; echo \"herd-fact stack_tools_missing=$herd_m\"\n";
-        s += "echo \"herd-fact ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)\"\n";
-        s += "echo \"herd-fact cap_eff=$(awk '/^CapEff:/{print $2}' /proc/self/status 2>/dev/null)\"\n";
-        // The sweep's own rule: processes of this config whose agent is gone. The doctor's
-        // probes, and any live run, have theirs.
-        s += remote::PROCS_SCRIPT;
-        s += &format!(
-            "echo \"herd-fact leftovers=$(herd_leftovers {} | wc -l)\"\n",
-            quote(&crate::marker::Marker::config(&plan.config_key).entry())
-        );
-        if let crate::config::PortSpec::Fixed(p) = plan.master.port {
-            s += &format!(
-                "echo \"herd-fact port_in_use=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:{p:04X}$/ && $4 == \"0A\"' | wc -l)\"\n"
-            );
-        }
-    }
-    s
-}
-
-/// The master's probe when the port is tested: a listener bound to `$MASTER_PORT` on every
-/// address, which says so and only then starts the facts (`$1`), so that their lines never
-/// share one with its own, and says when they are done. It accepts until herd ends the probe
-/// (with its agent's stdin), once the facts are in and every worker has answered; its own
-/// bound only covers a herd that is gone. Without the interpreter, the facts alone.
-fn listener_command(plan: &LaunchPlan, facts: &str) -> String {
-    let listen = format!(
-        "import os, socket, subprocess, sys, threading, time\n\
-         try:\n    s = socket.socket(socket.AF_INET6 if ':' in {addr} else socket.AF_INET)\n\
-         \x20   s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-         \x20   s.bind(('', int(os.environ['MASTER_PORT'])))\n    s.listen(1024)\n\
-         \x20   print({LISTENING:?}, flush=True)\n\
-         except OSError as e:\n    print({LISTEN_FAILED:?} + ' ' + str(e), flush=True)\n    s = None\n\
-         facts = subprocess.Popen(['sh', '-c', sys.argv[1]])\n\
-         if s is None:\n    sys.exit(facts.wait())\n\
-         def serve():\n    while True:\n        try:\n            c, _ = s.accept(); c.settimeout(3); c.recv(1); c.close()\n        except OSError:\n            pass\n\
-         threading.Thread(target=serve, daemon=True).start()\n\
-         facts.wait()\nprint({FACTS_DONE:?}, flush=True)\ntime.sleep({secs})\n",
-        addr = py_str(&plan.master.addr),
-        secs = probe_limit(plan).as_secs() * 2,
-    );
-    let python = quote(&plan.python);
-    format!(
-        "if command -v {python} >/dev/null 2>&1; then exec {python} -c {} {}; fi\necho {}\nexec sh -c {}",
-        quote(&listen),
-        quote(facts),
-        quote(&format!("{LISTEN_FAILED} {} not found", plan.python)),
-        quote(facts)
-    )
-}
-
-/// A worker's side of the reachability test: one connection to the master's listener.
-fn connect_command(plan: &LaunchPlan) -> String {
-    let connect = format!(
-        "import os, socket\ntry:\n    socket.create_connection(({}, int(os.environ['MASTER_PORT'])), timeout={}).close()\n    print('herd-reached')\n\
-         except OSError as e:\n    print('herd-unreached ' + str(e))\n",
-        py_str(&plan.master.addr),
-        REACH_TIMEOUT.as_secs()
-    );
-    format!("{} -c {}", quote(&plan.python), quote(&connect))
-}
-
-/// The command one node's probe runs: its facts and, where the env gives a master port (0:
-/// none to test), its side of the reachability test. The workers get their env, and so
-/// start, only once the master's listener is up.
-fn probe_command(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> String {
-    let facts = facts_script_with(plan, options.fast, options.imports_torch(node.node_rank));
-    let script = if node.node_rank == plan.master.node_rank {
-        format!(
-            "if [ \"$MASTER_PORT\" = 0 ]; then exec sh -c {}; fi\n{}",
-            quote(&facts),
-            listener_command(plan, &facts)
-        )
-    } else {
-        format!("sh -c {}\nif [ \"$MASTER_PORT\" != 0 ]; then {}; fi", quote(&facts), connect_command(plan))
+        Some(c) => (c.runtime.as_str(), ""),
+        None => ("", if plan.uses_torch { plan.python.as_str() } else { "" }),
     };
-    format!("sh -c {}", quote(&script))
+    let interface = plan.interface.as_deref().filter(|i| *i != "auto").unwrap_or("");
+    let port = match plan.master.port {
+        PortSpec::Fixed(p) => p.to_string(),
+        PortSpec::Auto => String::new(),
+    };
+    let args = [
+        if fast { "fast" } else { "full" },
+        runtime,
+        &plan.launcher_program,
+        python,
+        remote::FACTS_PY,
+        if import_torch { "import" } else { "" },
+        &plan.master.addr,
+        interface,
+        &crate::marker::Marker::config(&plan.config_key).entry(),
+        &port,
+    ];
+    remote::script_argv(remote::FACTS_SCRIPT, "herd-facts", args)
+}
+
+/// The argv of one node's probe (`probe.sh`): its facts and, where the env gives a master
+/// port (0: none to test), its side of the reachability test (`port_test.py`). The master's
+/// listener bounds itself, for a herd that is gone, at twice the probe's limit.
+fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec<String> {
+    let (role, secs) = match node.node_rank == plan.master.node_rank {
+        true => ("master", probe_limit(plan) * 2),
+        false => ("worker", REACH_TIMEOUT),
+    };
+    let secs = secs.as_secs().to_string();
+    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
+    let facts = facts_argv(plan, options.fast, options.imports_torch(node.node_rank));
+    remote::script_argv(remote::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -363,7 +264,7 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
     let job = remote::job_snippet(
         &plan.workdir,
         plan.setup.as_deref().filter(|_| plan.container.is_none()),
-        &probe_command(plan, node, options),
+        &remote::command_line(probe_argv(plan, node, options)),
     );
     AgentInvocation {
         grace_secs: 1,
@@ -555,17 +456,14 @@ fn reach_of(f: &Facts) -> Result<(), String> {
         .to_string())
 }
 
-fn py_str(s: &str) -> String {
-    serde_json::to_string(s).expect("a string")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The master's probe is herd's longest command (the facts in three places, quoted inside
-    /// quotes). Its line for the login shell (`remote::for_login_shell`) must stay one
-    /// argument of `$SHELL -c`, which Linux takes up to 128 KiB.
+    /// The master's probe is herd's longest command (the probe, the port test and the facts
+    /// with the process functions, each once, quoted inside quotes). Its line for the login
+    /// shell (`remote::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
+    /// takes up to 128 KiB.
     #[test]
     fn the_masters_probe_fits_one_login_shell_argument() {
         let text = "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n\
@@ -582,5 +480,85 @@ mod tests {
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
         let line = remote::for_login_shell(&command);
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
+    }
+
+    /// The shipped facts script, run here as a full probe would run it, prints what the checks
+    /// read: Python's facts (torch or not), the route to the master, the named interface, the
+    /// fixed port's listener, the limits and the leftovers.
+    #[test]
+    fn the_facts_script_prints_every_fact_the_checks_read() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let text = format!(
+            "[[nodes]]\nhost = \"127.0.0.1\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\npython = \"python3\"\n\
+             [rendezvous]\nport = {port}\ninterface = \"lo\"\n"
+        );
+        let config = crate::config::parse(std::path::Path::new("c.toml"), &text).unwrap();
+        let plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
+        let run = |command: String| std::process::Command::new("sh").arg("-c").arg(command).output().unwrap();
+        let out = run(facts_command(&plan, false));
+        let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let fact = |name: &str| facts.get(name).map(String::as_str);
+        let python = run("python3 -c 'import platform; print(platform.python_version())'".into());
+        let python = String::from_utf8_lossy(&python.stdout);
+        assert_eq!(fact("python"), Some(python.trim()), "{facts:?} {other:?}");
+        assert!(fact("torch").is_some() && fact("torch_import").is_some(), "{facts:?}");
+        assert_eq!(fact("launcher"), Some(""), "t.py is on no PATH");
+        assert_eq!((fact("route_dev"), fact("iface_exists")), (Some("lo"), Some("yes")));
+        assert_eq!((fact("port_in_use"), fact("leftovers")), (Some("1"), Some("0")));
+        for name in ["hostname", "shm_kb", "nofile", "disk_free_kb", "gpus", "cap_eff"] {
+            assert!(fact(name).is_some_and(|v| !v.is_empty()), "{name}: {facts:?}");
+        }
+        assert_eq!(fact("stack_tools_missing"), Some(""));
+        drop(listener);
+    }
+
+    /// The probes as they ship, run here on a free loopback port: the master's listener says
+    /// it is up, then runs the facts and says when they are done; a worker's connection
+    /// reaches it. Without a port to test, the facts alone; without the Python, the master
+    /// says so and its facts still come.
+    #[test]
+    fn the_probes_test_the_master_port_on_this_machine() {
+        use std::io::BufRead;
+        let text =
+            "[[nodes]]\nhost = \"127.0.0.1\"\n[[nodes]]\nhost = \"localhost\"\n[job]\nscript = \"t.py\"\n\
+             device = \"cpu\"\npython = \"python3\"\n";
+        let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
+        let mut plan =
+            crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
+        let options = ProbeOptions { fast: true, test_port: true, presweep: None, import_torch: Vec::new() };
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+        let probe = |plan: &LaunchPlan, rank: usize, port: &str| {
+            let mut command = std::process::Command::new("sh");
+            let exec =
+                format!("exec {}", remote::command_line(probe_argv(plan, &plan.nodes[rank], &options)));
+            command.arg("-c").arg(exec).env("MASTER_PORT", port);
+            command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
+            command
+        };
+        let mut master = probe(&plan, 0, &port).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(master.stdout.take().unwrap()).lines().map(Result::unwrap);
+        assert_eq!(lines.next().as_deref(), Some(LISTENING));
+        let facts: Vec<String> = lines.by_ref().take_while(|l| l != FACTS_DONE).collect();
+        assert!(facts.iter().any(|l| l.starts_with("herd-fact hostname=")), "{facts:?}");
+        let worker = probe(&plan, 1, &port).output().unwrap();
+        let (_, other) = checks::parse_facts(&String::from_utf8_lossy(&worker.stdout));
+        assert_eq!(other, ["herd-reached"], "{worker:?}");
+        master.kill().unwrap();
+        let _ = master.wait();
+        // No port to test: the facts alone, on either side.
+        for rank in [0, 1] {
+            let out = probe(&plan, rank, "0").output().unwrap();
+            let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+            assert!(facts.contains_key("hostname") && other.is_empty(), "{facts:?} {other:?}");
+        }
+        plan.python = "/nonexistent/python3".into();
+        let out = probe(&plan, 0, &port).output().unwrap();
+        let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
+        // The facts say the same of the Python (a line the checks keep).
+        assert_eq!(other[0], format!("{LISTEN_FAILED} /nonexistent/python3 not found"), "{other:?}");
+        assert!(facts.contains_key("hostname"), "{facts:?}");
     }
 }

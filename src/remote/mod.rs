@@ -18,6 +18,53 @@ pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("a
 /// herd's output multiplexer (Python, standard library only). See the header of `mux.py`.
 pub const MUX_SCRIPT: &str = include_str!("mux.py");
 
+/// The newest match of a glob in the workdir, for `{latest:GLOB}` (POSIX sh). See the header
+/// of `latest.sh`.
+pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
+
+/// A node's NCCL flight-recorder dumps, framed by size (POSIX sh). See the header of
+/// `nccl_dumps.sh`, and `nccl`, which reads them.
+pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
+
+/// A node's facts for the doctor's probe (POSIX sh), after the process functions it uses. See
+/// the header of `facts.sh`.
+pub const FACTS_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("facts.sh"));
+
+/// The Python and torch facts, which `facts.sh` runs with the job's interpreter. See its
+/// header.
+pub const FACTS_PY: &str = include_str!("facts.py");
+
+/// The doctor's probe of one node: its facts, and its side of the master port's test (POSIX
+/// sh). See the header of `probe.sh`.
+pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
+
+/// The master port's test, listener and connection (Python, standard library only), which
+/// `probe.sh` runs with the job's interpreter. See the header of `port_test.py`.
+pub const PORT_TEST_PY: &str = include_str!("port_test.py");
+
+/// The argv that runs the node script `script` (one of this folder's, POSIX sh):
+/// `sh -c SCRIPT NAME ARGS...`, its inputs positional arguments, never written into its
+/// text. `name` is its `$0`, which names it in `ps` and in its errors.
+pub fn script_argv<S: AsRef<str>>(
+    script: &str,
+    name: &str,
+    args: impl IntoIterator<Item = S>,
+) -> Vec<String> {
+    let mut argv = vec!["sh".to_string(), "-c".to_string(), script.to_string(), name.to_string()];
+    argv.extend(args.into_iter().map(|a| a.as_ref().to_string()));
+    argv
+}
+
+/// `argv` as one command line for `sh`, each word quoted once.
+pub fn command_line<S: AsRef<str>>(argv: impl IntoIterator<Item = S>) -> String {
+    argv.into_iter().map(|w| quote(w.as_ref())).collect::<Vec<_>>().join(" ")
+}
+
+/// The command for `sh` that runs the node script `script`: its `script_argv`, quoted once.
+pub fn script_call<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> String {
+    command_line(script_argv(script, name, args))
+}
+
 /// `command` (a launcher line, as it would follow `exec`) run under the output multiplexer,
 /// by `python`, as a line that follows `exec`: each rank's stdout and stderr reach herd as
 /// streams of their own. The line itself runs in `sh` under the multiplexer, so that it sees
@@ -140,7 +187,7 @@ impl AgentInvocation {
     /// argv, started through /usr/bin/python3 where the node has it, which makes it a child
     /// subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
-        let agent = self.local_argv().iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
+        let agent = command_line(self.local_argv());
         format!(
             "set -- {agent}; [ -x {SUBREAPER_PYTHON} ] && exec {SUBREAPER_PYTHON} -S -I -c {} \"$@\"; exec \"$@\"",
             quote(SUBREAPER_SHIM)
@@ -427,14 +474,47 @@ mod tests {
     /// which the agent evals. Needs shellcheck (scripts/test.sh installs it).
     #[test]
     fn the_shipped_agent_passes_shellcheck() {
+        shellcheck("agent.sh", AGENT_SCRIPT);
+    }
+
+    /// `script`, written to a file `name`, passes shellcheck as POSIX sh (SC2317 left out,
+    /// see above).
+    fn shellcheck(name: &str, script: &str) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.sh");
-        std::fs::write(&path, AGENT_SCRIPT).unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, script).unwrap();
         let out =
             Command::new("shellcheck").args(["-s", "sh", "-e", "SC2317"]).arg(&path).output().unwrap_or_else(
                 |e| panic!("shellcheck: {e} (apt-get install shellcheck; scripts/test.sh does)"),
             );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
+    /// the process functions it is shipped after, which the agent's check covers).
+    #[test]
+    fn the_shipped_node_scripts_pass_shellcheck() {
+        let scripts = [
+            ("latest.sh", LATEST_SCRIPT),
+            ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT),
+            ("probe.sh", PROBE_SCRIPT),
+            ("facts.sh", include_str!("facts.sh")),
+        ];
+        for (name, script) in scripts {
+            shellcheck(name, script);
+        }
+    }
+
+    /// Every node script in Python, as it ships, compiles (`python3 -m py_compile`).
+    #[test]
+    fn the_shipped_python_scripts_compile() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, script) in [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, script).unwrap();
+            let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
     }
 
     use proptest::prelude::*;

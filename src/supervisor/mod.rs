@@ -374,9 +374,9 @@ impl Run<'_> {
         let mut asks = tokio::task::JoinSet::new();
         for node in plan.nodes.iter().filter(|n| n.dumps_nccl() && !lost(n.node_rank)) {
             let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
-            let script = crate::nccl::script(&plan.workdir, &dir, node.global_ranks());
+            let command = crate::nccl::command(&plan.workdir, &dir, node.global_ranks());
             let node_rank = node.node_rank;
-            asks.spawn(async move { (node_rank, remote_sh(&conn, &script, NCCL_COLLECT).await) });
+            asks.spawn(async move { (node_rank, remote_sh(&conn, &command, NCCL_COLLECT).await) });
         }
         let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
         let mut saved = Vec::new();
@@ -416,9 +416,9 @@ impl Run<'_> {
 const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The newest match of `glob` under `workdir` on a node, by modification time (see
-/// `latest_script`), within `RESUME_LOOKUP`.
+/// `latest.sh`), within `RESUME_LOOKUP`.
 async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: &str) -> Option<String> {
-    match remote_sh(conn, &latest_script(workdir, glob), RESUME_LOOKUP).await {
+    match remote_sh(conn, &latest_command(workdir, glob), RESUME_LOOKUP).await {
         Ok(stdout) => match latest_found(&stdout) {
             Ok(found) => found,
             Err(why) => {
@@ -433,20 +433,13 @@ async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: 
     }
 }
 
-/// The script that prints the newest match of `glob` under `workdir`: in `sh` (not the login
-/// shell, which may be zsh), the pattern globbed but never split, the newest found with `-nt`
-/// (no argument list to overflow), printed between two NULs: a file name holds anything but
-/// NUL (a newline too), and a login's init may print before it.
-fn latest_script(workdir: &str, glob: &str) -> String {
-    use crate::remote::quote;
-    format!(
-        "cd -- {} || exit 1; p={}; IFS=; set -- $p; b=; for f in \"$@\"; do [ -e \"$f\" ] || continue; if [ -z \"$b\" ] || [ \"$f\" -nt \"$b\" ]; then b=$f; fi; done; printf '\\0%s\\0' \"$b\"",
-        quote(workdir),
-        quote(glob)
-    )
+/// The command that prints the newest match of `glob` under `workdir` (`latest.sh`, in `sh`,
+/// not the login shell, which may be zsh), between two NULs.
+fn latest_command(workdir: &str, glob: &str) -> String {
+    crate::remote::script_call(crate::remote::LATEST_SCRIPT, "herd-latest", [workdir, glob])
 }
 
-/// The name `latest_script` printed: `None` when nothing matched; an error for output that
+/// The name `latest.sh` printed: `None` when nothing matched; an error for output that
 /// is not framed as it prints, or a name that is not UTF-8.
 fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
     let framed =
@@ -458,15 +451,14 @@ fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
     Ok(Some(name).filter(|n| !n.is_empty()))
 }
 
-/// `script` run by `sh` on a node (not its login shell, which may be zsh), within `limit`:
+/// `command` (a node script's call, see `remote::script_call`) run on a node within `limit`:
 /// its output, or why there is none (its error, the transport's, or no answer in time).
 async fn remote_sh(
     conn: &crate::transport::Connection,
-    script: &str,
+    command: &str,
     limit: std::time::Duration,
 ) -> Result<Vec<u8>, String> {
-    let shell = format!("sh -c {}", crate::remote::quote(script));
-    match tokio::time::timeout(limit, conn.output(&shell)).await {
+    match tokio::time::timeout(limit, conn.output(command)).await {
         Ok(Ok(out)) if out.status.success() => Ok(out.stdout),
         Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         Ok(Err(e)) => Err(e.to_string()),
@@ -529,7 +521,7 @@ mod tests {
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         std::fs::File::options().write(true).open(&newest).unwrap().set_modified(later).unwrap();
         let run = |glob: &str| {
-            let script = format!("echo 'hello from .bashrc'; {}", latest_script(wd.to_str().unwrap(), glob));
+            let script = format!("echo 'hello from .bashrc'; {}", latest_command(wd.to_str().unwrap(), glob));
             let out = std::process::Command::new("sh").arg("-c").arg(script).output().unwrap();
             latest_found(&out.stdout)
         };
