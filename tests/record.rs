@@ -199,11 +199,15 @@ fn a_failed_gpu_jobs_nccl_dumps_are_copied_into_the_run() {
     let c = Cluster::new(2);
     let wd = c.tb.dir().join("wd");
     std::fs::create_dir_all(&wd).unwrap();
-    // What a rank's watchdog does on a collective's timeout, then the rank's failure.
+    // What a rank's watchdog does on a collective's timeout, then the rank's failure: every
+    // rank's watchdog fires, so each waits for the other's dump before it fails (otherwise
+    // the first failure may stop the other node before it has dumped anything).
     let dump = wd.join("dump.sh");
     std::fs::write(
         &dump,
-        "printf 'fr %s\\000\\377' \"$NODE_RANK\" >\"${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}$NODE_RANK\"\nexit 7\n",
+        "f=$TORCH_NCCL_DEBUG_INFO_TEMP_FILE\nprintf 'fr %s\\000\\377' \"$NODE_RANK\" >\"$f$NODE_RANK.tmp\"\n\
+         mv \"$f$NODE_RANK.tmp\" \"$f$NODE_RANK\"\n\
+         i=0; while [ $i -lt 600 ] && ! { [ -e \"${f}0\" ] && [ -e \"${f}1\" ]; }; do sleep 0.1; i=$((i+1)); done\nexit 7\n",
     )
     .unwrap();
     let job = format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"{}\"]", dump.display());
