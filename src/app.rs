@@ -445,7 +445,7 @@ fn stacks_command(config: &Path) -> Result<u8, Error> {
     stacks.sort_by_key(|(_, s)| s.rank);
     print!("{}", output::summary::stacks_text(&stacks, &hosts));
     let all: Vec<crate::stacks::RankStack> = stacks.into_iter().map(|(_, s)| s).collect();
-    println!("{}", crate::stacks::summarize(&all, &plan.workdir).words());
+    println!("{}", crate::stacks::summarize(&all, &plan.workdir, crate::stacks::Taken::Live).words());
     Ok(exit::OK)
 }
 

@@ -799,6 +799,34 @@ mod tests {
         assert_eq!((r.node_rank, r.rank), (2, Some(4)));
     }
 
+    /// A NCCL job hung on one rank stuck in its data loader: all_reduce returned at once on
+    /// the others, which wait at a later synchronisation in the user's code, not in
+    /// torch.distributed. Its stack still stands out, and the hang is pinned on it.
+    #[test]
+    fn a_hang_is_pinned_on_the_odd_stack_when_the_others_wait_in_user_code() {
+        let waiting = "Thread 7 (idle): \"MainThread\"\n    \
+            synchronize (/v/lib/python3.11/site-packages/torch/cuda/__init__.py:792)\n    \
+            main (/work/train.py:55)\n";
+        let loading = "Thread 8 (idle): \"MainThread\"\n    \
+            poll (/usr/lib/python3.11/multiprocessing/connection.py:440)\n    \
+            main (/work/train.py:48)\n";
+        let mut nodes = hung_nodes();
+        for n in &mut nodes {
+            n.stacks = (n.first_rank..n.first_rank + 2)
+                .map(|rank| {
+                    let dump = if rank == 3 { loading } else { waiting };
+                    stacks::RankStack { rank, pid: 100 + rank, dump: Ok(dump.into()) }
+                })
+                .collect();
+        }
+        let all: Vec<stacks::RankStack> = nodes.iter().flat_map(|n| n.stacks.clone()).collect();
+        let summary = stacks::summarize(&all, "/work", stacks::Taken::Stalled);
+        let v = classify_with(&nodes, Trigger::Hang, &RuleTable::new(&[]), Some(&summary)).unwrap();
+        let r = v.root_cause.expect("the odd rank is named");
+        assert_eq!((r.node_rank, r.rank, r.local_rank), (1, Some(3), Some(1)));
+        assert!(r.line.as_deref().unwrap().contains("1 rank (3) in poll (train.py:48), the likely culprit"));
+    }
+
     #[test]
     fn a_hang_is_pinned_on_a_node_that_went_quiet_well_before_the_others() {
         let rules = RuleTable::new(&[]);

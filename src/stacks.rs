@@ -5,8 +5,8 @@
 //! user's own code (not the interpreter's library, not site-packages): `all_reduce
 //! (train.py:42)` for a rank inside a collective called from line 42, `main (train.py:57)`
 //! for a rank sleeping there. Ranks are grouped by place; when one group is smaller than all
-//! the others and every other rank waits in a collective, its ranks are the likely culprits:
-//! the others wait for them.
+//! the others, its ranks are the likely culprits: the others wait for them. In a live job's
+//! stacks (`herd stacks`), only when every other rank also waits in a collective (see `Taken`).
 
 use serde::Serialize;
 
@@ -101,10 +101,24 @@ pub fn place(frames: &[Frame], workdir: &str) -> Option<String> {
     Some(format!("{} ({file}:{})", innermost.name, at.line))
 }
 
-/// Group every rank's stack by place, and name the odd group.
-pub fn summarize(stacks: &[RankStack], workdir: &str) -> Summary {
+/// When the stacks were taken, which says how much a smaller group means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Inside a run, after `hang_timeout` with no progress or when a rank failed: the ranks
+    /// that did their part wait for the others, in a collective or, with NCCL (whose
+    /// `all_reduce` returns at once), at a later synchronisation in the user's code
+    /// (`loss.item()`, `cuda.synchronize()`). The smaller group is the odd one out.
+    Stalled,
+    /// From a live job, presumably healthy (`herd stacks`): its ranks are caught at different
+    /// lines all the time, so a group is named only when every other rank waits in a
+    /// collective (see `odd_group`).
+    Live,
+}
+
+/// Group every rank's stack by place, and name the odd group (see `Taken`).
+pub fn summarize(stacks: &[RankStack], workdir: &str, taken: Taken) -> Summary {
     let mut summary = Summary::default();
-    // The places where a rank is not waiting in a collective.
+    // The places where a rank of a live job is not waiting in a collective.
     let mut busy: Vec<String> = Vec::new();
     let mut sorted: Vec<&RankStack> = stacks.iter().collect();
     sorted.sort_by_key(|s| s.rank);
@@ -120,7 +134,7 @@ pub fn summarize(stacks: &[RankStack], workdir: &str) -> Summary {
             summary.missing.push((s.rank, "py-spy printed no Python frame".into()));
             continue;
         };
-        if !in_collective(&frames) {
+        if taken == Taken::Live && !in_collective(&frames) {
             busy.push(place.clone());
         }
         match summary.groups.iter_mut().find(|g| g.place == place) {
@@ -133,14 +147,14 @@ pub fn summarize(stacks: &[RankStack], workdir: &str) -> Summary {
     summary
 }
 
-/// The group the others wait for: smaller than every other group, while every rank of the
-/// others waits in a collective. A smaller group alone is no sign: py-spy's dumps are a
-/// snapshot, not taken at one instant, and a healthy job's ranks are caught at different
-/// lines all the time (most sleeping or computing in the user's code, one already in its
-/// all_reduce): that named a culprit in a healthy job. In a hang, the ranks that did their
-/// part wait in the collective for the ones that did not come. Where the others do not sit in
-/// a collective (a NCCL job waiting at a later synchronisation), no culprit is named: none
-/// rather than a wrong one.
+/// The group the others wait for: smaller than every other group, while no rank of the
+/// others is `busy` (at a place outside a collective; only a live job's stacks count any).
+/// In a live job a smaller group alone is no sign: py-spy's dumps are a snapshot, not taken
+/// at one instant, and a healthy job's ranks are caught at different lines all the time
+/// (most sleeping or computing in the user's code, one already in its all_reduce): that named
+/// a culprit in a healthy job. There, where the others do not sit in a collective, no culprit
+/// is named: none rather than a wrong one. After a stall nobody moves any more, and the odd
+/// group stands out wherever the others wait.
 fn odd_group(groups: &[Group], busy: &[String]) -> Option<Group> {
     let [others @ .., second, last] = groups else { return None };
     let waiting = |g: &Group| !busy.contains(&g.place);
@@ -218,7 +232,7 @@ mod tests {
     fn a_place_with_control_characters_is_shown_escaped() {
         let path = "/work/ev\x1b]0;owned\x07il\x1b[2Jx.py";
         let dump = format!("Thread 72 (idle): \"MainThread\"\n    main ({path}:57)\n");
-        let summary = summarize(&[stack(0, Ok(&dump)), stack(1, Ok(SLEEPING))], "/work");
+        let summary = summarize(&[stack(0, Ok(&dump)), stack(1, Ok(SLEEPING))], "/work", Taken::Live);
         assert_eq!(summary.groups[0].place, "main (ev\x1b]0;owned\x07il\x1b[2Jx.py:57)", "kept as it is");
         let words = summary.words();
         assert!(!words.chars().any(char::is_control), "{words:?}");
@@ -230,7 +244,9 @@ mod tests {
         let mut stacks: Vec<RankStack> =
             (0..6).filter(|r| *r != 4).map(|r| stack(r, Ok(IN_ALL_REDUCE))).collect();
         stacks.push(stack(4, Ok(SLEEPING)));
-        let s = summarize(&stacks, "/work");
+        // The others all in all_reduce: named after a stall and in a live job alike.
+        assert_eq!(summarize(&stacks, "/work", Taken::Live), summarize(&stacks, "/work", Taken::Stalled));
+        let s = summarize(&stacks, "/work", Taken::Stalled);
         assert_eq!(s.groups.len(), 2);
         assert_eq!(
             s.culprit,
@@ -242,9 +258,9 @@ mod tests {
         );
         // Two groups of one size: nobody stands out.
         let even = [stack(0, Ok(IN_ALL_REDUCE)), stack(1, Ok(SLEEPING))];
-        assert_eq!(summarize(&even, "/work").culprit, None);
+        assert_eq!(summarize(&even, "/work", Taken::Stalled).culprit, None);
         // Everyone at one place: no culprit either.
-        assert_eq!(summarize(&stacks[..3], "/work").culprit, None);
+        assert_eq!(summarize(&stacks[..3], "/work", Taken::Stalled).culprit, None);
     }
 
     #[test]
@@ -252,7 +268,7 @@ mod tests {
         // Most ranks sleep between steps in their own code; one is caught in its all_reduce.
         let mut stacks: Vec<RankStack> = (0..5).map(|r| stack(r, Ok(SLEEPING))).collect();
         stacks.push(stack(5, Ok(IN_ALL_REDUCE)));
-        let s = summarize(&stacks, "/work");
+        let s = summarize(&stacks, "/work", Taken::Live);
         assert_eq!(s.groups.len(), 2);
         assert_eq!(s.culprit, None, "{}", s.words());
         assert!(!s.words().contains("culprit"), "{}", s.words());
@@ -261,7 +277,38 @@ mod tests {
         let mut three: Vec<RankStack> = (0..3).map(|r| stack(r, Ok(SLEEPING))).collect();
         three.extend((3..5).map(|r| stack(r, Ok(computing))));
         three.push(stack(5, Ok(IN_ALL_REDUCE)));
-        assert_eq!(summarize(&three, "/work").culprit, None);
+        assert_eq!(summarize(&three, "/work", Taken::Live).culprit, None);
+    }
+
+    /// With NCCL, all_reduce returns at once: after a stall the ranks that did their part wait
+    /// at a later synchronisation in the user's code, not in torch.distributed, and the one
+    /// stuck in its data loader is still the odd one out. The same snapshot from a live job
+    /// (`herd stacks`) names nobody: its ranks may just be caught at different lines.
+    #[test]
+    fn after_a_stall_the_odd_group_is_named_wherever_the_others_wait() {
+        let synchronizing = "Thread 7 (idle): \"MainThread\"\n    \
+            synchronize (/v/lib/python3.11/site-packages/torch/cuda/__init__.py:792)\n    \
+            main (/work/train.py:55)\n    <module> (/work/train.py:90)\n";
+        let loading = "Thread 8 (idle): \"MainThread\"\n    \
+            poll (/usr/lib/python3.11/multiprocessing/connection.py:440)\n    \
+            _next_data (/v/lib/python3.11/site-packages/torch/utils/data/dataloader.py:1285)\n    \
+            main (/work/train.py:48)\n    <module> (/work/train.py:90)\n";
+        let mut stacks: Vec<RankStack> =
+            (0..6).map(|r| stack(r, Ok(if r == 3 { loading } else { synchronizing }))).collect();
+        let s = summarize(&stacks, "/work", Taken::Stalled);
+        assert_eq!(s.culprit, Some(Group { place: "poll (train.py:48)".into(), ranks: vec![3] }));
+        assert_eq!(
+            s.words(),
+            "5 ranks in synchronize (train.py:55); 1 rank (3) in poll (train.py:48), the likely culprit"
+        );
+        // Waiting at `loss.item()` (no Python frame below the user's line) counts the same.
+        let at_item = "Thread 9 (idle): \"MainThread\"\n    main (/work/train.py:56)\n";
+        for s in stacks.iter_mut().filter(|s| s.rank != 3) {
+            s.dump = Ok(at_item.into());
+        }
+        let s = summarize(&stacks, "/work", Taken::Stalled);
+        assert_eq!(s.culprit.as_ref().map(|g| &g.ranks[..]), Some(&[3][..]), "{}", s.words());
+        assert_eq!(summarize(&stacks, "/work", Taken::Live).culprit, None);
     }
 
     #[test]
@@ -271,7 +318,7 @@ mod tests {
             stack(1, Err("py-spy not found on the node (not on PATH, nor in the job's)")),
             stack(2, Ok("")),
         ];
-        let s = summarize(&stacks, "/work");
+        let s = summarize(&stacks, "/work", Taken::Stalled);
         assert_eq!(
             s.groups,
             [Group { place: "all_reduce (examples/allreduce.py:61)".into(), ranks: vec![0] }]

@@ -403,7 +403,7 @@ impl Gang<'_> {
             let _ = events.send(collected).await;
             all.extend(got);
         }
-        let mut summary = stacks::summarize(&all, &plan.workdir);
+        let mut summary = stacks::summarize(&all, &plan.workdir, stacks::Taken::Stalled);
         if !culprit {
             summary.culprit = None;
         }
