@@ -85,6 +85,19 @@ pub struct RuleTable {
     blaming: Vec<(Regex, FailureClass)>,
 }
 
+/// Equal when they hold the same rules in the same order: the same patterns, classes and
+/// blame.
+impl PartialEq for RuleTable {
+    fn eq(&self, other: &RuleTable) -> bool {
+        let rules = |rules: &[(Regex, FailureClass)]| -> Vec<(String, FailureClass)> {
+            rules.iter().map(|(re, c)| (re.as_str().to_string(), *c)).collect()
+        };
+        rules(&self.rules) == rules(&other.rules) && rules(&self.blaming) == rules(&other.blaming)
+    }
+}
+
+impl Eq for RuleTable {}
+
 impl RuleTable {
     /// The user's rules (already checked by the config) come before the built-in ones.
     pub fn new(user: &[RuleSpec]) -> RuleTable {

@@ -4,7 +4,7 @@
 //! `supervisor` (connects through `transport`, runs the `remote` agent on every node, emits
 //! `events`) → `output` (prefixed lines, log files, events.jsonl, summary).
 
-pub mod app;
+pub mod commands;
 pub mod blame;
 pub mod classify;
 pub mod cli;

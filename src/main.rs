@@ -5,7 +5,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = herd::cli::Cli::parse();
     herd::init_tracing(cli.verbose, cli.quiet);
-    match herd::app::run(cli) {
+    match herd::commands::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("herd: error: {e}");

@@ -22,7 +22,7 @@ use crate::remote;
 use crate::roster::{self, Roster};
 
 /// What the plan takes from outside the config file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanInputs {
     /// The launching shell's cwd: the workdir when the config gives none.
     pub cwd: String,
@@ -88,17 +88,10 @@ pub struct LaunchPlan {
 }
 
 /// The config and inputs of a plan. Opaque: the inputs hold the launching environment,
-/// secrets included, which nothing prints.
-#[derive(Clone)]
+/// secrets included, which nothing prints. Two plans built from different configs or inputs
+/// differ, even where their other fields agree.
+#[derive(Clone, PartialEq, Eq)]
 struct Source(Arc<(Config, PlanInputs)>);
-
-impl PartialEq for Source {
-    fn eq(&self, _: &Source) -> bool {
-        true
-    }
-}
-
-impl Eq for Source {}
 
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,9 +122,14 @@ impl Patterns {
     }
 }
 
+/// Equal when they match the same: the same rules, and the same progress and crash patterns.
 impl PartialEq for Patterns {
-    fn eq(&self, _: &Patterns) -> bool {
-        true
+    fn eq(&self, other: &Patterns) -> bool {
+        let source = |re: &Option<Arc<Regex>>| re.as_ref().map(|re| re.as_str().to_string());
+        let crash = |re: &Option<Arc<regex::bytes::Regex>>| re.as_ref().map(|re| re.as_str().to_string());
+        self.rules == other.rules
+            && source(&self.progress) == source(&other.progress)
+            && crash(&self.crash) == crash(&other.crash)
     }
 }
 
@@ -704,6 +702,35 @@ mod tests {
             "[[nodes]]\nhost = \"n1\"\n[job]\nscript = \"t.py\"\n[env]\n{NCCL_DUMP_VAR} = \"/tmp/d_\"\n"
         );
         assert!(!collects(&own));
+    }
+
+    #[test]
+    fn plans_from_different_sources_or_patterns_are_not_equal() {
+        let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        let inputs = PlanInputs { cwd: "/w".into(), ..Default::default() };
+        assert_eq!(build(&config, &inputs), build(&config, &inputs), "the plan is deterministic");
+        assert_eq!(plan().with_roster(plan().roster.clone()), plan());
+        // An environment variable nothing forwards changes no printed field, but the next
+        // attempt's plan is rebuilt from it.
+        let env = BTreeMap::from([("UNUSED".to_string(), "1".to_string())]);
+        let other = build(&config, &PlanInputs { env, ..inputs.clone() });
+        assert_eq!(other.nodes, build(&config, &inputs).nodes);
+        assert_ne!(other, build(&config, &inputs));
+
+        let restart = |extra: &str| {
+            let config = crate::config::parse(Path::new("c.toml"), &format!("{text}[restart]\n{extra}"));
+            config.unwrap().restart
+        };
+        let none = Patterns::new(&restart(""));
+        assert_eq!(none, Patterns::new(&restart("")));
+        assert_ne!(none, Patterns::new(&restart("progress_pattern = \"step \\\\d+\"\n")));
+        let rule = |class: &str| {
+            let rules = format!("[[restart.rules]]\npattern = \"disk full\"\nclass = \"{class}\"\n");
+            Patterns::new(&restart(&rules))
+        };
+        assert_ne!(none, rule("user"));
+        assert_ne!(rule("user"), rule("crash"), "a crash rule also changes the crash pattern");
     }
 
     #[test]

@@ -49,7 +49,7 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 pub const TAIL_LINES: usize = 200;
 const TAIL_LINE_CHARS: usize = 400;
 /// How much of a node's output is read at once. With the event queue's capacity, this bounds
-/// the output in flight between the nodes and the reporter (see `app::EVENT_QUEUE`).
+/// the output in flight between the nodes and the reporter (see `commands::EVENT_QUEUE`).
 /// The output multiplexer reads no more than this into one record (`mux.py`, `READ_SIZE`).
 pub const READ_SIZE: usize = 16 * 1024;
 

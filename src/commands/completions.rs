@@ -1,0 +1,11 @@
+//! `herd completions`: the shell's completion script, generated from the command line's
+//! definition, on stdout.
+
+use crate::cli::Cli;
+use crate::error::{exit, Error};
+
+pub(super) fn completions_command(shell: clap_complete::Shell) -> Result<u8, Error> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut cmd, "herd", &mut std::io::stdout());
+    Ok(exit::OK)
+}

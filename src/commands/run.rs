@@ -1,0 +1,137 @@
+//! `herd run`: the plan handed to the supervisor, with the reporter on a thread of its own
+//! reading the run's events; then the run's summary, its closing line and the exit code that
+//! says how it ended.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+
+use super::{forward_signals, load_plan, lock_config, new_run_id, runtime, Active, EVENT_QUEUE};
+use crate::cli::RunArgs;
+use crate::error::{exit, Error};
+use crate::events::RunStatus;
+use crate::output::{self, RunFiles, Sinks};
+use crate::plan::LaunchPlan;
+use crate::supervisor::{self, RunError, RunOutcome};
+use crate::{config, notify};
+
+pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
+    let mut plan = load_plan(&args.config.config, &args.selection, &args.extra_args, Active::Run)?;
+    if let Some(list) = &args.ranks {
+        plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
+    }
+    let run_id = new_run_id();
+    let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
+
+    let runtime = runtime()?;
+
+    // One run of a config at a time: a new run sweeps the nodes for leftovers of earlier runs
+    // of this config, which must never hit a live one.
+    let _lock = lock_config(&plan)?;
+
+    // The run's files exist before any node is contacted: a run that cannot keep its logs
+    // does not start.
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let files = RunFiles::create(&plan.logs_dir, &run_id, hosts).map_err(Error::io(format!(
+        "cannot create the run's log directory under {}",
+        plan.logs_dir.display()
+    )))?;
+    let run_dir = files.run_dir().to_path_buf();
+    let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
+    output::record::write_start(&run_dir, &plan, &args.config.config, &cwd)
+        .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
+    let started = SystemTime::now();
+    let console = plan.console.clone();
+    let notifier = notifier(&plan, &args.config.config, &run_id, &cwd, &run_dir);
+    let hooks = notifier.as_ref().map(notify::Notifier::stopper);
+
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
+    let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
+    let on_stdout_closed = Some(interrupt_tx.clone());
+    let reporter = std::thread::spawn(move || {
+        let sinks = Sinks {
+            stdout: Box::new(std::io::stdout()),
+            stderr: Box::new(std::io::stderr()),
+            mode,
+            on_stdout_closed,
+            console,
+            notify: notifier,
+        };
+        output::report(files, events_rx, sinks)
+    });
+
+    let outcome = runtime.block_on(async {
+        forward_signals(interrupt_tx, hooks);
+        let options = supervisor::RunOptions { preflight: !args.no_preflight };
+        supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
+    });
+    // The reporter has already warned about any file it could not write.
+    let report = reporter.join().expect("reporter thread panicked");
+    finish(outcome, &run_id, &run_dir, started, report.stdout_closed)
+}
+
+/// `[notify]`'s hooks for this run, if the config has any.
+fn notifier(
+    plan: &LaunchPlan,
+    config: &Path,
+    run_id: &str,
+    cwd: &Path,
+    run_dir: &Path,
+) -> Option<notify::Notifier> {
+    plan.notify.clone().map(|n| {
+        let run = notify::RunInfo {
+            run_id: run_id.to_string(),
+            config: std::fs::canonicalize(config).unwrap_or_else(|_| cwd.join(config)),
+            run_dir: cwd.join(run_dir),
+        };
+        notify::Notifier::new(n, run)
+    })
+}
+
+/// After the run: its summary written (for a run stopped before any attempt, with why), the
+/// closing line, and the exit code.
+fn finish(
+    outcome: Result<RunOutcome, RunError>,
+    run_id: &str,
+    run_dir: &Path,
+    started: SystemTime,
+    stdout_closed: bool,
+) -> Result<u8, Error> {
+    if let Err(RunError::Preflight(nodes)) = &outcome {
+        eprint!("{}", output::doctor_view::text(nodes, true));
+    }
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            // Stopped before any attempt (a failed preflight, no port): the record says why.
+            let mut summary =
+                output::record::summary(run_id, RunStatus::Failed, &[], started, SystemTime::now());
+            summary["not_started"] = serde_json::Value::String(e.to_string());
+            write_summary(run_dir, &summary);
+            return Err(e.into());
+        }
+    };
+    let summary =
+        output::record::summary(run_id, outcome.status, &outcome.attempts, started, SystemTime::now());
+    write_summary(run_dir, &summary);
+
+    let closing = output::summary::closing(outcome.status, &outcome.attempts, run_dir);
+    if !closing.is_empty() {
+        eprint!("herd: {closing}");
+    }
+    Ok(match outcome.status {
+        RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted if stdout_closed => exit::STDOUT_CLOSED,
+        RunStatus::Interrupted => exit::INTERRUPTED,
+        RunStatus::Failed => exit::JOB_FAILED,
+    })
+}
+
+/// The run's summary.json; a summary that cannot be written is warned about, not an error.
+fn write_summary(run_dir: &Path, summary: &serde_json::Value) {
+    if let Err(e) = output::record::write_summary(run_dir, summary) {
+        tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
+    }
+}
