@@ -5,7 +5,9 @@
 //!   most nodes were not: when most are lost at once, the fault is more likely herd's own
 //!   network than every node's. Nodes seen lost within `lost_together` of the first are lost
 //!   at once, even those seen after the stop was requested (during the probe that delays it):
-//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time;
+//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time.
+//!   A node that ended lost only after herd sent SIGTERM was not seen lost (its silence aside):
+//!   herd's teardown ends it so (a cancelled Slurm step), and it does not count;
 //! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
@@ -116,12 +118,14 @@ fn lost(verdict: &Verdict, nodes: &[NodeOutcome], together: Duration) -> Vec<Bla
 
 /// How many `nodes` were lost at once with the first of `own` (the nodes lost before herd
 /// stopped anything): `own`, and every node seen lost within `together` of the first, even
-/// one seen after the stop was requested.
+/// one seen after the stop was requested (during the probe). A node that ended lost only
+/// after herd sent the stop has no `lost_at` and does not count: herd's own teardown may end
+/// a healthy node so (a Slurm step cancelled: "exit code 143").
 fn lost_at_once(own: &[&NodeOutcome], nodes: &[NodeOutcome], together: Duration) -> usize {
-    let lost_at = |n: &NodeOutcome| n.lost_at.unwrap_or(n.ended_at);
-    let Some(first) = own.iter().map(|n| lost_at(n)).min() else { return 0 };
-    let with_first =
-        |n: &&NodeOutcome| own.iter().any(|o| o.node_rank == n.node_rank) || lost_at(n) <= first + together;
+    let Some(first) = own.iter().map(|n| n.lost_at.unwrap_or(n.ended_at)).min() else { return 0 };
+    let with_first = |n: &&NodeOutcome| {
+        own.iter().any(|o| o.node_rank == n.node_rank) || n.lost_at.is_some_and(|at| at <= first + together)
+    };
     nodes.iter().filter(|n| matches!(n.exit, NodeExit::Lost(_))).filter(with_first).count()
 }
 
@@ -371,6 +375,32 @@ mod tests {
             reasons(&blame(&v, &apart, &rules, None)),
             [(2, "node-lost: the ssh connection to the node was lost")]
         );
+    }
+
+    #[test]
+    fn a_node_ended_lost_by_the_teardown_is_not_lost_with_the_silent_one() {
+        let rules = RuleTable::new(&[]);
+        let ms = Duration::from_millis;
+        // Node 2 went silent at 30 s and made herd stop every node; node 0's step, cancelled
+        // at the end of the teardown 15 s later, ended "lost" (no `lost_at`: herd sent the stop
+        // before). One of three lost: node 2's fault.
+        let silent = NodeExit::Lost("no heartbeat for 15s".into());
+        let nodes = [
+            NodeOutcome {
+                ended_at: ms(45_000),
+                stop_requested_at: Some(ms(30_000)),
+                ..node(0, NodeExit::Lost("agent ended with exit code 143 before the job did".into()), &[])
+            },
+            NodeOutcome { stop_requested_at: Some(ms(30_000)), ..node(1, NodeExit::Signal(15), &[]) },
+            NodeOutcome {
+                ended_at: ms(45_000),
+                stop_requested_at: Some(ms(30_000)),
+                lost_at: Some(ms(30_000)),
+                ..node(2, silent.clone(), &[])
+            },
+        ];
+        let v = verdict(FailureClass::NodeLost, Some((2, None, silent)));
+        assert_eq!(reasons(&blame(&v, &nodes, &rules, None)), [(2, "node-lost: no heartbeat for 15s")]);
     }
 
     #[test]
