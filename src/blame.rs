@@ -5,7 +5,9 @@
 //!   most nodes were not: when most are lost at once, the fault is more likely herd's own
 //!   network than every node's. Nodes seen lost within `lost_together` of the first are lost
 //!   at once, even those seen after the stop was requested (during the probe that delays it):
-//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time;
+//!   one cut reaches each connection's keepalives and heartbeat at a slightly different time.
+//!   A node that ended lost only after herd sent SIGTERM was not seen lost (its silence aside):
+//!   herd's teardown ends it so (a cancelled Slurm step), and it does not count;
 //! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
@@ -13,15 +15,20 @@
 //! - it is the root cause of this attempt and of the one before, with the same class (not
 //!   `port`: a port clash is the port's, not the node's).
 //!
-//! But a rank that fails the same way (class, exit, rank) on another host, after its node was
-//! replaced or the ranks moved, carries its fault with it: a bug of the program's, no node's.
-//! From then on, the run blames no node for that fault (the root cause's node is blamed only
-//! if lost), and the nodes it blamed for it earlier are released (`History`).
+//! But a rank that fails the same way (class, exit, rank, and its root-cause line but for
+//! numbers, addresses and host names) on another host, after its node was replaced or the
+//! ranks moved, carries its fault with it: a bug of the program's, no node's. From then on,
+//! the run blames no node for that fault's signal or repetition (a loss and a hardware line
+//! still blame, the root cause's node too), and the nodes blamed earlier for that alone are
+//! released (`History`); a node blamed for a loss or a hardware line stays blamed.
 //!
 //! Only the blame is decided here; whether the run can go on without the node is the
 //! roster's question.
 
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use regex::Regex;
 
 use crate::classify::RuleTable;
 use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
@@ -40,10 +47,12 @@ pub fn lost_together(heartbeat_timeout: Duration, probe_wait: Duration) -> Durat
     heartbeat_timeout + crate::policy::keepalive_interval(heartbeat_timeout) + probe_wait
 }
 
-/// The nodes `verdict` and `nodes` blame, by node rank, one reason each. `previous`: the
-/// host that was the root cause of the attempt before, if it failed, and its class.
-/// `together`: see `lost_together`. `rank_fault`: the root cause's failure follows its rank,
-/// and blames its node for nothing but a loss.
+/// The nodes `verdict` and `nodes` blame, by node rank, one reason each, and whether the root
+/// cause's node was blamed for its rank's fault alone (`root_fault`), which a fault that
+/// follows its rank later explains. `previous`: the host that was the root cause of the
+/// attempt before, if it failed, and its class. `together`: see `lost_together`.
+/// `rank_fault`: the root cause's failure follows its rank, and blames its node for nothing
+/// but a loss or a hardware line.
 fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
@@ -51,25 +60,20 @@ fn blame(
     previous: Option<(&str, FailureClass)>,
     together: Duration,
     rank_fault: bool,
-) -> Vec<Blamed> {
+) -> (Vec<Blamed>, bool) {
     let mut blamed: Vec<Blamed> = lost(verdict, nodes, together);
     let mut add = |node_rank: usize, reason: String| {
-        if !blamed.iter().any(|b| b.node_rank == node_rank) {
+        let new = !blamed.iter().any(|b| b.node_rank == node_rank);
+        if new {
             blamed.push(Blamed { node_rank, reason });
         }
+        new
     };
-    // The rules below judge the root cause's own failure, unless it follows its rank.
+    // Every node's hardware lines, the root cause's too (an InfiniBand error only its, and
+    // not when its fault follows its rank: then the error came with the rank).
     let root = verdict.root_cause.as_ref();
-    let spared = root.map(|r| r.node_rank).filter(|_| rank_fault);
-    let root = root.filter(|_| !rank_fault);
-    if let Some(root) = root {
-        if let NodeExit::Signal(sig @ (7 | 11)) = root.exit {
-            let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
-            add(root.node_rank, format!("{who} died of {}", crate::outcome::signal_name(sig)));
-        }
-    }
-    for node in nodes.iter().filter(|n| Some(n.node_rank) != spared) {
-        let is_root = root.is_some_and(|r| r.node_rank == node.node_rank);
+    for node in nodes {
+        let is_root = !rank_fault && root.is_some_and(|r| r.node_rank == node.node_rank);
         let line = node.lines.iter().find(|l| match rules.blames(&l.text) {
             Some(FailureClass::Comm) => is_root,
             Some(_) => true,
@@ -79,12 +83,25 @@ fn blame(
             add(node.node_rank, format!("hardware: {}", line.text.trim()));
         }
     }
-    if let (Some(root), Some((host, class))) = (root, previous) {
-        if root.host == host && class == verdict.class && class != FailureClass::Port {
-            add(root.node_rank, "the root cause of two attempts in a row".to_string());
-        }
+    let for_fault = match root_fault(verdict, previous).filter(|_| !rank_fault) {
+        Some((node_rank, reason)) => add(node_rank, reason),
+        None => false,
+    };
+    (blamed, for_fault)
+}
+
+/// Whether the root cause's own failure blames its node, and why: its rank died of SIGSEGV or
+/// SIGBUS, or it is the root cause of this attempt and of the one before, with the same class
+/// (not `port`). A fault that follows its rank explains both.
+fn root_fault(verdict: &Verdict, previous: Option<(&str, FailureClass)>) -> Option<(usize, String)> {
+    let root = verdict.root_cause.as_ref()?;
+    if let NodeExit::Signal(sig @ (7 | 11)) = root.exit {
+        let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
+        return Some((root.node_rank, format!("{who} died of {}", crate::outcome::signal_name(sig))));
     }
-    blamed
+    let (host, class) = previous?;
+    (root.host == host && class == verdict.class && class != FailureClass::Port)
+        .then(|| (root.node_rank, "the root cause of two attempts in a row".to_string()))
 }
 
 /// The nodes lost before herd stopped anything, or the node whose silence made herd stop (the
@@ -116,12 +133,14 @@ fn lost(verdict: &Verdict, nodes: &[NodeOutcome], together: Duration) -> Vec<Bla
 
 /// How many `nodes` were lost at once with the first of `own` (the nodes lost before herd
 /// stopped anything): `own`, and every node seen lost within `together` of the first, even
-/// one seen after the stop was requested.
+/// one seen after the stop was requested (during the probe). A node that ended lost only
+/// after herd sent the stop has no `lost_at` and does not count: herd's own teardown may end
+/// a healthy node so (a Slurm step cancelled: "exit code 143").
 fn lost_at_once(own: &[&NodeOutcome], nodes: &[NodeOutcome], together: Duration) -> usize {
-    let lost_at = |n: &NodeOutcome| n.lost_at.unwrap_or(n.ended_at);
-    let Some(first) = own.iter().map(|n| lost_at(n)).min() else { return 0 };
-    let with_first =
-        |n: &&NodeOutcome| own.iter().any(|o| o.node_rank == n.node_rank) || lost_at(n) <= first + together;
+    let Some(first) = own.iter().map(|n| n.lost_at.unwrap_or(n.ended_at)).min() else { return 0 };
+    let with_first = |n: &&NodeOutcome| {
+        own.iter().any(|o| o.node_rank == n.node_rank) || n.lost_at.is_some_and(|at| at <= first + together)
+    };
     nodes.iter().filter(|n| matches!(n.exit, NodeExit::Lost(_))).filter(with_first).count()
 }
 
@@ -140,6 +159,20 @@ struct Fault {
     node_rank: usize,
     local_rank: Option<u32>,
     exit: NodeExit,
+    /// The root cause's line as any host would print it (see `gist`).
+    line: Option<String>,
+}
+
+/// A root-cause line without what differs from host to host or run to run: the `[rankN]:`
+/// prefix, the host's name, and every word holding a digit (numbers, pids, addresses, other
+/// hosts' names) made `#`.
+fn gist(line: &str, host: &str) -> String {
+    static PREFIX: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\[rank\d+\]:\s?").expect("compiles"));
+    static DIGITS: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[\w.:/\-]*\d[\w.:/\-]*").expect("compiles"));
+    let line = PREFIX.replace(line.trim(), "");
+    let line = if host.is_empty() { line } else { line.replace(host, "#").into() };
+    DIGITS.replace_all(&line, "#").into_owned()
 }
 
 impl Fault {
@@ -153,18 +186,19 @@ impl Fault {
             node_rank: root.node_rank,
             local_rank: root.local_rank,
             exit: root.exit.clone(),
+            line: root.line.as_deref().map(|l| gist(l, &root.host)),
         };
         Some((root.host.clone(), fault))
     }
 
-    /// The same rank, failed the same way.
+    /// The same rank, failed the same way: class, exit and root-cause line alike.
     fn same(&self, other: &Fault) -> bool {
         let same_rank = match (self.rank, other.rank) {
             (Some(a), Some(b)) => a == b,
             (None, None) => (self.node_rank, self.local_rank) == (other.node_rank, other.local_rank),
             _ => false,
         };
-        same_rank && self.class == other.class && self.exit == other.exit
+        same_rank && self.class == other.class && self.exit == other.exit && self.line == other.line
     }
 
     fn words(&self) -> String {
@@ -185,7 +219,8 @@ pub struct History {
     last: Option<(String, FailureClass, Option<Fault>)>,
     /// Faults that hit the same rank the same way on two hosts: the program's, no node's.
     follow_rank: Vec<Fault>,
-    /// The hosts blamed for their root cause's fault, with it.
+    /// The hosts blamed for their root cause's fault alone (`root_fault`), with it: not those
+    /// blamed for a loss or a hardware line, which no rank carries.
     blamed_for: Vec<(String, Fault)>,
 }
 
@@ -218,7 +253,7 @@ impl History {
         }
         let rank_fault = fault.as_ref().is_some_and(|(_, f)| self.follows(f));
         let previous = self.last.as_ref().map(|(host, class, _)| (host.as_str(), *class));
-        let blamed = blame(verdict, nodes, rules, previous, together, rank_fault);
+        let (blamed, for_fault) = blame(verdict, nodes, rules, previous, together, rank_fault);
         let mut released = Vec::new();
         if let Some((host, f)) = &fault {
             if rank_fault {
@@ -230,7 +265,7 @@ impl History {
                     }
                     !release
                 });
-            } else if blamed.iter().any(|b| b.node_rank == f.node_rank) {
+            } else if for_fault {
                 self.blamed_for.push((host.clone(), f.clone()));
             }
         }
@@ -262,7 +297,7 @@ mod tests {
         rules: &RuleTable,
         previous: Option<(&str, FailureClass)>,
     ) -> Vec<Blamed> {
-        super::blame(verdict, nodes, rules, previous, TOGETHER, false)
+        super::blame(verdict, nodes, rules, previous, TOGETHER, false).0
     }
 
     fn node(node_rank: usize, exit: NodeExit, lines: &[&str]) -> NodeOutcome {
@@ -374,6 +409,32 @@ mod tests {
     }
 
     #[test]
+    fn a_node_ended_lost_by_the_teardown_is_not_lost_with_the_silent_one() {
+        let rules = RuleTable::new(&[]);
+        let ms = Duration::from_millis;
+        // Node 2 went silent at 30 s and made herd stop every node; node 0's step, cancelled
+        // at the end of the teardown 15 s later, ended "lost" (no `lost_at`: herd sent the stop
+        // before). One of three lost: node 2's fault.
+        let silent = NodeExit::Lost("no heartbeat for 15s".into());
+        let nodes = [
+            NodeOutcome {
+                ended_at: ms(45_000),
+                stop_requested_at: Some(ms(30_000)),
+                ..node(0, NodeExit::Lost("agent ended with exit code 143 before the job did".into()), &[])
+            },
+            NodeOutcome { stop_requested_at: Some(ms(30_000)), ..node(1, NodeExit::Signal(15), &[]) },
+            NodeOutcome {
+                ended_at: ms(45_000),
+                stop_requested_at: Some(ms(30_000)),
+                lost_at: Some(ms(30_000)),
+                ..node(2, silent.clone(), &[])
+            },
+        ];
+        let v = verdict(FailureClass::NodeLost, Some((2, None, silent)));
+        assert_eq!(reasons(&blame(&v, &nodes, &rules, None)), [(2, "node-lost: no heartbeat for 15s")]);
+    }
+
+    #[test]
     fn a_fault_that_follows_its_rank_to_another_host_blames_no_node_and_releases_the_blamed() {
         let rules = RuleTable::new(&[]);
         let nodes = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &[])];
@@ -405,6 +466,56 @@ mod tests {
         let xid = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &["NVRM: Xid 79"])];
         let with_xid = h.judge(&on("n2", 0, segv), &xid, &rules, TOGETHER);
         assert_eq!(reasons(&with_xid.blamed), [(1, "hardware: NVRM: Xid 79")]);
+    }
+
+    #[test]
+    fn a_fault_that_follows_its_rank_releases_no_node_blamed_for_hardware_nor_hides_the_roots() {
+        let rules = RuleTable::new(&[]);
+        let xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.";
+        let on = |host: &str| {
+            let mut v = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(11))));
+            v.root_cause.as_mut().unwrap().host = host.into();
+            v
+        };
+        let mut h = History::default();
+        // Rank 0 segfaults on n0, which also printed an Xid: blamed for the hardware.
+        let with_xid = [node(0, NodeExit::Signal(11), &[xid]), node(1, NodeExit::Signal(15), &[])];
+        let first = h.judge(&on("n0"), &with_xid, &rules, TOGETHER);
+        assert_eq!(reasons(&first.blamed), [(0, format!("hardware: {xid}").as_str())]);
+        // Rank 0 segfaults on n2: the fault follows the rank, but n0's Xid is no rank's: n0
+        // stays blamed.
+        let plain = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &[])];
+        assert_eq!(h.judge(&on("n2"), &plain, &rules, TOGETHER), Judged::default());
+        // The root cause's own Xid still blames its node when the segfault follows the rank.
+        let again = h.judge(&on("n3"), &with_xid, &rules, TOGETHER);
+        assert_eq!(reasons(&again.blamed), [(0, format!("hardware: {xid}").as_str())]);
+    }
+
+    #[test]
+    fn a_rank_failing_with_another_error_is_no_fault_that_follows_it() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(0, NodeExit::ExitCode(1), &[])];
+        let on = |host: &str, line: &str| {
+            let mut v = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::ExitCode(1))));
+            let root = v.root_cause.as_mut().unwrap();
+            (root.host, root.line) = (host.into(), Some(line.into()));
+            v
+        };
+        let illegal = |at: &str, host: &str| {
+            format!("[rank0]: RuntimeError: CUDA error: an illegal memory access at {at} on {host}")
+        };
+        let mut h = History::default();
+        h.judge(&on("n0", &illegal("0x7f3a00", "n0")), &nodes, &rules, TOGETHER);
+        let twice = h.judge(&on("n0", &illegal("0x7f3a80", "n0")), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&twice.blamed), [(0, "the root cause of two attempts in a row")]);
+        // On n2, rank 0 exits 1 too, but of another error: n0 keeps its blame.
+        let other = h.judge(&on("n2", "ValueError: shapes do not match"), &nodes, &rules, TOGETHER);
+        assert_eq!(other, Judged::default());
+        // The same error, its address and host aside, on n3: it follows the rank.
+        h.judge(&on("n0", &illegal("0x1", "n0")), &nodes, &rules, TOGETHER);
+        let moved = h.judge(&on("n3", &illegal("0x2", "gpu-03")), &nodes, &rules, TOGETHER);
+        assert_eq!(moved.released.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["n0"]);
+        assert_eq!(gist("[rank0]: OSError: [Errno 5] on host-a", "host-a"), "OSError: [Errno #] on #");
     }
 
     #[test]

@@ -163,11 +163,14 @@ pub enum Event {
         saved: bool,
     },
     /// A node the run quarantined is released: the fault it was blamed for turned out not to
-    /// be its own. Later runs of the config may use it again, and this one has it as a spare.
+    /// be its own, as failed attempt `attempt` showed. This run has it as a spare (from the
+    /// next attempt, if one runs), and, when `saved` (the config's quarantine file no longer
+    /// lists it), so may later runs of the config.
     NodeReleased {
         attempt: u32,
         host: String,
         reason: String,
+        saved: bool,
     },
     /// A spare takes a quarantined node's place from `attempt` on, with its node rank.
     SparePromoted {

@@ -486,7 +486,7 @@ mod tests {
         assert!(!text.contains("spares:"), "{text}");
         assert!(text.lines().any(|l| l.contains("  1  n3 ")), "{text}");
         // Its fault followed its rank to n3: n2 is a spare again.
-        b.apply(&Event::NodeReleased { attempt: 2, host: "n2".into(), reason: "the rank's".into() }, t0);
+        b.apply(&Event::NodeReleased { attempt: 2, host: "n2".into(), reason: "the rank's".into(), saved: true }, t0);
         let text = b.render(t0, 200);
         assert!(text.contains("  spares: n2 · quarantined: n9 (node-lost)\n"), "{text}");
     }

@@ -88,8 +88,11 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::NodeQuarantined { host, reason, saved: false, .. } => {
             format!("quarantined {host}: {reason} (for this run only: the quarantine file could not be written)")
         }
-        Event::NodeReleased { host, reason, .. } => {
+        Event::NodeReleased { host, reason, saved: true, .. } => {
             format!("released {host}: {reason} (a spare again; later runs of this config may use it)")
+        }
+        Event::NodeReleased { host, reason, saved: false, .. } => {
+            format!("released {host}: {reason} (a spare again for this run only: the quarantine file could not be rewritten; `herd nodes --release {host}` clears it)")
         }
         Event::SparePromoted { attempt, node_rank, host, replaced } => {
             format!("spare {host} takes node rank {node_rank} from {replaced} for attempt {attempt}")
@@ -392,12 +395,19 @@ mod tests {
     #[test]
     fn a_released_node_says_why_and_that_later_runs_may_use_it() {
         let reason = "rank 0 failed the same way (crash, signal 11 (SIGSEGV)) on n3: the fault follows the rank, not the node";
-        let line = status_line(&Event::NodeReleased { attempt: 2, host: "n1".into(), reason: reason.into() })
-            .unwrap();
+        let line = |saved| {
+            let e = Event::NodeReleased { attempt: 2, host: "n1".into(), reason: reason.into(), saved };
+            status_line(&e).unwrap()
+        };
         assert_eq!(
-            line,
+            line(true),
             format!("released n1: {reason} (a spare again; later runs of this config may use it)")
         );
+        // The quarantine file could not be rewritten: the warning said "later runs still skip
+        // n1", and the line agrees.
+        let unsaved = line(false);
+        assert!(!unsaved.contains("later runs of this config may use it"), "{unsaved}");
+        assert!(unsaved.contains("for this run only") && unsaved.contains("--release n1"), "{unsaved}");
     }
 
     #[test]

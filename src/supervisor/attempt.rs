@@ -93,7 +93,9 @@ pub struct Ended {
     /// Each node's exit, a silent node's made `Lost` with why.
     pub exits: Vec<Option<NodeExit>>,
     /// When herd saw each lost node lost (its silence judged, or its transport gone): the
-    /// moment of the loss, which a lost node's end may follow by a while.
+    /// moment of the loss, which a lost node's end may follow by a while. `None` for a node
+    /// that ended lost only after herd sent its stop (an agent ending with 143 when Slurm
+    /// cancels its step): that end is herd's own teardown, no loss herd saw.
     pub lost_at: Vec<Option<Duration>>,
     /// No master port could be chosen: nothing started.
     pub no_port: Option<PortError>,
@@ -130,6 +132,8 @@ pub struct Attempt<'a> {
     /// Nodes given up on for their silence, and how each one is lost.
     silent: BTreeMap<usize, String>,
     kill_armed: bool,
+    /// SIGTERM (or SIGKILL) was sent: a node that ends lost from now on may end so because of it.
+    term_sent: bool,
 }
 
 impl<'a> Attempt<'a> {
@@ -149,6 +153,7 @@ impl<'a> Attempt<'a> {
             lost_at: vec![None; plan.nnodes()],
             silent: BTreeMap::new(),
             kill_armed: false,
+            term_sent: false,
         }
     }
 
@@ -220,7 +225,9 @@ impl<'a> Attempt<'a> {
             Some(why) => NodeExit::Lost(why.clone()),
             None => exit,
         };
-        if matches!(exit, NodeExit::Lost(_)) {
+        // A silent node was lost as of its silence; another, only if it ended lost before herd
+        // stopped anything (a teardown may end a healthy node's step "lost").
+        if matches!(exit, NodeExit::Lost(_)) && !self.term_sent {
             self.lost_at[node_rank].get_or_insert(now);
         }
         let failed = !exit.success();
@@ -361,6 +368,7 @@ impl<'a> Attempt<'a> {
             return;
         }
         self.stopping = Some((why, now));
+        self.term_sent = true;
         actions.push(Action::Term { failing });
         actions.push(Action::Teardown(reason));
         if !self.kill_armed {
@@ -567,6 +575,25 @@ mod tests {
         // The stop is dated at the first loss; the second loss keeps its own time.
         assert_eq!(ended.stopping, Some((Stopping::NodeFailed, S(30))));
         assert_eq!(ended.lost_at, [Some(S(31)), None, Some(S(30))]);
+    }
+
+    #[test]
+    fn a_node_that_ends_lost_after_the_stop_was_sent_was_not_seen_lost() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(10), tick([Some(0); 3], 0, 250));
+        // Node 1 goes silent; the probe waits, then herd kills and stops every node.
+        a.decide(S(25), tick([Some(0), Some(15), Some(0)], 0, 250));
+        let actions = a.decide(S(30), Input::ProbeTimedOut);
+        assert!(actions.contains(&Action::Term { failing: None }), "{actions:?}");
+        // Node 0's step, cancelled at the end of the teardown, ends "lost" (Slurm: 143): no
+        // loss herd saw. Node 1 stays lost as of its silence.
+        let lost = NodeExit::Lost("agent ended with exit code 143 before the job did".into());
+        a.decide(S(40), Input::NodeEnded { node_rank: 0, exit: lost });
+        a.decide(S(40), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(9) });
+        a.decide(S(40), Input::NodeEnded { node_rank: 2, exit: NodeExit::Signal(15) });
+        assert_eq!(a.ended().lost_at, [None, Some(S(25)), None]);
     }
 
     #[test]

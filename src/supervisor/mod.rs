@@ -209,7 +209,8 @@ impl Run<'_> {
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         let together = blame::lost_together(self.plan.restart.heartbeat_timeout, attempt::PROBE_WAIT);
         let judged = self.history.judge(&verdict, &outcomes, &self.plan.patterns.rules, together);
-        self.release(&judged.released, attempt + 1).await;
+        // Dated by this attempt, which showed it: no other may follow.
+        self.release(&judged.released, attempt).await;
         let blamed = judged.blamed;
         let class = verdict.class;
         self.attempts.push(summary(Some(verdict)));

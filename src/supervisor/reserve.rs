@@ -206,23 +206,24 @@ impl Run<'_> {
     }
 
     /// Let back in the nodes this run quarantined for a fault that turned out to be no
-    /// node's (see `blame::History`), each with why: a spare again for this run (from attempt
-    /// `attempt`), and out of the config's quarantine file for later runs.
+    /// node's (see `blame::History`), as failed attempt `attempt` showed, each with why: a
+    /// spare again for this run, and out of the config's quarantine file for later runs.
     pub(super) async fn release(&mut self, released: &[(String, String)], attempt: u32) {
         for (host, reason) in released {
             let Some(roster) = self.plan.roster.released(host) else {
                 continue; // Blamed, but never quarantined: the run had no room for it.
             };
             self.plan = self.plan.with_roster(roster);
-            self.let_in(host);
-            let event = Event::NodeReleased { attempt, host: host.clone(), reason: reason.clone() };
+            let saved = self.let_in(host);
+            let event = Event::NodeReleased { attempt, host: host.clone(), reason: reason.clone(), saved };
             let _ = self.events.send(event).await;
         }
     }
 
-    /// Take the node out of the config's quarantine file, if this run put it there. A file
-    /// that cannot be read or written is a warning: later runs then still skip the node.
-    fn let_in(&self, host: &str) {
+    /// Take the node out of the config's quarantine file, if this run put it there; whether
+    /// the file no longer lists it. A file that cannot be read or written is a warning: later
+    /// runs then still skip the node, and the event says so.
+    fn let_in(&self, host: &str) -> bool {
         let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
         let released = Quarantine::load(&path).and_then(|mut q| {
             let ours = q.nodes.iter().any(|e| e.host == host && e.run_id == self.run_id);
@@ -232,9 +233,10 @@ impl Run<'_> {
                 Ok(())
             }
         });
-        if let Err(e) = released {
+        if let Err(e) = &released {
             tracing::warn!("{e}: later runs still skip {host}; `herd nodes --release {host}` clears it");
         }
+        released.is_ok()
     }
 
     /// Record the node in the config's quarantine file, which later runs read; whether it is
