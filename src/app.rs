@@ -113,6 +113,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
     if let Some(list) = &args.ranks {
         plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
     }
+    supervisor::lines::check_run(&plan)?;
     let run_id = new_run_id();
     let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 
@@ -591,6 +592,7 @@ fn kill_command(config: &Path, slurm: bool) -> Result<u8, Error> {
 
 fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
+    supervisor::lines::check_doctor(&plan)?;
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;

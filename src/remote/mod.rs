@@ -1072,6 +1072,16 @@ mod tests {
         }
     }
 
+    /// `MAX_LOGIN_LINE` is what Linux takes in one argument, as sshd passes the line.
+    #[test]
+    fn the_longest_login_line_is_the_longest_argument_linux_takes() {
+        let line = |n: usize| format!("exit 0 {}", "x".repeat(n - 7));
+        let out = Command::new("sh").arg("-c").arg(line(MAX_LOGIN_LINE)).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let e = Command::new("sh").arg("-c").arg(line(MAX_LOGIN_LINE + 1)).output().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::E2BIG), "{e}");
+    }
+
     /// A command of tens of KiB (a long setup), every byte in it, reaches sh unchanged from
     /// every login shell: BSD csh, which takes no word of more than BUFSIZ bytes, included.
     #[test]
