@@ -1,6 +1,7 @@
 //! Whether every line a run sends its nodes fits what a login shell takes (see
-//! `remote::MAX_LOGIN_LINE`): `herd run` and `herd doctor` check it once the plan is built, before any node is contacted,
-//! so that a long `setup` or `args` is a bad config (exit 2) and not a failure to start.
+//! `remote::MAX_LOGIN_LINE`): `herd run` and `herd doctor` check it once the plan is built,
+//! before any node is contacted, so that a long `setup` or `args` is a bad config (exit 2)
+//! and not a failure to start.
 
 use crate::doctor::{self, ProbeOptions};
 use crate::plan::{LaunchPlan, NodePlan, Transport};
