@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
-# Python venv support, shellcheck, tcsh, Slurm and munge), creates the cached torch + deepspeed
+# Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge), creates the cached torch + deepspeed
 # virtualenv, then runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
@@ -15,6 +15,10 @@ python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 command -v shellcheck >/dev/null || missing+=(shellcheck)
 # A login shell that is not POSIX (tests/doctor.rs, and the remote module's unit tests).
 command -v tcsh >/dev/null || missing+=(tcsh)
+# BSD csh, which takes no word longer than BUFSIZ (the remote module's unit tests run it as
+# /bin/bsd-csh). Installing it makes /bin/csh BSD csh; that link is put back below.
+[ -x /bin/bsd-csh ] || missing+=(csh)
+csh_was=$(readlink /etc/alternatives/csh 2>/dev/null || true)
 # tests/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] && command -v mungekey >/dev/null || missing+=(munge)
@@ -22,6 +26,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ -n "$csh_was" ] && [ "$(readlink /etc/alternatives/csh)" != "$csh_was" ]; then
+    update-alternatives --set csh "$csh_was" >/dev/null || true
+  fi
 fi
 
 ./scripts/torch-venv.sh >/dev/null

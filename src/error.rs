@@ -41,6 +41,9 @@ pub enum Error {
     /// Too many of the config's nodes are quarantined.
     #[error("{0}")]
     TooFewNodes(#[from] crate::roster::TooFewNodes),
+    /// A line for a node's login shell that it cannot take (a long setup or args).
+    #[error("{0}")]
+    LineTooLong(#[from] crate::supervisor::lines::LineTooLong),
     #[error("{0}")]
     Busy(String),
     /// Slurm's commands (squeue, scancel) failed: slurmctld cannot be reached, or refused.
@@ -64,7 +67,8 @@ impl Error {
             | Error::Selection(_)
             | Error::Usage(_)
             | Error::Quarantine(_)
-            | Error::TooFewNodes(_) => exit::CONFIG,
+            | Error::TooFewNodes(_)
+            | Error::LineTooLong(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
             Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) | Error::Slurm(_) => exit::PREFLIGHT,
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,

@@ -8,6 +8,7 @@ use crate::{doctor, output};
 
 pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
+    crate::supervisor::lines::check_doctor(&plan)?;
     ready_to_connect(&plan)?;
     let report = runtime()?.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;

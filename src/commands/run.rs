@@ -21,6 +21,7 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     if let Some(list) = &args.ranks {
         plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
     }
+    crate::supervisor::lines::check_run(&plan)?;
     let run_id = new_run_id();
     let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 

@@ -108,37 +108,68 @@ pub fn quote(word: &str) -> String {
     out
 }
 
+/// The longest word of a login shell line, quotes included. BSD csh takes a word of at most
+/// BUFSIZ bytes (8 KiB with glibc, 1 KiB on the BSDs): "Word too long."
+const LOGIN_WORD: usize = 1000;
+
+/// The longest line a login shell is given: sshd runs it as one argument (`$SHELL -c LINE`),
+/// and Linux takes at most 128 KiB in one (MAX_ARG_STRLEN, its NUL included).
+pub const MAX_LOGIN_LINE: usize = 128 * 1024 - 1;
+
+/// The script of the line for the login shell (see `for_login_shell`): its arguments, joined,
+/// are the body of a double-quoted string whose value is printf's format.
+const LOGIN_SCRIPT: &str = concat!(
+    "herd_f=; for herd_w do herd_f=$herd_f$herd_w; done; ",
+    r#"set -- "$(printf "\047")" "$(printf "\134\134")"; eval "herd_f=\"$herd_f\""; eval "$(printf "$herd_f")""#
+);
+
 /// `command`, a line for `sh`, as a line that any login shell runs with `-c` (as sshd runs a
-/// remote command, whatever the user's shell): `exec sh -c '…'`, inside which printf rebuilds
-/// `command` for `eval`. csh and tcsh take no newline inside quotes and expand `!` even in
-/// single quotes; fish reads `\\` and `\'` in them; `$` in double quotes means something else to
-/// each: the line holds none of these, nor any byte outside printable ASCII, and has only the
-/// two single quotes around the script. Inside, the format is in sh's double quotes: `'` and
-/// `\`, the most frequent (nested quoting), are `$1` and `$2`, whose values printf writes as
-/// they are; the others are escapes (`\n`, `\$`, `\041`). The positional parameters are
-/// cleared before `command` runs.
+/// remote command, whatever the user's shell): `exec sh -c '…' sh '…' '…'`, whose script joins
+/// its arguments into a printf format that rebuilds `command` for `eval`. csh and tcsh take no
+/// newline inside quotes and expand `!` even in single quotes; fish reads `\\` and `\'` in
+/// them; `$` in double quotes means something else to each; BSD csh takes no word longer than
+/// `LOGIN_WORD`: the line holds none of these, nor any byte outside printable ASCII, and each
+/// word is short and single-quoted. The format is the body of a double-quoted string for sh:
+/// `'` and `\`, the most frequent (nested quoting), are `$1` and `$2`, whose values printf
+/// writes as they are; the others are escapes (`\n`, `\$`, `\041`). A word never ends in a
+/// backslash. The positional parameters are cleared before `command` runs.
 pub fn for_login_shell(command: &str) -> String {
-    let mut format = String::with_capacity(command.len() * 5 / 4 + 16);
-    format.push_str("set --\\n");
-    for b in command.bytes() {
-        match b {
-            b'\'' => format.push_str("$1"),
-            b'\\' => format.push_str("$2"),
-            b'\n' => format.push_str("\\n"),
-            b'%' => format.push_str("%%"),
-            // Special to sh in double quotes; printf writes the character itself.
-            b'$' | b'`' | b'"' => {
-                format.push('\\');
-                format.push(b as char);
-            }
-            b'!' => format.push_str("\\041"),
-            b' '..=b'~' => format.push(b as char),
-            _ => {
-                let _ = write!(format, "\\{b:03o}");
-            }
+    let mut line = String::with_capacity(command.len() * 5 / 4 + 256);
+    let _ = write!(line, "exec sh -c '{LOGIN_SCRIPT}' sh '");
+    let mut word = 0;
+    let mut unit = String::with_capacity(4);
+    for b in "set --\n".bytes().chain(command.bytes()) {
+        unit.clear();
+        login_format_unit(b, &mut unit);
+        if word + unit.len() + 2 > LOGIN_WORD {
+            line.push_str("' '");
+            word = 0;
+        }
+        line.push_str(&unit);
+        word += unit.len();
+    }
+    line.push('\'');
+    line
+}
+
+/// One byte of `command` in the format of `for_login_shell`.
+fn login_format_unit(b: u8, unit: &mut String) {
+    match b {
+        b'\'' => unit.push_str("$1"),
+        b'\\' => unit.push_str("$2"),
+        b'\n' => unit.push_str("\\n"),
+        b'%' => unit.push_str("%%"),
+        // Special to sh in double quotes; printf writes the character itself.
+        b'$' | b'`' | b'"' => {
+            unit.push('\\');
+            unit.push(b as char);
+        }
+        b'!' => unit.push_str("\\041"),
+        b' '..=b'~' => unit.push(b as char),
+        _ => {
+            let _ = write!(unit, "\\{b:03o}");
         }
     }
-    format!("exec sh -c 'set -- \"$(printf \"\\047\")\" \"$(printf \"\\134\\134\")\"; eval \"$(printf \"{format}\")\"'")
 }
 
 /// What the agent needs to start one node's job.
@@ -1077,24 +1108,33 @@ mod tests {
         assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
     }
 
-    /// The shells sshd may run a command with. tcsh is required (scripts/test.sh installs
-    /// it); the others where this machine has them.
+    /// The shells sshd may run a command with. tcsh and BSD csh are required (scripts/test.sh
+    /// installs them; BSD csh by its own path, whatever /bin/csh is); the others where this
+    /// machine has them.
     fn login_shells() -> Vec<&'static str> {
         let has = |sh: &str| Command::new(sh).args(["-c", "exit 0"]).status().is_ok_and(|s| s.success());
         assert!(has("tcsh"), "tcsh is missing (apt-get install tcsh; scripts/test.sh does)");
-        ["sh", "bash", "zsh", "tcsh", "csh", "fish"].into_iter().filter(|sh| has(sh)).collect()
+        assert!(has(BSD_CSH), "{BSD_CSH} is missing (apt-get install csh; scripts/test.sh does)");
+        ["sh", "bash", "zsh", "tcsh", BSD_CSH, "csh", "fish"].into_iter().filter(|sh| has(sh)).collect()
     }
 
+    /// Debian's BSD csh (package `csh`), which takes no word longer than BUFSIZ.
+    const BSD_CSH: &str = "/bin/bsd-csh";
+
     /// What csh, tcsh or fish would read differently from sh in a command line: a newline, a
-    /// `!`, a quote beyond the pair around the script, a backslash before one or before
-    /// another backslash, a byte outside printable ASCII.
+    /// `!`, a quote other than around a word, a backslash before a quote or before another
+    /// backslash, a byte outside printable ASCII, a word longer than BSD csh takes.
     fn csh_or_fish_would_misread(line: &str) -> Option<String> {
         let bad = line.bytes().position(|b| !(b' '..=b'~').contains(&b) || b == b'!');
-        let quotes = line.matches('\'').count();
+        // Between the quoted words: the command, then single spaces.
+        let between = line.split('\'').step_by(2).skip(1).find(|s| !matches!(*s, " " | " sh " | ""));
+        let longest = line.split('\'').skip(1).step_by(2).map(|w| w.len() + 2).max().unwrap_or(0);
         match () {
             _ if bad.is_some() => Some(format!("byte {:?} at {bad:?}", line.as_bytes()[bad.unwrap()])),
-            _ if quotes != 2 => Some(format!("{quotes} single quotes")),
+            _ if !line.starts_with("exec sh -c '") => Some("another start".into()),
+            _ if between.is_some() || !line.ends_with('\'') => Some(format!("{between:?} between words")),
             _ if line.contains("\\\\") || line.contains("\\'") => Some("a fish escape".into()),
+            _ if longest > LOGIN_WORD => Some(format!("a word of {longest} bytes")),
             _ => None,
         }
     }
@@ -1105,8 +1145,40 @@ mod tests {
         fn any_command_survives_a_login_shell_line(s in "[^\u{0}]{0,40}") {
             let line = for_login_shell(&format!("printf '%s' {}", quote(&s)));
             prop_assert_eq!(csh_or_fish_would_misread(&line), None, "{}", line);
-            let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
-            prop_assert_eq!(out.stdout, s.as_bytes());
+            for shell in ["sh", BSD_CSH].into_iter().filter(|sh| *sh == "sh" || std::path::Path::new(sh).exists()) {
+                let out = Command::new(shell).arg("-c").arg(&line).output().unwrap();
+                prop_assert_eq!(out.stdout, s.as_bytes(), "{}", shell);
+            }
+        }
+    }
+
+    /// `MAX_LOGIN_LINE` is what Linux takes in one argument, as sshd passes the line.
+    #[test]
+    fn the_longest_login_line_is_the_longest_argument_linux_takes() {
+        let line = |n: usize| format!("exit 0 {}", "x".repeat(n - 7));
+        let out = Command::new("sh").arg("-c").arg(line(MAX_LOGIN_LINE)).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let e = Command::new("sh").arg("-c").arg(line(MAX_LOGIN_LINE + 1)).output().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::E2BIG), "{e}");
+    }
+
+    /// A command of tens of KiB (a long setup), every byte in it, reaches sh unchanged from
+    /// every login shell: BSD csh, which takes no word of more than BUFSIZ bytes, included.
+    #[test]
+    fn a_long_command_survives_every_login_shell() {
+        let mut s = String::new();
+        while s.len() < 40 * 1024 {
+            s.extend((1..=0x7f_u8).map(char::from));
+            s.push_str("'\\'\\\\ \"$x\" é 𝄞 !! %s \\\n");
+        }
+        let command = format!("printf '%s' {}", quote(&s));
+        let line = for_login_shell(&command);
+        assert_eq!(csh_or_fish_would_misread(&line), None);
+        assert!(line.len() <= MAX_LOGIN_LINE, "{} bytes", line.len());
+        for shell in login_shells() {
+            let out = Command::new(shell).arg("-c").arg(&line).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.stdout == s.as_bytes(), "{shell}: {} bytes out of {}: {stderr}", out.stdout.len(), s.len());
         }
     }
 

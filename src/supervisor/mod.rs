@@ -5,11 +5,13 @@
 //! again on a fresh port. Everything is reported as events; nothing here prints.
 //!
 //! `attempt` decides (pure), `gang` performs one attempt over every node, `node` is one
-//! node's agent, `preflight` and `sweep` are the checks and the sweeps around them.
+//! node's agent, `preflight` and `sweep` are the checks and the sweeps around them, `lines` checks that
+//! what they send fits a login shell.
 
 mod attempt;
 pub mod exec;
 mod gang;
+pub mod lines;
 mod node;
 mod preflight;
 mod reserve;

@@ -33,6 +33,19 @@ pub enum TransportError {
     Local(#[from] std::io::Error),
 }
 
+/// `command` as the line for the node's login shell (`remote::for_login_shell`), if it takes it.
+fn login_line(command: &str) -> Result<String, TransportError> {
+    let line = remote::for_login_shell(command);
+    if line.len() > remote::MAX_LOGIN_LINE {
+        return Err(TransportError::Spawn(format!(
+            "the command is {} bytes for the login shell, more than the {} it takes in one argument",
+            line.len(),
+            remote::MAX_LOGIN_LINE
+        )));
+    }
+    Ok(line)
+}
+
 /// An open way to run commands on one node.
 pub enum Connection {
     Local,
@@ -229,7 +242,7 @@ impl Connection {
                 Ok(AgentProcess::piped(child, AgentHandle::Srun))
             }
             Connection::Ssh(link) => {
-                let command = remote::for_login_shell(&inv.remote_command());
+                let command = login_line(&inv.remote_command())?;
                 let mut child = link
                     .with_session(|session| {
                         let command = command.clone();
@@ -269,7 +282,7 @@ impl Connection {
                 .await?),
             Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
-                let shell = remote::for_login_shell(shell);
+                let shell = login_line(shell)?;
                 let shell = shell.as_str();
                 link.with_session(|session| async move {
                     session
