@@ -135,7 +135,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
     let started = std::time::SystemTime::now();
     let console = plan.console.clone();
-    let notifier = plan.notify.clone().map(|n| {
+    let mut notifier = plan.notify.clone().map(|n| {
         let config = &args.config.config;
         let run = crate::notify::RunInfo {
             run_id: run_id.clone(),
@@ -145,6 +145,7 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         crate::notify::Notifier::new(n, run)
     });
     let hooks = notifier.as_ref().map(crate::notify::Notifier::stopper);
+    let gate = notifier.as_mut().and_then(crate::notify::Notifier::gate);
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
@@ -167,39 +168,16 @@ fn run_command(args: RunArgs) -> Result<u8, Error> {
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
+    // The record is complete before the run_finished hook starts (it may read summary.json).
+    write_summary(&run_dir, &run_id, &outcome, started);
+    drop(gate);
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
     if let Err(supervisor::RunError::Preflight(nodes)) = &outcome {
         eprint!("{}", output::doctor_view::text(nodes, true));
     }
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(e) => {
-            // Stopped before any attempt (a failed preflight, no port): the record says why.
-            let mut summary = output::record::summary(
-                &run_id,
-                RunStatus::Failed,
-                &[],
-                started,
-                std::time::SystemTime::now(),
-            );
-            summary["not_started"] = serde_json::Value::String(e.to_string());
-            if let Err(e) = output::record::write_summary(&run_dir, &summary) {
-                tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
-            }
-            return Err(e.into());
-        }
-    };
-    let summary = output::record::summary(
-        &run_id,
-        outcome.status,
-        &outcome.attempts,
-        started,
-        std::time::SystemTime::now(),
-    );
-    if let Err(e) = output::record::write_summary(&run_dir, &summary) {
-        tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
-    }
+    // Stopped before any attempt (a failed preflight, no port): the record says why.
+    let outcome = outcome?;
 
     let closing = output::summary::closing(outcome.status, &outcome.attempts, &run_dir);
     if !closing.is_empty() {
@@ -692,6 +670,27 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
 
 /// Every SIGINT and SIGTERM becomes one interrupt on `tx`; the supervisor decides what each
 /// means.
+/// summary.json: the run's outcome, or why it stopped before any attempt.
+fn write_summary(
+    run_dir: &Path,
+    run_id: &str,
+    outcome: &Result<supervisor::RunOutcome, supervisor::RunError>,
+    started: std::time::SystemTime,
+) {
+    let now = std::time::SystemTime::now();
+    let summary = match outcome {
+        Ok(o) => output::record::summary(run_id, o.status, &o.attempts, started, now),
+        Err(e) => {
+            let mut summary = output::record::summary(run_id, RunStatus::Failed, &[], started, now);
+            summary["not_started"] = serde_json::Value::String(e.to_string());
+            summary
+        }
+    };
+    if let Err(e) = output::record::write_summary(run_dir, &summary) {
+        tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
+    }
+}
+
 /// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
 /// is over and herd only waits for them.
 fn forward_signals(tx: mpsc::UnboundedSender<()>, hooks: Option<crate::notify::Stopper>) {
