@@ -185,24 +185,30 @@ pub async fn check(target: &SlurmTarget) -> Result<(), TransportError> {
 }
 
 /// A node state (`MIXED`, `DOWN*`, `IDLE+DRAIN`, ...) in which Slurm will not run herd's steps
-/// on the node, or has lost it.
+/// on the node, or has lost it: down, drained (the drain flag on an idle node), failing or not
+/// responding. A draining node (the flag on a node still running jobs, ours) runs our steps:
+/// see [`draining`].
 pub fn unusable(state: &str) -> bool {
     let state = state.to_ascii_uppercase();
     // A trailing `*`: not responding.
     state.ends_with('*')
-        || state.trim_end_matches('*').split('+').any(|flag| {
-            matches!(
-                flag,
-                "DOWN"
-                    | "DRAIN"
-                    | "DRAINED"
-                    | "DRAINING"
-                    | "FAIL"
-                    | "FAILING"
-                    | "NOT_RESPONDING"
-                    | "POWERED_DOWN"
-            )
+        || (flags(&state).any(|f| matches!(f, "DRAIN" | "DRAINED")) && !draining(&state))
+        || flags(&state).any(|flag| {
+            matches!(flag, "DOWN" | "FAIL" | "FAILING" | "NOT_RESPONDING" | "POWERED_DOWN")
         })
+}
+
+/// Whether `state` is draining: an administrator asked for the node back, but it still runs
+/// its jobs (the allocation's steps among them) until they end.
+pub fn draining(state: &str) -> bool {
+    let state = state.to_ascii_uppercase();
+    let busy = |f: &str| matches!(f, "ALLOCATED" | "ALLOC" | "MIXED" | "COMPLETING");
+    flags(&state).any(|f| f == "DRAINING")
+        || (flags(&state).any(|f| f == "DRAIN") && flags(&state).any(busy))
+}
+
+fn flags(state: &str) -> impl Iterator<Item = &str> {
+    state.trim_end_matches('*').split('+')
 }
 
 /// The state of job `job_id` (`squeue --states all`: `RUNNING`, `CANCELLED`, `TIMEOUT`, ...),
@@ -334,11 +340,17 @@ mod tests {
 
     #[test]
     fn node_states() {
-        for bad in ["DOWN", "DOWN*", "IDLE+DRAIN", "MIXED+DRAIN", "ALLOCATED+FAIL", "IDLE*", "down"] {
+        let bad = ["DOWN", "DOWN*", "IDLE+DRAIN", "drained", "DRAIN", "ALLOCATED+FAIL", "IDLE*", "down"];
+        for bad in bad.into_iter().chain(["NOT_RESPONDING", "draining*", "FAIL"]) {
             assert!(unusable(bad), "{bad}");
+            assert!(!draining(bad) || bad.ends_with('*'), "{bad}");
         }
         for good in ["IDLE", "ALLOCATED", "MIXED", "ALLOCATED+COMPLETING"] {
-            assert!(!unusable(good), "{good}");
+            assert!(!unusable(good) && !draining(good), "{good}");
+        }
+        // The drain flag on a node still running jobs (our allocation's): it runs our steps.
+        for drain in ["draining", "DRAINING", "MIXED+DRAIN", "ALLOCATED+DRAIN", "allocated+drain"] {
+            assert!(!unusable(drain) && draining(drain), "{drain}");
         }
     }
 
