@@ -464,12 +464,13 @@ fn an_allocation_cancelled_under_the_run_ends_it_as_such_and_blames_no_node() {
 }
 
 #[test]
-fn a_node_drained_during_an_attempt_is_replaced_by_the_spare_at_the_restart_not_waited_for() {
+fn a_node_drained_during_an_attempt_runs_the_restart_not_waited_for_nor_quarantined() {
     let s = SlurmCluster::new(4);
     let alloc = s.slurm.allocate(4);
     let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     // Attempt 0 runs until a process is killed; attempt 1 ends at once. A node waited for
-    // would be waited for a minute, then the run would fail.
+    // would be waited for a minute, then the run would fail. A draining node still runs the
+    // allocation's steps: it is used again, with a warning, and kept for later runs.
     let script = "[ \"$HERD_ATTEMPT\" = 0 ] && exec sleep 300; exit 0";
     s.write_config(
         &format!(
@@ -498,11 +499,8 @@ fn a_node_drained_during_an_attempt_is_replaced_by_the_spare_at_the_restart_not_
     out.assert_code(0);
     let ev = events(&only_run_dir(&s.c.logs()));
     assert!(all(&ev, "node_waiting").is_empty(), "a drained node was waited for: {ev:?}");
-    let q = all(&ev, "node_quarantined");
-    assert_eq!(q.len(), 1, "{ev:?}");
-    assert_eq!(q[0]["host"], "node3");
-    assert!(q[0]["reason"].as_str().unwrap().ends_with("node3 as draining"), "{}", q[0]);
-    let promoted = all(&ev, "spare_promoted");
-    assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node4"), Some(2)));
+    assert!(all(&ev, "node_quarantined").is_empty(), "a draining node was quarantined: {ev:?}");
+    assert!(all(&ev, "spare_promoted").is_empty(), "{ev:?}");
+    assert!(out.stderr.contains("Slurm reports node node3 as draining"), "{out}");
     s.slurm.release(&alloc[1].1);
 }
