@@ -34,13 +34,26 @@ pub async fn slurm_refusals(
         return Default::default();
     }
     let names: Vec<&str> = nodes.iter().map(|(_, n)| *n).collect();
-    match transport::slurm::states(&names).await {
-        Ok(states) => nodes
-            .iter()
-            .filter_map(|(rank, node)| Some((*rank, transport::slurm::refusal(node, &states)?)))
-            .collect(),
-        Err(e) => nodes.iter().map(|(rank, _)| (*rank, e.to_string())).collect(),
-    }
+    refusals(&nodes, transport::slurm::states(&names).await)
+}
+
+/// Why Slurm will not run a step on each of `nodes` (node rank, Slurm name), from their
+/// `states`. When `sinfo` could not be asked no node is refused (a warning): each is then
+/// connected, or waited for, as any other; a slurmctld that is slow to answer blames no node.
+fn refusals(
+    nodes: &[(usize, &str)],
+    states: Result<std::collections::HashMap<String, String>, TransportError>,
+) -> std::collections::HashMap<usize, String> {
+    let states = match states {
+        Ok(states) => states,
+        Err(e) => {
+            tracing::warn!("cannot ask Slurm for the nodes' states ({e}): no node is judged by it");
+            return Default::default();
+        }
+    };
+    (nodes.iter())
+        .filter_map(|(rank, node)| Some((*rank, transport::slurm::refusal(node, &states)?)))
+        .collect()
 }
 
 /// How often an unreachable node is tried again before a restart.
@@ -286,5 +299,35 @@ impl Fleet {
             }
         }
         while set.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn states(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        pairs.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect()
+    }
+
+    #[test]
+    fn a_failed_sinfo_refuses_no_node() {
+        let nodes = [(0, "n1"), (1, "n2")];
+        let error = TransportError::Slurm("sinfo --nodes ...: slurmctld timed out".into());
+        assert!(refusals(&nodes, Err(error)).is_empty());
+    }
+
+    #[test]
+    fn a_down_drained_draining_failing_or_silent_node_is_refused() {
+        let nodes = [(0, "n1"), (1, "n2"), (2, "n3"), (3, "n4"), (4, "n5")];
+        let got = refusals(
+            &nodes,
+            Ok(states(&[("n1", "mixed"), ("n2", "draining"), ("n3", "drained"), ("n4", "down*")])),
+        );
+        let mut refused: Vec<usize> = got.keys().copied().collect();
+        refused.sort();
+        assert_eq!(refused, [1, 2, 3, 4], "{got:?}");
+        assert_eq!(got[&2], "Slurm reports node n3 as drained");
+        assert!(got[&4].contains("no such node"), "{got:?}");
     }
 }

@@ -1,8 +1,10 @@
 //! `[notify]`: the user's command, run on the launching machine at `attempt_failed`,
 //! `restart_scheduled` and `run_finished`, with the event's JSON line on stdin (curl to a
-//! chat hook, a pager), the line holding which run it is about (`run_id`, `config`,
-//! `run_dir`), as the hook's environment does (`HERD_RUN_ID`, `HERD_CONFIG`, `HERD_RUN_DIR`,
-//! `HERD_EVENT`). A hook that fails or hangs is a warning, never the run's failure.
+//! chat hook, a pager): the line of `events.jsonl`, its fields in their order, with which run
+//! it is about appended (`run_id`, `config`, `run_dir`), as the hook's environment says too
+//! (`HERD_RUN_ID`, `HERD_CONFIG`, `HERD_RUN_DIR`, `HERD_EVENT`). The `run_finished` hook
+//! starts only once the run's record is complete (its [`Gate`] dropped): it can read
+//! `$HERD_RUN_DIR/summary.json`. A hook that fails or hangs is a warning, never the run's failure.
 //!
 //! Hooks start in the events' order, each when the one before has ended or has had
 //! [`HEAD_START`]: a quick hook (a curl) is delivered in order, and a hung one delays the
@@ -63,6 +65,9 @@ struct Hook {
     generation: u64,
 }
 
+/// Holds the `run_finished` hook back while it lives: dropped once `summary.json` is written.
+pub struct Gate(#[allow(dead_code)] mpsc::Sender<()>);
+
 pub struct Notifier {
     notify: Notify,
     run: RunInfo,
@@ -71,21 +76,30 @@ pub struct Notifier {
     worker: Option<JoinHandle<()>>,
     /// Closed when every hook has ended.
     done: mpsc::Receiver<()>,
+    /// Until [`Notifier::gate`] takes it, the notifier's own: dropped at [`Notifier::finish`].
+    gate: Option<Gate>,
 }
 
 impl Notifier {
     pub fn new(notify: Notify, run: RunInfo) -> Notifier {
         let (queue, hooks) = mpsc::channel::<Hook>();
         let (done_tx, done) = mpsc::channel();
+        let (gate, opened) = mpsc::channel::<()>();
         let stopper = Stopper::default();
         let worker = {
             let (notify, run, stopper) = (notify.clone(), run.clone(), stopper.clone());
             std::thread::spawn(move || {
-                deliver(&notify, &run, &stopper, hooks);
+                deliver(&notify, &run, &stopper, hooks, opened);
                 drop(done_tx);
             })
         };
-        Notifier { notify, run, stopper, queue: Some(queue), worker: Some(worker), done }
+        let gate = Some(Gate(gate));
+        Notifier { notify, run, stopper, queue: Some(queue), worker: Some(worker), done, gate }
+    }
+
+    /// What holds the `run_finished` hook back until it is dropped (once the record is written).
+    pub fn gate(&mut self) -> Option<Gate> {
+        self.gate.take()
     }
 
     /// Whether `event` is one the hook hears of.
@@ -103,15 +117,9 @@ impl Notifier {
 
     /// Queue the event's JSON line for the hook, with the run's fields added.
     pub fn send(&self, line: Vec<u8>) {
-        let mut value: serde_json::Value = serde_json::from_slice(&line).unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_slice(&line).unwrap_or_default();
         let event = value["event"].as_str().unwrap_or_default().to_string();
-        if let Some(fields) = value.as_object_mut() {
-            fields.insert("run_id".into(), self.run.run_id.clone().into());
-            fields.insert("config".into(), self.run.config.display().to_string().into());
-            fields.insert("run_dir".into(), self.run.run_dir.display().to_string().into());
-        }
-        let mut payload = serde_json::to_vec(&value).expect("serialises");
-        payload.push(b'\n');
+        let payload = with_run_fields(&line, &self.run);
         if let Some(q) = &self.queue {
             let _ = q.send(Hook { payload, event, generation: self.stopper.generation() });
         }
@@ -120,6 +128,7 @@ impl Notifier {
     /// Wait for the hooks left, at most `notify.timeout` in all; then kill them.
     pub fn finish(mut self) {
         drop(self.queue.take());
+        drop(self.gate.take());
         if let Err(mpsc::RecvTimeoutError::Timeout) = self.done.recv_timeout(self.notify.timeout) {
             self.stopper.stop("herd waited notify.timeout for the hooks after the run and stopped waiting");
         }
@@ -129,11 +138,37 @@ impl Notifier {
     }
 }
 
-/// Runs the hooks in order, each given [`HEAD_START`] before the next starts.
-fn deliver(notify: &Notify, run: &RunInfo, stopper: &Stopper, hooks: mpsc::Receiver<Hook>) {
+/// The event's line as written (its fields in their order), the run's fields appended.
+fn with_run_fields(line: &[u8], run: &RunInfo) -> Vec<u8> {
+    let text = String::from_utf8_lossy(line);
+    let body = text.trim_end().strip_suffix('}').unwrap_or("{");
+    let field = |s: String| serde_json::Value::String(s).to_string();
+    let comma = if body.trim_end().ends_with('{') { "" } else { "," };
+    format!(
+        "{body}{comma}\"run_id\":{},\"config\":{},\"run_dir\":{}}}\n",
+        field(run.run_id.clone()),
+        field(run.config.display().to_string()),
+        field(run.run_dir.display().to_string())
+    )
+    .into_bytes()
+}
+
+/// Runs the hooks in order, each given [`HEAD_START`] before the next starts; `run_finished`
+/// once `opened` is closed (the record is complete).
+fn deliver(
+    notify: &Notify,
+    run: &RunInfo,
+    stopper: &Stopper,
+    hooks: mpsc::Receiver<Hook>,
+    opened: mpsc::Receiver<()>,
+) {
     let warn = |why: String| tracing::warn!("notify.command {:?}: {why}; the run goes on", notify.command);
     let mut running: Vec<JoinHandle<()>> = Vec::new();
     for hook in hooks {
+        if hook.event == "run_finished" {
+            // Nothing is sent on it: this returns when every Gate is dropped.
+            let _ = opened.recv();
+        }
         if hook.generation != stopper.generation() {
             warn(format!("not run for {}: {}", hook.event, stopper.why()));
             continue;
@@ -263,7 +298,7 @@ mod tests {
         let big = vec![b'x'; 1 << 20];
         let err = run_one(&notify("sleep 30 & sleep 30".into(), 200), &big).unwrap_err();
         assert!(err.starts_with("still running after 200ms: killed"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
         assert_eq!(run_one(&notify("true".into(), 5_000), b"ignored"), Ok(()));
     }
 
@@ -271,7 +306,7 @@ mod tests {
     fn wait_for(path: &std::path::Path) {
         let started = Instant::now();
         while !path.exists() {
-            assert!(started.elapsed() < Duration::from_secs(30), "{} never came", path.display());
+            assert!(started.elapsed() < Duration::from_secs(120), "{} never came", path.display());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -282,19 +317,22 @@ mod tests {
         let (started, second) = (dir.path().join("started"), dir.path().join("second"));
         // The first hangs (and its child too); the second would leave a file.
         let command = format!(
-            "if grep -q first; then touch {}; sleep 600 & sleep 600; else sleep 5; touch {}; fi",
+            "if grep -q first; then touch {}; sleep 600 & sleep 600; else touch {}; fi",
             started.display(),
             second.display()
         );
-        let n = Notifier::new(notify(command, 600_000), run_info());
+        let mut n = Notifier::new(notify(command, 600_000), run_info());
+        // The second waits (behind the gate, held however slow this machine) when the stop comes.
+        let gate = n.gate();
         n.send(b"{\"event\":\"first\"}\n".to_vec());
-        n.send(b"{\"event\":\"second\"}\n".to_vec());
+        n.send(b"{\"event\":\"run_finished\"}\n".to_vec());
         wait_for(&started);
         let t0 = Instant::now();
         n.stopper().stop("herd got a signal");
+        drop(gate);
         n.finish();
         // Without the stop, finish waits for the hook's 10-minute timeout.
-        assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(300), "{:?}", t0.elapsed());
         assert!(!second.exists(), "a hook sent before the stop still ran");
         // A hook sent after a stop runs as usual.
         let n = Notifier::new(notify(format!("touch {}", second.display()), 60_000), run_info());
@@ -307,17 +345,45 @@ mod tests {
     #[test]
     fn a_hung_hook_delays_the_next_by_its_head_start_only() {
         let dir = tempfile::tempdir().unwrap();
-        let second = dir.path().join("second");
-        let command = format!("if grep -q first; then sleep 600; else touch {}; fi", second.display());
+        let (order, second) = (dir.path().join("order"), dir.path().join("second"));
+        let command = format!(
+            "if grep -q first; then echo first >> {o}; sleep 600; else echo second >> {o}; touch {}; fi",
+            second.display(),
+            o = order.display()
+        );
         let n = Notifier::new(notify(command, 600_000), run_info());
         let t0 = Instant::now();
         n.send(b"{\"event\":\"first\"}\n".to_vec());
         n.send(b"{\"event\":\"second\"}\n".to_vec());
         // One at a time, the second would wait for the first's 10-minute timeout.
         wait_for(&second);
-        assert!(t0.elapsed() >= HEAD_START.min(Duration::from_secs(1)), "in order, after a head start");
+        // Side by side from the start, the second would not wait for the first's head start.
+        assert!(t0.elapsed() >= HEAD_START, "started {:?} after the first", t0.elapsed());
+        assert_eq!(std::fs::read_to_string(&order).unwrap(), "first\nsecond\n");
         n.stopper().stop("test over");
         n.finish();
+    }
+
+    #[test]
+    fn the_run_finished_hook_waits_for_the_gate_and_gets_the_line_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (got, gone) = (dir.path().join("got"), dir.path().join("gate-gone"));
+        // It reports whether the gate (here: a file the test leaves after dropping it) was gone.
+        let command = format!("cat > {}.tmp; test -e {} > /dev/null && mv {g}.tmp {g}", got.display(), gone.display(), g = got.display());
+        let mut n = Notifier::new(notify(command, 600_000), run_info());
+        let gate = n.gate();
+        n.send(b"{\"ts\":\"t\",\"event\":\"run_finished\",\"status\":\"succeeded\"}\n".to_vec());
+        // However long the record takes to write, the hook waits for it.
+        std::thread::sleep(HEAD_START + Duration::from_secs(1));
+        std::fs::write(&gone, "").unwrap();
+        drop(gate);
+        n.finish();
+        let line = std::fs::read_to_string(&got).expect("the hook ran before the gate was dropped");
+        assert_eq!(
+            line,
+            "{\"ts\":\"t\",\"event\":\"run_finished\",\"status\":\"succeeded\",\
+             \"run_id\":\"r1\",\"config\":\"/p/c.toml\",\"run_dir\":\"/p/herd-logs/r1\"}\n"
+        );
     }
 
     #[test]

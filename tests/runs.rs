@@ -265,3 +265,32 @@ fn a_signal_ends_a_hanging_notify_hook_and_herd_exits_with_the_runs_code() {
     let left = herd::wait_until(Duration::from_secs(10), || processes_with_argv(&["sleep", "617"]).is_empty());
     assert!(left, "the hook's processes outlived herd");
 }
+
+/// The run_finished hook starts once the run's record is complete: a hook reading
+/// `$HERD_RUN_DIR/summary.json` finds it, and its stdin is the event's line of events.jsonl
+/// with the run's fields appended.
+#[test]
+fn the_run_finished_hook_finds_the_summary_in_its_run_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let (copied, line) = (dir.path().join("copied.json"), dir.path().join("line.json"));
+    let text = format!(
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"true\"\n\
+         [restart]\nmax_restarts = 0\n\
+         [notify]\ncommand = 'cat > \"{}\"; cp \"$HERD_RUN_DIR/summary.json\" \"{}\"'\ntimeout = \"5m\"\n",
+        line.display(),
+        copied.display()
+    );
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let out = herd::start(dir.path(), &["run", "--no-preflight"], &[]).wait(2 * LIMIT);
+    out.assert_code(0);
+    let summary = std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("no summary for the hook: {e}\n{out}"));
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["status"], "succeeded", "{summary}");
+    let run = herd::only_run_dir(&dir.path().join("herd-logs"));
+    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    let finished = events.lines().find(|l| l.contains("\"event\":\"run_finished\"")).unwrap();
+    let line = std::fs::read_to_string(&line).unwrap();
+    let (head, tail) = line.split_at(finished.len() - 1);
+    assert_eq!(head, &finished[..finished.len() - 1], "the event's own line first");
+    assert!(tail.starts_with(",\"run_id\":"), "{line}");
+}

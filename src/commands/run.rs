@@ -44,8 +44,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
     let started = SystemTime::now();
     let console = plan.console.clone();
-    let notifier = notifier(&plan, &args.config.config, &run_id, &cwd, &run_dir);
+    let mut notifier = notifier(&plan, &args.config.config, &run_id, &cwd, &run_dir);
     let hooks = notifier.as_ref().map(notify::Notifier::stopper);
+    let gate = notifier.as_mut().and_then(notify::Notifier::gate);
 
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
@@ -68,9 +69,12 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
+    // The record is complete before the run_finished hook starts (it may read summary.json).
+    write_summary(&run_dir, &run_id, &outcome, started);
+    drop(gate);
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
-    finish(outcome, &run_id, &run_dir, started, report.stdout_closed)
+    finish(outcome, &run_dir, report.stdout_closed)
 }
 
 /// `[notify]`'s hooks for this run, if the config has any.
@@ -91,32 +95,12 @@ fn notifier(
     })
 }
 
-/// After the run: its summary written (for a run stopped before any attempt, with why), the
-/// closing line, and the exit code.
-fn finish(
-    outcome: Result<RunOutcome, RunError>,
-    run_id: &str,
-    run_dir: &Path,
-    started: SystemTime,
-    stdout_closed: bool,
-) -> Result<u8, Error> {
+/// After the run and its record: the closing line, and the exit code.
+fn finish(outcome: Result<RunOutcome, RunError>, run_dir: &Path, stdout_closed: bool) -> Result<u8, Error> {
     if let Err(RunError::Preflight(nodes)) = &outcome {
         eprint!("{}", output::doctor_view::text(nodes, true));
     }
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(e) => {
-            // Stopped before any attempt (a failed preflight, no port): the record says why.
-            let mut summary =
-                output::record::summary(run_id, RunStatus::Failed, &[], started, SystemTime::now());
-            summary["not_started"] = serde_json::Value::String(e.to_string());
-            write_summary(run_dir, &summary);
-            return Err(e.into());
-        }
-    };
-    let summary =
-        output::record::summary(run_id, outcome.status, &outcome.attempts, started, SystemTime::now());
-    write_summary(run_dir, &summary);
+    let outcome = outcome?;
 
     let closing = output::summary::closing(outcome.status, &outcome.attempts, run_dir);
     if !closing.is_empty() {
@@ -130,9 +114,19 @@ fn finish(
     })
 }
 
-/// The run's summary.json; a summary that cannot be written is warned about, not an error.
-fn write_summary(run_dir: &Path, summary: &serde_json::Value) {
-    if let Err(e) = output::record::write_summary(run_dir, summary) {
+/// The run's summary.json: its outcome, or why it stopped before any attempt (a failed
+/// preflight, no port). One that cannot be written is warned about, not an error.
+fn write_summary(run_dir: &Path, run_id: &str, outcome: &Result<RunOutcome, RunError>, started: SystemTime) {
+    let now = SystemTime::now();
+    let summary = match outcome {
+        Ok(o) => output::record::summary(run_id, o.status, &o.attempts, started, now),
+        Err(e) => {
+            let mut summary = output::record::summary(run_id, RunStatus::Failed, &[], started, now);
+            summary["not_started"] = serde_json::Value::String(e.to_string());
+            summary
+        }
+    };
+    if let Err(e) = output::record::write_summary(run_dir, &summary) {
         tracing::warn!("cannot write {}: {e}", run_dir.join("summary.json").display());
     }
 }

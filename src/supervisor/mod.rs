@@ -193,21 +193,14 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
         };
-        // Slurm ended the allocation: every node's end follows from it, none is to blame.
-        if let Some(ended) = self.allocation_ended().await {
-            let class = FailureClass::Allocation;
-            let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
-            let millis = duration.as_millis() as u64;
-            let failed = Event::AttemptFailed { attempt, millis, verdict: verdict.clone() };
-            let _ = self.events.send(failed).await;
+        let millis = duration.as_millis() as u64;
+        if let Some((status, verdict)) = self.ended_unjudged(interrupts, attempt, millis, &verdict).await {
             self.attempts.push(summary(Some(verdict)));
-            let _ = self.events.send(Event::RestartAbandoned { reason: nothing_left(&ended) }).await;
-            return Ok(Next::Done(RunStatus::Failed));
+            return Ok(Next::Done(status));
         }
         // Ctrl-C while the dumps come: the attempt failed all the same, and the run ends.
         let interrupted =
             interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
-        let millis = duration.as_millis() as u64;
         let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         let together = blame::lost_together(self.plan.restart.heartbeat_timeout, attempt::PROBE_WAIT);
         let judged = self.history.judge(&verdict, &outcomes, &self.plan.patterns.rules, together);
@@ -226,6 +219,32 @@ impl Run<'_> {
         let delay_ms = delay.as_millis() as u64;
         let _ = self.events.send(Event::RestartScheduled { attempt: attempt + 1, delay_ms, class }).await;
         Ok(Next::Restart(delay, blamed))
+    }
+
+    /// Whether failed attempt `attempt` ends the run before any node is judged, and with
+    /// which verdict: Slurm ended the allocation (every node's end follows from it, none is to
+    /// blame), or Ctrl-C came while Slurm was asked.
+    async fn ended_unjudged(
+        &self,
+        interrupts: &mut Interrupts,
+        attempt: u32,
+        millis: u64,
+        verdict: &Verdict,
+    ) -> Option<(RunStatus, Verdict)> {
+        let (status, verdict, reason) = match self.allocation_ended(interrupts).await {
+            None => (RunStatus::Interrupted, verdict.clone(), None),
+            Some(None) => return None,
+            Some(Some(ended)) => {
+                let class = FailureClass::Allocation;
+                let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
+                (RunStatus::Failed, verdict, Some(nothing_left(&ended)))
+            }
+        };
+        let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
+        if let Some(reason) = reason {
+            let _ = self.events.send(Event::RestartAbandoned { reason }).await;
+        }
+        Some((status, verdict))
     }
 
     /// After the backoff, every node of attempt `attempt` ready: the blamed nodes
@@ -291,36 +310,53 @@ impl Run<'_> {
         };
         // A restart that cannot start in an allocation Slurm has ended says so, not why its
         // steps failed.
-        let reason = self.allocation_ended().await.map_or(reason, |ended| nothing_left(&ended));
+        let Some(ended) = self.allocation_ended(interrupts).await else {
+            return Err(RunStatus::Interrupted);
+        };
+        let reason = ended.map_or(reason, |ended| nothing_left(&ended));
         let _ = events.send(Event::RestartAbandoned { reason }).await;
         Err(RunStatus::Failed)
     }
 
     /// Through Slurm, why the run's allocation can run nothing any more, if it cannot: one
-    /// `squeue` when an attempt failed or a restart could not start. `None` over SSH, while
-    /// the allocation runs, or when Slurm cannot say (the failure is then judged as ever).
-    async fn allocation_ended(&self) -> Option<String> {
-        let job_id = self.plan.nodes.iter().find_map(|n| match &n.transport {
+    /// `squeue` when an attempt failed or a restart could not start. `Some(None)` over SSH,
+    /// while the allocation runs, or when Slurm cannot say (the failure is then judged as
+    /// ever); `None` when Ctrl-C or SIGTERM came first, which ends the wait at once.
+    async fn allocation_ended(&self, interrupts: &mut Interrupts) -> Option<Option<String>> {
+        let Some(job_id) = self.plan.nodes.iter().find_map(|n| match &n.transport {
             plan::Transport::Slurm(t) => Some(t.job_id.clone()),
             _ => None,
-        })?;
-        // A job Slurm is ending shows as COMPLETING until its steps are gone: asked again
-        // for a while, for its state underneath (CANCELLED, TIMEOUT, ...).
-        let settle = Instant::now() + ALLOCATION_QUERY;
-        loop {
-            let asked = tokio::time::timeout(ALLOCATION_QUERY, slurm::job_state(&job_id)).await;
-            let error = match asked {
-                Ok(Ok(Some(state))) if state == "COMPLETING" && Instant::now() < settle => {
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                    continue;
-                }
-                Ok(Ok(state)) => return slurm::allocation_ended(&job_id, state.as_deref()),
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
-            };
-            tracing::warn!("cannot ask Slurm whether allocation {job_id} still runs: {error}");
-            return None;
-        }
+        }) else {
+            return Some(None);
+        };
+        let ask = |id: String| async move { slurm::job_state(&id).await };
+        interruptible(interrupts, allocation_state(&job_id, ask)).await
+    }
+}
+
+/// Why allocation `job_id` has ended, from `ask` ([`slurm::job_state`]): `None` while it runs
+/// or when Slurm cannot say.
+async fn allocation_state<F, Fut>(job_id: &str, ask: F) -> Option<String>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<Option<String>, TransportError>>,
+{
+    // A job Slurm is ending shows as COMPLETING until its steps are gone: asked again
+    // for a while, for its state underneath (CANCELLED, TIMEOUT, ...).
+    let settle = Instant::now() + ALLOCATION_QUERY;
+    loop {
+        let asked = tokio::time::timeout(ALLOCATION_QUERY, ask(job_id.to_string())).await;
+        let error = match asked {
+            Ok(Ok(Some(state))) if state == "COMPLETING" && Instant::now() < settle => {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+            Ok(Ok(state)) => return slurm::allocation_ended(job_id, state.as_deref()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
+        };
+        tracing::warn!("cannot ask Slurm whether allocation {job_id} still runs: {error}");
+        return None;
     }
 }
 
@@ -513,6 +549,27 @@ mod tests {
 
     /// A checkpoint's name may hold a newline: it stays one name, never split into a name
     /// of the attacker's choice (`evil`), nor shifted by what a login's init prints.
+    /// Ctrl-C or SIGTERM ends the wait for Slurm's word on the allocation at once, however
+    /// long slurmctld takes (here: never answers).
+    #[tokio::test]
+    async fn an_interrupt_ends_the_allocation_check_at_once() {
+        let ask = |_: String| std::future::pending::<Result<Option<String>, TransportError>>();
+        let (tx, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(()).unwrap();
+        let started = Instant::now();
+        let asked = interruptible(&mut interrupts, allocation_state("7", ask)).await;
+        assert_eq!(asked, None);
+        assert!(started.elapsed() < ALLOCATION_QUERY, "{:?}", started.elapsed());
+        // Never asked again: a job Slurm is still ending, asked until it has ended.
+        let states = std::sync::Mutex::new(vec!["CANCELLED", "COMPLETING"]);
+        let ask = |_: String| {
+            let state = states.lock().unwrap().pop().map(str::to_string);
+            async move { Ok(state) }
+        };
+        let ended = allocation_state("7", ask).await.unwrap();
+        assert!(ended.contains("cancelled"), "{ended}");
+    }
+
     #[test]
     fn the_newest_checkpoint_keeps_a_newline_in_its_name() {
         let dir = tempfile::tempdir().unwrap();

@@ -277,9 +277,9 @@ pub(super) fn fresh(plan: &LaunchPlan, known: &[String]) -> Vec<usize> {
 }
 
 /// The nodes Slurm will not run a step on (`refusals`: why, by node rank; see
-/// `fleet::slurm_refusals`), blamed as nodes that cannot be connected are at the start: none
-/// when most are refused (Slurm's trouble, or `sinfo`'s, not theirs). The plan's nodes
-/// number `nnodes`.
+/// `fleet::slurm_refusals`: none when `sinfo` failed), blamed as nodes that cannot be
+/// connected are at the start: none when most are refused (Slurm's trouble, not theirs). The
+/// plan's nodes number `nnodes`.
 pub(super) fn refused(refusals: std::collections::HashMap<usize, String>, nnodes: usize) -> Vec<Blamed> {
     let mut blamed: Vec<Blamed> = (refusals.into_iter())
         .map(|(node_rank, why)| Blamed { node_rank, reason: format!("srun: {why}") })

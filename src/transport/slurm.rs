@@ -185,12 +185,15 @@ pub async fn check(target: &SlurmTarget) -> Result<(), TransportError> {
 }
 
 /// A node state (`MIXED`, `DOWN*`, `IDLE+DRAIN`, ...) in which Slurm will not run herd's steps
-/// on the node, or has lost it.
+/// on the node, has lost it, or is to have it back: down, drained or draining, failing or not
+/// responding. A draining node (the drain flag on a node still running jobs, ours) could still
+/// run our steps, but an administrator asked for it: a run that can go on without it (a spare,
+/// `min_nodes`) does, as it would at its start.
 pub fn unusable(state: &str) -> bool {
     let state = state.to_ascii_uppercase();
     // A trailing `*`: not responding.
     state.ends_with('*')
-        || state.trim_end_matches('*').split('+').any(|flag| {
+        || flags(&state).any(|flag| {
             matches!(
                 flag,
                 "DOWN"
@@ -203,6 +206,10 @@ pub fn unusable(state: &str) -> bool {
                     | "POWERED_DOWN"
             )
         })
+}
+
+fn flags(state: &str) -> impl Iterator<Item = &str> {
+    state.trim_end_matches('*').split('+')
 }
 
 /// The state of job `job_id` (`squeue --states all`: `RUNNING`, `CANCELLED`, `TIMEOUT`, ...),
@@ -334,7 +341,11 @@ mod tests {
 
     #[test]
     fn node_states() {
-        for bad in ["DOWN", "DOWN*", "IDLE+DRAIN", "MIXED+DRAIN", "ALLOCATED+FAIL", "IDLE*", "down"] {
+        let bad = ["DOWN", "DOWN*", "IDLE+DRAIN", "drained", "DRAIN", "ALLOCATED+FAIL", "IDLE*", "down"];
+        // The drain flag on a node still running jobs (our allocation's) too: an administrator
+        // wants it back, and a spare takes its place when there is one.
+        let draining = ["draining", "MIXED+DRAIN", "ALLOCATED+DRAIN"];
+        for bad in bad.into_iter().chain(draining).chain(["NOT_RESPONDING", "draining*", "FAIL"]) {
             assert!(unusable(bad), "{bad}");
         }
         for good in ["IDLE", "ALLOCATED", "MIXED", "ALLOCATED+COMPLETING"] {
