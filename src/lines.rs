@@ -1,7 +1,21 @@
 //! Splitting a node's raw output into lines without losing or changing a byte: joined back
 //! together (text + ending), the lines are exactly the bytes that arrived. `\r` ends a line
 //! too, so progress bars become one line per update instead of overwriting the prefix; a line
-//! longer than the cap is cut into pieces so that one endless line cannot grow memory.
+//! longer than the cap is cut into pieces so that one endless line cannot grow memory. And
+//! how a line that is not herd's own is shown on a terminal.
+
+/// A value from the config or the environment as herd shows it on a terminal: control
+/// characters (newlines, escape sequences) written as escapes, so that a value can neither
+/// break the layout nor drive the terminal.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect::<String>()
+        .into()
+}
 
 /// Longest line kept whole; longer ones are cut into pieces of this size.
 pub const MAX_LINE: usize = 64 * 1024;

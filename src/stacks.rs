@@ -179,7 +179,7 @@ impl Summary {
                 let odd = if self.culprit.as_ref() == Some(g) { ", the likely culprit" } else { "" };
                 // A place is the job's own text (a script's path): shown as `herd plan` shows
                 // paths, its control characters escaped.
-                let place = crate::output::printable(&g.place);
+                let place = crate::lines::printable(&g.place);
                 format!("{n} rank{}{which} in {place}{odd}", if n == 1 { "" } else { "s" })
             })
             .collect();

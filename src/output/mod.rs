@@ -21,21 +21,9 @@ use tokio::sync::mpsc;
 
 use crate::events::Event;
 
+pub use crate::lines::printable;
 pub use files::{node_log_path, RunFiles};
 pub use mode::Mode;
-
-/// A value from the config or the environment as herd shows it on a terminal: control
-/// characters (newlines, escape sequences) written as escapes, so that a value can neither
-/// break the layout nor drive the terminal.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
-        return s.into();
-    }
-    s.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
-        .collect::<String>()
-        .into()
-}
 
 /// Where the reporter writes.
 pub struct Sinks {
