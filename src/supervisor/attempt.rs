@@ -3,7 +3,7 @@
 //! signal, a timer) and returns what to do (start the job on a port, SIGTERM or SIGKILL every
 //! node, ask the agents for their processes, arm a timer, say why the attempt is being torn
 //! down). No I/O, no clock: `now` is the attempt's age, given by the caller. The async shell
-//! in `supervisor::run_attempt` only performs the actions.
+//! in `supervisor::gang::run_attempt` only performs the actions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
