@@ -19,7 +19,7 @@
 //! numbers, addresses and host names) on another host, after its node was replaced or the
 //! ranks moved, carries its fault with it: a bug of the program's, no node's. From then on,
 //! the run blames no node for that fault's signal or repetition (a loss and a hardware line
-//! still blame, the root cause's node too), and the nodes blamed earlier for that alone are
+//! of a class other than `comm` still blame, the root cause's node too), and the nodes blamed earlier for that alone are
 //! released (`History`); a node blamed for a loss or a hardware line stays blamed.
 //!
 //! Only the blame is decided here; whether the run can go on without the node is the

@@ -28,7 +28,7 @@ pub struct LineTooLong {
     pub parts: String,
 }
 
-/// A run id as long as a real one (`app::new_run_id`).
+/// A run id as long as a real one (`commands::new_run_id`).
 const RUN_ID: &str = "20260101-000000-0000";
 
 /// Every line a run sends each of the plan's nodes: its preflight probe (a promoted spare's,
