@@ -150,6 +150,15 @@ pub fn minority(failing: usize, of: usize) -> bool {
     failing <= (of / 2).max(1)
 }
 
+/// `blamed`, when they are a [`minority`] of `of` nodes; none when most are (a shared cause).
+pub fn unless_most(blamed: Vec<Blamed>, of: usize) -> Vec<Blamed> {
+    if minority(blamed.len(), of) {
+        blamed
+    } else {
+        Vec::new()
+    }
+}
+
 /// How a rank failed: what a later attempt may show again, on its host or on another.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fault {

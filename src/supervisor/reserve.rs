@@ -69,11 +69,7 @@ impl Run<'_> {
             if !unreachable.is_empty() {
                 drop(std::mem::take(&mut probes));
                 // An SSH key not loaded fails every node: that is no node's fault.
-                let blamed = if blame::minority(unreachable.len(), self.plan.nnodes()) {
-                    unreachable
-                } else {
-                    Vec::new()
-                };
+                let blamed = blame::unless_most(unreachable, self.plan.nnodes());
                 (fleet, errors) = match self.replace_in(fleet, &blamed, attempt).await {
                     Ok(rearranged) => rearranged,
                     Err(fleet) => {
@@ -285,11 +281,7 @@ pub(super) fn refused(refusals: std::collections::HashMap<usize, String>, nnodes
         .map(|(node_rank, why)| Blamed { node_rank, reason: format!("srun: {why}") })
         .collect();
     blamed.sort_by_key(|b| b.node_rank);
-    if blame::minority(blamed.len(), nnodes) {
-        blamed
-    } else {
-        Vec::new()
-    }
+    blame::unless_most(blamed, nnodes)
 }
 
 /// The nodes the preflight blames, each with its first failing check: none when most nodes
@@ -304,11 +296,7 @@ fn failing(nodes: &[doctor::NodeChecks]) -> Vec<Blamed> {
             Some(Blamed { node_rank: n.node_rank, reason: format!("preflight: {}: {}", c.name, c.detail) })
         })
         .collect();
-    if blame::minority(failed.len(), nodes.len()) {
-        failed
-    } else {
-        Vec::new()
-    }
+    blame::unless_most(failed, nodes.len())
 }
 
 #[cfg(test)]
