@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
 
 use super::node::{self, Liveness, NodeRun, Stop};
 use super::types::Interrupts;
@@ -65,19 +64,15 @@ pub async fn exec(
         .collect();
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (stop_tx, stop_rx) = watch::channel(Stop::Run);
-    let mut set = JoinSet::new();
-    for (rank, conn) in fleet.connected() {
+    let mut nodes = fleet.spawn_each(|rank, conn| {
         let run = node_run(plan, exec_id, &commands[rank], rank, &liveness);
-        set.spawn(node::run(conn.clone(), run, stop_rx.clone(), events.clone()));
-    }
+        Some(node::run(conn.clone(), run, stop_rx.clone(), events.clone()))
+    });
     let mut interrupted = 0;
     loop {
         tokio::select! {
-            joined = set.join_next() => match joined {
-                Some(result) => {
-                    let result = result.expect("exec node task panicked");
-                    ends[result.node_rank] = Some(ExecExit::Exited(result.exit));
-                }
+            ended = nodes.next() => match ended {
+                Some((rank, result)) => ends[rank] = Some(ExecExit::Exited(result.exit)),
                 None => break,
             },
             Some(()) = interrupts.recv() => {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinSet;
 use tokio::time::Instant as Deadline;
 
 use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
@@ -20,7 +19,7 @@ use super::sweep::Sweep;
 use super::types::{Interrupts, RunError};
 use crate::classify;
 use crate::events::Event;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::AgentInvocation;
@@ -114,7 +113,7 @@ struct Gang<'a> {
     ctx: &'a AttemptContext<'a>,
     attempt: u32,
     liveness: Arc<Liveness>,
-    set: JoinSet<NodeResult>,
+    set: OnNodes<NodeResult>,
     results: Vec<Option<NodeResult>>,
     /// Each node's env, sent once the port is known.
     envs: Vec<Option<oneshot::Sender<Vec<u8>>>>,
@@ -170,19 +169,19 @@ impl<'a> Gang<'a> {
             ports: ports_tx,
             quick: plan.quick_launcher_exit().then(|| failing.clone()),
         };
-        let mut set = JoinSet::new();
+        assert!(fleet.connected().count() == plan.nnodes(), "every node of a run is connected");
         let mut envs = Vec::new();
-        for node in &plan.nodes {
+        let set = fleet.spawn_each(|rank, conn| {
+            let node = &plan.nodes[rank];
             let (env_tx, env_rx) = oneshot::channel();
             envs.push(Some(env_tx));
-            let fresh = preflighted.fresh.contains(&node.node_rank);
+            let fresh = preflighted.fresh.contains(&rank);
             let sweep = presweep(ctx.run_id, attempt, preflighted.swept, fresh);
             let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
-            let agent = early.get_mut(node.node_rank).and_then(Option::take);
+            let agent = early.get_mut(rank).and_then(Option::take);
             let run = node_run(ctx, node, attempt, invocation, agent, env_rx, &links, &liveness);
-            let conn = fleet.conn(node.node_rank).expect("every node of a run is connected").clone();
-            set.spawn(node::run(conn, run, links.stop.clone(), ctx.events.clone()));
-        }
+            Some(node::run(conn.clone(), run, links.stop.clone(), ctx.events.clone()))
+        });
         let mut tick = tokio::time::interval(TICK);
         // After a stall, one late tick, not a burst of them.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,9 +215,9 @@ impl<'a> Gang<'a> {
             let (kill_at, probe_at) = (self.kill_at, self.probe_at);
             tokio::select! {
                 Some(in_use) = self.ports.recv(), if machine.wants_ports() => return Some(Input::Ports(in_use)),
-                joined = self.set.join_next() => {
-                    let result = joined?.expect("node task panicked");
-                    let (node_rank, exit) = (result.node_rank, result.exit.clone());
+                ended = self.set.next() => {
+                    let (node_rank, result) = ended?;
+                    let exit = result.exit.clone();
                     self.results[node_rank] = Some(result);
                     return Some(Input::NodeEnded { node_rank, exit });
                 }

@@ -8,15 +8,16 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::frames::{Frame, FrameReader, Source};
-use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::remote::{AgentInvocation, AgentMessage, Control};
 use crate::stacks::RankStack;
+use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
@@ -210,13 +211,13 @@ pub async fn run(
         ended_at: liveness.elapsed(),
         tail,
     };
-    let process = match Started::take_or_start(node.early, &conn, &node.invocation).await {
-        Ok(started) => started.process,
+    let session = match AgentSession::open(node.early, &conn, &node.invocation).await {
+        Ok(session) => session,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let progress = Arc::new(PumpProgress::default());
     let out_pump = tokio::spawn(pump_output(
-        process.stdout,
+        session.output,
         progress.clone(),
         rank,
         events.clone(),
@@ -226,7 +227,7 @@ pub async fn run(
     ));
     let asks = node.probe.as_ref().map(|p| p.asks.clone());
     let err_pump = tokio::spawn(pump_agent(
-        process.stderr,
+        session.messages,
         node.attempt,
         rank,
         node.host.clone(),
@@ -234,10 +235,10 @@ pub async fn run(
         node.liveness.clone(),
         Replies { probes: node.probe.map(|p| p.answers), ports: node.ports },
     ));
-    let control = Control { stdin: process.stdin, rank, sent: Stop::Run, quick: node.quick_launcher_exit };
+    let control = Controller { line: session.control, rank, sent: Stop::Run, quick: node.quick_launcher_exit };
     let (agent_status, gave_up) = control.serve(err_pump, node.env, asks, stop).await;
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
-    let exit = node_exit(agent_status, gave_up, process.handle, &conn).await;
+    let exit = node_exit(agent_status, gave_up, session.handle, &conn).await;
     let _ = events
         .send(Event::NodeExited {
             attempt: node.attempt,
@@ -292,16 +293,16 @@ async fn node_exit(
     }
 }
 
-/// The agent's stdin: the env block, then control lines.
-struct Control {
-    stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+/// What goes down to the agent: the env block, then control lines.
+struct Controller {
+    line: ControlLine,
     rank: usize,
     /// The strongest stop sent so far.
     sent: Stop,
     quick: Option<Arc<AtomicUsize>>,
 }
 
-impl Control {
+impl Controller {
     /// Hand the agent its env when it is known, the supervisor's probes and stop requests as
     /// they come, until the agent's stderr ends (it exited, having said how the job ended, or
     /// the connection went). Only then may the transport be asked for its exit status: over
@@ -337,11 +338,11 @@ impl Control {
                     env = None;
                     // Once a stop was sent, the agent has ended without starting anything.
                     if let (Some(block), Stop::Run) = (block, self.sent) {
-                        self.send(&block, "env block").await;
+                        self.send(Control::Env(block)).await;
                     }
                 }
                 // Not before the env: the agent would read `probe` as the env block's start.
-                true = asked, if env_sent => self.send(remote::CONTROL_PROBE, "probe").await,
+                true = asked, if env_sent => self.send(Control::Probe).await,
                 () = sleep_until(give_up_at) => {
                     // A node whose shell never reached the agent cannot act on `kill`; closing
                     // stdin (on return) is all that is left, and the agent acts on that if it
@@ -372,21 +373,20 @@ impl Control {
         }
         self.sent = want;
         let quick = self.quick.as_ref().is_some_and(|failing| failing.load(Ordering::Relaxed) != self.rank);
-        let line = match want {
-            Stop::Kill => remote::CONTROL_KILL,
-            _ if quick => remote::CONTROL_TERM_FAST,
-            _ => remote::CONTROL_TERM,
+        let control = match want {
+            Stop::Kill => Control::Kill,
+            _ if quick => Control::TermFast,
+            _ => Control::Term,
         };
-        self.send(line, if want == Stop::Kill { "kill" } else { "term" }).await;
+        self.send(control).await;
     }
 
-    async fn send(&mut self, bytes: &[u8], what: &str) {
-        if let Err(e) = async {
-            self.stdin.write_all(bytes).await?;
-            self.stdin.flush().await
-        }
-        .await
-        {
+    async fn send(&mut self, control: Control) {
+        if let Err(e) = self.line.send(&control).await {
+            let what = match control {
+                Control::Env(_) => "env block".to_string(),
+                other => format!("{other:?}"),
+            };
             tracing::debug!(node = self.rank, "sending {what}: {e}");
         }
     }
@@ -630,7 +630,7 @@ struct Replies {
 /// Read the agent's own messages; anything that is not one is shown as node output.
 /// Returns the job's wait status if the agent reported one.
 async fn pump_agent(
-    stderr: impl AsyncRead + Unpin,
+    mut messages: Messages,
     attempt: u32,
     rank: usize,
     host: String,
@@ -638,20 +638,16 @@ async fn pump_agent(
     liveness: Arc<Liveness>,
     replies: Replies,
 ) -> Option<i32> {
-    let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
     // A probe's stacks, as they come in.
     let mut stacks: Vec<RankStack> = Vec::new();
-    let mut pieces = remote::StackReader::default();
-    while let Ok(Some(line)) = reader.next_segment().await {
-        let line = String::from_utf8_lossy(&line);
+    while let Some(message) = messages.next().await {
         liveness.heard(rank);
-        let message = remote::parse_agent_line(&line);
-        if let Some(stack) = pieces.feed(&message) {
-            stacks.push(stack);
-            continue;
-        }
         let event = match message {
+            AgentMessage::Stack(stack) => {
+                stacks.push(stack);
+                continue;
+            }
             AgentMessage::Started { pgid } => {
                 Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
             }
