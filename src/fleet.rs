@@ -268,7 +268,11 @@ impl Fleet {
     /// connected node it gives one for, all at once, each within `limit`. By node rank: what
     /// each gave, or why it gave nothing (the transport's error, or no answer in time: the
     /// command is then abandoned).
-    pub async fn on_each(&self, limit: Duration, command: impl Fn(usize) -> Option<String>) -> Vec<(usize, Ran)> {
+    pub async fn on_each(
+        &self,
+        limit: Duration,
+        command: impl Fn(usize) -> Option<String>,
+    ) -> Vec<(usize, Ran)> {
         let on_nodes = self.spawn_each(|rank, conn| {
             let (command, conn) = (command(rank)?, conn.clone());
             Some(async move {

@@ -128,7 +128,8 @@ async fn probe_node(
 ) -> Result<Probed, String> {
     let session = AgentSession::open(early, &conn, &inv).await.map_err(|e| e.to_string())?;
     let AgentSession { mut control, mut messages, output, handle, started_at } = session;
-    let mut probe = Probe { probed: Probed::default(), asked_at: None, out: Vec::new(), said, rank, started_at };
+    let mut probe =
+        Probe { probed: Probed::default(), asked_at: None, out: Vec::new(), said, rank, started_at };
     let talk = probe.talk(&mut control, &mut messages, output, env, close);
     let talked = tokio::time::timeout(limit, talk).await;
     drop(control);
@@ -326,7 +327,8 @@ pub async fn diagnose(
     drop(said_tx);
     // The master's agent reports its ports (see `probe_invocation`): herd chooses from them.
     let master = plan.master.node_rank;
-    let choosing = fleet.conn(master).is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
+    let choosing =
+        fleet.conn(master).is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
     probes.first_envs(choosing);
     loop {
         tokio::select! {
@@ -380,8 +382,11 @@ fn facts_of(
     let facts = (plan.nodes.iter().zip(results))
         .map(|(node, result)| {
             let link = &fleet.links()[node.node_rank];
-            let base =
-                Facts { unreachable: link.conn.as_ref().err().cloned(), connect_ms: link.connect_ms, ..Facts::default() };
+            let base = Facts {
+                unreachable: link.conn.as_ref().err().cloned(),
+                connect_ms: link.connect_ms,
+                ..Facts::default()
+            };
             match result {
                 None => base,
                 Some(Err(e)) => Facts { unreachable: Some(format!("probe failed: {e}")), ..base },
@@ -458,7 +463,8 @@ impl<'p> Probes<'p> {
 
     fn send_env(&mut self, rank: usize, port: u16) {
         if let Some(tx) = self.envs[rank].take() {
-            let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+            let values =
+                AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
             let _ = tx.send(self.plan.nodes[rank].env_block(&values));
         }
     }

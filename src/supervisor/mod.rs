@@ -453,7 +453,8 @@ const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 /// `latest.sh`), within `RESUME_LOOKUP`, found on the master (none without its connection).
 async fn latest_match(fleet: &Fleet, master: usize, workdir: &str, glob: &str) -> Option<String> {
     let command = latest_command(workdir, glob);
-    let (_, ran) = fleet.on_each(RESUME_LOOKUP, |rank| (rank == master).then(|| command.clone())).await.pop()?;
+    let (_, ran) =
+        fleet.on_each(RESUME_LOOKUP, |rank| (rank == master).then(|| command.clone())).await.pop()?;
     match stdout_if_ok(ran) {
         Ok(stdout) => match latest_found(&stdout) {
             Ok(found) => found,
