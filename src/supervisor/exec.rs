@@ -65,7 +65,7 @@ pub async fn exec(
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
     let (reports_tx, mut reports) = mpsc::unbounded_channel();
     let mut told = Vec::new();
-    let _tasks = fleet.spawn_each(|rank, conn| {
+    let mut tasks = fleet.spawn_each(|rank, conn| {
         let (tell, run) = node_run(plan, exec_id, &commands[rank], rank, &liveness, &reports_tx);
         told.push(tell);
         Some(node::run(conn.clone(), run, events.clone()))
@@ -77,7 +77,11 @@ pub async fn exec(
             report = reports.recv() => match report {
                 Some((rank, NodeReport::Ended(result))) => ends[rank] = Some(ExecExit::Exited(result.exit)),
                 Some(_) => {}
-                None => break,
+                None => {
+                    // Every node has ended: a task that panicked instead panics here.
+                    while tasks.next().await.is_some() {}
+                    break;
+                }
             },
             Some(()) = interrupts.recv() => {
                 interrupted += 1;

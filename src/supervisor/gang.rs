@@ -113,7 +113,7 @@ struct Gang<'a> {
     attempt: u32,
     liveness: Arc<Liveness>,
     /// The nodes' tasks: aborted if the gang is dropped.
-    _tasks: OnNodes<()>,
+    tasks: OnNodes<()>,
     results: Vec<Option<NodeResult>>,
     /// Each node's command channel (by node rank).
     commands: Vec<mpsc::UnboundedSender<NodeCommand>>,
@@ -175,7 +175,7 @@ impl<'a> Gang<'a> {
             ctx,
             attempt,
             liveness,
-            _tasks: tasks,
+            tasks,
             results: plan.nodes.iter().map(|_| None).collect(),
             commands,
             reports,
@@ -197,7 +197,11 @@ impl<'a> Gang<'a> {
             let (kill_at, probe_at) = (self.kill_at, self.probe_at);
             tokio::select! {
                 report = self.reports.recv() => {
-                    let (node_rank, report) = report?;
+                    let Some((node_rank, report)) = report else {
+                        // Every node has ended: a task that panicked instead panics here.
+                        while self.tasks.next().await.is_some() {}
+                        return None;
+                    };
                     if let Some(input) = self.reported(machine, node_rank, report) {
                         return Some(input);
                     }
