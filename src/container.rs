@@ -15,7 +15,7 @@
 //! has already exported (secrets included).
 
 use crate::config::{Container, ContainerRuntime, Device};
-use crate::remote::quote;
+use crate::remote::{command_line, ShellLine};
 
 /// The variable holding the container's name; the plan exports it on every node when
 /// `[container]` is set, and the run command names the container after it.
@@ -60,41 +60,40 @@ impl ContainerPlan {
         env_names: impl IntoIterator<Item = &'a str>,
         inner: &str,
     ) -> String {
-        let mut words: Vec<String> =
-            vec![self.runtime.as_str().into(), "run".into(), "--rm".into(), "--init".into()];
-        words.extend(["--name".into(), format!("\"${NAME_VAR}\"")]);
-        words.extend(["--network", "host"].map(String::from));
+        let mut words = ShellLine::new();
+        words.args([self.runtime.as_str(), "run", "--rm", "--init", "--name"]);
+        words.raw(format!("\"${NAME_VAR}\""));
+        words.args(["--network", "host"]);
         let ipc = self.ipc_in_args();
         if ipc.is_none() {
-            words.extend(["--ipc", "host"].map(String::from));
+            words.args(["--ipc", "host"]);
         }
         // With the host's IPC namespace the container uses the host's /dev/shm: docker then
         // ignores the size, podman refuses it.
         if self.runtime == ContainerRuntime::Docker || ipc.is_some_and(|mode| mode != "host") {
-            words.extend(["--shm-size".into(), quote(&self.shm_size)]);
+            words.args(["--shm-size", &self.shm_size]);
         }
-        words.extend(["--ulimit", "memlock=-1"].map(String::from));
+        words.args(["--ulimit", "memlock=-1"]);
         if self.gpus {
-            words.extend(["--gpus", "all"].map(String::from));
+            words.args(["--gpus", "all"]);
         }
-        let (mount, wd) = if workdir.starts_with('/') {
-            (quote(&format!("{workdir}:{workdir}")), quote(workdir))
+        words.arg("-v");
+        if workdir.starts_with('/') {
+            words.arg(format!("{workdir}:{workdir}")).arg("-w").arg(workdir);
         } else {
-            ("\"$PWD:$PWD\"".to_string(), "\"$PWD\"".to_string())
-        };
-        words.extend(["-v".into(), mount, "-w".into(), wd]);
+            words.raw("\"$PWD:$PWD\"").arg("-w").raw("\"$PWD\"");
+        }
         for m in &self.mounts {
-            words.extend(["-v".into(), quote(m)]);
+            words.args(["-v", m]);
         }
         for name in env_names {
             debug_assert!(crate::config::is_env_name(name), "invalid env name {name:?}");
             // No `=value`: the runtime takes the value from its own environment.
-            words.extend(["--env".into(), name.to_string()]);
+            words.args(["--env", name]);
         }
-        words.extend(self.args.iter().map(|a| quote(a)));
-        words.push(quote(&self.image));
-        words.extend(["sh".into(), "-c".into(), quote(INNER_SHELL), "herd-job".into(), quote(inner)]);
-        words.join(" ")
+        words.args(&self.args).arg(&self.image);
+        words.args(["sh", "-c", INNER_SHELL, "herd-job", inner]);
+        words.line()
     }
 
     /// The IPC mode that `args` choose (`--ipc MODE` or `--ipc=MODE`), which replaces herd's
@@ -110,7 +109,7 @@ impl ContainerPlan {
     /// The command the agent runs once the job's process group is gone: a killed runtime
     /// client does not stop its container. Quiet and best effort.
     pub fn remove_command(&self, name: &str) -> String {
-        format!("{} rm -f {} >/dev/null 2>&1 || true", self.runtime.as_str(), quote(name))
+        format!("{} >/dev/null 2>&1 || true", command_line([self.runtime.as_str(), "rm", "-f", name]))
     }
 
     /// A shell command that removes every container whose name starts with `prefix` but not
@@ -124,7 +123,7 @@ impl ContainerPlan {
             None => String::new(),
             Some(spare) => format!(
                 "names=$(for n in $names; do case $n in {}*) ;; *) echo $n ;; esac; done); [ -n \"$names\" ] || exit 0; ",
-                quote(spare)
+                command_line([spare])
             ),
         };
         format!(
@@ -132,7 +131,7 @@ impl ContainerPlan {
              names=$({rt} ps -a --filter {filter} --format '{{{{.Names}}}}' 2>/dev/null); \
              [ -n \"$names\" ] || exit 0; {keep}{rt} rm -f $names >/dev/null 2>&1; \
              for n in $names; do echo \"container $n\"; done; exit 0",
-            filter = quote(&format!("name=^{prefix}"))
+            filter = command_line([format!("name=^{prefix}")])
         )
     }
 }

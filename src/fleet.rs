@@ -13,6 +13,41 @@ use crate::plan::{LaunchPlan, NodePlan};
 use crate::remote::AgentInvocation;
 use crate::transport::{self, Connection, Started, TransportError};
 
+/// Work running on many nodes at once (`Fleet::spawn_each`). Dropping it aborts what is left.
+pub struct OnNodes<T> {
+    set: JoinSet<(usize, T)>,
+}
+
+impl<T: Send + 'static> OnNodes<T> {
+    /// The next node's result, with its node rank, as it ends; `None` once every node's has
+    /// come. Cancel safe.
+    pub async fn next(&mut self) -> Option<(usize, T)> {
+        Some(self.set.join_next().await?.expect("a node's task panicked"))
+    }
+
+    /// Every node's result, by node rank.
+    pub async fn all(mut self) -> Vec<(usize, T)> {
+        let mut all = Vec::new();
+        while let Some(one) = self.next().await {
+            all.push(one);
+        }
+        all.sort_by_key(|(rank, _)| *rank);
+        all
+    }
+}
+
+/// What a command run by `Fleet::on_each` gave on one node: its output, or why there is none.
+pub type Ran = Result<std::process::Output, String>;
+
+/// A node script's stdout, if it succeeded; otherwise why not (what it said on stderr).
+pub fn stdout_if_ok(ran: Ran) -> Result<Vec<u8>, String> {
+    match ran {
+        Ok(out) if out.status.success() => Ok(out.stdout),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        Err(why) => Err(why),
+    }
+}
+
 /// Through Slurm, the nodes (by node rank) among those `which` picks that Slurm will not run a
 /// step on (down, drained, not responding), and why: one `sinfo` for them all. Connecting to
 /// them fails, as an unreachable host fails over SSH: they are lost, and replaced by a spare
@@ -210,6 +245,45 @@ impl Fleet {
     /// Every connected node, with its rank.
     pub fn connected(&self) -> impl Iterator<Item = (usize, &Arc<Connection>)> {
         self.links.iter().enumerate().filter_map(|(rank, l)| Some((rank, l.conn.as_ref().ok()?)))
+    }
+
+    /// The one fan-out to the nodes: `work(node_rank, conn)` started on every connected node
+    /// it gives work for, all at once (a node's agent, its probe, a script). Each node's
+    /// result comes out of the `OnNodes` as it ends.
+    pub fn spawn_each<T, W>(&self, mut work: impl FnMut(usize, &Arc<Connection>) -> Option<W>) -> OnNodes<T>
+    where
+        W: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut set = JoinSet::new();
+        for (rank, conn) in self.connected() {
+            if let Some(work) = work(rank, conn) {
+                set.spawn(async move { (rank, work.await) });
+            }
+        }
+        OnNodes { set }
+    }
+
+    /// `command(node_rank)` (a node script's call, see `remote::script_call`) run on every
+    /// connected node it gives one for, all at once, each within `limit`. By node rank: what
+    /// each gave, or why it gave nothing (the transport's error, or no answer in time: the
+    /// command is then abandoned).
+    pub async fn on_each(
+        &self,
+        limit: Duration,
+        command: impl Fn(usize) -> Option<String>,
+    ) -> Vec<(usize, Ran)> {
+        let on_nodes = self.spawn_each(|rank, conn| {
+            let (command, conn) = (command(rank)?, conn.clone());
+            Some(async move {
+                match tokio::time::timeout(limit, conn.output(&command)).await {
+                    Ok(Ok(out)) => Ok(out),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+                }
+            })
+        });
+        on_nodes.all().await
     }
 
     /// Before a restart: every node reachable again, a lost one waited for up to

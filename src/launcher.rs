@@ -7,7 +7,7 @@
 use base64::Engine as _;
 
 use crate::config::{Job, LauncherKind};
-use crate::remote::quote;
+use crate::remote::ShellLine;
 
 /// What a node's command line depends on besides the job settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,68 +39,65 @@ const RANK_WRAPPER_REF: &str = "\"$HERD_RANK_WRAPPER\"";
 /// `--local_rank=N` after them), then the interpreter, as the launcher itself would run it.
 /// `no_python_flag`: the launcher's own flag for running what follows as it is. With the
 /// user's own `no_python_flag` (the script is a program), only the wrapper is added.
-fn worker_words(job: &Job, no_python_flag: &str, words: &mut Vec<String>) {
+fn worker_words(job: &Job, no_python_flag: &str, words: &mut ShellLine) {
     let users_own = job.launcher_args.iter().any(|a| a == "--no-python" || a == "--no_python");
     if users_own {
         if job.module {
             // The launcher's own refusal of both says it best.
-            words.push(if no_python_flag == "--no-python" { "-m" } else { "--module" }.into());
+            words.arg(if no_python_flag == "--no-python" { "-m" } else { "--module" });
         }
-        words.extend([RANK_WRAPPER_REF.to_string(), "1".into()]);
+        words.raw(RANK_WRAPPER_REF).arg("1");
         return;
     }
-    let mut run = vec![quote(job.python()), "-u".into()];
+    let mut run = ShellLine::new();
+    run.args([job.python(), "-u"]);
     if job.module {
-        run.push("-m".into());
+        run.arg("-m");
     }
-    words.extend([no_python_flag.to_string(), RANK_WRAPPER_REF.to_string(), (run.len() + 1).to_string()]);
+    words.arg(no_python_flag).raw(RANK_WRAPPER_REF).arg((run.len() + 1).to_string());
     words.extend(run);
 }
 
 pub fn command_line(job: &Job, node: &NodeLaunch<'_>) -> String {
-    let mut words: Vec<String> = Vec::new();
+    let mut words = ShellLine::new();
     match job.launcher {
         LauncherKind::Torchrun => {
-            words.extend(
-                [
-                    "torchrun",
-                    "--nnodes",
-                    &node.world.len().to_string(),
-                    "--nproc-per-node",
-                    &node.nproc.to_string(),
-                    "--node-rank",
-                    &node.node_rank.to_string(),
-                    "--master-addr",
-                    node.master_addr,
-                ]
-                .map(quote),
-            );
-            words.push(format!("--master-port {MASTER_PORT_REF}"));
+            words.args([
+                "torchrun",
+                "--nnodes",
+                &node.world.len().to_string(),
+                "--nproc-per-node",
+                &node.nproc.to_string(),
+                "--node-rank",
+                &node.node_rank.to_string(),
+                "--master-addr",
+                node.master_addr,
+            ]);
+            words.raw(format!("--master-port {MASTER_PORT_REF}"));
             // herd owns restarts: torchrun must not restart workers behind its back.
-            words.extend(["--rdzv-backend", "static", "--max-restarts", "0"].map(quote));
-            words.extend(job.launcher_args.iter().map(|a| quote(a)));
+            words.args(["--rdzv-backend", "static", "--max-restarts", "0"]);
+            words.args(&job.launcher_args);
             worker_words(job, "--no-python", &mut words);
         }
         LauncherKind::Deepspeed => {
             // The per-node launcher that `deepspeed` itself runs on every host through pdsh;
             // herd starts it on each node directly instead.
-            words.extend([quote(job.python()), "-m".into(), "deepspeed.launcher.launch".into()]);
-            words.push(quote(&format!("--world_info={}", world_info(node.world))));
-            words.push(quote(&format!("--node_rank={}", node.node_rank)));
-            words.push(quote(&format!("--master_addr={}", node.master_addr)));
-            words.push(format!("--master_port={MASTER_PORT_REF}"));
-            words.extend(job.launcher_args.iter().map(|a| quote(a)));
+            words.args([job.python(), "-m", "deepspeed.launcher.launch"]);
+            words.arg(format!("--world_info={}", world_info(node.world)));
+            words.arg(format!("--node_rank={}", node.node_rank));
+            words.arg(format!("--master_addr={}", node.master_addr));
+            words.raw(format!("--master_port={MASTER_PORT_REF}"));
+            words.args(&job.launcher_args);
             worker_words(job, "--no_python", &mut words);
         }
         LauncherKind::Command => {
             if job.module {
-                words.extend([quote(job.python()), "-m".into()]);
+                words.args([job.python(), "-m"]);
             }
         }
     }
-    words.push(quote(&job.script));
-    words.extend(job.args.iter().map(|a| quote(a)));
-    words.join(" ")
+    words.arg(&job.script).args(&job.args);
+    words.line()
 }
 
 /// DeepSpeed's `--world_info`: urlsafe base64 of `{"host": [local device ids], ...}` in rank order.

@@ -569,7 +569,7 @@ impl LaunchPlan {
     }
 
     /// Whether a healthy node's launcher may be ended once its workers are gone (see
-    /// `NodeRun::quick_launcher_exit`): torchrun and DeepSpeed's launcher have nothing to save
+    /// `supervisor::node::NodeCommand::Stop`): torchrun and DeepSpeed's launcher have nothing to save
     /// then. A `command` job is the user's own and keeps its grace, and a container's runtime
     /// client leads a job whose workers herd does not see.
     pub fn quick_launcher_exit(&self) -> bool {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::remote::quote;
+use crate::remote::ShellLine;
 
 /// What the allocation asks for, and what runs in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,15 +66,13 @@ pub fn script(s: &Submission<'_>) -> String {
         t,
         "# Written by `herd submit`: herd runs the config on this allocation's nodes, through srun."
     );
-    let mut line =
-        format!("exec {} run --slurm --no-progress -c {}", quote(&path(s.herd)), quote(&path(s.config)));
+    let (herd, config) = (path(s.herd), path(s.config));
+    let mut line = ShellLine::new();
+    line.args(["exec", herd.as_str(), "run", "--slurm", "--no-progress", "-c", config.as_str()]);
     if !s.extra_args.is_empty() {
-        line += " --";
-        for a in s.extra_args {
-            line.push(' ');
-            line += &quote(a);
-        }
+        line.arg("--").args(s.extra_args);
     }
+    let line = line.line();
     t + &line + "\n"
 }
 

@@ -32,9 +32,10 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
     eprint!("{}", output::exec_view::failures(&hosts, &outcome.ends));
     let mut stacks = Vec::new();
     for (node_rank, out) in outputs.iter().enumerate() {
-        let mut reader = crate::remote::StackReader::default();
-        for line in String::from_utf8_lossy(out).lines() {
-            stacks.extend(reader.feed(&crate::remote::parse_agent_line(line)).map(|s| (node_rank, s)));
+        for message in crate::transport::session::messages_in(out) {
+            if let crate::remote::AgentMessage::Stack(stack) = message {
+                stacks.push((node_rank, stack));
+            }
         }
     }
     if stacks.is_empty() {

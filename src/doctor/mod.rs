@@ -8,15 +8,15 @@ pub mod checks;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 
 use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
-use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::remote::{self, AgentInvocation, AgentMessage, Control};
+use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started};
 
 pub use checks::{evaluate, Check, ClockSample, Facts, NodeChecks, PortReach, Status};
@@ -126,16 +126,45 @@ async fn probe_node(
     rank: usize,
     limit: Duration,
 ) -> Result<Probed, String> {
-    let agent = Started::take_or_start(early, &conn, &inv).await.map_err(|e| e.to_string())?;
-    let (started, p) = (agent.at, agent.process);
-    let (mut stdin, stdout, stderr) = (p.stdin, p.stdout, p.stderr);
-    let mut probed = Probed::default();
-    let mut asked_at = None;
-    let mut out = Vec::new();
-    let talk = async {
-        let mut agent = BufReader::new(stderr).lines();
-        let mut output = BufReader::new(stdout).lines();
-        let (mut env, mut close) = (Some(env), close);
+    let session = AgentSession::open(early, &conn, &inv).await.map_err(|e| e.to_string())?;
+    let AgentSession { mut control, mut messages, output, handle, started_at } = session;
+    let mut probe =
+        Probe { probed: Probed::default(), asked_at: None, out: Vec::new(), said, rank, started_at };
+    let talk = probe.talk(&mut control, &mut messages, output, env, close);
+    let talked = tokio::time::timeout(limit, talk).await;
+    drop(control);
+    let _ = tokio::time::timeout(Duration::from_secs(5), handle.wait()).await;
+    match talked {
+        Ok(()) => Ok(Probed { out: String::from_utf8_lossy(&probe.out).into_owned(), ..probe.probed }),
+        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    }
+}
+
+/// One node's probe as it runs: what it has said so far.
+struct Probe {
+    probed: Probed,
+    /// When herd asked for the node's clock.
+    asked_at: Option<SystemTime>,
+    /// Its output, but for the lines that tell the doctor how it goes.
+    out: Vec<u8>,
+    said: mpsc::UnboundedSender<(usize, Said)>,
+    rank: usize,
+    started_at: Instant,
+}
+
+impl Probe {
+    /// Until both the agent's messages and the probe's output have ended: the env down when
+    /// it is known, the clock asked for, `term` when the doctor closes the probe.
+    async fn talk(
+        &mut self,
+        control: &mut ControlLine,
+        messages: &mut Messages,
+        output: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+        env: oneshot::Receiver<Vec<u8>>,
+        mut close: Option<oneshot::Receiver<()>>,
+    ) {
+        let mut output = BufReader::new(output).lines();
+        let mut env = Some(env);
         let (mut agent_open, mut output_open) = (true, true);
         while agent_open || output_open {
             let env_known = async {
@@ -146,74 +175,72 @@ async fn probe_node(
             };
             let closing = async {
                 match &mut close {
-                    Some(rx) => {
-                        let _ = rx.await;
-                    }
+                    Some(rx) => drop(rx.await),
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                line = agent.next_line(), if agent_open => match line {
-                    Ok(Some(line)) => match remote::parse_agent_line(&line) {
-                        AgentMessage::Up => probed.login_ms = Some(started.elapsed().as_millis() as u64),
-                        AgentMessage::Ports(in_use) => {
-                            let _ = said.send((rank, Said::Ports(in_use)));
-                        }
-                        AgentMessage::Swept(text) => probed.swept.push(text),
-                        AgentMessage::Clock(remote) => {
-                            if let Some(t0) = asked_at {
-                                probed.clock = Some(ClockSample::new(t0, SystemTime::now(), remote));
-                            }
-                        }
-                        _ => {}
-                    },
-                    _ => agent_open = false,
+                message = messages.next(), if agent_open => match message {
+                    Some(message) => self.heard(message),
+                    None => agent_open = false,
                 },
                 line = output.next_line(), if output_open => match line {
-                    Ok(Some(line)) => {
-                        if line == LISTENING {
-                            let _ = said.send((rank, Said::Listening));
-                        } else if line == FACTS_DONE {
-                            let _ = said.send((rank, Said::FactsDone));
-                        } else {
-                            out.extend_from_slice(line.as_bytes());
-                            out.push(b'\n');
-                        }
-                    }
+                    Ok(Some(line)) => self.printed(line),
                     _ => output_open = false,
                 },
                 block = env_known => {
                     env = None;
-                    match block {
-                        // NTP-style: the question's time and the answer's bracket the node's reading.
-                        Some(block) => {
-                            let _ = async {
-                                stdin.write_all(&block).await?;
-                                stdin.write_all(remote::CONTROL_CLOCK).await?;
-                                asked_at = Some(SystemTime::now());
-                                stdin.flush().await
-                            }
-                            .await;
-                        }
-                        // The doctor gave up on this probe before it started: end its agent.
-                        None => {
-                            let _ = stdin.write_all(remote::CONTROL_TERM).await;
-                        }
-                    }
+                    self.start(control, block).await;
                 }
                 () = closing => {
                     close = None;
-                    let _ = stdin.write_all(remote::CONTROL_TERM).await;
+                    let _ = control.send(&Control::Term).await;
                 }
             }
         }
-    };
-    let talked = tokio::time::timeout(limit, talk).await;
-    drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(5), p.handle.wait()).await;
-    match talked {
-        Ok(()) => Ok(Probed { out: String::from_utf8_lossy(&out).into_owned(), ..probed }),
-        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    }
+
+    /// The env down, then the question of the node's time; no env: the doctor gave up on this
+    /// probe before it started, and its agent ends.
+    async fn start(&mut self, control: &mut ControlLine, block: Option<Vec<u8>>) {
+        let Some(block) = block else {
+            let _ = control.send(&Control::Term).await;
+            return;
+        };
+        if control.send(&Control::Env(block)).await.is_ok() {
+            // NTP-style: the question's time and the answer's bracket the node's reading.
+            self.asked_at = Some(SystemTime::now());
+            let _ = control.send(&Control::Clock).await;
+        }
+    }
+
+    fn heard(&mut self, message: AgentMessage) {
+        match message {
+            AgentMessage::Up => self.probed.login_ms = Some(self.started_at.elapsed().as_millis() as u64),
+            AgentMessage::Ports(in_use) => {
+                let _ = self.said.send((self.rank, Said::Ports(in_use)));
+            }
+            AgentMessage::Swept(text) => self.probed.swept.push(text),
+            AgentMessage::Clock(remote) => {
+                if let Some(t0) = self.asked_at {
+                    self.probed.clock = Some(ClockSample::new(t0, SystemTime::now(), remote));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn printed(&mut self, line: String) {
+        let said = match line.as_str() {
+            LISTENING => Said::Listening,
+            FACTS_DONE => Said::FactsDone,
+            _ => {
+                self.out.extend_from_slice(line.as_bytes());
+                self.out.push(b'\n');
+                return;
+            }
+        };
+        let _ = self.said.send((self.rank, said));
     }
 }
 
@@ -287,114 +314,80 @@ pub async fn diagnose(
     mut early: Vec<Option<Started>>,
 ) -> Report {
     let started = Instant::now();
-    let n = plan.nnodes();
-    let master = plan.master.node_rank;
     let all_connected = fleet.links().iter().all(|l| l.conn.is_ok());
-    let reach = options.test_port && n > 1 && all_connected;
-    let values =
-        |port: u16| AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+    let mut probes = Probes::new(plan, options.test_port && plan.nnodes() > 1 && all_connected, options);
     let (said_tx, mut said) = mpsc::unbounded_channel();
-    let mut envs: Vec<Option<oneshot::Sender<Vec<u8>>>> = (0..n).map(|_| None).collect();
-    let mut close_master = None;
+    let mut nodes = fleet.spawn_each(|rank, conn| {
+        let inv = probe_invocation(plan, &plan.nodes[rank], options);
+        let agent = early.get_mut(rank).and_then(Option::take);
+        let (env, close) = probes.links(rank);
+        let (conn, said_tx, limit) = (conn.clone(), said_tx.clone(), probe_limit(plan));
+        Some(probe_node(conn, inv, agent, env, close, said_tx, rank, limit))
+    });
+    drop(said_tx);
     // The master's agent reports its ports (see `probe_invocation`): herd chooses from them.
+    let master = plan.master.node_rank;
     let choosing =
         fleet.conn(master).is_some() && probe_invocation(plan, &plan.nodes[master], options).report_ports;
-    let mut set = JoinSet::new();
-    for node in &plan.nodes {
-        let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
-        let (env_tx, env_rx) = oneshot::channel();
-        envs[node.node_rank] = Some(env_tx);
-        let close = (node.node_rank == master && reach).then(|| {
-            let (tx, rx) = oneshot::channel();
-            close_master = Some(tx);
-            rx
-        });
-        let inv = probe_invocation(plan, node, options);
-        let agent = early.get_mut(node.node_rank).and_then(Option::take);
-        let (said_tx, rank, limit) = (said_tx.clone(), node.node_rank, probe_limit(plan));
-        set.spawn(
-            async move { (rank, probe_node(conn, inv, agent, env_rx, close, said_tx, rank, limit).await) },
-        );
-    }
-    drop(said_tx);
-
-    let send_env = |envs: &mut Vec<Option<oneshot::Sender<Vec<u8>>>>, rank: usize, port: u16| {
-        if let Some(tx) = envs[rank].take() {
-            let _ = tx.send(plan.nodes[rank].env_block(&values(port)));
-        }
-    };
-    let workers: Vec<usize> = (0..n).filter(|r| *r != master).collect();
-    // The port to test: fixed, chosen from the master's report, or none.
-    let mut port: Option<Result<u16, PortError>> = match plan.master.port {
-        PortSpec::Fixed(p) if options.test_port => Some(Ok(p)),
-        _ => None,
-    };
-    if !choosing {
-        send_env(&mut envs, master, if reach { port_value(&port) } else { 0 });
-    }
-    if !reach {
-        for &w in &workers {
-            send_env(&mut envs, w, 0);
-        }
-    }
-    let mut results: Vec<Option<Result<Probed, String>>> = (0..n).map(|_| None).collect();
-    let (mut listening, mut master_facts) = (false, false);
+    probes.first_envs(choosing);
     loop {
         tokio::select! {
-            Some((_, what)) = said.recv() => match what {
-                Said::Ports(in_use) => {
-                    let chosen = port::choose(plan.master.port, plan.master.port_range, in_use.as_ref(), &Default::default());
-                    let p = chosen.as_ref().copied().unwrap_or(0);
-                    port = Some(chosen);
-                    send_env(&mut envs, master, if reach { p } else { 0 });
-                    if reach && p == 0 {
-                        for &w in &workers {
-                            send_env(&mut envs, w, 0);
-                        }
-                    }
-                }
-                Said::Listening => {
-                    listening = true;
-                    let p = port_value(&port);
-                    for &w in &workers {
-                        send_env(&mut envs, w, p);
-                    }
-                }
-                Said::FactsDone => master_facts = true,
+            Some((_, what)) = said.recv() => probes.said(what),
+            ended = nodes.next() => match ended {
+                Some((rank, result)) => probes.ended(rank, result),
+                None => break,
             },
-            joined = set.join_next() => {
-                let Some(joined) = joined else { break };
-                let (rank, result) = joined.expect("probe task panicked");
-                results[rank] = Some(result);
-                // The master's probe ended without a listener: the workers test nothing.
-                if rank == master {
-                    for &w in &workers {
-                        send_env(&mut envs, w, 0);
-                    }
-                }
-            }
         }
-        // The listener has served its purpose once the master's facts are in and every
-        // worker has answered.
-        if master_facts && workers.iter().all(|w| results[*w].is_some()) {
-            if let Some(tx) = close_master.take() {
-                let _ = tx.send(());
-            }
-        }
+        probes.close_when_done();
     }
     tracing::debug!("preflight took {:?}", started.elapsed());
+    let (facts, swept) = facts_of(plan, fleet, std::mem::take(&mut probes.results));
+    let reach_result = match &probes.port {
+        _ if !options.test_port => PortReach::Skipped("not tested".into()),
+        _ if plan.nnodes() < 2 => PortReach::Skipped("one node".into()),
+        _ if !all_connected => PortReach::Skipped("a node is unreachable".into()),
+        None | Some(Err(_)) => PortReach::Skipped("no free port to test".into()),
+        Some(Ok(_)) if !probes.listening => PortReach::NoListener(no_listener(&facts[master])),
+        Some(Ok(p)) => PortReach::Tested {
+            port: *p,
+            results: probes.workers.iter().map(|&w| (w, reach_of(&facts[w]))).collect(),
+        },
+    };
+    let nodes = checks::evaluate_with(plan, &facts, &reach_result, options.fast, &options.import_torch);
+    let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
+    Report { nodes, route_devs, port: probes.port, swept }
+}
 
-    let mut swept = vec![Vec::new(); n];
-    let facts: Vec<Facts> = plan
-        .nodes
+/// Why the master has no listener: what its probe said, or its last word (the probe did not
+/// start: workdir, setup, env), or why it could not be reached.
+fn no_listener(master: &Facts) -> String {
+    let failed = format!("{LISTEN_FAILED} ");
+    master
+        .other_lines
         .iter()
-        .map(|node| {
+        .find_map(|l| l.strip_prefix(&failed).map(str::to_string))
+        .or_else(|| master.other_lines.iter().rev().find(|l| !l.trim().is_empty()).cloned())
+        .or_else(|| master.unreachable.clone())
+        .unwrap_or_else(|| "no listener".into())
+}
+
+/// Every node's facts from its probe's result (or its connection's error), and what each
+/// probe's presweep stopped.
+fn facts_of(
+    plan: &LaunchPlan,
+    fleet: &Fleet,
+    results: Vec<Option<Result<Probed, String>>>,
+) -> (Vec<Facts>, Vec<Vec<String>>) {
+    let mut swept = vec![Vec::new(); plan.nnodes()];
+    let facts = (plan.nodes.iter().zip(results))
+        .map(|(node, result)| {
+            let link = &fleet.links()[node.node_rank];
             let base = Facts {
-                unreachable: fleet.links()[node.node_rank].conn.as_ref().err().cloned(),
-                connect_ms: fleet.links()[node.node_rank].connect_ms,
+                unreachable: link.conn.as_ref().err().cloned(),
+                connect_ms: link.connect_ms,
                 ..Facts::default()
             };
-            match results[node.node_rank].take() {
+            match result {
                 None => base,
                 Some(Err(e)) => Facts { unreachable: Some(format!("probe failed: {e}")), ..base },
                 Some(Ok(probed)) => {
@@ -405,31 +398,120 @@ pub async fn diagnose(
             }
         })
         .collect();
-    let reach_result = match (&port, reach) {
-        _ if !options.test_port => PortReach::Skipped("not tested".into()),
-        _ if n < 2 => PortReach::Skipped("one node".into()),
-        _ if !all_connected => PortReach::Skipped("a node is unreachable".into()),
-        (None | Some(Err(_)), _) => PortReach::Skipped("no free port to test".into()),
-        (Some(Ok(_)), _) if !listening => {
-            let failed = format!("{LISTEN_FAILED} ");
-            let why = facts[master]
-                .other_lines
-                .iter()
-                .find_map(|l| l.strip_prefix(&failed).map(str::to_string))
-                // The probe did not start (workdir, setup, env): its last word says why.
-                .or_else(|| facts[master].other_lines.iter().rev().find(|l| !l.trim().is_empty()).cloned())
-                .or_else(|| facts[master].unreachable.clone())
-                .unwrap_or_else(|| "no listener".into());
-            PortReach::NoListener(why)
+    (facts, swept)
+}
+
+/// The probes of one diagnosis while they run: each one's env, sent when its master port is
+/// known (fixed, chosen from the master's report, or none: 0), and what came back.
+struct Probes<'p> {
+    plan: &'p LaunchPlan,
+    /// Whether the workers test that they reach the master's port.
+    reach: bool,
+    master: usize,
+    workers: Vec<usize>,
+    envs: Vec<Option<oneshot::Sender<Vec<u8>>>>,
+    /// Ends the master's listener, with `reach`.
+    close_master: Option<oneshot::Sender<()>>,
+    port: Option<Result<u16, PortError>>,
+    results: Vec<Option<Result<Probed, String>>>,
+    listening: bool,
+    master_facts: bool,
+}
+
+impl<'p> Probes<'p> {
+    fn new(plan: &'p LaunchPlan, reach: bool, options: &ProbeOptions) -> Probes<'p> {
+        let (n, master) = (plan.nnodes(), plan.master.node_rank);
+        Probes {
+            plan,
+            reach,
+            master,
+            workers: (0..n).filter(|r| *r != master).collect(),
+            envs: (0..n).map(|_| None).collect(),
+            close_master: None,
+            port: match plan.master.port {
+                PortSpec::Fixed(p) if options.test_port => Some(Ok(p)),
+                _ => None,
+            },
+            results: (0..n).map(|_| None).collect(),
+            listening: false,
+            master_facts: false,
         }
-        (Some(Ok(p)), _) => PortReach::Tested {
-            port: *p,
-            results: workers.iter().map(|&w| (w, reach_of(&facts[w]))).collect(),
-        },
-    };
-    let nodes = checks::evaluate_with(plan, &facts, &reach_result, options.fast, &options.import_torch);
-    let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
-    Report { nodes, route_devs, port, swept }
+    }
+
+    /// Node `rank`'s env to come and, for the master with `reach`, the end of its listener.
+    fn links(&mut self, rank: usize) -> (oneshot::Receiver<Vec<u8>>, Option<oneshot::Receiver<()>>) {
+        let (env_tx, env_rx) = oneshot::channel();
+        self.envs[rank] = Some(env_tx);
+        let close = (rank == self.master && self.reach).then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.close_master = Some(tx);
+            rx
+        });
+        (env_rx, close)
+    }
+
+    /// The envs known at once: the master's, unless its port is chosen from its report; the
+    /// workers', port 0, when they test nothing.
+    fn first_envs(&mut self, choosing: bool) {
+        if !choosing {
+            self.send_env(self.master, if self.reach { port_value(&self.port) } else { 0 });
+        }
+        if !self.reach {
+            self.workers_env(0);
+        }
+    }
+
+    fn send_env(&mut self, rank: usize, port: u16) {
+        if let Some(tx) = self.envs[rank].take() {
+            let values =
+                AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+            let _ = tx.send(self.plan.nodes[rank].env_block(&values));
+        }
+    }
+
+    fn workers_env(&mut self, port: u16) {
+        for w in self.workers.clone() {
+            self.send_env(w, port);
+        }
+    }
+
+    fn said(&mut self, what: Said) {
+        match what {
+            Said::Ports(in_use) => {
+                let (spec, range) = (self.plan.master.port, self.plan.master.port_range);
+                let chosen = port::choose(spec, range, in_use.as_ref(), &Default::default());
+                let p = chosen.as_ref().copied().unwrap_or(0);
+                self.port = Some(chosen);
+                self.send_env(self.master, if self.reach { p } else { 0 });
+                if self.reach && p == 0 {
+                    self.workers_env(0);
+                }
+            }
+            Said::Listening => {
+                self.listening = true;
+                self.workers_env(port_value(&self.port));
+            }
+            Said::FactsDone => self.master_facts = true,
+        }
+    }
+
+    fn ended(&mut self, rank: usize, result: Result<Probed, String>) {
+        self.results[rank] = Some(result);
+        // The master's probe ended without a listener: the workers test nothing.
+        if rank == self.master {
+            self.workers_env(0);
+        }
+    }
+
+    /// The listener has served its purpose once the master's facts are in and every worker
+    /// has answered.
+    fn close_when_done(&mut self) {
+        if self.master_facts && self.workers.iter().all(|w| self.results[*w].is_some()) {
+            if let Some(tx) = self.close_master.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
 }
 
 fn port_value(port: &Option<Result<u16, PortError>>) -> u16 {

@@ -60,6 +60,63 @@ pub fn command_line<S: AsRef<str>>(argv: impl IntoIterator<Item = S>) -> String 
     argv.into_iter().map(|w| quote(w.as_ref())).collect::<Vec<_>>().join(" ")
 }
 
+/// A command line for `sh` built word by word: every `arg` is quoted once, every `raw` is shell
+/// text that the shell expands (`"$PWD"`, `--master-port "$MASTER_PORT"`). The one place outside
+/// this module where shell words are built, so that quoting lives here.
+#[derive(Debug, Default, Clone)]
+pub struct ShellLine(Vec<String>);
+
+impl ShellLine {
+    pub fn new() -> ShellLine {
+        ShellLine::default()
+    }
+
+    /// One word, quoted.
+    pub fn arg(&mut self, word: impl AsRef<str>) -> &mut ShellLine {
+        self.0.push(quote(word.as_ref()));
+        self
+    }
+
+    /// Words, each quoted.
+    pub fn args<S: AsRef<str>>(&mut self, words: impl IntoIterator<Item = S>) -> &mut ShellLine {
+        self.0.extend(words.into_iter().map(|w| quote(w.as_ref())));
+        self
+    }
+
+    /// Shell text as it is: the caller's expansion, never a user's value.
+    pub fn raw(&mut self, text: impl Into<String>) -> &mut ShellLine {
+        self.0.push(text.into());
+        self
+    }
+
+    /// How many words so far.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Appends `other`'s words.
+    pub fn extend(&mut self, other: ShellLine) -> &mut ShellLine {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The words joined by spaces.
+    pub fn line(&self) -> String {
+        self.0.join(" ")
+    }
+}
+
+/// `command`, as it reads once `sh -c` has quoted it a second time (a container's shell), with
+/// the output multiplexer's text replaced by `name`.
+pub fn name_nested_mux(command: &str, name: &str) -> String {
+    let nested = quote(MUX_SCRIPT).replace('\'', "'\\''");
+    command.replace(&nested, name)
+}
+
 /// The command for `sh` that runs the node script `script`: its `script_argv`, quoted once.
 pub fn script_call<S: AsRef<str>>(script: &str, name: &str, args: impl IntoIterator<Item = S>) -> String {
     command_line(script_argv(script, name, args))
@@ -324,13 +381,39 @@ pub fn parse_pids(out: &str) -> Vec<u32> {
     out.split_whitespace().filter_map(|w| w.parse().ok()).collect()
 }
 
-/// Control lines herd writes to the agent's stdin after the env block.
-pub const CONTROL_TERM: &[u8] = b"term\n";
-pub const CONTROL_KILL: &[u8] = b"kill\n";
-pub const CONTROL_PROBE: &[u8] = b"probe\n";
-pub const CONTROL_CLOCK: &[u8] = b"clock\n";
-/// `term`, and then end the launcher as soon as its workers are gone.
-pub const CONTROL_TERM_FAST: &[u8] = b"term-fast\n";
+/// What herd writes to an agent's stdin (see `agent.sh`): first the env block, then control
+/// lines. `transport::session` is the only writer; this is only the encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// The env block (`env_block`): the agent starts nothing before it. A control line in its
+    /// place ends the agent, having started nothing.
+    Env(Vec<u8>),
+    /// SIGTERM the job.
+    Term,
+    /// `Term`, and then end the launcher as soon as its workers are gone.
+    TermFast,
+    /// SIGKILL the job.
+    Kill,
+    /// The job's processes, then every worker's stack (`AgentMessage::Probe`, then stacks).
+    Probe,
+    /// The node's time (`AgentMessage::Clock`).
+    Clock,
+}
+
+impl Control {
+    /// The bytes the agent reads.
+    pub fn encode(&self) -> std::borrow::Cow<'_, [u8]> {
+        let line: &'static [u8] = match self {
+            Control::Env(block) => return std::borrow::Cow::Borrowed(block),
+            Control::Term => b"term\n",
+            Control::TermFast => b"term-fast\n",
+            Control::Kill => b"kill\n",
+            Control::Probe => b"probe\n",
+            Control::Clock => b"clock\n",
+        };
+        std::borrow::Cow::Borrowed(line)
+    }
+}
 
 impl ProcessState {
     /// `PID:STATE:RANK:LOCAL_RANK`, `-` for a rank it has not.
@@ -375,6 +458,9 @@ pub enum AgentMessage {
     StackPart(String),
     /// Its end.
     StackEnd,
+    /// One rank's whole stack, in place of its `StackEnd`: only `transport::session`, which
+    /// puts the pieces together, says it; a line never parses as one.
+    Stack(crate::stacks::RankStack),
     /// Every worker's stack has been sent.
     StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
@@ -926,12 +1012,12 @@ mod tests {
             child.wait().unwrap();
             (started.elapsed(), rest)
         };
-        let (took, said) = run(CONTROL_TERM_FAST, format!("{}-fast", test_mark()));
+        let (took, said) = run(&Control::TermFast.encode(), format!("{}-fast", test_mark()));
         assert!(took < std::time::Duration::from_secs(4), "term-fast took {took:?}: {said}");
         assert!(said.contains("herd-agent exit 137"), "the launcher was SIGKILLed: {said}");
         assert_eq!(processes_with_env(&format!("HERD_T_MARK={}-fast", test_mark())), Vec::<u32>::new());
         // Plain `term` leaves the launcher its time (here: its 8 s).
-        let (took, said) = run(CONTROL_TERM, format!("{}-slow", test_mark()));
+        let (took, said) = run(&Control::Term.encode(), format!("{}-slow", test_mark()));
         assert!(took >= std::time::Duration::from_secs(7), "term took only {took:?}: {said}");
         assert!(said.contains("herd-agent exit 1"), "{said}");
     }
@@ -1337,8 +1423,8 @@ mod tests {
             presweep: None,
             report_ports: true,
         };
-        for control in [CONTROL_TERM, CONTROL_KILL] {
-            let out = run_agent(&inv, control);
+        for control in [Control::Term, Control::Kill] {
+            let out = run_agent(&inv, &control.encode());
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
                 stderr.starts_with("herd-agent up\n") && stderr.ends_with("herd-agent exit 143\n"),

@@ -70,7 +70,7 @@ pub enum Action {
     /// Every node gets its env, with this master port: the job starts.
     Start(u16),
     /// SIGTERM every node's job. `failing`: the node whose own failure stops the attempt,
-    /// which keeps its launcher's grace (see `NodeRun::quick_launcher_exit`).
+    /// which keeps its launcher's grace (see `node::NodeCommand::Stop`).
     Term { failing: Option<usize> },
     /// SIGKILL every node's job.
     Kill,

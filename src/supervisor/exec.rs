@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
 
-use super::node::{self, Liveness, NodeRun, Stop};
+use super::node::{self, Liveness, NodeCommand, NodeReport, NodeRun, Stop};
 use super::types::Interrupts;
 use crate::events::Event;
 use crate::fleet::Fleet;
@@ -64,25 +63,32 @@ pub async fn exec(
         .map(|l| l.conn.as_ref().err().map(|e| ExecExit::Unreachable(e.clone())))
         .collect();
     let liveness = Arc::new(Liveness::new(plan.nnodes()));
-    let (stop_tx, stop_rx) = watch::channel(Stop::Run);
-    let mut set = JoinSet::new();
-    for (rank, conn) in fleet.connected() {
-        let run = node_run(plan, exec_id, &commands[rank], rank, &liveness);
-        set.spawn(node::run(conn.clone(), run, stop_rx.clone(), events.clone()));
-    }
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let mut told = Vec::new();
+    let mut tasks = fleet.spawn_each(|rank, conn| {
+        let (tell, run) = node_run(plan, exec_id, &commands[rank], rank, &liveness, &reports_tx);
+        told.push(tell);
+        Some(node::run(conn.clone(), run, events.clone()))
+    });
+    drop(reports_tx);
     let mut interrupted = 0;
     loop {
         tokio::select! {
-            joined = set.join_next() => match joined {
-                Some(result) => {
-                    let result = result.expect("exec node task panicked");
-                    ends[result.node_rank] = Some(ExecExit::Exited(result.exit));
+            report = reports.recv() => match report {
+                Some((rank, NodeReport::Ended(result))) => ends[rank] = Some(ExecExit::Exited(result.exit)),
+                Some(_) => {}
+                None => {
+                    // Every node has ended: a task that panicked instead panics here.
+                    while tasks.next().await.is_some() {}
+                    break;
                 }
-                None => break,
             },
             Some(()) = interrupts.recv() => {
                 interrupted += 1;
-                let _ = stop_tx.send(if interrupted == 1 { Stop::Term } else { Stop::Kill });
+                let stop = if interrupted == 1 { Stop::Term } else { Stop::Kill };
+                for tell in &told {
+                    let _ = tell.send(NodeCommand::Stop { stop, fast: false });
+                }
             }
         }
     }
@@ -92,16 +98,19 @@ pub async fn exec(
     ExecOutcome { ends, interrupted: interrupted > 0 }
 }
 
-/// One node's part of an exec.
+/// One node's part of an exec, and its command channel, its env already sent.
 fn node_run(
     plan: &LaunchPlan,
     exec_id: &str,
     command: &str,
     rank: usize,
     liveness: &Arc<Liveness>,
-) -> NodeRun {
+    reports: &node::Reports,
+) -> (mpsc::UnboundedSender<NodeCommand>, NodeRun) {
     let marker = Marker::exec(&plan.config_key, exec_id).node(rank);
-    NodeRun {
+    let (tell, commands) = mpsc::unbounded_channel();
+    let _ = tell.send(NodeCommand::Env(remote::env_block([(marker.var, marker.value().as_str())])));
+    let run = NodeRun {
         node_rank: rank,
         host: plan.nodes[rank].host.clone(),
         attempt: 0,
@@ -113,14 +122,13 @@ fn node_run(
             ..plan.agent(marker.entry(), remote::in_bash(command))
         },
         early: None,
-        env: node::env_now(remote::env_block([(marker.var, marker.value().as_str())])),
-        ports: None,
+        commands,
+        reports: reports.clone(),
         liveness: liveness.clone(),
         progress_pattern: None,
-        fatal: None,
-        probe: None,
-        quick_launcher_exit: None,
-    }
+        fatal_pattern: None,
+    };
+    (tell, run)
 }
 
 #[cfg(test)]

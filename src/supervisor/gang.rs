@@ -5,22 +5,20 @@
 //! its env, and start.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
 use tokio::time::Instant as Deadline;
 
 use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
-use super::node::{self, sleep_until, Liveness, NodeResult, NodeRun, Stop};
+use super::node::{self, sleep_until, Liveness, NodeCommand, NodeReport, NodeResult, NodeRun, Stop};
 use super::preflight::Preflighted;
 use super::sweep::Sweep;
 use super::types::{Interrupts, RunError};
 use crate::classify;
 use crate::events::Event;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::AgentInvocation;
@@ -114,18 +112,15 @@ struct Gang<'a> {
     ctx: &'a AttemptContext<'a>,
     attempt: u32,
     liveness: Arc<Liveness>,
-    set: JoinSet<NodeResult>,
+    /// The nodes' tasks: aborted if the gang is dropped.
+    tasks: OnNodes<()>,
     results: Vec<Option<NodeResult>>,
-    /// Each node's env, sent once the port is known.
-    envs: Vec<Option<oneshot::Sender<Vec<u8>>>>,
-    stop: watch::Sender<Stop>,
-    /// The node whose own failure stops the attempt (`usize::MAX`: none); see
-    /// `NodeRun::quick_launcher_exit`.
-    failing: Arc<AtomicUsize>,
-    ports: mpsc::UnboundedReceiver<Option<BTreeSet<u16>>>,
-    fatal: mpsc::UnboundedReceiver<(usize, String)>,
-    probe: watch::Sender<u32>,
-    answers: mpsc::UnboundedReceiver<node::ProbeAnswer>,
+    /// Each node's command channel (by node rank).
+    commands: Vec<mpsc::UnboundedSender<NodeCommand>>,
+    /// Every node's reports; closed once every node's task has ended.
+    reports: mpsc::UnboundedReceiver<(usize, NodeReport)>,
+    /// The strongest stop asked of the nodes.
+    stopped: Stop,
     processes: Vec<Vec<ProcessState>>,
     stacks: Vec<Vec<RankStack>>,
     kill_at: Option<Deadline>,
@@ -135,15 +130,6 @@ struct Gang<'a> {
     tick: tokio::time::Interval,
     last_tick: Instant,
     interrupts_open: bool,
-}
-
-/// The channels one node's task reports on, and is told on.
-struct Links {
-    stop: watch::Receiver<Stop>,
-    fatal: Option<node::FatalWatch>,
-    probe: node::ProbeLink,
-    ports: mpsc::UnboundedSender<Option<BTreeSet<u16>>>,
-    quick: Option<Arc<AtomicUsize>>,
 }
 
 impl<'a> Gang<'a> {
@@ -157,32 +143,31 @@ impl<'a> Gang<'a> {
     ) -> Gang<'a> {
         let plan = ctx.plan;
         let liveness = Arc::new(Liveness::new(plan.nnodes()));
-        let (stop, stop_rx) = watch::channel(Stop::Run);
-        let (fatal_tx, fatal) = mpsc::unbounded_channel();
-        let (probe, asks) = watch::channel(0u32);
-        let (answers_tx, answers) = mpsc::unbounded_channel();
-        let (ports_tx, ports) = mpsc::unbounded_channel();
-        let failing = Arc::new(AtomicUsize::new(usize::MAX));
-        let links = Links {
-            stop: stop_rx,
-            fatal: plan.patterns.crash.clone().map(|pattern| node::FatalWatch { pattern, report: fatal_tx }),
-            probe: node::ProbeLink { asks, answers: answers_tx },
-            ports: ports_tx,
-            quick: plan.quick_launcher_exit().then(|| failing.clone()),
-        };
-        let mut set = JoinSet::new();
-        let mut envs = Vec::new();
-        for node in &plan.nodes {
-            let (env_tx, env_rx) = oneshot::channel();
-            envs.push(Some(env_tx));
-            let fresh = preflighted.fresh.contains(&node.node_rank);
+        let (reports_tx, reports) = mpsc::unbounded_channel();
+        assert!(fleet.connected().count() == plan.nnodes(), "every node of a run is connected");
+        let mut commands = Vec::new();
+        let tasks = fleet.spawn_each(|rank, conn| {
+            let node = &plan.nodes[rank];
+            let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+            commands.push(commands_tx);
+            let fresh = preflighted.fresh.contains(&rank);
             let sweep = presweep(ctx.run_id, attempt, preflighted.swept, fresh);
             let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
-            let agent = early.get_mut(node.node_rank).and_then(Option::take);
-            let run = node_run(ctx, node, attempt, invocation, agent, env_rx, &links, &liveness);
-            let conn = fleet.conn(node.node_rank).expect("every node of a run is connected").clone();
-            set.spawn(node::run(conn, run, links.stop.clone(), ctx.events.clone()));
-        }
+            let agent = early.get_mut(rank).and_then(Option::take);
+            let run = NodeRun {
+                node_rank: rank,
+                host: node.host.clone(),
+                attempt,
+                invocation,
+                early: agent,
+                commands: commands_rx,
+                reports: reports_tx.clone(),
+                liveness: liveness.clone(),
+                progress_pattern: plan.patterns.progress.clone(),
+                fatal_pattern: plan.patterns.crash.clone(),
+            };
+            Some(node::run(conn.clone(), run, ctx.events.clone()))
+        });
         let mut tick = tokio::time::interval(TICK);
         // After a stall, one late tick, not a burst of them.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -190,15 +175,11 @@ impl<'a> Gang<'a> {
             ctx,
             attempt,
             liveness,
-            set,
+            tasks,
             results: plan.nodes.iter().map(|_| None).collect(),
-            envs,
-            stop,
-            failing,
-            ports,
-            fatal,
-            probe,
-            answers,
+            commands,
+            reports,
+            stopped: Stop::Run,
             processes: plan.nodes.iter().map(|_| Vec::new()).collect(),
             stacks: plan.nodes.iter().map(|_| Vec::new()).collect(),
             kill_at: None,
@@ -215,24 +196,19 @@ impl<'a> Gang<'a> {
         loop {
             let (kill_at, probe_at) = (self.kill_at, self.probe_at);
             tokio::select! {
-                Some(in_use) = self.ports.recv(), if machine.wants_ports() => return Some(Input::Ports(in_use)),
-                joined = self.set.join_next() => {
-                    let result = joined?.expect("node task panicked");
-                    let (node_rank, exit) = (result.node_rank, result.exit.clone());
-                    self.results[node_rank] = Some(result);
-                    return Some(Input::NodeEnded { node_rank, exit });
+                report = self.reports.recv() => {
+                    let Some((node_rank, report)) = report else {
+                        // Every node has ended: a task that panicked instead panics here.
+                        while self.tasks.next().await.is_some() {}
+                        return None;
+                    };
+                    if let Some(input) = self.reported(machine, node_rank, report) {
+                        return Some(input);
+                    }
                 }
-                Some((node_rank, line)) = self.fatal.recv() => return Some(Input::FatalLine { node_rank, line }),
                 got = interrupts.recv(), if self.interrupts_open => match got {
                     Some(()) => return Some(Input::Interrupt),
                     None => self.interrupts_open = false,
-                },
-                Some(answer) = self.answers.recv() => match answer {
-                    node::ProbeAnswer::Processes(node_rank, seen) => self.processes[node_rank] = seen,
-                    node::ProbeAnswer::Stacks(node_rank, stacks) => {
-                        self.stacks[node_rank] = stacks;
-                        return Some(Input::ProbeAnswered { node_rank });
-                    }
                 },
                 () = sleep_until(probe_at) => {
                     self.probe_at = None;
@@ -244,6 +220,35 @@ impl<'a> Gang<'a> {
                 }
                 _ = self.tick.tick() => return Some(Input::Tick(self.clock())),
             }
+        }
+    }
+
+    /// What a node's report means to the attempt, if anything yet.
+    fn reported(&mut self, machine: &Attempt<'_>, node_rank: usize, report: NodeReport) -> Option<Input> {
+        match report {
+            // Of no use once the port is chosen, or the attempt is stopping.
+            NodeReport::Ports(in_use) => machine.wants_ports().then_some(Input::Ports(in_use)),
+            NodeReport::Fatal(line) => Some(Input::FatalLine { node_rank, line }),
+            NodeReport::Processes(seen) => {
+                self.processes[node_rank] = seen;
+                None
+            }
+            NodeReport::Stacks(stacks) => {
+                self.stacks[node_rank] = stacks;
+                Some(Input::ProbeAnswered { node_rank })
+            }
+            NodeReport::Ended(result) => {
+                let exit = result.exit.clone();
+                self.results[node_rank] = Some(result);
+                Some(Input::NodeEnded { node_rank, exit })
+            }
+        }
+    }
+
+    /// `command` to every node.
+    fn tell_all(&self, command: impl Fn(usize) -> NodeCommand) {
+        for (rank, tx) in self.commands.iter().enumerate() {
+            let _ = tx.send(command(rank));
         }
     }
 
@@ -268,30 +273,27 @@ impl<'a> Gang<'a> {
                     master_port: port,
                     interfaces: self.ctx.interfaces,
                 };
-                for (node, env) in plan.nodes.iter().zip(self.envs.iter_mut()) {
-                    if let Some(env) = env.take() {
-                        let _ = env.send(node.env_block(&values));
-                    }
-                }
+                self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
                 let master_addr = plan.master.addr.clone();
                 let _ = events
                     .send(Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port })
                     .await;
             }
             Action::Term { failing } => {
-                self.failing.store(failing.unwrap_or(usize::MAX), Ordering::Relaxed);
                 // A stop request never goes down: a node that has not read a `kill` yet must
                 // not find a `term` in its place.
-                self.stop.send_if_modified(|stop| {
-                    let raise = *stop < Stop::Term;
-                    if raise {
-                        *stop = Stop::Term;
-                    }
-                    raise
-                });
+                if self.stopped < Stop::Term {
+                    self.stopped = Stop::Term;
+                    let quick = plan.quick_launcher_exit();
+                    self.tell_all(|rank| NodeCommand::Stop {
+                        stop: Stop::Term,
+                        fast: quick && failing != Some(rank),
+                    });
+                }
             }
             Action::Kill => {
-                let _ = self.stop.send(Stop::Kill);
+                self.stopped = Stop::Kill;
+                self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false });
             }
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
@@ -299,7 +301,7 @@ impl<'a> Gang<'a> {
             Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
-                let _ = self.probe.send(1);
+                self.tell_all(|_| NodeCommand::Probe);
                 self.probe_at = Some(Deadline::now() + attempt::PROBE_WAIT);
                 let wait_secs = attempt::PROBE_WAIT.as_secs();
                 let _ =
@@ -410,33 +412,5 @@ impl Gang<'_> {
         let _ =
             events.send(Event::StacksSummarized { attempt: self.attempt, summary: summary.clone() }).await;
         summary
-    }
-}
-
-/// One node's part of the attempt.
-#[allow(clippy::too_many_arguments)]
-fn node_run(
-    ctx: &AttemptContext<'_>,
-    node: &NodePlan,
-    attempt: u32,
-    invocation: AgentInvocation,
-    early: Option<Started>,
-    env: oneshot::Receiver<Vec<u8>>,
-    links: &Links,
-    liveness: &Arc<Liveness>,
-) -> NodeRun {
-    NodeRun {
-        node_rank: node.node_rank,
-        host: node.host.clone(),
-        attempt,
-        ports: invocation.report_ports.then(|| links.ports.clone()),
-        invocation,
-        early,
-        env,
-        liveness: liveness.clone(),
-        progress_pattern: ctx.plan.patterns.progress.clone(),
-        fatal: links.fatal.clone(),
-        probe: Some(links.probe.clone()),
-        quick_launcher_exit: links.quick.clone(),
     }
 }

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
-use crate::fleet::{EarlyAgents, Fleet};
+use crate::fleet::{stdout_if_ok, EarlyAgents, Fleet};
 use crate::classify::hint;
 use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
@@ -382,10 +382,7 @@ impl Run<'_> {
         let glob = args.iter().find_map(|a| crate::config::latest_glob(a)).map(String::from);
         let from = match &glob {
             None => None,
-            Some(glob) => match fleet.conn(self.plan.master.node_rank) {
-                Some(conn) => latest_match(conn, &self.plan.workdir, glob).await,
-                None => None,
-            },
+            Some(glob) => latest_match(fleet, self.plan.master.node_rank, &self.plan.workdir, glob).await,
         };
         if let (Some(glob), None) = (&glob, &from) {
             tracing::warn!(
@@ -410,18 +407,16 @@ impl Run<'_> {
         let dir = crate::nccl::dump_dir(self.run_id, attempt);
         let lost =
             |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
-        let mut asks = tokio::task::JoinSet::new();
-        for node in plan.nodes.iter().filter(|n| n.dumps_nccl() && !lost(n.node_rank)) {
-            let Some(conn) = fleet.conn(node.node_rank).cloned() else { continue };
-            let command = crate::nccl::command(&plan.workdir, &dir, node.global_ranks());
-            let node_rank = node.node_rank;
-            asks.spawn(async move { (node_rank, remote_sh(&conn, &command, NCCL_COLLECT).await) });
-        }
+        let asks = fleet.on_each(NCCL_COLLECT, |rank| {
+            let node = &plan.nodes[rank];
+            (node.dumps_nccl() && !lost(rank))
+                .then(|| crate::nccl::command(&plan.workdir, &dir, node.global_ranks()))
+        });
         let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
         let mut saved = Vec::new();
         let mut missing = Vec::new();
-        while let Some(Ok((node_rank, got))) = asks.join_next().await {
-            let why = match got {
+        for (node_rank, ran) in asks.await {
+            let why = match stdout_if_ok(ran) {
                 Ok(stdout) => {
                     let dumps = crate::nccl::parse(&stdout, &on_node);
                     for d in &dumps {
@@ -455,9 +450,12 @@ impl Run<'_> {
 const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The newest match of `glob` under `workdir` on a node, by modification time (see
-/// `latest.sh`), within `RESUME_LOOKUP`.
-async fn latest_match(conn: &crate::transport::Connection, workdir: &str, glob: &str) -> Option<String> {
-    match remote_sh(conn, &latest_command(workdir, glob), RESUME_LOOKUP).await {
+/// `latest.sh`), within `RESUME_LOOKUP`, found on the master (none without its connection).
+async fn latest_match(fleet: &Fleet, master: usize, workdir: &str, glob: &str) -> Option<String> {
+    let command = latest_command(workdir, glob);
+    let (_, ran) =
+        fleet.on_each(RESUME_LOOKUP, |rank| (rank == master).then(|| command.clone())).await.pop()?;
+    match stdout_if_ok(ran) {
         Ok(stdout) => match latest_found(&stdout) {
             Ok(found) => found,
             Err(why) => {
@@ -488,21 +486,6 @@ fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
     let name =
         String::from_utf8(name.to_vec()).map_err(|_| "is not UTF-8: it cannot be passed on".to_string())?;
     Ok(Some(name).filter(|n| !n.is_empty()))
-}
-
-/// `command` (a node script's call, see `remote::script_call`) run on a node within `limit`:
-/// its output, or why there is none (its error, the transport's, or no answer in time).
-async fn remote_sh(
-    conn: &crate::transport::Connection,
-    command: &str,
-    limit: std::time::Duration,
-) -> Result<Vec<u8>, String> {
-    match tokio::time::timeout(limit, conn.output(command)).await {
-        Ok(Ok(out)) if out.status.success() => Ok(out.stdout),
-        Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
-    }
 }
 
 /// How long the master may take to find the newest checkpoint (a hung filesystem).

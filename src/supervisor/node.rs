@@ -2,21 +2,22 @@
 //! events, pass on stop requests, and report how it ended.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
 
 use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::frames::{Frame, FrameReader, Source};
-use crate::remote::{self, AgentInvocation, AgentMessage};
+use crate::remote::{AgentInvocation, AgentMessage, Control};
 use crate::stacks::RankStack;
+use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started, TransportExit};
 
 /// What the supervisor asks of every running node of an attempt.
@@ -29,12 +30,42 @@ pub enum Stop {
     Kill,
 }
 
-/// An env block that is known at once.
-pub fn env_now(block: Vec<u8>) -> oneshot::Receiver<Vec<u8>> {
-    let (tx, rx) = oneshot::channel();
-    let _ = tx.send(block);
-    rx
+/// What the supervisor tells one node: its one command channel down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeCommand {
+    /// The node's env block, once it is known: the agent starts (logs in, sweeps) before, and
+    /// starts nothing until it comes.
+    Env(Vec<u8>),
+    /// Stop the job (a request weaker than one sent before is ignored). `fast`, with
+    /// `Stop::Term` and a torch launcher, on every node but the one whose failure stopped the
+    /// attempt: the agent ends the launcher as soon as its workers are gone (`term-fast`). A
+    /// healthy launcher then has nothing left to do but its interpreter's exit, a second or
+    /// more with torch loaded. The failing node's launcher keeps its grace: its summary names
+    /// the root cause.
+    Stop { stop: Stop, fast: bool },
+    /// The job's processes, then its ranks' stacks (answered as `NodeReport::Processes`, then
+    /// `NodeReport::Stacks`).
+    Probe,
 }
+
+/// What one node tells the supervisor, with its node rank: its one report channel up.
+#[derive(Debug)]
+pub enum NodeReport {
+    /// The master's ports in use (with `invocation.report_ports`); `None`: its socket tables
+    /// cannot be read.
+    Ports(Option<BTreeSet<u16>>),
+    /// Its first line that means it failed (see `RuleTable::crash_pattern`).
+    Fatal(String),
+    /// Its job's processes, the first part of a probe's answer.
+    Processes(Vec<ProcessState>),
+    /// Its ranks' stacks, which complete the answer.
+    Stacks(Vec<RankStack>),
+    /// How it ended: its last report.
+    Ended(NodeResult),
+}
+
+/// Where a node's reports go.
+pub type Reports = mpsc::UnboundedSender<(usize, NodeReport)>;
 
 /// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
 /// The agent reports what SIGKILL could not stop a second after sending it, after looking
@@ -70,48 +101,26 @@ pub struct NodeRun {
     pub invocation: AgentInvocation,
     /// The agent, if it was started ahead (as `invocation`: another is started otherwise).
     pub early: Option<Started>,
-    /// The node's env block, when it is known: the agent starts (logs in, sweeps) before,
-    /// and starts nothing until it comes. A sender dropped unsent means the attempt is being
-    /// stopped: a stop request follows.
-    pub env: oneshot::Receiver<Vec<u8>>,
-    /// Where the agent's report of its ports in use goes (with `invocation.report_ports`).
-    pub ports: Option<mpsc::UnboundedSender<Option<BTreeSet<u16>>>>,
+    /// What the supervisor asks of the node. Closed: the supervisor is gone (the agent's
+    /// stdin closes as the node's task ends).
+    pub commands: mpsc::UnboundedReceiver<NodeCommand>,
+    pub reports: Reports,
+    /// Shared with the supervisor rather than reported: every line may be progress and every
+    /// agent message is a sign of life, far too many for a channel, while the supervisor only
+    /// reads the latest of each, at its tick.
     pub liveness: Arc<Liveness>,
     /// Only lines matching it count as progress; `None`: every line does.
     pub progress_pattern: Option<Arc<Regex>>,
     /// Lines that mean the node has failed (see `RuleTable::crash_pattern`): the first one
-    /// is sent, with the node rank, as soon as it arrives.
-    pub fatal: Option<FatalWatch>,
-    /// Where the supervisor asks for the job's processes, and gets them.
-    pub probe: Option<ProbeLink>,
-    /// With a torch launcher: the node rank whose failure stopped the attempt (`usize::MAX`
-    /// for none), as set before `Stop::Term`. Every other node's agent ends its launcher as
-    /// soon as its workers are gone (`term-fast`): a healthy launcher then has nothing left to
-    /// do but its interpreter's exit, a second or more with torch loaded. The failing node's
-    /// launcher keeps its grace: its summary names the root cause.
-    pub quick_launcher_exit: Option<Arc<AtomicUsize>>,
-}
-
-/// How the supervisor asks a node's agent for its job's processes (each change of `asks`
-/// sends one `probe`), and where the answer goes, with the node rank.
-#[derive(Clone)]
-pub struct ProbeLink {
-    pub asks: watch::Receiver<u32>,
-    pub answers: mpsc::UnboundedSender<ProbeAnswer>,
-}
-
-/// A node's answers to `probe`, with its node rank: its job's processes at once, then its
-/// ranks' stacks, which complete the answer.
-pub enum ProbeAnswer {
-    Processes(usize, Vec<ProcessState>),
-    Stacks(usize, Vec<RankStack>),
+    /// is reported (`NodeReport::Fatal`) as soon as it arrives.
+    pub fatal_pattern: Option<Arc<regex::bytes::Regex>>,
 }
 
 /// Where a node reports its first fatal line.
 #[derive(Clone)]
-pub struct FatalWatch {
-    pub pattern: Arc<regex::bytes::Regex>,
-    pub report: mpsc::UnboundedSender<(usize, String)>,
+struct FatalWatch {
+    pattern: Arc<regex::bytes::Regex>,
+    report: Reports,
 }
 
 /// When the attempt last made progress and when each node's agent was last heard from,
@@ -196,12 +205,15 @@ impl Liveness {
     }
 }
 
-pub async fn run(
-    conn: Arc<Connection>,
-    node: NodeRun,
-    stop: watch::Receiver<Stop>,
-    events: mpsc::Sender<Event>,
-) -> NodeResult {
+/// One node's task: its agent run, then its end reported (`NodeReport::Ended`).
+pub async fn run(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Event>) {
+    let reports = node.reports.clone();
+    let result = run_agent(conn, node, events).await;
+    let _ = reports.send((result.node_rank, NodeReport::Ended(result)));
+}
+
+/// One node's agent, from its start to its end.
+async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Event>) -> NodeResult {
     let rank = node.node_rank;
     let liveness = node.liveness.clone();
     let result = |exit: NodeExit, tail: Vec<TimedLine>| NodeResult {
@@ -210,34 +222,33 @@ pub async fn run(
         ended_at: liveness.elapsed(),
         tail,
     };
-    let process = match Started::take_or_start(node.early, &conn, &node.invocation).await {
-        Ok(started) => started.process,
+    let session = match AgentSession::open(node.early, &conn, &node.invocation).await {
+        Ok(session) => session,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
     let progress = Arc::new(PumpProgress::default());
     let out_pump = tokio::spawn(pump_output(
-        process.stdout,
+        session.output,
         progress.clone(),
         rank,
         events.clone(),
         node.liveness.clone(),
         node.progress_pattern.clone(),
-        node.fatal.clone(),
+        node.fatal_pattern.clone().map(|pattern| FatalWatch { pattern, report: node.reports.clone() }),
     ));
-    let asks = node.probe.as_ref().map(|p| p.asks.clone());
     let err_pump = tokio::spawn(pump_agent(
-        process.stderr,
+        session.messages,
         node.attempt,
         rank,
         node.host.clone(),
         events.clone(),
         node.liveness.clone(),
-        Replies { probes: node.probe.map(|p| p.answers), ports: node.ports },
+        node.reports.clone(),
     ));
-    let control = Control { stdin: process.stdin, rank, sent: Stop::Run, quick: node.quick_launcher_exit };
-    let (agent_status, gave_up) = control.serve(err_pump, node.env, asks, stop).await;
+    let control = Controller { line: session.control, rank, sent: Stop::Run };
+    let (agent_status, gave_up) = control.serve(err_pump, node.commands).await;
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
-    let exit = node_exit(agent_status, gave_up, process.handle, &conn).await;
+    let exit = node_exit(agent_status, gave_up, session.handle, &conn).await;
     let _ = events
         .send(Event::NodeExited {
             attempt: node.attempt,
@@ -292,16 +303,15 @@ async fn node_exit(
     }
 }
 
-/// The agent's stdin: the env block, then control lines.
-struct Control {
-    stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+/// What goes down to the agent: the env block, then control lines.
+struct Controller {
+    line: ControlLine,
     rank: usize,
     /// The strongest stop sent so far.
     sent: Stop,
-    quick: Option<Arc<AtomicUsize>>,
 }
 
-impl Control {
+impl Controller {
     /// Hand the agent its env when it is known, the supervisor's probes and stop requests as
     /// they come, until the agent's stderr ends (it exited, having said how the job ended, or
     /// the connection went). Only then may the transport be asked for its exit status: over
@@ -311,37 +321,13 @@ impl Control {
     async fn serve(
         mut self,
         mut err_pump: tokio::task::JoinHandle<Option<i32>>,
-        env: oneshot::Receiver<Vec<u8>>,
-        mut asks: Option<watch::Receiver<u32>>,
-        mut stop: watch::Receiver<Stop>,
+        mut commands: mpsc::UnboundedReceiver<NodeCommand>,
     ) -> (Option<i32>, Option<String>) {
-        let mut env = Some(env);
+        let (mut env_sent, mut probe_asked, mut open) = (false, false, true);
         let mut give_up_at = None;
         loop {
-            let asked = async {
-                match &mut asks {
-                    Some(asks) => asks.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            let env_sent = env.is_none();
-            let env_known = async {
-                match &mut env {
-                    Some(rx) => rx.await.ok(),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 joined = &mut err_pump => return (joined.ok().flatten(), None),
-                block = env_known => {
-                    env = None;
-                    // Once a stop was sent, the agent has ended without starting anything.
-                    if let (Some(block), Stop::Run) = (block, self.sent) {
-                        self.send(&block, "env block").await;
-                    }
-                }
-                // Not before the env: the agent would read `probe` as the env block's start.
-                true = asked, if env_sent => self.send(remote::CONTROL_PROBE, "probe").await,
                 () = sleep_until(give_up_at) => {
                     // A node whose shell never reached the agent cannot act on `kill`; closing
                     // stdin (on return) is all that is left, and the agent acts on that if it
@@ -350,43 +336,53 @@ impl Control {
                     let secs = KILL_DEADLINE.as_secs();
                     return (None, Some(format!("no exit status {secs} s after SIGKILL was requested; stopped waiting for it")));
                 }
-                changed = stop.changed() => {
-                    // An error: the supervisor is gone; closing stdin tears the job down.
-                    if changed.is_ok() {
-                        let want = *stop.borrow_and_update();
-                        if want == Stop::Kill && self.sent < Stop::Kill {
+                // None: the supervisor is gone; closing stdin (on return) tears the job down.
+                command = commands.recv(), if open => match command {
+                    None => open = false,
+                    Some(NodeCommand::Env(block)) => {
+                        env_sent = true;
+                        // Once a stop was sent, the agent has ended without starting anything.
+                        if self.sent == Stop::Run {
+                            self.send(Control::Env(block)).await;
+                        }
+                        if std::mem::take(&mut probe_asked) {
+                            self.send(Control::Probe).await;
+                        }
+                    }
+                    // Not before the env: the agent would read `probe` as the env block's start.
+                    Some(NodeCommand::Probe) if !env_sent => probe_asked = true,
+                    Some(NodeCommand::Probe) => self.send(Control::Probe).await,
+                    Some(NodeCommand::Stop { stop, fast }) => {
+                        if stop == Stop::Kill && self.sent < Stop::Kill {
                             give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
                         }
-                        self.stop(want).await;
+                        self.stop(stop, fast).await;
                     }
-                }
+                },
             }
         }
     }
 
-    /// Pass on a stop request stronger than any sent. With a torch launcher, every node but
-    /// the failing one ends its launcher as soon as its workers are gone (`term-fast`).
-    async fn stop(&mut self, want: Stop) {
+    /// Pass on a stop request stronger than any sent.
+    async fn stop(&mut self, want: Stop, fast: bool) {
         if want <= self.sent {
             return;
         }
         self.sent = want;
-        let quick = self.quick.as_ref().is_some_and(|failing| failing.load(Ordering::Relaxed) != self.rank);
-        let line = match want {
-            Stop::Kill => remote::CONTROL_KILL,
-            _ if quick => remote::CONTROL_TERM_FAST,
-            _ => remote::CONTROL_TERM,
+        let control = match want {
+            Stop::Kill => Control::Kill,
+            _ if fast => Control::TermFast,
+            _ => Control::Term,
         };
-        self.send(line, if want == Stop::Kill { "kill" } else { "term" }).await;
+        self.send(control).await;
     }
 
-    async fn send(&mut self, bytes: &[u8], what: &str) {
-        if let Err(e) = async {
-            self.stdin.write_all(bytes).await?;
-            self.stdin.flush().await
-        }
-        .await
-        {
+    async fn send(&mut self, control: Control) {
+        if let Err(e) = self.line.send(&control).await {
+            let what = match control {
+                Control::Env(_) => "env block".to_string(),
+                other => format!("{other:?}"),
+            };
             tracing::debug!(node = self.rank, "sending {what}: {e}");
         }
     }
@@ -599,7 +595,7 @@ async fn pass_on(
         }
         if let Some(watch) = fatal.as_ref() {
             if let Some(line) = lines.iter().find(|l| watch.pattern.is_match(l.text)) {
-                let _ = watch.report.send((rank, text(line)));
+                let _ = watch.report.send((rank, NodeReport::Fatal(text(line))));
                 *fatal = None;
             }
         }
@@ -621,37 +617,27 @@ async fn pass_on(
     }
 }
 
-/// Where the agent's answers go: to `probe` (with the node rank), and its ports in use.
-struct Replies {
-    probes: Option<mpsc::UnboundedSender<ProbeAnswer>>,
-    ports: Option<mpsc::UnboundedSender<Option<BTreeSet<u16>>>>,
-}
-
 /// Read the agent's own messages; anything that is not one is shown as node output.
 /// Returns the job's wait status if the agent reported one.
 async fn pump_agent(
-    stderr: impl AsyncRead + Unpin,
+    mut messages: Messages,
     attempt: u32,
     rank: usize,
     host: String,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
-    replies: Replies,
+    reports: Reports,
 ) -> Option<i32> {
-    let mut reader = BufReader::new(stderr).split(b'\n');
     let mut status = None;
     // A probe's stacks, as they come in.
     let mut stacks: Vec<RankStack> = Vec::new();
-    let mut pieces = remote::StackReader::default();
-    while let Ok(Some(line)) = reader.next_segment().await {
-        let line = String::from_utf8_lossy(&line);
+    while let Some(message) = messages.next().await {
         liveness.heard(rank);
-        let message = remote::parse_agent_line(&line);
-        if let Some(stack) = pieces.feed(&message) {
-            stacks.push(stack);
-            continue;
-        }
         let event = match message {
+            AgentMessage::Stack(stack) => {
+                stacks.push(stack);
+                continue;
+            }
             AgentMessage::Started { pgid } => {
                 Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
             }
@@ -661,23 +647,17 @@ async fn pump_agent(
             }
             AgentMessage::Up | AgentMessage::Alive | AgentMessage::Clock(_) => continue,
             AgentMessage::Ports(in_use) => {
-                if let Some(ports) = &replies.ports {
-                    let _ = ports.send(in_use);
-                }
+                let _ = reports.send((rank, NodeReport::Ports(in_use)));
                 continue;
             }
             AgentMessage::Probe(processes) => {
                 stacks.clear();
-                if let Some(answers) = &replies.probes {
-                    let _ = answers.send(ProbeAnswer::Processes(rank, processes));
-                }
+                let _ = reports.send((rank, NodeReport::Processes(processes)));
                 continue;
             }
             AgentMessage::StackStart { .. } | AgentMessage::StackPart(_) | AgentMessage::StackEnd => continue,
             AgentMessage::StacksDone => {
-                if let Some(answers) = &replies.probes {
-                    let _ = answers.send(ProbeAnswer::Stacks(rank, std::mem::take(&mut stacks)));
-                }
+                let _ = reports.send((rank, NodeReport::Stacks(std::mem::take(&mut stacks))));
                 continue;
             }
             AgentMessage::Unstopped(pids) => {

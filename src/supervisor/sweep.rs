@@ -1,10 +1,9 @@
 //! Sweeps: what each kind of sweep stops on a node, the events for what it reports, and
 //! `herd kill`. The scan of `/proc` itself is `procs.sh`'s, shipped with every agent.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::types::RunError;
 use crate::container;
@@ -13,7 +12,6 @@ use crate::fleet::Fleet;
 use crate::marker::Marker;
 use crate::plan::LaunchPlan;
 use crate::remote::{self, SweepScope};
-use crate::transport::Connection;
 
 /// What a sweep stops, and which containers it removes.
 #[derive(Debug, Clone, Copy)]
@@ -74,23 +72,14 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
     events
 }
 
-/// Sweep the given nodes (rank, connection), all at once.
-async fn sweep_nodes<'c>(
-    plan: &LaunchPlan,
-    nodes: impl IntoIterator<Item = (usize, &'c Arc<Connection>)>,
-    sweep: Sweep<'_>,
-    events: &mpsc::Sender<Event>,
-) {
+/// Sweep every connected node of `fleet`, all at once, each within `SWEEP_LIMIT` and the
+/// grace its sweep gives the processes it stops.
+async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &mpsc::Sender<Event>) {
     let command = remote::with_procs(&sweep.body(plan));
-    let mut set = JoinSet::new();
-    for (rank, conn) in nodes {
-        let (command, conn) = (command.clone(), conn.clone());
-        set.spawn(async move { (rank, conn.output(&command).await) });
-    }
-    while let Some(joined) = set.join_next().await {
-        let (node_rank, out) = joined.expect("sweep task panicked");
+    let limit = SWEEP_LIMIT + Duration::from_secs(plan.timing.grace_secs);
+    for (node_rank, ran) in fleet.on_each(limit, |_| Some(command.clone())).await {
         let host = &plan.nodes[node_rank].host;
-        match out {
+        match ran {
             Ok(out) => {
                 for event in swept_events(node_rank, host, &String::from_utf8_lossy(&out.stdout)) {
                     let _ = events.send(event).await;
@@ -100,6 +89,10 @@ async fn sweep_nodes<'c>(
         }
     }
 }
+
+/// How long a sweep may take, beyond the grace of the processes it stops (a hung `/proc`
+/// read, a runtime that does not answer).
+const SWEEP_LIMIT: Duration = Duration::from_secs(60);
 
 /// `herd kill`: connect to every node and stop whatever is left of earlier runs of this
 /// config. The caller holds the config's run lock, so no run of it is live. Returns the
@@ -115,7 +108,7 @@ pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
     });
     let connected = Fleet::connect_all(plan, &tx, |_| Vec::new()).await;
     if let Ok((fleet, _)) = &connected {
-        sweep_nodes(plan, fleet.connected(), Sweep::Config { spare_run: None }, &tx).await;
+        sweep_nodes(plan, fleet, Sweep::Config { spare_run: None }, &tx).await;
     }
     drop(tx);
     let seen = collect.await.expect("event collector");

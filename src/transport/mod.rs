@@ -3,6 +3,7 @@
 //! later action multiplexed over it; inside a Slurm allocation, a job step per action
 //! (`slurm`); or this machine directly, for `localhost`.
 
+pub mod session;
 pub mod slurm;
 
 use std::num::NonZeroUsize;
@@ -65,9 +66,10 @@ pub struct SshLink {
 
 /// An agent started ahead of its use (its login overlapping other work), with what it was
 /// started as and when.
+/// Its pipes are `session::AgentSession`'s alone.
 pub struct Started {
     pub invocation: AgentInvocation,
-    pub process: AgentProcess,
+    process: AgentProcess,
     pub at: std::time::Instant,
 }
 
@@ -95,10 +97,10 @@ impl Started {
 
 /// The running agent of one node: its pipes and a handle to wait on it.
 pub struct AgentProcess {
-    pub stdin: Box<dyn AsyncWrite + Send + Unpin>,
-    pub stdout: Box<dyn AsyncRead + Send + Unpin>,
-    pub stderr: Box<dyn AsyncRead + Send + Unpin>,
-    pub handle: AgentHandle,
+    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    stdout: Box<dyn AsyncRead + Send + Unpin>,
+    stderr: Box<dyn AsyncRead + Send + Unpin>,
+    handle: AgentHandle,
 }
 
 impl AgentProcess {

@@ -1,0 +1,146 @@
+//! One agent's session: the only writer of an agent's stdin (`Control`, down) and the only
+//! reader of its stderr (`AgentMessage`, up). The supervisor's nodes, the doctor's probes,
+//! `herd exec` and `herd stacks` all speak to agents through it; the protocol itself (the
+//! bytes, the lines) is `remote`'s, described in docs/design/agent.md. The job's own output
+//! (the agent's stdout) is handed to the caller, who alone knows what it holds.
+
+use std::time::Instant;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Split};
+
+use super::{AgentHandle, Connection, Started, TransportError};
+use crate::remote::{self, AgentInvocation, AgentMessage, Control, StackReader};
+
+/// A started agent, split into what goes down, what comes up, and the rest.
+pub struct AgentSession {
+    /// Its stdin.
+    pub control: ControlLine,
+    /// Its stderr, as messages.
+    pub messages: Messages,
+    /// Its stdout: the job's output.
+    pub output: Box<dyn AsyncRead + Send + Unpin>,
+    /// Its process (or step), for its exit status.
+    pub handle: AgentHandle,
+    /// When it was started (its login began).
+    pub started_at: Instant,
+}
+
+impl AgentSession {
+    /// The agent `early` holds, or `inv` started now on `conn`.
+    pub async fn open(
+        early: Option<Started>,
+        conn: &Connection,
+        inv: &AgentInvocation,
+    ) -> Result<AgentSession, TransportError> {
+        let started = Started::take_or_start(early, conn, inv).await?;
+        let p = started.process;
+        Ok(AgentSession {
+            control: ControlLine { stdin: p.stdin },
+            messages: Messages::new(p.stderr),
+            output: p.stdout,
+            handle: p.handle,
+            started_at: started.at,
+        })
+    }
+}
+
+/// An agent's stdin. Dropping it closes it: the agent then ends its job (TERM, grace, KILL).
+pub struct ControlLine {
+    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+impl ControlLine {
+    /// Write `control` and flush it.
+    pub async fn send(&mut self, control: &Control) -> std::io::Result<()> {
+        self.stdin.write_all(&control.encode()).await?;
+        self.stdin.flush().await
+    }
+}
+
+/// An agent's stderr, read as its messages.
+pub struct Messages {
+    lines: Split<BufReader<Box<dyn AsyncRead + Send + Unpin>>>,
+    decoder: Decoder,
+}
+
+impl Messages {
+    fn new(stderr: Box<dyn AsyncRead + Send + Unpin>) -> Messages {
+        Messages { lines: BufReader::new(stderr).split(b'\n'), decoder: Decoder::default() }
+    }
+
+    /// The agent's next message; `None` once its stderr has ended (or cannot be read).
+    pub async fn next(&mut self) -> Option<AgentMessage> {
+        let line = self.lines.next_segment().await.ok()??;
+        Some(self.decoder.decode(&String::from_utf8_lossy(&line)))
+    }
+}
+
+/// Agent lines into messages, a rank's stack pieces put together: its `StackEnd` comes out as
+/// `AgentMessage::Stack`.
+#[derive(Default)]
+struct Decoder {
+    stacks: StackReader,
+}
+
+impl Decoder {
+    fn decode(&mut self, line: &str) -> AgentMessage {
+        let message = remote::parse_agent_line(line);
+        match self.stacks.feed(&message) {
+            Some(stack) => AgentMessage::Stack(stack),
+            None => message,
+        }
+    }
+}
+
+/// The messages in output that speaks the agent's protocol on its stdout (what
+/// `remote::stacks_command` prints, run by `herd exec`'s agents), in order.
+pub fn messages_in(output: &[u8]) -> Vec<AgentMessage> {
+    let mut decoder = Decoder::default();
+    String::from_utf8_lossy(output).lines().map(|line| decoder.decode(line)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_pieces_come_out_as_one_stack_in_place_of_its_end() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode("Thread 1\n  f (a.py:3)\n");
+        let (one, two) = b64.split_at(5);
+        let out = format!(
+            "herd-agent probe 7:S:0:0\nherd-agent stack 0 7 ok\nherd-agent stack+ {one}\n\
+             herd-agent stack+ {two}\nherd-agent stack-end\nherd-agent stacks-done\n"
+        );
+        let messages = messages_in(out.as_bytes());
+        assert_eq!(messages.len(), 6);
+        assert!(matches!(messages[1], AgentMessage::StackStart { rank: 0, pid: 7, .. }));
+        match &messages[4] {
+            AgentMessage::Stack(s) => {
+                assert_eq!((s.rank, s.pid), (0, 7));
+                assert_eq!(s.dump, Ok("Thread 1\n  f (a.py:3)\n".to_string()));
+            }
+            other => panic!("not a stack: {other:?}"),
+        }
+        assert_eq!(messages[5], AgentMessage::StacksDone);
+    }
+
+    #[tokio::test]
+    async fn control_goes_down_as_the_agent_reads_it_and_messages_come_up() {
+        let (down, mut seen) = tokio::io::duplex(256);
+        let mut control = ControlLine { stdin: Box::new(down) };
+        control.send(&Control::Env(remote::env_block([("A", "1")]))).await.unwrap();
+        control.send(&Control::Probe).await.unwrap();
+        control.send(&Control::TermFast).await.unwrap();
+        drop(control);
+        let mut got = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut seen, &mut got).await.unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), "1\nexport A=1\nprobe\nterm-fast\n");
+
+        let up: &[u8] = b"herd-agent up\nherd-agent exit 3\n";
+        let mut messages = Messages::new(Box::new(up));
+        assert_eq!(messages.next().await, Some(AgentMessage::Up));
+        assert_eq!(messages.next().await, Some(AgentMessage::Exited { status: 3 }));
+        assert_eq!(messages.next().await, None);
+    }
+}
