@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
 use crate::outcome::NodeExit;
 
@@ -86,6 +87,25 @@ pub struct Board {
     spares: Vec<String>,
     /// Host, reason.
     quarantined: Vec<(String, String)>,
+}
+
+/// The board as a sink (only with a terminal to draw it on): redrawn after each event and
+/// each tick, below the lines.
+impl Sink for Board {
+    fn event(&mut self, turn: &Turn, shared: &mut Shared) {
+        match turn.event {
+            Event::NodeOutput { node_rank, .. } => self.output(*node_rank, Instant::now()),
+            Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => {}
+            other => {
+                self.apply(other, Instant::now());
+                shared.screen.draw(self);
+            }
+        }
+    }
+
+    fn tick(&mut self, shared: &mut Shared) {
+        shared.screen.draw(self);
+    }
 }
 
 impl Board {
