@@ -130,3 +130,144 @@ fn open(files: RunFiles, sinks: Sinks) -> (Shared, Vec<Box<dyn Sink>>) {
     all.extend(board.map(|b| Box::new(b) as Box<dyn Sink>));
     (Shared { screen, report: Report::default() }, all)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::classify;
+    use crate::events::Source;
+    use crate::lines::{LineEnd, Lines};
+    use crate::outcome::{FailureClass, NodeExit, RootCause, Verdict};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// stdout, stderr and the report of a report of `events` on one node `n1`, and its
+    /// events.jsonl.
+    fn report_of(
+        mode: Mode,
+        console: &str,
+        events: Vec<Event>,
+        break_files: bool,
+    ) -> (String, String, Report, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = RunFiles::create(dir.path(), "r1", vec!["n1".into()]).unwrap();
+        if break_files {
+            // The run's folder is gone, a file in its place: no attempt folder can be made.
+            std::fs::remove_dir_all(files.run_dir()).unwrap();
+            std::fs::write(files.run_dir(), "").unwrap();
+        }
+        let (tx, rx) = mpsc::channel(events.len() + 1);
+        for e in events {
+            tx.try_send(e).unwrap();
+        }
+        drop(tx);
+        let (out, err) = (Buf::default(), Buf::default());
+        let sinks = Sinks {
+            stdout: Box::new(out.clone()),
+            stderr: Box::new(err.clone()),
+            mode,
+            on_stdout_closed: None,
+            console: crate::config::RankList::parse(console).unwrap(),
+            notify: None,
+        };
+        let run_dir = files.run_dir().to_path_buf();
+        let report = report(files, rx, sinks);
+        let recorded = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default();
+        (out.text(), err.text(), report, recorded)
+    }
+
+    fn output(rank: u32, text: &str) -> Event {
+        let source = Source { rank: Some(rank), local_rank: Some(rank), stderr: false };
+        Event::NodeOutput { node_rank: 0, source, lines: Lines::one(text.as_bytes(), LineEnd::Lf) }
+    }
+
+    fn failed(rank: u32) -> Event {
+        let class = FailureClass::Crash;
+        let root_cause = RootCause {
+            rank: Some(rank),
+            local_rank: Some(rank),
+            node_rank: 0,
+            host: "n1".into(),
+            exit: NodeExit::ExitCode(1),
+            line: None,
+        };
+        let verdict = Verdict {
+            class,
+            root_cause: Some(root_cause),
+            consequences: vec![],
+            hint: classify::hint(class),
+        };
+        Event::AttemptFailed { attempt: 1, millis: 5, verdict }
+    }
+
+    #[test]
+    fn a_hidden_rank_that_fails_shows_its_last_lines_before_the_failure() {
+        let events = vec![
+            Event::AttemptStarting { attempt: 1 },
+            output(0, "zero"),
+            output(1, "one a"),
+            output(1, "one b"),
+            failed(1),
+        ];
+        let (out, err, report, _) = report_of(Mode::Plain { color: false }, "0", events, false);
+        assert!(report.file_error.is_none() && !report.stdout_closed);
+        let out: Vec<&str> = out.lines().collect();
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(
+            out[0].ends_with("zero") && out[1].ends_with("one a") && out[2].ends_with("one b"),
+            "{out:?}"
+        );
+        let err: Vec<&str> = err.lines().collect();
+        assert!(err[0].starts_with("herd: rank 1 failed; its last 2 line(s), not shown before"), "{err:?}");
+        assert!(err[1].starts_with("herd: attempt 1 failed: "), "{err:?}");
+    }
+
+    #[test]
+    fn json_lines_on_stdout_are_those_of_events_jsonl_with_the_same_time() {
+        let events = vec![Event::AttemptStarting { attempt: 3 }, output(1, "hello"), failed(1)];
+        let (out, err, _, recorded) = report_of(Mode::Json, "0", events, false);
+        assert!(err.contains("herd: attempt 1 failed: "), "status lines stay on stderr: {err}");
+        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        let (out, recorded): (Vec<&str>, Vec<&str>) = (out.lines().collect(), recorded.lines().collect());
+        assert_eq!([out[0], out[2]], recorded[..], "the same events, each with one time");
+        assert_eq!(lines[1]["event"], "output");
+        assert_eq!(lines[1]["attempt"], 3, "the attempt the line belongs to");
+        assert_eq!(lines[1]["line"], "hello", "--ranks does not filter --json");
+        assert_eq!(lines[2]["event"], "attempt_failed");
+    }
+
+    #[test]
+    fn the_files_first_error_is_told_once_after_the_lines_before_it() {
+        let started = Event::AttemptStarted { attempt: 1, master_addr: "n1".into(), master_port: 29500 };
+        let events = vec![Event::AttemptStarting { attempt: 1 }, started, output(0, "zero"), failed(0)];
+        let (out, err, report, _) = report_of(Mode::Plain { color: false }, "all", events, true);
+        assert!(report.file_error.as_deref().is_some_and(|e| e.starts_with("cannot write the run's files")));
+        assert!(out.ends_with("zero\n"), "the echo goes on: {out}");
+        let err: Vec<&str> = err.lines().collect();
+        assert_eq!(err.len(), 3, "{err:?}");
+        assert!(err[0].starts_with("herd: warning: cannot write the run's files under "), "{err:?}");
+        assert!(err[1].starts_with("herd: attempt 1: master n1:29500"), "{err:?}");
+        assert!(err[2].starts_with("herd: attempt 1 failed"), "{err:?}");
+    }
+}
