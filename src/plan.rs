@@ -22,7 +22,7 @@ use crate::remote;
 use crate::roster::{self, Roster};
 
 /// What the plan takes from outside the config file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct PlanInputs {
     /// The launching shell's cwd: the workdir when the config gives none.
     pub cwd: String,
@@ -33,6 +33,18 @@ pub struct PlanInputs {
     pub config_file: Option<PathBuf>,
     /// A restart's resume (see `LaunchPlan::resumed`).
     pub resume: Option<Resume>,
+}
+
+/// The launching environment's values stay out of `{:?}`: its names only.
+impl std::fmt::Debug for PlanInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanInputs")
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("config_file", &self.config_file)
+            .field("resume", &self.resume)
+            .finish()
+    }
 }
 
 /// What a restart resumes from: the `restart.resume_args` it appends to the script's
@@ -877,6 +889,11 @@ mod tests {
         let plan = build(&config, &PlanInputs { cwd: "/w".into(), env, ..Default::default() });
         let debug = format!("{plan:?}");
         assert!(!debug.contains("s3cr3t-value") && debug.contains("TOKEN"), "{debug}");
+        let inputs = PlanInputs {
+            env: BTreeMap::from([("TOKEN".into(), "s3cr3t-value".into())]),
+            ..Default::default()
+        };
+        assert!(!format!("{inputs:?}").contains("s3cr3t-value"));
         let values = AttemptValues { run_id: "r1", attempt: 1, master_port: 1, interfaces: &[] };
         let blamed = [roster::Blamed { node_rank: 0, reason: "lost".into() }];
         let later = plan.with_roster(plan.roster.without(&blamed).unwrap().0).resumed(None);
