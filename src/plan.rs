@@ -22,7 +22,7 @@ use crate::remote;
 use crate::roster::{self, Roster};
 
 /// What the plan takes from outside the config file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct PlanInputs {
     /// The launching shell's cwd: the workdir when the config gives none.
     pub cwd: String,
@@ -33,6 +33,18 @@ pub struct PlanInputs {
     pub config_file: Option<PathBuf>,
     /// A restart's resume (see `LaunchPlan::resumed`).
     pub resume: Option<Resume>,
+}
+
+/// The launching environment's values stay out of `{:?}`: its names only.
+impl std::fmt::Debug for PlanInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanInputs")
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("config_file", &self.config_file)
+            .field("resume", &self.resume)
+            .finish()
+    }
 }
 
 /// What a restart resumes from: the `restart.resume_args` it appends to the script's
@@ -83,20 +95,8 @@ pub struct LaunchPlan {
     pub resume: Option<Resume>,
     /// `[notify]`.
     pub notify: Option<config::Notify>,
-    /// What the plan was built from, to build the next attempt's on another roster.
-    source: Source,
-}
-
-/// The config and inputs of a plan. Opaque: the inputs hold the launching environment,
-/// secrets included, which nothing prints. Two plans built from different configs or inputs
-/// differ, even where their other fields agree.
-#[derive(Clone, PartialEq, Eq)]
-struct Source(Arc<(Config, PlanInputs)>);
-
-impl std::fmt::Debug for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Source(config and inputs)")
-    }
+    /// What the plan was placed from, to place the next attempt's on another roster.
+    basis: Arc<Basis>,
 }
 
 /// `[restart]`'s patterns, compiled (the config checked that they compile). Derived from
@@ -215,7 +215,7 @@ pub struct SshTarget {
 }
 
 /// An exported value, or a placeholder for one known only at launch time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum EnvValue {
     Value(String),
     /// Copied from the launching environment; never printed.
@@ -239,6 +239,27 @@ pub enum EnvValue {
     },
     /// The NCCL flight recorder's dump prefix of this attempt (see `NCCL_DUMP_VAR`).
     NcclDump,
+}
+
+/// As derived, but a secret's value never shows (the plan's `{:?}` holds every node's env).
+impl std::fmt::Debug for EnvValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvValue::Value(v) => f.debug_tuple("Value").field(v).finish(),
+            EnvValue::Secret(_) => f.write_str("Secret(..)"),
+            EnvValue::MasterPort => f.write_str("MasterPort"),
+            EnvValue::RunId => f.write_str("RunId"),
+            EnvValue::Attempt => f.write_str("Attempt"),
+            EnvValue::AutoInterface => f.write_str("AutoInterface"),
+            EnvValue::Marker { config_key } => {
+                f.debug_struct("Marker").field("config_key", config_key).finish()
+            }
+            EnvValue::ContainerName { config_key } => {
+                f.debug_struct("ContainerName").field("config_key", config_key).finish()
+            }
+            EnvValue::NcclDump => f.write_str("NcclDump"),
+        }
+    }
 }
 
 /// The values only known when an attempt starts.
@@ -304,155 +325,35 @@ pub fn initial_roster(
     )
 }
 
-/// The plan of a run on the nodes `roster` makes active, in its node rank order.
+/// The plan of a run on the nodes `roster` makes active, in its node rank order. The
+/// launching environment is read here, for `forward_env`, and not kept.
 pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> LaunchPlan {
-    let mut resumed;
-    let job = match &inputs.resume {
-        Some(r) => {
-            resumed = config.job.clone();
-            resumed.args.extend(r.args.iter().cloned());
-            &resumed
-        }
-        None => &config.job,
-    };
-    let active: Vec<&config::Node> = roster.active.iter().map(|&i| &config.nodes[i]).collect();
-    let nprocs: Vec<u32> = active.iter().map(|n| n.nproc.unwrap_or(job.nproc_per_node)).collect();
-    let world: Vec<(String, u32)> =
-        active.iter().map(|n| n.host.clone()).zip(nprocs.iter().copied()).collect();
-    let world_size: u32 = nprocs.iter().sum();
-    let addr_of = |i: usize| active[i].addr.clone().unwrap_or_else(|| active[i].host.clone());
-
-    let master_rank = roster.master_rank;
-    let master = Master {
-        node_rank: master_rank,
-        host: active[master_rank].host.clone(),
-        addr: addr_of(master_rank),
-        port: config.rendezvous.port,
-        port_range: config.rendezvous.port_range,
-    };
-
-    let (forwarded, missing_forwarded) = forwarded_env(&job.forward_env, &inputs.env);
+    let (forwarded, missing_forwarded) = forwarded_env(&config.job.forward_env, &inputs.env);
     let identity =
         inputs.config_file.clone().unwrap_or_else(|| std::path::Path::new(&inputs.cwd).join(&config.path));
     let config_key = config_key(&identity);
-    let workdir = job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone());
-    let container = config.container.as_ref().map(|c| ContainerPlan::new(c, job.device));
-
-    let mut first_global_rank = 0;
-    let nodes = active
-        .iter()
-        .enumerate()
-        .map(|(rank, node)| {
-            let nproc = nprocs[rank];
-            let mut env: BTreeMap<String, EnvValue> = BTreeMap::new();
-            let mut set = |k: &str, v: EnvValue| {
-                env.insert(k.to_string(), v);
-            };
-            for (k, v) in config.env.iter().chain(&node.env) {
-                set(k, EnvValue::Value(v.clone()));
-            }
-            for (k, v) in &forwarded {
-                set(k, EnvValue::Secret(v.clone()));
-            }
-            match config.rendezvous.interface.as_deref() {
-                Some(AUTO_INTERFACE) => {
-                    set("NCCL_SOCKET_IFNAME", EnvValue::AutoInterface);
-                    set("GLOO_SOCKET_IFNAME", EnvValue::AutoInterface);
-                }
-                Some(ifname) => {
-                    set("NCCL_SOCKET_IFNAME", EnvValue::Value(ifname.to_string()));
-                    set("GLOO_SOCKET_IFNAME", EnvValue::Value(ifname.to_string()));
-                }
-                None => {}
-            }
-            env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
-            if job.device == Device::Cuda {
-                // PyTorch's NCCL flight recorder: on a collective's timeout, each rank dumps its
-                // last collectives, the evidence of who did not take part. Unless set.
-                for (k, v) in NCCL_FLIGHT_RECORDER {
-                    env.entry(k.to_string()).or_insert(EnvValue::Value(v.to_string()));
-                }
-                env.entry(NCCL_DUMP_VAR.into()).or_insert(EnvValue::NcclDump);
-            }
-            let mut set = |k: &str, v: EnvValue| {
-                env.insert(k.to_string(), v);
-            };
-            set("PYTHONUNBUFFERED", EnvValue::Value("1".into()));
-            set("MASTER_ADDR", EnvValue::Value(master.addr.clone()));
-            set(
-                "MASTER_PORT",
-                match master.port {
-                    PortSpec::Fixed(p) => EnvValue::Value(p.to_string()),
-                    PortSpec::Auto => EnvValue::MasterPort,
-                },
-            );
-            set("NNODES", EnvValue::Value(active.len().to_string()));
-            set("NODE_RANK", EnvValue::Value(rank.to_string()));
-            set("NPROC_PER_NODE", EnvValue::Value(nproc.to_string()));
-            set("WORLD_SIZE", EnvValue::Value(world_size.to_string()));
-            set("HERD_NODE", EnvValue::Value(node.host.clone()));
-            set("HERD_RUN_ID", EnvValue::RunId);
-            set("HERD_ATTEMPT", EnvValue::Attempt);
-            if let Some(from) = inputs.resume.as_ref().and_then(|r| r.from.as_ref()) {
-                set("HERD_RESUME_FROM", EnvValue::Value(from.clone()));
-            }
-            set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
-            set(marker::RUN_VAR, EnvValue::Marker { config_key: config_key.clone() });
-            if container.is_some() {
-                set(container::NAME_VAR, EnvValue::ContainerName { config_key: config_key.clone() });
-            }
-
-            let command = launcher::command_line(
-                job,
-                &NodeLaunch { node_rank: rank, nproc, master_addr: &master.addr, world: &world },
-            );
-            let container_command = container.as_ref().map(|c| {
-                let run = remote::under_mux(job.python(), &command, job.launcher != LauncherKind::Command);
-                let inner = remote::setup_and_exec(job.setup.as_deref(), &run);
-                c.run_command(&workdir, env.keys().map(String::as_str), &inner)
-            });
-            let transport = if let TransportSettings::Slurm(slurm) = &config.transport {
-                Transport::Slurm(SlurmTarget {
-                    node: node.host.clone(),
-                    job_id: slurm.job_id.clone(),
-                    srun_args: slurm.srun_args.clone(),
-                    step_name: step_name(&config_key),
-                })
-            } else if is_local_host(&node.host) {
-                Transport::Local
-            } else {
-                Transport::Ssh(SshTarget {
-                    host: node.host.clone(),
-                    user: node.user.clone().or_else(|| config.ssh.user.clone()),
-                    port: node.port.or(config.ssh.port),
-                    identity_file: config.ssh.identity_file.clone(),
-                    known_hosts: config.ssh.known_hosts,
-                    known_hosts_file: config.ssh.known_hosts_file.clone(),
-                    connect_timeout: config.ssh.connect_timeout,
-                })
-            };
-            let plan = NodePlan {
-                node_rank: rank,
-                host: node.host.clone(),
-                addr: addr_of(rank),
-                nproc,
-                first_global_rank,
-                transport,
-                env,
-                command,
-                container_command,
-            };
-            first_global_rank += nproc;
-            plan
-        })
-        .collect();
-
+    let basis = Basis {
+        nodes: config.nodes.iter().map(|node| Candidate::new(config, node, &config_key)).collect(),
+        job: config.job.clone(),
+        env: config.env.clone(),
+        forwarded,
+        port: config.rendezvous.port,
+        port_range: config.rendezvous.port_range,
+    };
+    let job = &config.job;
+    let site = Site {
+        config_key,
+        workdir: job.workdir.clone().unwrap_or_else(|| inputs.cwd.clone()),
+        container: config.container.as_ref().map(|c| ContainerPlan::new(c, job.device)),
+        interface: config.rendezvous.interface.clone(),
+    };
+    let (master, nodes) = basis.place(&site, &roster, inputs.resume.as_ref());
     LaunchPlan {
         config_path: config.path.clone(),
         launcher: job.launcher,
-        world_size,
+        world_size: nodes.iter().map(|n| n.nproc).sum(),
         master,
-        workdir,
+        workdir: site.workdir,
         setup: job.setup.clone(),
         nodes,
         logs_dir: config.logs.dir.clone(),
@@ -466,17 +367,250 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
             heartbeat_secs: policy::heartbeat_interval(config.restart.heartbeat_timeout).as_secs(),
         },
         missing_forwarded,
-        config_key,
+        config_key: site.config_key,
         device: job.device,
-        interface: config.rendezvous.interface.clone(),
+        interface: site.interface,
         python: job.python().to_string(),
         uses_torch: job.uses_torch(),
         launcher_program: launcher::program(job).to_string(),
-        container,
+        container: site.container,
         roster,
         resume: inputs.resume.clone(),
         notify: config.notify.clone(),
-        source: Source(Arc::new((config.clone(), PlanInputs { resume: None, ..inputs.clone() }))),
+        basis: Arc::new(basis),
+    }
+}
+
+/// What every plan of a run is placed from, resolved once from the config and the launching
+/// environment: each of the config's nodes, the job, and the env that reaches the nodes, the
+/// forwarded values included (nothing else of the launching environment is kept). A later
+/// attempt's plan, on another roster or resuming, is placed from it again.
+#[derive(Clone, PartialEq, Eq)]
+struct Basis {
+    /// Every node of the config, in its order (a roster's indices point into it).
+    nodes: Vec<Candidate>,
+    /// `[job]`, without a resume's arguments.
+    job: config::Job,
+    /// `[env]`: exported on every node.
+    env: BTreeMap<String, String>,
+    /// `forward_env`'s values, sorted by name: secrets.
+    forwarded: Vec<(String, String)>,
+    port: PortSpec,
+    port_range: (u16, u16),
+}
+
+/// Secrets stay out of `{:?}`: the forwarded values are shown by name.
+impl std::fmt::Debug for Basis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let forwarded: Vec<&str> = self.forwarded.iter().map(|(k, _)| k.as_str()).collect();
+        write!(f, "Basis({} nodes, forwarded {forwarded:?})", self.nodes.len())
+    }
+}
+
+/// One node of the config, as any plan may place it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Candidate {
+    host: String,
+    /// How other nodes reach it.
+    addr: String,
+    nproc: Option<u32>,
+    /// Its own `env`, over `[env]`.
+    env: BTreeMap<String, String>,
+    transport: Transport,
+}
+
+impl Candidate {
+    fn new(config: &Config, node: &config::Node, config_key: &str) -> Candidate {
+        let transport = if let TransportSettings::Slurm(slurm) = &config.transport {
+            Transport::Slurm(SlurmTarget {
+                node: node.host.clone(),
+                job_id: slurm.job_id.clone(),
+                srun_args: slurm.srun_args.clone(),
+                step_name: step_name(config_key),
+            })
+        } else if is_local_host(&node.host) {
+            Transport::Local
+        } else {
+            Transport::Ssh(SshTarget {
+                host: node.host.clone(),
+                user: node.user.clone().or_else(|| config.ssh.user.clone()),
+                port: node.port.or(config.ssh.port),
+                identity_file: config.ssh.identity_file.clone(),
+                known_hosts: config.ssh.known_hosts,
+                known_hosts_file: config.ssh.known_hosts_file.clone(),
+                connect_timeout: config.ssh.connect_timeout,
+            })
+        };
+        Candidate {
+            host: node.host.clone(),
+            addr: node.addr.clone().unwrap_or_else(|| node.host.clone()),
+            nproc: node.nproc,
+            env: node.env.clone(),
+            transport,
+        }
+    }
+}
+
+/// The plan's fields that every node's env and commands read.
+struct Site {
+    config_key: String,
+    workdir: String,
+    container: Option<ContainerPlan>,
+    /// `rendezvous.interface`.
+    interface: Option<String>,
+}
+
+/// The world of one placement: every active node's host and process count, in node rank
+/// order, and the master's address.
+struct World {
+    hosts: Vec<(String, u32)>,
+    size: u32,
+    master_addr: String,
+    master_port: PortSpec,
+}
+
+impl Basis {
+    /// The master and every node's plan on the nodes `roster` makes active, resuming or not.
+    fn place(&self, site: &Site, roster: &Roster, resume: Option<&Resume>) -> (Master, Vec<NodePlan>) {
+        let mut resumed;
+        let job = match resume {
+            Some(r) => {
+                resumed = self.job.clone();
+                resumed.args.extend(r.args.iter().cloned());
+                &resumed
+            }
+            None => &self.job,
+        };
+        let active: Vec<&Candidate> = roster.active.iter().map(|&i| &self.nodes[i]).collect();
+        let hosts: Vec<(String, u32)> =
+            active.iter().map(|n| (n.host.clone(), n.nproc.unwrap_or(job.nproc_per_node))).collect();
+        let node = active[roster.master_rank];
+        let master = Master {
+            node_rank: roster.master_rank,
+            host: node.host.clone(),
+            addr: node.addr.clone(),
+            port: self.port,
+            port_range: self.port_range,
+        };
+        let world = World {
+            size: hosts.iter().map(|h| h.1).sum(),
+            hosts,
+            master_addr: master.addr.clone(),
+            master_port: master.port,
+        };
+        let mut first_global_rank = 0;
+        let nodes = active
+            .iter()
+            .enumerate()
+            .map(|(rank, node)| {
+                let plan = self.node_plan(site, job, &world, (rank, node), resume, first_global_rank);
+                first_global_rank += plan.nproc;
+                plan
+            })
+            .collect();
+        (master, nodes)
+    }
+
+    fn node_plan(
+        &self,
+        site: &Site,
+        job: &config::Job,
+        world: &World,
+        (rank, node): (usize, &Candidate),
+        resume: Option<&Resume>,
+        first_global_rank: u32,
+    ) -> NodePlan {
+        let nproc = world.hosts[rank].1;
+        let mut env = self.own_env(site, node);
+        world_env(&mut env, site, world, rank, resume);
+        let launch =
+            NodeLaunch { node_rank: rank, nproc, master_addr: &world.master_addr, world: &world.hosts };
+        let command = launcher::command_line(job, &launch);
+        let container_command = site.container.as_ref().map(|c| {
+            let run = remote::under_mux(job.python(), &command, job.launcher != LauncherKind::Command);
+            let inner = remote::setup_and_exec(job.setup.as_deref(), &run);
+            c.run_command(&site.workdir, env.keys().map(String::as_str), &inner)
+        });
+        NodePlan {
+            node_rank: rank,
+            host: node.host.clone(),
+            addr: node.addr.clone(),
+            nproc,
+            first_global_rank,
+            transport: node.transport.clone(),
+            env,
+            command,
+            container_command,
+        }
+    }
+
+    /// A node's env as the user has it: `[env]`, the node's own, the forwarded values, the
+    /// interface, and the defaults herd adds unless they are set.
+    fn own_env(&self, site: &Site, node: &Candidate) -> BTreeMap<String, EnvValue> {
+        let mut env: BTreeMap<String, EnvValue> =
+            self.env.iter().chain(&node.env).map(|(k, v)| (k.clone(), EnvValue::Value(v.clone()))).collect();
+        for (k, v) in &self.forwarded {
+            env.insert(k.clone(), EnvValue::Secret(v.clone()));
+        }
+        let interface = match site.interface.as_deref() {
+            Some(AUTO_INTERFACE) => Some(EnvValue::AutoInterface),
+            Some(ifname) => Some(EnvValue::Value(ifname.to_string())),
+            None => None,
+        };
+        for name in ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"] {
+            if let Some(value) = &interface {
+                env.insert(name.to_string(), value.clone());
+            }
+        }
+        env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".into()).or_insert(EnvValue::Value("1".into()));
+        if self.job.device == Device::Cuda {
+            // PyTorch's NCCL flight recorder: on a collective's timeout, each rank dumps its
+            // last collectives, the evidence of who did not take part. Unless set.
+            for (k, v) in NCCL_FLIGHT_RECORDER {
+                env.entry(k.to_string()).or_insert(EnvValue::Value(v.to_string()));
+            }
+            env.entry(NCCL_DUMP_VAR.into()).or_insert(EnvValue::NcclDump);
+        }
+        env
+    }
+}
+
+/// What herd sets on every node, over the user's env: the world, the node's place in it,
+/// the run's and attempt's ids, the resume and the marker.
+fn world_env(
+    env: &mut BTreeMap<String, EnvValue>,
+    site: &Site,
+    world: &World,
+    rank: usize,
+    resume: Option<&Resume>,
+) {
+    let mut set = |k: &str, v: EnvValue| {
+        env.insert(k.to_string(), v);
+    };
+    let value = |v: String| EnvValue::Value(v);
+    set("PYTHONUNBUFFERED", value("1".into()));
+    set("MASTER_ADDR", value(world.master_addr.clone()));
+    set(
+        "MASTER_PORT",
+        match world.master_port {
+            PortSpec::Fixed(p) => value(p.to_string()),
+            PortSpec::Auto => EnvValue::MasterPort,
+        },
+    );
+    set("NNODES", value(world.hosts.len().to_string()));
+    set("NODE_RANK", value(rank.to_string()));
+    set("NPROC_PER_NODE", value(world.hosts[rank].1.to_string()));
+    set("WORLD_SIZE", value(world.size.to_string()));
+    set("HERD_NODE", value(world.hosts[rank].0.clone()));
+    set("HERD_RUN_ID", EnvValue::RunId);
+    set("HERD_ATTEMPT", EnvValue::Attempt);
+    if let Some(from) = resume.and_then(|r| r.from.as_ref()) {
+        set("HERD_RESUME_FROM", value(from.clone()));
+    }
+    set("TORCHELASTIC_RESTART_COUNT", EnvValue::Attempt);
+    set(marker::RUN_VAR, EnvValue::Marker { config_key: site.config_key.clone() });
+    if site.container.is_some() {
+        set(container::NAME_VAR, EnvValue::ContainerName { config_key: site.config_key.clone() });
     }
 }
 
@@ -527,9 +661,15 @@ impl LaunchPlan {
     }
 
     fn rebuilt(&self, roster: Roster, resume: Option<Resume>) -> LaunchPlan {
-        let (config, inputs) = &*self.source.0;
-        let inputs = PlanInputs { resume, ..inputs.clone() };
-        LaunchPlan { console: self.console.clone(), ..build_with(config, &inputs, roster) }
+        let site = Site {
+            config_key: self.config_key.clone(),
+            workdir: self.workdir.clone(),
+            container: self.container.clone(),
+            interface: self.interface.clone(),
+        };
+        let (master, nodes) = self.basis.place(&site, &roster, resume.as_ref());
+        let world_size = nodes.iter().map(|n| n.nproc).sum();
+        LaunchPlan { master, nodes, world_size, roster, resume, ..self.clone() }
     }
 
     /// The start of the HERD_MARKER entry of every process of this config's runs, or of one
@@ -711,12 +851,19 @@ mod tests {
         let inputs = PlanInputs { cwd: "/w".into(), ..Default::default() };
         assert_eq!(build(&config, &inputs), build(&config, &inputs), "the plan is deterministic");
         assert_eq!(plan().with_roster(plan().roster.clone()), plan());
-        // An environment variable nothing forwards changes no printed field, but the next
-        // attempt's plan is rebuilt from it.
-        let env = BTreeMap::from([("UNUSED".to_string(), "1".to_string())]);
-        let other = build(&config, &PlanInputs { env, ..inputs.clone() });
-        assert_eq!(other.nodes, build(&config, &inputs).nodes);
-        assert_ne!(other, build(&config, &inputs));
+        // The launching environment is read for `forward_env` and not kept: a variable
+        // nothing forwards changes nothing, a forwarded one changes the plan and every plan
+        // placed from it.
+        let env = |k: &str| PlanInputs {
+            env: BTreeMap::from([(k.to_string(), "1".to_string())]),
+            ..inputs.clone()
+        };
+        assert_eq!(build(&config, &env("UNUSED")), build(&config, &inputs));
+        let forwards =
+            crate::config::parse(Path::new("c.toml"), &format!("{text}forward_env = [\"TOKEN\"]\n")).unwrap();
+        let (with, without) = (build(&forwards, &env("TOKEN")), build(&forwards, &inputs));
+        assert_ne!(with, without);
+        assert_ne!(with.with_roster(with.roster.clone()), without.with_roster(without.roster.clone()));
 
         let restart = |extra: &str| {
             let config = crate::config::parse(Path::new("c.toml"), &format!("{text}[restart]\n{extra}"));
@@ -731,6 +878,30 @@ mod tests {
         };
         assert_ne!(none, rule("user"));
         assert_ne!(rule("user"), rule("crash"), "a crash rule also changes the crash pattern");
+    }
+
+    #[test]
+    fn secrets_stay_out_of_the_plans_debug_but_reach_the_nodes_of_every_attempt() {
+        let text =
+            "[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\nnnodes = 2\nforward_env = [\"TOKEN\"]\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        let env = BTreeMap::from([("TOKEN".to_string(), "s3cr3t-value".to_string())]);
+        let plan = build(&config, &PlanInputs { cwd: "/w".into(), env, ..Default::default() });
+        let debug = format!("{plan:?}");
+        assert!(!debug.contains("s3cr3t-value") && debug.contains("TOKEN"), "{debug}");
+        let inputs = PlanInputs {
+            env: BTreeMap::from([("TOKEN".into(), "s3cr3t-value".into())]),
+            ..Default::default()
+        };
+        assert!(!format!("{inputs:?}").contains("s3cr3t-value"));
+        let values = AttemptValues { run_id: "r1", attempt: 1, master_port: 1, interfaces: &[] };
+        let blamed = [roster::Blamed { node_rank: 0, reason: "lost".into() }];
+        let later = plan.with_roster(plan.roster.without(&blamed).unwrap().0).resumed(None);
+        assert!(!format!("{later:?}").contains("s3cr3t-value"));
+        for node in &later.nodes {
+            assert!(node.resolved_env(&values).contains(&("TOKEN".into(), "s3cr3t-value".into())));
+        }
+        assert_eq!(later.nodes.iter().map(|n| n.host.as_str()).collect::<Vec<_>>(), ["n3", "n2"]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use super::check::*;
 use super::raw::*;
 use super::types::*;
+use toml::Spanned;
 
 impl Cx<'_> {
     pub(super) fn container(&self, raw: RawContainer) -> Result<Container> {
@@ -29,8 +30,21 @@ impl Cx<'_> {
                 }
             },
         };
+        let mounts = self.mounts(raw.mounts.unwrap_or_default())?;
+        let shm_size = self.shm_size(raw.shm_size)?;
+        Ok(Container {
+            image: raw.image.into_inner(),
+            runtime,
+            args: raw.args.unwrap_or_default(),
+            mounts,
+            shm_size,
+        })
+    }
+
+    /// `container.mounts`: each `src:dst` or `src:dst:options`.
+    fn mounts(&self, raw: Vec<Spanned<String>>) -> Result<Vec<String>> {
         let mut mounts = Vec::new();
-        for (i, mount) in raw.mounts.unwrap_or_default().into_iter().enumerate() {
+        for (i, mount) in raw.into_iter().enumerate() {
             if let Err(why) = check_mount(mount.get_ref()) {
                 return Err(self.err(
                     mount.span(),
@@ -43,7 +57,12 @@ impl Cx<'_> {
             }
             mounts.push(mount.into_inner());
         }
-        let shm_size = match raw.shm_size {
+        Ok(mounts)
+    }
+
+    /// `container.shm_size`: a size above zero, with an optional unit.
+    fn shm_size(&self, raw: Option<Spanned<String>>) -> Result<String> {
+        Ok(match raw {
             None => DEFAULT_SHM_SIZE.to_string(),
             Some(s) => {
                 let text = s.get_ref();
@@ -62,13 +81,6 @@ impl Cx<'_> {
                 }
                 s.into_inner()
             }
-        };
-        Ok(Container {
-            image: raw.image.into_inner(),
-            runtime,
-            args: raw.args.unwrap_or_default(),
-            mounts,
-            shm_size,
         })
     }
 }

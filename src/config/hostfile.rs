@@ -55,39 +55,7 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
         if let Err(why) = super::check_host(host) {
             return Err(HostfileError::at(host_span, format!("invalid host {}: {why}", token(host))));
         }
-        let mut slots = None;
-        for (at, word) in words {
-            let span = at..at + word.len();
-            match word.split_once('=') {
-                Some(("slots", value)) => {
-                    if slots.is_some() {
-                        return Err(HostfileError::at(span, "slots is given twice on this line"));
-                    }
-                    match value.parse::<u32>() {
-                        Ok(n) if (1..=super::MAX_NPROC).contains(&n) => slots = Some(n),
-                        Ok(n) if n >= 1 => {
-                            return Err(HostfileError::at(
-                                span,
-                                format!("slots must be at most {}, found {n}", super::MAX_NPROC),
-                            ))
-                        }
-                        _ => {
-                            return Err(HostfileError::at(
-                                span,
-                                format!("slots must be a positive integer, found {}", token(value)),
-                            ))
-                        }
-                    }
-                }
-                Some(("max_slots", _)) => {}
-                _ => {
-                    return Err(HostfileError::at(
-                        span,
-                        format!("unexpected {} after the host: expected slots=N", token(word)),
-                    ))
-                }
-            }
-        }
+        let slots = slots(words)?;
         if let Some(first) = seen.get(host) {
             return Err(HostfileError::at(
                 host_span,
@@ -104,6 +72,44 @@ pub fn parse(text: &str) -> Result<Vec<HostfileEntry>, HostfileError> {
         });
     }
     Ok(entries)
+}
+
+/// What follows a host on its line: `slots=N` at most once (and `max_slots`, ignored).
+fn slots<'a>(words: impl Iterator<Item = (usize, &'a str)>) -> Result<Option<u32>, HostfileError> {
+    let mut slots = None;
+    for (at, word) in words {
+        let span = at..at + word.len();
+        match word.split_once('=') {
+            Some(("slots", value)) => {
+                if slots.is_some() {
+                    return Err(HostfileError::at(span, "slots is given twice on this line"));
+                }
+                match value.parse::<u32>() {
+                    Ok(n) if (1..=super::MAX_NPROC).contains(&n) => slots = Some(n),
+                    Ok(n) if n >= 1 => {
+                        return Err(HostfileError::at(
+                            span,
+                            format!("slots must be at most {}, found {n}", super::MAX_NPROC),
+                        ))
+                    }
+                    _ => {
+                        return Err(HostfileError::at(
+                            span,
+                            format!("slots must be a positive integer, found {}", token(value)),
+                        ))
+                    }
+                }
+            }
+            Some(("max_slots", _)) => {}
+            _ => {
+                return Err(HostfileError::at(
+                    span,
+                    format!("unexpected {} after the host: expected slots=N", token(word)),
+                ))
+            }
+        }
+    }
+    Ok(slots)
 }
 
 /// The whitespace-separated words of `line`, with their byte offsets.

@@ -4,43 +4,17 @@ use super::check::*;
 use super::raw::*;
 use super::suggest;
 use super::types::*;
+use toml::Spanned;
 
 impl Cx<'_> {
     /// `[job]`, for a config of `nodes` nodes.
     /// `slurm`: the nodes are those of a Slurm allocation, which sets how many there are.
     pub(super) fn job(&self, raw: RawJob, nodes: usize, slurm: bool) -> Result<Job> {
-        let launcher = match &raw.launcher {
-            None => LauncherKind::Torchrun,
-            Some(l) => LauncherKind::parse(l.get_ref()).ok_or_else(|| {
-                self.err(
-                    l.span(),
-                    format!(
-                        "unknown launcher {:?}: expected one of {}",
-                        l.get_ref(),
-                        LauncherKind::ALL.map(LauncherKind::as_str).join(", ")
-                    ),
-                )
-                .with_help(suggest::help_for(l.get_ref(), LauncherKind::ALL.map(LauncherKind::as_str)))
-            })?,
-        };
+        let launcher = self.launcher(raw.launcher.as_ref())?;
         if raw.script.get_ref().trim().is_empty() {
             return Err(self.err(raw.script.span(), "job.script must not be empty"));
         }
-        let mut forward_env = Vec::new();
-        for pattern in raw.forward_env.unwrap_or_default() {
-            if !is_env_pattern(pattern.get_ref()) {
-                return Err(self.err(
-                    pattern.span(),
-                    format!(
-                        "invalid job.forward_env entry {:?}: expected a variable name or a \
-                         NAME_* prefix glob (letters, digits and _, not starting with a digit, \
-                         optionally ending in *)",
-                        pattern.get_ref()
-                    ),
-                ));
-            }
-            forward_env.push(pattern.into_inner());
-        }
+        let forward_env = self.forward_env(raw.forward_env.unwrap_or_default())?;
         let most_is = if slurm { "the nodes of the Slurm allocation" } else { "the number of nodes" };
         let nnodes = raw
             .nnodes
@@ -70,20 +44,58 @@ impl Cx<'_> {
             launcher_args: raw.launcher_args.unwrap_or_default(),
             forward_env,
             python: raw.python.map(|p| self.non_empty(p, "job.python")).transpose()?,
-            device: match &raw.device {
-                None => Device::Cuda,
-                Some(d) => match d.get_ref().as_str() {
-                    "cuda" => Device::Cuda,
-                    "cpu" => Device::Cpu,
-                    other => {
-                        return Err(self
-                            .err(
-                                d.span(),
-                                format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""),
-                            )
-                            .with_help(suggest::help_for(other, ["cuda", "cpu"])))
-                    }
-                },
+            device: self.device(raw.device.as_ref())?,
+        })
+    }
+
+    fn launcher(&self, raw: Option<&Spanned<String>>) -> Result<LauncherKind> {
+        Ok(match raw {
+            None => LauncherKind::Torchrun,
+            Some(l) => LauncherKind::parse(l.get_ref()).ok_or_else(|| {
+                self.err(
+                    l.span(),
+                    format!(
+                        "unknown launcher {:?}: expected one of {}",
+                        l.get_ref(),
+                        LauncherKind::ALL.map(LauncherKind::as_str).join(", ")
+                    ),
+                )
+                .with_help(suggest::help_for(l.get_ref(), LauncherKind::ALL.map(LauncherKind::as_str)))
+            })?,
+        })
+    }
+
+    /// `job.forward_env`: names, or `NAME_*` prefix globs.
+    fn forward_env(&self, raw: Vec<Spanned<String>>) -> Result<Vec<String>> {
+        let mut forward_env = Vec::new();
+        for pattern in raw {
+            if !is_env_pattern(pattern.get_ref()) {
+                return Err(self.err(
+                    pattern.span(),
+                    format!(
+                        "invalid job.forward_env entry {:?}: expected a variable name or a \
+                         NAME_* prefix glob (letters, digits and _, not starting with a digit, \
+                         optionally ending in *)",
+                        pattern.get_ref()
+                    ),
+                ));
+            }
+            forward_env.push(pattern.into_inner());
+        }
+        Ok(forward_env)
+    }
+
+    fn device(&self, raw: Option<&Spanned<String>>) -> Result<Device> {
+        Ok(match raw {
+            None => Device::Cuda,
+            Some(d) => match d.get_ref().as_str() {
+                "cuda" => Device::Cuda,
+                "cpu" => Device::Cpu,
+                other => {
+                    return Err(self
+                        .err(d.span(), format!("unknown job.device {other:?}: expected \"cuda\" or \"cpu\""))
+                        .with_help(suggest::help_for(other, ["cuda", "cpu"])))
+                }
             },
         })
     }

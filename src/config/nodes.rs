@@ -122,6 +122,47 @@ impl Cx<'_> {
         Ok(nodes)
     }
 
+    /// The hosts of one `[[nodes]]` entry's `host` (a hostlist), each checked, after
+    /// `listed` hosts of the entries before it.
+    fn node_hosts(&self, raw: &Spanned<String>, listed: usize) -> Result<Vec<String>> {
+        let (expr, span) = (raw.get_ref(), raw.span());
+        let hosts = hostlist::expand(expr)
+            .map_err(|e| self.err(span.clone(), format!("malformed hostlist {expr:?}: {e}")))?;
+        if listed + hosts.len() > MAX_NODES {
+            return Err(self
+                .err(span, format!("too many nodes: with {expr:?} the config lists more than {MAX_NODES}")));
+        }
+        for host in &hosts {
+            if let Err(why) = check_host(host) {
+                let msg = if host == expr {
+                    format!("invalid host {host:?}: {why}")
+                } else {
+                    format!("invalid host {host:?} (from hostlist {expr:?}): {why}")
+                };
+                return Err(self.err(span, msg));
+            }
+        }
+        Ok(hosts)
+    }
+
+    /// A node's `addr`: only for an entry of one host.
+    fn node_addr(&self, addr: Spanned<String>, hosts: &[String], expr: &str) -> Result<String> {
+        if hosts.len() != 1 {
+            return Err(self.err(
+                addr.span(),
+                format!(
+                    "`addr` is only allowed on a node whose `host` is a single host, \
+                     but {expr:?} expands to {} hosts",
+                    hosts.len()
+                ),
+            ));
+        }
+        if let Err(why) = check_host(addr.get_ref()) {
+            return Err(self.err(addr.span(), format!("invalid addr {:?}: {why}", addr.get_ref())));
+        }
+        Ok(addr.into_inner())
+    }
+
     pub(super) fn nodes(&self, raw: Spanned<Vec<RawNode>>) -> Result<Vec<Node>> {
         const HINT: &str = "add at least one [[nodes]] table with a `host`";
         if raw.get_ref().is_empty() {
@@ -131,47 +172,9 @@ impl Cx<'_> {
         // host -> index of the [[nodes]] entry that listed it first
         let mut seen: HashMap<String, usize> = HashMap::new();
         for (i, node) in raw.into_inner().into_iter().enumerate() {
-            let expr = node.host.get_ref();
-            let span = node.host.span();
-            let hosts = hostlist::expand(expr)
-                .map_err(|e| self.err(span.clone(), format!("malformed hostlist {expr:?}: {e}")))?;
-            if nodes.len() + hosts.len() > MAX_NODES {
-                return Err(self.err(
-                    span,
-                    format!("too many nodes: with {expr:?} the config lists more than {MAX_NODES}"),
-                ));
-            }
-            for host in &hosts {
-                if let Err(why) = check_host(host) {
-                    let msg = if host == expr {
-                        format!("invalid host {host:?}: {why}")
-                    } else {
-                        format!("invalid host {host:?} (from hostlist {expr:?}): {why}")
-                    };
-                    return Err(self.err(span, msg));
-                }
-            }
-            let addr = match node.addr {
-                None => None,
-                Some(addr) => {
-                    if hosts.len() != 1 {
-                        return Err(self.err(
-                            addr.span(),
-                            format!(
-                                "`addr` is only allowed on a node whose `host` is a single host, \
-                                 but {expr:?} expands to {} hosts",
-                                hosts.len()
-                            ),
-                        ));
-                    }
-                    if let Err(why) = check_host(addr.get_ref()) {
-                        return Err(
-                            self.err(addr.span(), format!("invalid addr {:?}: {why}", addr.get_ref()))
-                        );
-                    }
-                    Some(addr.into_inner())
-                }
-            };
+            let (expr, span) = (node.host.get_ref(), node.host.span());
+            let hosts = self.node_hosts(&node.host, nodes.len())?;
+            let addr = node.addr.map(|addr| self.node_addr(addr, &hosts, expr)).transpose()?;
             let nproc = node.nproc.map(|n| self.count(&n, &format!("nodes[{i}].nproc"))).transpose()?;
             let user = node.user.map(|u| self.user(u, &format!("nodes[{i}].user"))).transpose()?;
             let port = node.port.map(|p| self.port(&p, &format!("nodes[{i}].port"))).transpose()?;

@@ -4,6 +4,7 @@ use super::check::*;
 use super::raw::*;
 use super::suggest;
 use super::types::*;
+use toml::Spanned;
 
 impl Cx<'_> {
     /// `[rendezvous]`, for `nodes` of which the first `nnodes` are active (the rest spares).
@@ -16,7 +17,17 @@ impl Cx<'_> {
         let Some(raw) = raw else {
             return Ok(Rendezvous::default());
         };
-        let master = match raw.master {
+        Ok(Rendezvous {
+            master: self.master(raw.master, nodes, nnodes)?,
+            port: self.rendezvous_port(raw.port.as_ref())?,
+            port_range: self.port_range(raw.port_range.as_ref())?,
+            interface: self.interface(raw.interface)?,
+        })
+    }
+
+    /// `rendezvous.master`: one of the active nodes.
+    fn master(&self, raw: Option<Spanned<String>>, nodes: &[Node], nnodes: usize) -> Result<Option<String>> {
+        Ok(match raw {
             None => None,
             Some(m) => {
                 if !nodes.iter().any(|n| n.host == *m.get_ref()) {
@@ -33,17 +44,21 @@ impl Cx<'_> {
                 }
                 if nodes.iter().position(|n| n.host == *m.get_ref()).is_some_and(|i| i >= nnodes) {
                     return Err(self.err(
-                        m.span(),
-                        format!(
-                            "rendezvous.master {:?} is a spare (job.nnodes = {nnodes} makes the nodes after the first {nnodes} spares): name one of the first {nnodes}, or leave it out for node rank 0",
-                            m.get_ref()
-                        ),
-                    ));
+                    m.span(),
+                    format!(
+                        "rendezvous.master {:?} is a spare (job.nnodes = {nnodes} makes the nodes after the first {nnodes} spares): name one of the first {nnodes}, or leave it out for node rank 0",
+                        m.get_ref()
+                    ),
+                ));
                 }
                 Some(m.into_inner())
             }
-        };
-        let port = match &raw.port {
+        })
+    }
+
+    /// `rendezvous.port`: `"auto"` or a port number.
+    fn rendezvous_port(&self, raw: Option<&Spanned<toml::Value>>) -> Result<PortSpec> {
+        Ok(match raw {
             None => PortSpec::Auto,
             Some(p) => match p.get_ref() {
                 toml::Value::String(s) if s == "auto" => PortSpec::Auto,
@@ -66,8 +81,12 @@ impl Cx<'_> {
                     ))
                 }
             },
-        };
-        let port_range = match &raw.port_range {
+        })
+    }
+
+    /// `rendezvous.port_range`: `[lo, hi]`, not empty.
+    fn port_range(&self, raw: Option<&Spanned<Vec<Spanned<i64>>>>) -> Result<(u16, u16)> {
+        Ok(match raw {
             None => DEFAULT_PORT_RANGE,
             Some(range) => {
                 let [lo, hi] = range.get_ref().as_slice() else {
@@ -86,14 +105,18 @@ impl Cx<'_> {
                         range.span(),
                         format!(
                             "rendezvous.port_range [{lo_port}, {hi_port}] is empty: \
-                             the first port must not be greater than the second"
+                         the first port must not be greater than the second"
                         ),
                     ));
                 }
                 (lo_port, hi_port)
             }
-        };
-        let interface = match raw.interface {
+        })
+    }
+
+    /// `rendezvous.interface`: a network interface's name.
+    fn interface(&self, raw: Option<Spanned<String>>) -> Result<Option<String>> {
+        Ok(match raw {
             None => None,
             Some(i) => {
                 let name = i.get_ref();
@@ -102,14 +125,13 @@ impl Cx<'_> {
                         i.span(),
                         format!(
                             "invalid rendezvous.interface {name:?}: expected a network interface \
-                             name such as \"eth0\" (non-empty, no whitespace or '/')"
+                         name such as \"eth0\" (non-empty, no whitespace or '/')"
                         ),
                     ));
                 }
                 Some(i.into_inner())
             }
-        };
-        Ok(Rendezvous { master, port, port_range, interface })
+        })
     }
 }
 

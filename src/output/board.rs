@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
 use crate::outcome::NodeExit;
 
@@ -88,6 +89,25 @@ pub struct Board {
     quarantined: Vec<(String, String)>,
 }
 
+/// The board as a sink (only with a terminal to draw it on): redrawn after each event and
+/// each tick, below the lines.
+impl Sink for Board {
+    fn event(&mut self, turn: &Turn, shared: &mut Shared) {
+        match turn.event {
+            Event::NodeOutput { node_rank, .. } => self.output(*node_rank, Instant::now()),
+            Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => {}
+            other => {
+                self.apply(other, Instant::now());
+                shared.screen.draw(self);
+            }
+        }
+    }
+
+    fn tick(&mut self, shared: &mut Shared) {
+        shared.screen.draw(self);
+    }
+}
+
 impl Board {
     pub fn new(started: Instant) -> Board {
         Board {
@@ -109,6 +129,29 @@ impl Board {
         }
     }
 
+    /// Quarantined, released, a spare promoted, the world changed: the rows and the lists
+    /// below them.
+    fn roster_changed(&mut self, event: &Event) {
+        match event {
+            Event::NodeQuarantined { host, reason, .. } => {
+                self.quarantined.push((host.clone(), reason.clone()));
+            }
+            Event::NodeReleased { host, .. } => {
+                self.quarantined.retain(|(h, _)| h != host);
+                self.spares.push(host.clone());
+            }
+            _ => {
+                if let Event::SparePromoted { host, .. } = event {
+                    self.spares.retain(|s| s != host);
+                }
+                let hosts: Vec<String> = self.nodes.iter().map(|n| n.host.clone()).collect();
+                if let Some((hosts, _)) = event.renamed(&hosts, &[]) {
+                    self.nodes = rows(&hosts, NodeState::Connecting);
+                }
+            }
+        }
+    }
+
     pub fn apply(&mut self, event: &Event, now: Instant) {
         let set_all = |nodes: &mut Vec<NodeRow>, state: NodeState| {
             for n in nodes.iter_mut() {
@@ -123,22 +166,10 @@ impl Board {
                 self.spares = spares.clone();
                 self.quarantined = quarantined.iter().map(|q| (q.host.clone(), q.reason.clone())).collect();
             }
-            Event::NodeQuarantined { host, reason, .. } => {
-                self.quarantined.push((host.clone(), reason.clone()));
-            }
-            Event::NodeReleased { host, .. } => {
-                self.quarantined.retain(|(h, _)| h != host);
-                self.spares.push(host.clone());
-            }
-            Event::SparePromoted { .. } | Event::WorldChanged { .. } => {
-                if let Event::SparePromoted { host, .. } = event {
-                    self.spares.retain(|s| s != host);
-                }
-                let hosts: Vec<String> = self.nodes.iter().map(|n| n.host.clone()).collect();
-                if let Some((hosts, _)) = event.renamed(&hosts, &[]) {
-                    self.nodes = rows(&hosts, NodeState::Connecting);
-                }
-            }
+            Event::NodeQuarantined { .. }
+            | Event::NodeReleased { .. }
+            | Event::SparePromoted { .. }
+            | Event::WorldChanged { .. } => self.roster_changed(event),
             Event::NodeConnected { node_rank, .. } => self.set(*node_rank, NodeState::Connected),
             Event::PreflightStarted { .. } => set_all(&mut self.nodes, NodeState::Preflight),
             Event::AttemptStarting { attempt } => {
@@ -154,16 +185,7 @@ impl Board {
                 self.master = Some(format!("{master_addr}:{master_port}"));
             }
             Event::NodeStarted { node_rank, .. } => self.set(*node_rank, NodeState::Running),
-            Event::NodeExited { node_rank, exit, .. } => {
-                let state = match exit {
-                    NodeExit::ExitCode(c) => NodeState::Exited(*c),
-                    NodeExit::Signal(s) => {
-                        NodeState::Failed(format!("signal {s} ({})", crate::outcome::signal_name(*s)))
-                    }
-                    NodeExit::Lost(_) => NodeState::Failed("connection lost".into()),
-                };
-                self.set(*node_rank, state);
-            }
+            Event::NodeExited { node_rank, exit, .. } => self.set(*node_rank, exited(exit)),
             Event::TeardownStarted { .. } => {
                 self.teardown = true;
                 for n in &mut self.nodes {
@@ -273,6 +295,15 @@ impl Board {
         if unhealthy.len() > MAX_LISTED {
             let _ = writeln!(out, "  … and {} more", unhealthy.len() - MAX_LISTED);
         }
+    }
+}
+
+/// A node's row once its launcher has ended.
+fn exited(exit: &NodeExit) -> NodeState {
+    match exit {
+        NodeExit::ExitCode(c) => NodeState::Exited(*c),
+        NodeExit::Signal(s) => NodeState::Failed(format!("signal {s} ({})", crate::outcome::signal_name(*s))),
+        NodeExit::Lost(_) => NodeState::Failed("connection lost".into()),
     }
 }
 

@@ -5,6 +5,7 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
 
 pub struct RunFiles {
@@ -122,6 +123,70 @@ impl RunFiles {
             log.flush()?;
         }
         Ok(())
+    }
+}
+
+/// The run's files as a sink: each line in its node's and its rank's log, each event in
+/// events.jsonl, the stacks and NCCL dumps. After the first error (the report's
+/// `file_error`, which the console tells) nothing more is written, and the echo goes on.
+impl Sink for RunFiles {
+    fn event(&mut self, turn: &Turn, shared: &mut Shared) {
+        // Whether the files were sound when the event came: all of it is written then.
+        let ok = shared.report.file_error.is_none();
+        match turn.event {
+            Event::NodeOutput { node_rank, source, lines } if ok => {
+                for line in lines.iter() {
+                    let mut written = self
+                        .write_node(*node_rank, line.text)
+                        .and_then(|_| self.write_node(*node_rank, line.end.bytes()));
+                    if let Some(rank) = source.rank {
+                        written = written
+                            .and_then(|_| self.write_rank(rank, line.text))
+                            .and_then(|_| self.write_rank(rank, line.end.bytes()));
+                    }
+                    self.note(written, shared);
+                }
+            }
+            Event::StacksCollected { attempt, stacks, .. } if ok => {
+                let written = self.write_stacks(*attempt, stacks);
+                self.note(written, shared);
+            }
+            Event::NcclDumpsCollected { attempt, dumps, .. } if ok => {
+                let written = self.write_nccl_dumps(*attempt, dumps);
+                self.note(written, shared);
+            }
+            Event::NodeOutput { .. } | Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => {}
+            other => {
+                if turn.renamed.as_ref().is_some_and(|r| r.hosts_changed) {
+                    let moved = self.set_hosts(turn.hosts.to_vec());
+                    self.note(moved, shared);
+                }
+                if ok {
+                    let written = match other {
+                        Event::AttemptStarting { attempt } => self.start_attempt(*attempt),
+                        Event::NodeExited { node_rank, .. } => self.flush_node(*node_rank),
+                        _ => Ok(()),
+                    }
+                    .and_then(|_| self.record(other, turn.ts()));
+                    self.note(written, shared);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, shared: &mut Shared) {
+        let flushed = self.flush_node_logs();
+        self.note(flushed, shared);
+    }
+}
+
+impl RunFiles {
+    /// The first error, kept in the report.
+    fn note(&self, result: io::Result<()>, shared: &mut Shared) {
+        if let (Err(e), None) = (result, &shared.report.file_error) {
+            let msg = format!("cannot write the run's files under {}: {e}", self.run_dir.display());
+            shared.report.file_error = Some(msg);
+        }
     }
 }
 

@@ -3,8 +3,38 @@
 
 use serde::Serialize;
 
+use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
 use crate::lines::{Line, LineEnd};
+
+/// `herd run --json`: on stdout, each line of the job as an `output` event, and each event.
+#[derive(Default)]
+pub struct JsonSink {
+    attempt: u32,
+}
+
+impl Sink for JsonSink {
+    fn event(&mut self, turn: &Turn, shared: &mut Shared) {
+        match turn.event {
+            // Programs filter for themselves: every line, whatever `--ranks` shows.
+            Event::NodeOutput { node_rank, source, lines } => {
+                let host = &turn.hosts[*node_rank];
+                for line in lines.iter() {
+                    let ts = turn.ts();
+                    shared.screen.job(&[&output_line(self.attempt, *node_rank, host, *source, line, ts)]);
+                }
+            }
+            // Files only: the summary that follows is the event.
+            Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => {}
+            other => {
+                if let Event::AttemptStarting { attempt } = other {
+                    self.attempt = *attempt;
+                }
+                shared.screen.job(&[&event_line(other, turn.ts())]);
+            }
+        }
+    }
+}
 
 #[derive(Serialize)]
 struct Stamped<'a, T: Serialize> {

@@ -3,23 +3,30 @@
 //! a process; the supervisor never prints.
 
 pub mod board;
+mod console;
 pub mod doctor_view;
 pub mod exec_view;
 pub mod files;
 pub mod json;
 mod live;
 pub mod mode;
+mod notify;
 pub mod plan_view;
 pub mod prefix;
 pub mod record;
+mod screen;
+mod sink;
 pub mod summary;
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use crate::events::Event;
+use console::Console;
+use screen::Screen;
+use sink::{Names, Shared, Sink};
 
 pub use crate::lines::printable;
 pub use files::{node_log_path, RunFiles};
@@ -54,59 +61,29 @@ pub struct Report {
 /// long job output waits under it: every write to the terminal takes the board down and puts
 /// it back, so with a board, output goes out in batches at this pace.
 const BOARD_TICK: Duration = Duration::from_millis(100);
-/// How many of a hidden rank's last lines are kept, to show if it fails.
-const HIDDEN_TAIL: usize = 20;
-/// Job output is written to stdout in pieces of about this size, or when no event waits.
-const STDOUT_CHUNK: usize = 64 * 1024;
 
-/// Consume events until the channel closes. A closed stdout stops the echo but not the log
-/// files, and asks for the run to stop (`Sinks::on_stdout_closed`); a failing disk stops the
-/// files but not the echo. Neither stops reading events, so the run itself never stalls on
-/// its output.
-pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
-    let color = sinks.mode.color();
-    let json = sinks.mode == Mode::Json;
-    let mut prefixes = prefix::prefixes(files.hosts(), color);
-    let mut rank_prefixes = prefix::RankPrefixes::new(files.hosts().to_vec(), color);
-    let sinks_console = sinks.console.clone();
-    let mut hidden_tails: std::collections::HashMap<u32, std::collections::VecDeque<Vec<u8>>> =
-        Default::default();
-    let mut hosts = files.hosts().to_vec();
-    let mut nprocs: Vec<u32> = Vec::new();
-    let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
+/// Consume events until the channel closes, each fed to every sink. A closed stdout stops the
+/// echo but not the log files, and asks for the run to stop (`Sinks::on_stdout_closed`); a
+/// failing disk stops the files but not the echo. Neither stops reading events, so the run
+/// itself never stalls on its output.
+pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
+    let mut names = Names::new(files.hosts().to_vec());
+    let on_stdout_closed = sinks.on_stdout_closed.clone();
+    let (mut shared, mut all) = open(files, sinks);
     // Waiting with a timeout needs a timer; only the board needs one.
-    let timer =
-        live.as_ref().and_then(|_| tokio::runtime::Builder::new_current_thread().enable_time().build().ok());
-    let mut screen = Screen {
-        out: sinks.stdout,
-        err: sinks.stderr,
-        pending: Vec::new(),
-        out_ok: true,
-        out_closed: false,
-        live,
-        flushed_at: Instant::now(),
-    };
-    let mut board = board::Board::new(Instant::now());
-    let mut attempt = 0;
-    let mut unstopped = 0;
-    let mut report = Report::default();
-    let run_dir = files.run_dir().display().to_string();
-    let file_result = |report: &mut Report, result: io::Result<()>, screen: &mut Screen| {
-        if let (Err(e), None) = (result, &report.file_error) {
-            let msg = format!("cannot write the run's files under {run_dir}: {e}");
-            screen.status(&format!("warning: {msg}; job output goes on, to stdout only"));
-            report.file_error = Some(msg);
-        }
-    };
-
+    let timer = shared
+        .screen
+        .live()
+        .then(|| tokio::runtime::Builder::new_current_thread().enable_time().build().ok())
+        .flatten();
     loop {
         let event = match &timer {
             Some(rt) => match rt.block_on(async { tokio::time::timeout(BOARD_TICK, events.recv()).await }) {
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(_) => {
-                    screen.flush_job();
-                    screen.draw(&board);
+                    shared.screen.flush_job();
+                    all.iter_mut().for_each(|sink| sink.tick(&mut shared));
                     continue;
                 }
             },
@@ -115,224 +92,182 @@ pub fn report(mut files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sin
                 None => break,
             },
         };
-        let files_ok = report.file_error.is_none();
-        match &event {
-            Event::NodeOutput { node_rank, source, lines } => {
-                board.output(*node_rank, Instant::now());
-                let ts = if json { json::timestamp() } else { String::new() };
-                // `--json` is for programs, which filter themselves: every line.
-                let hidden = match (source.rank, &sinks_console) {
-                    (Some(rank), Some(shown)) => !json && !shown.contains(rank),
-                    _ => false,
-                };
-                let prefix = match source.rank {
-                    Some(rank) => rank_prefixes.get(rank, *node_rank),
-                    None => &prefixes[*node_rank],
-                };
-                for line in lines.iter() {
-                    if files_ok {
-                        let mut written = files
-                            .write_node(*node_rank, line.text)
-                            .and_then(|_| files.write_node(*node_rank, line.end.bytes()));
-                        if let Some(rank) = source.rank {
-                            written = written
-                                .and_then(|_| files.write_rank(rank, line.text))
-                                .and_then(|_| files.write_rank(rank, line.end.bytes()));
-                        }
-                        file_result(&mut report, written, &mut screen);
-                    }
-                    if hidden {
-                        // Kept for a failure's evidence: the last lines of each hidden rank.
-                        let kept = hidden_tails.entry(source.rank.expect("a rank")).or_default();
-                        if kept.len() == HIDDEN_TAIL {
-                            kept.pop_front();
-                        }
-                        kept.push_back([prefix, line.text].concat());
-                    } else if json {
-                        let host = &hosts[*node_rank];
-                        screen.job(&[&json::output_line(
-                            attempt,
-                            *node_rank,
-                            host,
-                            *source,
-                            line,
-                            ts.clone(),
-                        )]);
-                    } else {
-                        screen.job(&[prefix, line.text, b"\n"]);
-                    }
-                }
-            }
-            // Files only: the summary that follows is the event.
-            Event::StacksCollected { attempt, stacks, .. } => {
-                if files_ok {
-                    let written = files.write_stacks(*attempt, stacks);
-                    file_result(&mut report, written, &mut screen);
-                }
-            }
-            Event::NcclDumpsCollected { attempt, dumps, .. } => {
-                if files_ok {
-                    let written = files.write_nccl_dumps(*attempt, dumps);
-                    file_result(&mut report, written, &mut screen);
-                }
-            }
-            other => {
-                if let Event::AttemptStarting { attempt: a } = other {
-                    attempt = *a;
-                    hidden_tails.clear();
-                }
-                // A failing rank the filter hid: its last lines, and where the rest is.
-                if let Event::AttemptFailed { attempt: a, verdict, .. } = other {
-                    if let Some(rank) = verdict.root_cause.as_ref().and_then(|c| c.rank) {
-                        if let Some(kept) = hidden_tails.remove(&rank) {
-                            let path = files::rank_log_path(files.run_dir(), *a, rank);
-                            screen.status(&format!(
-                                "rank {rank} failed; its last {} line(s), not shown before (all of it: {}):",
-                                kept.len(),
-                                path.display()
-                            ));
-                            for line in kept {
-                                screen.job(&[&line, b"\n"]);
-                            }
-                        }
-                    }
-                }
-                // Who is who: at the start, and again when the nodes change between attempts.
-                let renamed = other.renamed(&hosts, &nprocs);
-                if let Some((h, n)) = renamed {
-                    if h != hosts {
-                        let moved = files.set_hosts(h.clone());
-                        file_result(&mut report, moved, &mut screen);
-                        prefixes = prefix::prefixes(&h, color);
-                        rank_prefixes = prefix::RankPrefixes::new(h.clone(), color);
-                        hosts = h;
-                    }
-                    rank_prefixes.set_ranks(&n);
-                    nprocs = n;
-                }
-                board.apply(other, Instant::now());
-                let ts = json::timestamp();
-                if files_ok {
-                    let written = match other {
-                        Event::AttemptStarting { attempt } => files.start_attempt(*attempt),
-                        Event::NodeExited { node_rank, .. } => files.flush_node(*node_rank),
-                        _ => Ok(()),
-                    }
-                    .and_then(|_| files.record(other, ts.clone()));
-                    file_result(&mut report, written, &mut screen);
-                }
-                if let Some(n) = sinks.notify.as_ref().filter(|_| crate::notify::Notifier::wants(other)) {
-                    n.send(json::event_line(other, ts.clone()));
-                }
-                if json {
-                    screen.job(&[&json::event_line(other, ts)]);
-                }
-                if let Event::ProcessesUnstopped { pids, .. } = other {
-                    unstopped += pids.len();
-                }
-                let line = match other {
-                    Event::RunFinished { status: crate::events::RunStatus::Interrupted, .. } if unstopped > 0 => {
-                        Some(format!("run interrupted; {unstopped} process(es) of the job could not be stopped (see above)"))
-                    }
-                    _ => summary::status_line(other),
-                };
-                if let Some(line) = line {
-                    screen.status(&line);
-                }
-                screen.draw(&board);
-            }
+        let turn = names.turn(&event);
+        all.iter_mut().for_each(|sink| sink.event(&turn, &mut shared));
+        if events.is_empty() && shared.screen.due() {
+            shared.screen.flush_job();
         }
-        if events.is_empty() && screen.due() {
-            screen.flush_job();
-        }
-        if screen.out_closed && !report.stdout_closed {
-            report.stdout_closed = true;
-            screen.status("stdout was closed: stopping the run (the log files keep everything)");
-            if let Some(stop) = &sinks.on_stdout_closed {
+        if shared.screen.out_closed && !shared.report.stdout_closed {
+            shared.report.stdout_closed = true;
+            shared.screen.status("stdout was closed: stopping the run (the log files keep everything)");
+            if let Some(stop) = &on_stdout_closed {
                 let _ = stop.send(());
             }
         }
     }
-    let flushed = files.flush_node_logs();
-    file_result(&mut report, flushed, &mut screen);
-    if let Some(n) = sinks.notify {
-        n.finish();
-    }
-    screen.flush_job();
-    report.stdout_closed = screen.out_closed;
-    if let Some(live) = &screen.live {
-        live.clear();
-    }
-    report
+    all.iter_mut().for_each(|sink| sink.finish(&mut shared));
+    shared.screen.flush_job();
+    shared.report.stdout_closed = shared.screen.out_closed;
+    shared.screen.clear();
+    shared.report
 }
 
-/// stdout and stderr, with the board (when there is one) kept below everything written.
-struct Screen {
-    out: Box<dyn Write + Send>,
-    err: Box<dyn Write + Send>,
-    /// Job output not yet written to stdout.
-    pending: Vec<u8>,
-    out_ok: bool,
-    /// Its reader went away (EPIPE).
-    out_closed: bool,
-    live: Option<live::Live>,
-    flushed_at: Instant,
+/// The sinks, in the order each event reaches them: the files, `--json`, the console (which
+/// tells of the files' first error after them), the hook, the board.
+fn open(files: RunFiles, sinks: Sinks) -> (Shared, Vec<Box<dyn Sink>>) {
+    let color = sinks.mode.color();
+    let json = sinks.mode == Mode::Json;
+    let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
+    let screen = Screen::new(sinks.stdout, sinks.stderr, live);
+    let console = Console::new(files.hosts(), color, !json, sinks.console, files.run_dir().to_path_buf());
+    let board = screen.live().then(|| board::Board::new(Instant::now()));
+    let mut all: Vec<Box<dyn Sink>> = vec![Box::new(files)];
+    if json {
+        all.push(Box::new(json::JsonSink::default()));
+    }
+    all.push(Box::new(console));
+    all.extend(sinks.notify.map(|n| Box::new(notify::NotifySink::new(n)) as Box<dyn Sink>));
+    all.extend(board.map(|b| Box::new(b) as Box<dyn Sink>));
+    (Shared { screen, report: Report::default() }, all)
 }
 
-impl Screen {
-    fn job(&mut self, parts: &[&[u8]]) {
-        if !self.out_ok {
-            return;
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::classify;
+    use crate::events::Source;
+    use crate::lines::{LineEnd, Lines};
+    use crate::outcome::{FailureClass, NodeExit, RootCause, Verdict};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
         }
-        for p in parts {
-            self.pending.extend_from_slice(p);
-        }
-        if self.pending.len() >= STDOUT_CHUNK {
-            self.flush_job();
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
         }
     }
 
-    /// Whether waiting job output should go out now that no event waits: at once without a
-    /// board, at the board's pace with one.
-    fn due(&self) -> bool {
-        self.live.is_none() || self.flushed_at.elapsed() >= BOARD_TICK
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
     }
 
-    fn flush_job(&mut self) {
-        self.flushed_at = Instant::now();
-        if self.pending.is_empty() || !self.out_ok {
-            self.pending.clear();
-            return;
+    /// stdout, stderr and the report of a report of `events` on one node `n1`, and its
+    /// events.jsonl.
+    fn report_of(
+        mode: Mode,
+        console: &str,
+        events: Vec<Event>,
+        break_files: bool,
+    ) -> (String, String, Report, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = RunFiles::create(dir.path(), "r1", vec!["n1".into()]).unwrap();
+        if break_files {
+            // The run's folder is gone, a file in its place: no attempt folder can be made.
+            std::fs::remove_dir_all(files.run_dir()).unwrap();
+            std::fs::write(files.run_dir(), "").unwrap();
         }
-        let (out, pending) = (&mut self.out, &self.pending);
-        let mut write = || out.write_all(pending).and_then(|_| out.flush());
-        let written = match &self.live {
-            Some(live) => live.above(write),
-            None => write(),
+        let (tx, rx) = mpsc::channel(events.len() + 1);
+        for e in events {
+            tx.try_send(e).unwrap();
+        }
+        drop(tx);
+        let (out, err) = (Buf::default(), Buf::default());
+        let sinks = Sinks {
+            stdout: Box::new(out.clone()),
+            stderr: Box::new(err.clone()),
+            mode,
+            on_stdout_closed: None,
+            console: crate::config::RankList::parse(console).unwrap(),
+            notify: None,
         };
-        if let Err(e) = written {
-            self.out_ok = false;
-            self.out_closed = e.kind() == io::ErrorKind::BrokenPipe;
-        }
-        self.pending.clear();
+        let run_dir = files.run_dir().to_path_buf();
+        let report = report(files, rx, sinks);
+        let recorded = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default();
+        (out.text(), err.text(), report, recorded)
     }
 
-    /// One of herd's own lines, after the job output before it.
-    fn status(&mut self, line: &str) {
-        self.flush_job();
-        let err = &mut self.err;
-        let mut write = || {
-            let _ = writeln!(err, "herd: {line}");
+    fn output(rank: u32, text: &str) -> Event {
+        let source = Source { rank: Some(rank), local_rank: Some(rank), stderr: false };
+        Event::NodeOutput { node_rank: 0, source, lines: Lines::one(text.as_bytes(), LineEnd::Lf) }
+    }
+
+    fn failed(rank: u32) -> Event {
+        let class = FailureClass::Crash;
+        let root_cause = RootCause {
+            rank: Some(rank),
+            local_rank: Some(rank),
+            node_rank: 0,
+            host: "n1".into(),
+            exit: NodeExit::ExitCode(1),
+            line: None,
         };
-        match &self.live {
-            Some(live) => live.above(write),
-            None => write(),
-        }
+        let verdict = Verdict {
+            class,
+            root_cause: Some(root_cause),
+            consequences: vec![],
+            hint: classify::hint(class),
+        };
+        Event::AttemptFailed { attempt: 1, millis: 5, verdict }
     }
 
-    fn draw(&self, board: &board::Board) {
-        if let Some(live) = &self.live {
-            live.draw(board, Instant::now());
-        }
+    #[test]
+    fn a_hidden_rank_that_fails_shows_its_last_lines_before_the_failure() {
+        let events = vec![
+            Event::AttemptStarting { attempt: 1 },
+            output(0, "zero"),
+            output(1, "one a"),
+            output(1, "one b"),
+            failed(1),
+        ];
+        let (out, err, report, _) = report_of(Mode::Plain { color: false }, "0", events, false);
+        assert!(report.file_error.is_none() && !report.stdout_closed);
+        let out: Vec<&str> = out.lines().collect();
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(
+            out[0].ends_with("zero") && out[1].ends_with("one a") && out[2].ends_with("one b"),
+            "{out:?}"
+        );
+        let err: Vec<&str> = err.lines().collect();
+        assert!(err[0].starts_with("herd: rank 1 failed; its last 2 line(s), not shown before"), "{err:?}");
+        assert!(err[1].starts_with("herd: attempt 1 failed: "), "{err:?}");
+    }
+
+    #[test]
+    fn json_lines_on_stdout_are_those_of_events_jsonl_with_the_same_time() {
+        let events = vec![Event::AttemptStarting { attempt: 3 }, output(1, "hello"), failed(1)];
+        let (out, err, _, recorded) = report_of(Mode::Json, "0", events, false);
+        assert!(err.contains("herd: attempt 1 failed: "), "status lines stay on stderr: {err}");
+        let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        let (out, recorded): (Vec<&str>, Vec<&str>) = (out.lines().collect(), recorded.lines().collect());
+        assert_eq!([out[0], out[2]], recorded[..], "the same events, each with one time");
+        assert_eq!(lines[1]["event"], "output");
+        assert_eq!(lines[1]["attempt"], 3, "the attempt the line belongs to");
+        assert_eq!(lines[1]["line"], "hello", "--ranks does not filter --json");
+        assert_eq!(lines[2]["event"], "attempt_failed");
+    }
+
+    #[test]
+    fn the_files_first_error_is_told_once_after_the_lines_before_it() {
+        let started = Event::AttemptStarted { attempt: 1, master_addr: "n1".into(), master_port: 29500 };
+        let events = vec![Event::AttemptStarting { attempt: 1 }, started, output(0, "zero"), failed(0)];
+        let (out, err, report, _) = report_of(Mode::Plain { color: false }, "all", events, true);
+        assert!(report.file_error.as_deref().is_some_and(|e| e.starts_with("cannot write the run's files")));
+        assert!(out.ends_with("zero\n"), "the echo goes on: {out}");
+        let err: Vec<&str> = err.lines().collect();
+        assert_eq!(err.len(), 3, "{err:?}");
+        assert!(err[0].starts_with("herd: warning: cannot write the run's files under "), "{err:?}");
+        assert!(err[1].starts_with("herd: attempt 1: master n1:29500"), "{err:?}");
+        assert!(err[2].starts_with("herd: attempt 1 failed"), "{err:?}");
     }
 }

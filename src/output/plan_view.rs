@@ -141,6 +141,15 @@ fn node_json(node: &NodePlan) -> NodeJson<'_> {
 /// The plan for people. Every value from the config is shown through `printable`: a newline
 /// or an escape sequence in an env value cannot break the layout or drive the terminal.
 pub fn text(plan: &LaunchPlan) -> String {
+    let mut s = run_text(plan);
+    for node in &plan.nodes {
+        s += &node_text(node);
+    }
+    s
+}
+
+/// The run's lines, above the nodes: the world, the master, where it runs and logs.
+fn run_text(plan: &LaunchPlan) -> String {
     let p = super::printable;
     let mut s = String::new();
     let m = &plan.master;
@@ -184,36 +193,40 @@ pub fn text(plan: &LaunchPlan) -> String {
             "warning     forward_env names {name}, which is not set here: it will not be exported\n"
         );
     }
-    for node in &plan.nodes {
-        let r = node.global_ranks();
-        let via = match &node.transport {
-            Transport::Local => "local".to_string(),
-            Transport::Ssh(t) => format!(
-                "ssh {}{}{}",
-                t.user.as_deref().map(|u| format!("{u}@")).unwrap_or_default(),
-                t.host,
-                t.port.map(|p| format!(":{p}")).unwrap_or_default()
-            ),
-            Transport::Slurm(t) => format!("srun in job {}", t.job_id),
-        };
-        s += &format!(
-            "\nnode {}  {}  nproc {}  ranks {}-{}  via {}\n",
-            node.node_rank,
-            node.host,
-            node.nproc,
-            r.start,
-            r.end - 1,
-            via
-        );
-        for (k, v) in &node.env {
-            s += &format!("  env  {k}={}\n", p(v.display()));
-        }
-        s += &format!("  run  {}\n", p(&node.command));
-        if let Some(command) = &node.container_command {
-            let command = without_mux(command);
-            let lines: Vec<_> = command.split('\n').map(p).collect();
-            s += &format!("  in   {}\n", lines.join("\n       "));
-        }
+    s
+}
+
+/// One node's block: its ranks, how herd reaches it, its env and its command lines.
+fn node_text(node: &NodePlan) -> String {
+    let p = super::printable;
+    let r = node.global_ranks();
+    let via = match &node.transport {
+        Transport::Local => "local".to_string(),
+        Transport::Ssh(t) => format!(
+            "ssh {}{}{}",
+            t.user.as_deref().map(|u| format!("{u}@")).unwrap_or_default(),
+            t.host,
+            t.port.map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Transport::Slurm(t) => format!("srun in job {}", t.job_id),
+    };
+    let mut s = format!(
+        "\nnode {}  {}  nproc {}  ranks {}-{}  via {}\n",
+        node.node_rank,
+        node.host,
+        node.nproc,
+        r.start,
+        r.end - 1,
+        via
+    );
+    for (k, v) in &node.env {
+        s += &format!("  env  {k}={}\n", p(v.display()));
+    }
+    s += &format!("  run  {}\n", p(&node.command));
+    if let Some(command) = &node.container_command {
+        let command = without_mux(command);
+        let lines: Vec<_> = command.split('\n').map(p).collect();
+        s += &format!("  in   {}\n", lines.join("\n       "));
     }
     s
 }

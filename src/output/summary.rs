@@ -11,6 +11,14 @@ use crate::supervisor::AttemptSummary;
 
 /// The stderr line for an event, if it deserves one.
 pub fn status_line(event: &Event) -> Option<String> {
+    run_line(event)
+        .or_else(|| node_line(event))
+        .or_else(|| evidence_line(event))
+        .or_else(|| roster_line(event))
+}
+
+/// The run's and its attempts' course: started, failed, restarting, resuming, finished.
+fn run_line(event: &Event) -> Option<String> {
     Some(match event {
         Event::RunStarted { run_id, launcher, nnodes, world_size, log_dir, spares, quarantined, .. } => {
             let mut s = format!("run {run_id}: {launcher} on {nnodes} nodes, world size {world_size}");
@@ -26,18 +34,35 @@ pub fn status_line(event: &Event) -> Option<String> {
         Event::AttemptStarted { attempt, master_addr, master_port } => {
             format!("attempt {attempt}: master {master_addr}:{master_port}")
         }
-        Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
-            format!("node {node_rank} ({host}) ended: {exit}")
-        }
-        Event::StacksRequested { reason, wait_secs, .. } => format!(
-            "{reason}: taking the stacks of the ranks still running (at most {wait_secs} s), then stopping every node"
-        ),
-        Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
         Event::AttemptFailed { attempt, verdict, .. } => {
             format!("attempt {attempt} failed: {}: {}", verdict.class, cause_words(verdict))
         }
         Event::RestartScheduled { attempt, delay_ms, class } => {
             format!("restarting ({class}) as attempt {attempt} in {:.1} s", *delay_ms as f64 / 1000.0)
+        }
+        Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
+        Event::Resuming { attempt, from: Some(from), args } => {
+            // A checkpoint's name is the job's: it may hold a newline or an escape sequence.
+            let args = args.iter().map(|a| super::printable(a)).collect::<Vec<_>>().join(" ");
+            format!("attempt {attempt} resumes from {} (appends {args})", super::printable(from))
+        }
+        Event::Resuming { attempt, from: None, args } if args.is_empty() => {
+            format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
+        }
+        Event::RunFinished { status, attempts } => match status {
+            RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
+            RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
+            RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
+        },
+        _ => return None,
+    })
+}
+
+/// One node's trouble, and what herd cleaned up on it.
+fn node_line(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
+            format!("node {node_rank} ({host}) ended: {exit}")
         }
         Event::NodeWaiting { node_rank, host, error } => {
             format!("waiting for node {node_rank} ({host}) to come back: {error}")
@@ -58,15 +83,17 @@ pub fn status_line(event: &Event) -> Option<String> {
             pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
             pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         ),
-        Event::RestartAbandoned { reason } => format!("not restarting: {reason}"),
-        Event::Resuming { attempt, from: Some(from), args } => {
-            // A checkpoint's name is the job's: it may hold a newline or an escape sequence.
-            let args = args.iter().map(|a| super::printable(a)).collect::<Vec<_>>().join(" ");
-            format!("attempt {attempt} resumes from {} (appends {args})", super::printable(from))
-        }
-        Event::Resuming { attempt, from: None, args } if args.is_empty() => {
-            format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
-        }
+        _ => return None,
+    })
+}
+
+/// The teardown, and the evidence taken before and after it: the stacks, the NCCL dumps.
+fn evidence_line(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::StacksRequested { reason, wait_secs, .. } => format!(
+            "{reason}: taking the stacks of the ranks still running (at most {wait_secs} s), then stopping every node"
+        ),
+        Event::TeardownStarted { reason, .. } => format!("stopping every node: {reason}"),
         Event::StacksSummarized { attempt, summary } => {
             format!("attempt {attempt}: every rank's stack (attempt-{attempt}/stacks/): {}", summary.words())
         }
@@ -82,11 +109,20 @@ pub fn status_line(event: &Event) -> Option<String> {
             }
             s
         }
+        _ => return None,
+    })
+}
+
+/// Which nodes run: quarantined, released, a spare promoted, the world changed.
+fn roster_line(event: &Event) -> Option<String> {
+    Some(match event {
         Event::NodeQuarantined { host, reason, saved: true, .. } => {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
         }
         Event::NodeQuarantined { host, reason, saved: false, .. } => {
-            format!("quarantined {host}: {reason} (for this run only: the quarantine file could not be written)")
+            format!(
+                "quarantined {host}: {reason} (for this run only: the quarantine file could not be written)"
+            )
         }
         Event::NodeReleased { host, reason, saved: true, .. } => {
             format!("released {host}: {reason} (a spare again; later runs of this config may use it)")
@@ -101,16 +137,14 @@ pub fn status_line(event: &Event) -> Option<String> {
             let s = format!("attempt {attempt} runs on {nnodes} node(s), world size {world_size}");
             if dropped.is_empty() {
                 let per_node: Vec<String> = nprocs.iter().map(u32::to_string).collect();
-                format!("{s}: a promoted spare runs another number of ranks (per node: {})", per_node.join(", "))
+                format!(
+                    "{s}: a promoted spare runs another number of ranks (per node: {})",
+                    per_node.join(", ")
+                )
             } else {
                 format!("{s}, without {} (restart.min_nodes)", dropped.join(", "))
             }
         }
-        Event::RunFinished { status, attempts } => match status {
-            RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
-            RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
-            RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
-        },
         _ => return None,
     })
 }
@@ -414,7 +448,8 @@ mod tests {
     fn an_ended_allocation_is_no_nodes_fault() {
         let class = FailureClass::Allocation;
         let v = Verdict { class, root_cause: None, consequences: vec![], hint: crate::classify::hint(class) };
-        let failed = status_line(&Event::AttemptFailed { attempt: 0, millis: 1, verdict: v.clone() }).unwrap();
+        let failed =
+            status_line(&Event::AttemptFailed { attempt: 0, millis: 1, verdict: v.clone() }).unwrap();
         assert_eq!(failed, format!("attempt 0 failed: allocation: {ALLOCATION_ENDED}"));
         let text = failure(&v, Path::new("r/attempt-0"));
         assert!(text.starts_with("root cause (allocation): no node: Slurm ended the allocation"), "{text}");

@@ -1,0 +1,75 @@
+//! What the reporter feeds: every event goes to every sink (the files, `--json`, the
+//! console, the `[notify]` hook, the board), each in its own file.
+
+use std::cell::OnceCell;
+
+use super::screen::Screen;
+use super::{json, Report};
+use crate::events::Event;
+
+/// One of the run's outputs.
+pub trait Sink {
+    fn event(&mut self, turn: &Turn, shared: &mut Shared);
+    /// Nothing happened for a while (only with a board, whose clocks move on).
+    fn tick(&mut self, _shared: &mut Shared) {}
+    /// The run's events have ended.
+    fn finish(&mut self, _shared: &mut Shared) {}
+}
+
+/// What the sinks share: the terminal, and what the reporter tells at the end.
+pub struct Shared {
+    pub screen: Screen,
+    pub report: Report,
+}
+
+/// One event, with what is worked out once for every sink.
+pub struct Turn<'a> {
+    pub event: &'a Event,
+    /// Every node's host, in node-rank order, as of this event.
+    pub hosts: &'a [String],
+    /// Set when this event names the nodes (at the start, and when they change between
+    /// attempts).
+    pub renamed: Option<Renamed<'a>>,
+    ts: OnceCell<String>,
+}
+
+pub struct Renamed<'a> {
+    /// Whether a node's host changed (a spare promoted, the world shrunk).
+    pub hosts_changed: bool,
+    /// Each node's process count.
+    pub nprocs: &'a [u32],
+}
+
+impl Turn<'_> {
+    /// The event's time, the same for every sink that writes it (events.jsonl, `--json`, the
+    /// hook).
+    pub fn ts(&self) -> String {
+        self.ts.get_or_init(json::timestamp).clone()
+    }
+}
+
+/// Who is who, as the events say: each node's host and process count.
+pub struct Names {
+    hosts: Vec<String>,
+    nprocs: Vec<u32>,
+}
+
+impl Names {
+    pub fn new(hosts: Vec<String>) -> Names {
+        Names { hosts, nprocs: Vec::new() }
+    }
+
+    /// `event`, with the names it brings taken in.
+    pub fn turn<'a>(&'a mut self, event: &'a Event) -> Turn<'a> {
+        let mut hosts_changed = false;
+        let renamed = event.renamed(&self.hosts, &self.nprocs).map(|(hosts, nprocs)| {
+            if hosts != self.hosts {
+                hosts_changed = true;
+                self.hosts = hosts;
+            }
+            self.nprocs = nprocs;
+        });
+        let renamed = renamed.map(|()| Renamed { hosts_changed, nprocs: &self.nprocs });
+        Turn { event, hosts: &self.hosts, renamed, ts: OnceCell::new() }
+    }
+}
