@@ -135,6 +135,32 @@ fn a_missing_identity_file_exits_2_naming_it() {
     }
 }
 
+/// A hard limit on open files too low for the node count stops every command that reaches
+/// nodes before any connection (the hosts are unresolvable: an attempt would be exit 3), with
+/// the count it needs, the limit and the fix. Under the same limit, 3 nodes are not refused.
+#[test]
+fn a_hard_open_file_limit_too_low_for_the_nodes_exits_2_with_the_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "[[nodes]]\nhost = \"gpu-[001-300]\"\n[job]\nscript = \"t.py\"\n");
+    let needed = ::herd::limits::needed(300);
+    for cmd in [&["run"][..], &["doctor"], &["kill"], &["exec", "--", "true"], &["stacks"]] {
+        let out = herd::start_under(&["prlimit", "--nofile=256:256", "--"], dir.path(), cmd, &[]).wait(LIMIT);
+        out.assert_code(2);
+        for part in [
+            format!("300 nodes need about {needed} open files"),
+            "hard limit is 256".to_string(),
+            format!("ulimit -Hn {needed}"),
+            "/etc/security/limits.conf".to_string(),
+        ] {
+            assert!(out.stderr.contains(&part), "herd {cmd:?}: {part:?} missing\n{out}");
+        }
+        assert!(!dir.path().join("herd-logs").exists(), "herd {cmd:?} started a run");
+    }
+    write(dir.path(), "[[nodes]]\nhost = \"gpu-[001-003]\"\n[job]\nscript = \"t.py\"\n");
+    let out = herd::start_under(&["prlimit", "--nofile=256:256", "--"], dir.path(), &["doctor"], &[]).wait(LIMIT);
+    assert!(!out.stderr.contains("open files"), "3 nodes refused under 256\n{out}");
+}
+
 #[test]
 fn missing_config_file_exits_2_naming_it() {
     let dir = tempfile::tempdir().unwrap();
