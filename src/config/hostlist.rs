@@ -233,9 +233,12 @@ struct Run<'a> {
     numbers: Vec<u64>,
 }
 
-/// `host` split around its last run of digits: (prefix, digits, suffix); `None` without
-/// digits, or with a number too long to hold.
-fn split_number(host: &str) -> Option<(&str, &str, &str)> {
+/// A host around its last run of digits: (prefix, digits, suffix).
+type Split<'a> = (&'a str, &'a str, &'a str);
+
+/// `host` split around its last run of digits; `None` without digits, or with a number too
+/// long to hold.
+fn split_number(host: &str) -> Option<Split<'_>> {
     let end = host.rfind(|c: char| c.is_ascii_digit())? + 1;
     let start = host[..end].rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
     if end - start > 18 {
@@ -251,7 +254,7 @@ fn split_number(host: &str) -> Option<(&str, &str, &str)> {
 /// their order, so compressing what an expression expands to gives it back.
 pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
     let mut seen = HashSet::new();
-    let hosts: Vec<(&str, Option<(&str, &str, &str)>)> = hosts
+    let hosts: Vec<(&str, Option<Split<'_>>)> = hosts
         .iter()
         .map(AsRef::as_ref)
         .filter(|h| seen.insert(*h))
