@@ -157,7 +157,8 @@ fn a_hard_open_file_limit_too_low_for_the_nodes_exits_2_with_the_numbers() {
         assert!(!dir.path().join("herd-logs").exists(), "herd {cmd:?} started a run");
     }
     write(dir.path(), "[[nodes]]\nhost = \"gpu-[001-003]\"\n[job]\nscript = \"t.py\"\n");
-    let out = herd::start_under(&["prlimit", "--nofile=256:256", "--"], dir.path(), &["doctor"], &[]).wait(LIMIT);
+    let out =
+        herd::start_under(&["prlimit", "--nofile=256:256", "--"], dir.path(), &["doctor"], &[]).wait(LIMIT);
     assert!(!out.stderr.contains("open files"), "3 nodes refused under 256\n{out}");
 }
 

@@ -254,12 +254,8 @@ fn split_number(host: &str) -> Option<Split<'_>> {
 /// their order, so compressing what an expression expands to gives it back.
 pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
     let mut seen = HashSet::new();
-    let hosts: Vec<(&str, Option<Split<'_>>)> = hosts
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|h| seen.insert(*h))
-        .map(|h| (h, split_number(h)))
-        .collect();
+    let hosts: Vec<(&str, Option<Split<'_>>)> =
+        hosts.iter().map(AsRef::as_ref).filter(|h| seen.insert(*h)).map(|h| (h, split_number(h))).collect();
     let padded = |digits: &str| digits.len() > 1 && digits.starts_with('0');
     // An unpadded number as long as a padded one reads the same padded (`n[08-10]`): it joins
     // their run, unless some number of its prefix and suffix could not (`n[08-09],n[7,10]`).
@@ -315,7 +311,11 @@ fn run_text(run: &mut Run<'_>) -> String {
         while i + 1 < ns.len() && ns[i + 1] == ns[i] + 1 {
             i += 1;
         }
-        ranges.push(if ns[i] == start { format!("{start:0w$}") } else { format!("{start:0w$}-{:0w$}", ns[i]) });
+        ranges.push(if ns[i] == start {
+            format!("{start:0w$}")
+        } else {
+            format!("{start:0w$}-{:0w$}", ns[i])
+        });
         i += 1;
     }
     format!("{}[{}]{}", run.prefix, ranges.join(","), run.suffix)

@@ -268,7 +268,8 @@ mod tests {
         for (r, n) in nodes.iter_mut().enumerate() {
             n.checks[0].detail = format!("connected in {} ms; took {}.5 s", 500 + r, r + 2);
         }
-        nodes[5].checks[1] = Check { name: "torch", status: Status::Fail, detail: "no torch".into(), fix: None };
+        nodes[5].checks[1] =
+            Check { name: "torch", status: Status::Fail, detail: "no torch".into(), fix: None };
         let text = text(&nodes, true);
         assert_eq!(
             text,

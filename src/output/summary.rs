@@ -448,7 +448,8 @@ mod tests {
     fn an_ended_allocation_is_no_nodes_fault() {
         let class = FailureClass::Allocation;
         let v = Verdict { class, root_cause: None, consequences: vec![], hint: crate::classify::hint(class) };
-        let failed = status_line(&Event::AttemptFailed { attempt: 0, millis: 1, verdict: v.clone() }).unwrap();
+        let failed =
+            status_line(&Event::AttemptFailed { attempt: 0, millis: 1, verdict: v.clone() }).unwrap();
         assert_eq!(failed, format!("attempt 0 failed: allocation: {ALLOCATION_ENDED}"));
         let text = failure(&v, Path::new("r/attempt-0"));
         assert!(text.starts_with("root cause (allocation): no node: Slurm ended the allocation"), "{text}");
