@@ -52,7 +52,7 @@ pub fn text(nodes: &[NodeChecks], problems_only: bool) -> String {
                 let hosts = crate::config::hostlist::compress(&p.hosts);
                 let whose = match p.alike {
                     true => String::new(),
-                    false => format!(" (node {}'s; the numbers differ by node)", n.node_rank),
+                    false => format!(" (node {}'s; the times differ by node)", n.node_rank),
                 };
                 writeln!(s, "{} on {k} nodes ({hosts}) {}: {}{whose}", mark(c.status), c.name, c.detail)
             }
@@ -67,12 +67,12 @@ pub fn text(nodes: &[NodeChecks], problems_only: bool) -> String {
 }
 
 /// Warnings and failures that read the same on several nodes: one check, one status, one
-/// fix, and one detail but for its numbers (a time, a count).
+/// fix, and one detail but for the times it measured.
 struct Problem<'a> {
     /// The first node's, which is printed.
     first: (&'a NodeChecks, &'a Check),
     hosts: Vec<&'a str>,
-    /// Whether every node's detail is the first's, numbers included.
+    /// Whether every node's detail is the first's, times included.
     alike: bool,
 }
 
@@ -82,7 +82,7 @@ fn problems(nodes: &[NodeChecks]) -> Vec<Problem<'_>> {
     let mut out: Vec<(String, Problem<'_>)> = Vec::new();
     for n in nodes {
         for c in n.checks.iter().filter(|c| c.status != Status::Pass) {
-            let key = format!("{}\0{}\0{}\0{:?}", mark(c.status), c.name, without_numbers(&c.detail), c.fix);
+            let key = format!("{}\0{}\0{}\0{:?}", mark(c.status), c.name, without_times(&c.detail), c.fix);
             match out.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, p)) => {
                     p.hosts.push(&n.host);
@@ -95,20 +95,13 @@ fn problems(nodes: &[NodeChecks]) -> Vec<Problem<'_>> {
     out.into_iter().map(|(_, p)| p).collect()
 }
 
-/// `detail` with every number (`11.7`, `532`) as `#`.
-fn without_numbers(detail: &str) -> String {
-    let mut s = String::with_capacity(detail.len());
-    let mut in_number = false;
-    for c in detail.chars() {
-        let digit = c.is_ascii_digit() || (in_number && c == '.');
-        if !digit {
-            s.push(c);
-        } else if !in_number {
-            s.push('#');
-        }
-        in_number = digit;
-    }
-    s
+/// `detail` with every duration (`11.7 s`, `532 ms`) as `#`: the times a check measures
+/// differ on every node, and would keep one cause apart on each. Other numbers (versions,
+/// ports) tell causes apart, and stay.
+fn without_times(detail: &str) -> String {
+    static DURATION: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"\d+(?:\.\d+)?( ?m?s)\b").expect("valid"));
+    DURATION.replace_all(detail, "#$1").into_owned()
 }
 
 /// More nodes than this, and the table has one row per distinct set of marks, naming its
@@ -274,7 +267,7 @@ mod tests {
         assert_eq!(
             text,
             "\nWARN on 6 nodes (gpu-[00-05]) ssh: connected in 500 ms; took 2.5 s \
-             (node 0's; the numbers differ by node)\n     fix: f\n\
+             (node 0's; the times differ by node)\n     fix: f\n\
              FAIL node 5 (gpu-05) torch: no torch\n\n\
              6 nodes: 5 checks passed, 6 warnings, 1 failures\n"
         );
@@ -293,9 +286,12 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_masked_whole() {
-        assert_eq!(without_numbers("took 11.7 s, 532 ms, v2.1.0."), "took # s, # ms, v#");
-        assert_eq!(without_numbers("no digits."), "no digits.");
+    fn only_times_are_masked() {
+        assert_eq!(
+            without_times("took 11.7 s, 532 ms, 3s, v2.1.0, port 29500"),
+            "took # s, # ms, #s, v2.1.0, port 29500"
+        );
+        assert_eq!(without_times("2 sockets, 10 steps"), "2 sockets, 10 steps");
     }
 
     #[test]
