@@ -4,14 +4,28 @@
 //! (`decide`); `raise_for` reads and sets the limit.
 
 /// Descriptors herd holds whatever the node count: stdio, the async runtime (epoll, its
-/// eventfd and signal pipe), log files, `events.jsonl`, the lock, the terminal.
+/// eventfd and signal pipe), the run's log files, `events.jsonl`, the lock, the terminal.
+/// Measured: 24 at the peak of a `herd run` on 1 node; the rest is room.
 pub const BASE_FDS: u64 = 64;
 
-/// Descriptors one node costs herd at the peak of a `herd run` over SSH, measured in herd's
-/// own `/proc/self/fd` (each node's `ssh` master is a process of its own, with its own
-/// table): PER_NODE_MEASURED. Rounded up, with room for a preflight and a sweep in flight at
-/// once.
-pub const PER_NODE_FDS: u64 = 8;
+/// Descriptors one node costs herd at the peak of a command over SSH, counted in herd's own
+/// `/proc/PID/fd` every 10 ms (each node's `ssh` master is a process of its own, with its own
+/// table, not counted here). Measured on a 2-core machine, at the peak of each command
+/// (`run` of a `command` job with its preflight), with one sshd answering on many addresses:
+///
+/// | nodes | run | exec | doctor | kill | where |
+/// |---|---|---|---|---|---|
+/// | 1  | 22  | 19  | 19  | 19  | testbed (`Testbed::many`) |
+/// | 16 | 154 | 121 | 124 | 92  | testbed |
+/// | 64 | 663 | 447 | 460 | 332 | testbed |
+/// | 16 | 152 | 88  | 95  | 61  | an sshd on 127.0.x.y |
+/// | 64 | 615 | 445 | 449 | 253 | an sshd on 127.0.x.y |
+///
+/// From 16 to 64 nodes: 10.6 per node for a run, 7 for exec and doctor, 5 for kill. A session
+/// on a node holds 4 in herd (its 3 pipes and its mux socket); a run's peak has a node's
+/// connect, its preflight's agent, its job's agent and its log file in flight at once. 12
+/// leaves room for sampling between peaks. Re-measure when that changes.
+pub const PER_NODE_FDS: u64 = 12;
 
 /// What herd does with its open-file limit before it contacts `nodes` nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
