@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod fleet;
 pub mod launcher;
+pub mod limits;
 pub mod lines;
 pub mod logs;
 pub mod marker;

@@ -135,6 +135,39 @@ fn a_missing_identity_file_exits_2_naming_it() {
     }
 }
 
+/// A hard limit on open files too low for the node count stops every command that reaches
+/// nodes before any connection (the hosts are unresolvable: an attempt would be exit 3), with
+/// the count it needs, the limit and the fix. Under the same limit, 3 nodes are not refused.
+#[test]
+fn a_hard_open_file_limit_too_low_for_the_nodes_exits_2_with_the_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "[[nodes]]\nhost = \"gpu-[01-10]\"\n[job]\nscript = \"t.py\"\n");
+    let needed = ::herd::limits::needed(10);
+    for cmd in [&["run"][..], &["doctor"], &["kill"], &["exec", "--", "true"], &["stacks"]] {
+        let out = herd::start_under(&["prlimit", "--nofile=100:100", "--"], dir.path(), cmd, &[]).wait(LIMIT);
+        out.assert_code(2);
+        for part in [
+            format!("10 nodes need about {needed} open files"),
+            "hard limit is 100".to_string(),
+            format!("ulimit -Hn {needed}"),
+            "/etc/security/limits.conf".to_string(),
+        ] {
+            assert!(out.stderr.contains(&part), "herd {cmd:?}: {part:?} missing\n{out}");
+        }
+        assert!(!dir.path().join("herd-logs").exists(), "herd {cmd:?} started a run");
+    }
+    // 3 nodes fit: herd goes on to its next check (a missing key, so that it contacts nothing).
+    write(
+        dir.path(),
+        "[ssh]\nidentity_file = \"~/.ssh/herd-no-such-key\"\n[[nodes]]\nhost = \"gpu-[01-03]\"\n\
+         [job]\nscript = \"t.py\"\n",
+    );
+    let out =
+        herd::start_under(&["prlimit", "--nofile=100:100", "--"], dir.path(), &["doctor"], &[]).wait(LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains("ssh.identity_file") && !out.stderr.contains("open files"), "{out}");
+}
+
 #[test]
 fn missing_config_file_exits_2_naming_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -135,10 +135,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .map_err(Error::io("cannot start the async runtime"))
 }
 
-/// What must hold on this machine before herd contacts any node: the SSH key the config names
+/// What must hold on this machine before herd contacts any node: enough open files for its
+/// nodes (the soft limit raised to the hard one, see `limits`); the SSH key the config names
 /// exists (herd logs in with that key only, IdentitiesOnly=yes: another key must never log in
 /// in its place); through Slurm, its commands are on PATH. Then herd's state directory.
 fn ready_to_connect(plan: &LaunchPlan) -> Result<std::path::PathBuf, Error> {
+    crate::limits::raise_for(plan.nodes.len())
+        .map_err(|e| Error::Usage(format!("{}: {e}", plan.config_path.display())))?;
     if plan.nodes.iter().any(|n| matches!(n.transport, crate::plan::Transport::Slurm(_))) {
         let missing = transport::slurm::missing_commands(std::env::var_os("PATH").as_deref());
         if !missing.is_empty() {

@@ -10,9 +10,11 @@
 //! * Order is kept as written, never sorted, and duplicates are not removed. A name without
 //!   brackets is itself (`10.1.2.3`, `10.1.2.[3-5]` work).
 //!
-//! This module only expands; which characters a host may contain is checked by the config
-//! validation.
+//! `compress` goes the other way, for output that names many nodes at once (as `dshbak -c`
+//! and clush do): `n1,n2,n3,gpu-07` → `n[1-3],gpu-07`. Which characters a host may contain is
+//! checked by the config validation.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// The most hosts one expression may expand to.
@@ -222,6 +224,103 @@ fn emit(segments: &[Segment<'_>], prefix: &mut String, out: &mut Vec<String>) {
     prefix.truncate(len);
 }
 
+/// Hosts that differ only in their last number, with one prefix, one suffix and one padding.
+struct Run<'a> {
+    prefix: &'a str,
+    suffix: &'a str,
+    /// Digits of zero-padded numbers, or 0.
+    width: usize,
+    numbers: Vec<u64>,
+}
+
+/// A host around its last run of digits: (prefix, digits, suffix).
+type Split<'a> = (&'a str, &'a str, &'a str);
+
+/// `host` split around its last run of digits; `None` without digits, or with a number too
+/// long to hold.
+fn split_number(host: &str) -> Option<Split<'_>> {
+    let end = host.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = host[..end].rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    if end - start > 18 {
+        return None;
+    }
+    Some((&host[..start], &host[start..end], &host[end..]))
+}
+
+/// Hosts as one hostlist expression, the inverse of `expand` up to order and duplicates:
+/// hosts that differ only in their last number share brackets (`node[1-3]`, `gpu-[01-02,04]`,
+/// `tux[1-2]-ib`). Groups come in the order of their first host; numbers within a bracket are
+/// sorted, and a repeated host is named once. Which hosts share a bracket does not depend on
+/// their order, so compressing what an expression expands to gives it back.
+pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
+    let mut seen = HashSet::new();
+    let hosts: Vec<(&str, Option<Split<'_>>)> =
+        hosts.iter().map(AsRef::as_ref).filter(|h| seen.insert(*h)).map(|h| (h, split_number(h))).collect();
+    let padded = |digits: &str| digits.len() > 1 && digits.starts_with('0');
+    // An unpadded number as long as a padded one reads the same padded (`n[08-10]`): it joins
+    // their run, unless some number of its prefix and suffix could not (`n[08-09],n[7,10]`).
+    let mut widths: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (prefix, digits, suffix) in hosts.iter().filter_map(|(_, s)| *s).filter(|s| padded(s.1)) {
+        widths.entry((prefix, suffix)).or_default().push(digits.len());
+    }
+    let mut joins: HashMap<(&str, &str), bool> = HashMap::new();
+    for (prefix, digits, suffix) in hosts.iter().filter_map(|(_, s)| *s) {
+        let fits = padded(digits) || widths.get(&(prefix, suffix)).is_some_and(|w| w.contains(&digits.len()));
+        *joins.entry((prefix, suffix)).or_insert(true) &= fits;
+    }
+    let mut parts: Vec<Result<&str, usize>> = Vec::new();
+    let mut runs: Vec<Run<'_>> = Vec::new();
+    for (host, split) in &hosts {
+        let Some((prefix, digits, suffix)) = *split else {
+            parts.push(Ok(host));
+            continue;
+        };
+        let n: u64 = digits.parse().expect("at most 18 digits");
+        let width = if padded(digits) || joins[&(prefix, suffix)] { digits.len() } else { 0 };
+        match runs.iter_mut().find(|r| r.prefix == prefix && r.suffix == suffix && r.width == width) {
+            Some(run) => run.numbers.push(n),
+            None => {
+                parts.push(Err(runs.len()));
+                runs.push(Run { prefix, suffix, width, numbers: vec![n] });
+            }
+        }
+    }
+    let texts: Vec<String> = parts
+        .into_iter()
+        .map(|p| match p {
+            Ok(host) => host.to_string(),
+            Err(i) => run_text(&mut runs[i]),
+        })
+        .collect();
+    texts.join(",")
+}
+
+/// One run as `prefix[ranges]suffix`, or as its one host.
+fn run_text(run: &mut Run<'_>) -> String {
+    run.numbers.sort_unstable();
+    run.numbers.dedup();
+    let w = run.width;
+    if let [n] = run.numbers[..] {
+        return format!("{}{n:0w$}{}", run.prefix, run.suffix);
+    }
+    let mut ranges: Vec<String> = Vec::new();
+    let ns = &run.numbers;
+    let mut i = 0;
+    while i < ns.len() {
+        let start = ns[i];
+        while i + 1 < ns.len() && ns[i + 1] == ns[i] + 1 {
+            i += 1;
+        }
+        ranges.push(if ns[i] == start {
+            format!("{start:0w$}")
+        } else {
+            format!("{start:0w$}-{:0w$}", ns[i])
+        });
+        i += 1;
+    }
+    format!("{}[{}]{}", run.prefix, ranges.join(","), run.suffix)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +417,50 @@ mod tests {
         assert_eq!(err("a[1-1000]b[1-1000]"), ("expands to more than 100000 hosts".into(), 0));
         assert_eq!(err("a[1-60000],b[1-60000]"), ("expands to more than 100000 hosts".into(), 11));
         assert_eq!(err("n[0-18446744073709551615]"), ("expands to more than 100000 hosts".into(), 2));
+    }
+
+    #[test]
+    fn hosts_compress_around_their_last_number() {
+        assert_eq!(compress(&["n1", "n2", "n3"]), "n[1-3]");
+        assert_eq!(compress(&["gpu-01", "gpu-02", "gpu-04", "cpu9"]), "gpu-[01-02,04],cpu9");
+        assert_eq!(compress(&["n08", "n09", "n10", "n11"]), "n[08-11]");
+        assert_eq!(compress(&["n9", "n10", "n08"]), "n[9-10],n08");
+        assert_eq!(compress(&["n10", "n08", "n09"]), "n[08-10]");
+        assert_eq!(compress(&["tux1-ib", "tux2-ib", "login"]), "tux[1-2]-ib,login");
+        assert_eq!(compress(&["r1n01", "r1n02", "r2n01"]), "r1n[01-02],r2n01");
+        assert_eq!(compress(&["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.1.7"]), "10.0.0.[1-3],10.0.1.7");
+        assert_eq!(compress(&["n3", "n1", "n3", "x", "x"]), "n[1,3],x");
+        assert_eq!(compress(&["n1", "n01"]), "n1,n01");
+        // A host named twice is named once.
+        assert_eq!(compress(&["n08", "n10", "n9", "n10"]), "n08,n[9-10]");
+        assert_eq!(compress::<&str>(&[]), "");
+    }
+
+    #[test]
+    fn a_long_number_is_a_plain_name() {
+        let long = "n1234567890123456789";
+        assert_eq!(compress(&[long, "n1"]), format!("{long},n1"));
+    }
+
+    proptest! {
+        /// expand ∘ compress gives the hosts back, as a set; compress is stable under it.
+        #[test]
+        fn compress_then_expand_round_trips(
+            hosts in proptest::collection::vec(
+                "[a-c]{0,2}(-?[0-9]{1,3})?(-[a-b0-9]{1,2})?|10\\.0\\.[0-2]\\.[0-9]{1,3}", 1..40)
+                .prop_filter("a host is not empty", |h| h.iter().all(|s| !s.is_empty()))
+        ) {
+            let compressed = compress(&hosts);
+            let back = expand(&compressed).unwrap();
+            let mut want = hosts.clone();
+            want.sort();
+            want.dedup();
+            let mut got = back.clone();
+            got.sort();
+            prop_assert_eq!(&got, &want, "{}", compressed);
+            prop_assert_eq!(back.len(), want.len(), "{} names a host twice", compressed);
+            prop_assert_eq!(compress(&back), compressed);
+        }
     }
 
     proptest! {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::doctor::{checks::tally, NodeChecks, Status};
+use crate::doctor::{checks::tally, Check, NodeChecks, Status};
 
 #[derive(Serialize)]
 struct DoctorJson<'a> {
@@ -33,22 +33,30 @@ fn mark(status: Status) -> &'static str {
 pub fn text(nodes: &[NodeChecks], problems_only: bool) -> String {
     let mut s = String::new();
     if !problems_only {
-        let table = table(nodes);
+        let table = if nodes.len() > MAX_TABLE_ROWS { table_by_marks(nodes) } else { table(nodes) };
         if table.lines().all(|l| l.chars().count() <= MAX_TABLE_WIDTH) {
             s += &table;
         } else {
             s += &grouped(nodes);
         }
     }
-    let problems: Vec<_> = nodes
-        .iter()
-        .flat_map(|n| n.checks.iter().filter(|c| c.status != Status::Pass).map(move |c| (n, c)))
-        .collect();
+    let problems = problems(nodes);
     if !problems.is_empty() {
         s.push('\n');
     }
-    for (n, c) in problems {
-        let _ = writeln!(s, "{} node {} ({}) {}: {}", mark(c.status), n.node_rank, n.host, c.name, c.detail);
+    for p in problems {
+        let (n, c) = p.first;
+        let _ = match p.hosts.len() {
+            1 => writeln!(s, "{} node {} ({}) {}: {}", mark(c.status), n.node_rank, n.host, c.name, c.detail),
+            k => {
+                let hosts = crate::config::hostlist::compress(&p.hosts);
+                let whose = match p.alike {
+                    true => String::new(),
+                    false => format!(" (node {}'s; the times differ by node)", n.node_rank),
+                };
+                writeln!(s, "{} on {k} nodes ({hosts}) {}: {}{whose}", mark(c.status), c.name, c.detail)
+            }
+        };
         if let Some(fix) = &c.fix {
             let _ = writeln!(s, "     fix: {fix}");
         }
@@ -57,6 +65,48 @@ pub fn text(nodes: &[NodeChecks], problems_only: bool) -> String {
     let _ = writeln!(s, "\n{} nodes: {pass} checks passed, {warn} warnings, {fail} failures", nodes.len());
     s
 }
+
+/// Warnings and failures that read the same on several nodes: one check, one status, one
+/// fix, and one detail but for the times it measured.
+struct Problem<'a> {
+    /// The first node's, which is printed.
+    first: (&'a NodeChecks, &'a Check),
+    hosts: Vec<&'a str>,
+    /// Whether every node's detail is the first's, times included.
+    alike: bool,
+}
+
+/// Every warning and failure, those alike on several nodes once, in the order of their first
+/// node.
+fn problems(nodes: &[NodeChecks]) -> Vec<Problem<'_>> {
+    let mut out: Vec<(String, Problem<'_>)> = Vec::new();
+    for n in nodes {
+        for c in n.checks.iter().filter(|c| c.status != Status::Pass) {
+            let key = format!("{}\0{}\0{}\0{:?}", mark(c.status), c.name, without_times(&c.detail), c.fix);
+            match out.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, p)) => {
+                    p.hosts.push(&n.host);
+                    p.alike &= p.first.1.detail == c.detail;
+                }
+                None => out.push((key, Problem { first: (n, c), hosts: vec![&n.host], alike: true })),
+            }
+        }
+    }
+    out.into_iter().map(|(_, p)| p).collect()
+}
+
+/// `detail` with every duration (`11.7 s`, `532 ms`) as `#`: the times a check measures
+/// differ on every node, and would keep one cause apart on each. Other numbers (versions,
+/// ports) tell causes apart, and stay.
+fn without_times(detail: &str) -> String {
+    static DURATION: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"\d+(?:\.\d+)?( ?m?s)\b").expect("valid"));
+    DURATION.replace_all(detail, "#$1").into_owned()
+}
+
+/// More nodes than this, and the table has one row per distinct set of marks, naming its
+/// nodes as a hostlist, rather than one row per node.
+const MAX_TABLE_ROWS: usize = 32;
 
 /// Wider than this, the table turns into a list grouped by check.
 const MAX_TABLE_WIDTH: usize = 160;
@@ -91,6 +141,36 @@ fn table(nodes: &[NodeChecks]) -> String {
         }
         s += row.trim_end();
         s.push('\n');
+    }
+    s
+}
+
+/// The table at scale: one row per distinct row of marks, with how many nodes have it and
+/// which (a hostlist), in the order of their first node.
+fn table_by_marks(nodes: &[NodeChecks]) -> String {
+    let columns = columns(nodes);
+    let mut rows: Vec<(Vec<&str>, Vec<&str>)> = Vec::new();
+    for n in nodes {
+        let marks: Vec<&str> = columns
+            .iter()
+            .map(|col| n.checks.iter().find(|c| c.name == *col).map_or("-", |c| mark(c.status)))
+            .collect();
+        match rows.iter_mut().find(|(m, _)| *m == marks) {
+            Some((_, hosts)) => hosts.push(&n.host),
+            None => rows.push((marks, vec![&n.host])),
+        }
+    }
+    let mut s = format!("{:>5}", "nodes");
+    for col in &columns {
+        let _ = write!(s, "  {col:<w$}", w = col.len().max(4));
+    }
+    s += "  hosts\n";
+    for (marks, hosts) in rows {
+        let mut row = format!("{:>5}", hosts.len());
+        for (col, cell) in columns.iter().zip(marks) {
+            let _ = write!(row, "  {cell:<w$}", w = col.len().max(4));
+        }
+        let _ = writeln!(s, "{row}  {}", crate::config::hostlist::compress(&hosts));
     }
     s
 }
@@ -172,5 +252,67 @@ mod tests {
         let text = text(&nodes, false);
         assert!(text.contains("check0   ok on all 3 nodes\n"), "{text}");
         assert!(text.contains("check7   ok on node 0,1; WARN on node 2\n"), "{text}");
+    }
+
+    #[test]
+    fn problems_alike_on_many_nodes_are_one_line_naming_them() {
+        let mut nodes: Vec<NodeChecks> =
+            (0..6).map(|r| node(r, &[("ssh", Status::Warn), ("torch", Status::Pass)])).collect();
+        for (r, n) in nodes.iter_mut().enumerate() {
+            n.checks[0].detail = format!("connected in {} ms; took {}.5 s", 500 + r, r + 2);
+        }
+        nodes[5].checks[1] =
+            Check { name: "torch", status: Status::Fail, detail: "no torch".into(), fix: None };
+        let text = text(&nodes, true);
+        assert_eq!(
+            text,
+            "\nWARN on 6 nodes (gpu-[00-05]) ssh: connected in 500 ms; took 2.5 s \
+             (node 0's; the times differ by node)\n     fix: f\n\
+             FAIL node 5 (gpu-05) torch: no torch\n\n\
+             6 nodes: 5 checks passed, 6 warnings, 1 failures\n"
+        );
+    }
+
+    #[test]
+    fn another_fix_or_wording_is_another_line() {
+        let mut nodes: Vec<NodeChecks> = (0..3).map(|r| node(r, &[("ssh", Status::Fail)])).collect();
+        nodes[1].checks[0].fix = Some("g".into());
+        nodes[2].checks[0].detail = "e".into();
+        let text = text(&nodes, true);
+        assert_eq!(text.matches("FAIL node").count(), 3, "{text}");
+        let alike: Vec<NodeChecks> = (0..3).map(|r| node(r, &[("ssh", Status::Fail)])).collect();
+        let text = super::text(&alike, true);
+        assert!(text.starts_with("\nFAIL on 3 nodes (gpu-[00-02]) ssh: d\n     fix: f\n\n"), "{text}");
+    }
+
+    #[test]
+    fn only_times_are_masked() {
+        assert_eq!(
+            without_times("took 11.7 s, 532 ms, 3s, v2.1.0, port 29500"),
+            "took # s, # ms, #s, v2.1.0, port 29500"
+        );
+        assert_eq!(without_times("2 sockets, 10 steps"), "2 sockets, 10 steps");
+    }
+
+    #[test]
+    fn a_large_cluster_has_one_row_per_distinct_marks() {
+        let nodes: Vec<NodeChecks> = (0..40)
+            .map(|r| {
+                let torch = if r == 7 || r == 9 { Status::Fail } else { Status::Pass };
+                node(r, &[("ssh", Status::Pass), ("torch", torch)])
+            })
+            .collect();
+        let text = text(&nodes, false);
+        let table: Vec<&str> = text.lines().take(3).collect();
+        assert_eq!(
+            table,
+            [
+                "nodes  ssh   torch  hosts",
+                "   38  ok    ok     gpu-[00-06,08,10-39]",
+                "    2  ok    FAIL   gpu-[07,09]",
+            ],
+            "{text}"
+        );
+        assert!(text.contains("\nFAIL on 2 nodes (gpu-[07,09]) torch: d\n"), "{text}");
     }
 }

@@ -76,19 +76,30 @@ pub fn gathered(hosts: &[String], outputs: &[Vec<u8>], ends: &[ExecExit]) -> Vec
     s
 }
 
-/// One stderr line per node that did not exit 0.
+/// One stderr line per way nodes did not exit 0: the nodes that ended alike share it, named
+/// as a hostlist.
 pub fn failures(hosts: &[String], ends: &[ExecExit]) -> String {
-    let mut s = String::new();
+    let mut groups: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
     for (rank, (host, end)) in hosts.iter().zip(ends).enumerate() {
-        match end {
-            ExecExit::Exited(e) if !e.success() => {
-                let _ = writeln!(s, "herd: node {rank} ({host}): {e}");
-            }
-            ExecExit::Unreachable(why) => {
-                let _ = writeln!(s, "herd: node {rank} ({host}): unreachable: {why}");
-            }
-            ExecExit::Exited(_) => {}
+        let why = match end {
+            ExecExit::Exited(e) if !e.success() => e.to_string(),
+            ExecExit::Unreachable(why) => format!("unreachable: {why}"),
+            ExecExit::Exited(_) => continue,
+        };
+        match groups.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, nodes)) => nodes.push((rank, host)),
+            None => groups.push((why, vec![(rank, host)])),
         }
+    }
+    let mut s = String::new();
+    for (why, nodes) in groups {
+        let _ = match nodes[..] {
+            [(rank, host)] => writeln!(s, "herd: node {rank} ({host}): {why}"),
+            _ => {
+                let names: Vec<&str> = nodes.iter().map(|(_, h)| *h).collect();
+                writeln!(s, "herd: {} nodes ({}): {why}", nodes.len(), compress_hosts(&names))
+            }
+        };
     }
     s
 }
@@ -98,60 +109,10 @@ fn same_kind(a: &ExecExit, b: &ExecExit) -> bool {
         || matches!((a, b), (ExecExit::Exited(x), ExecExit::Exited(y)) if x == y)
 }
 
-/// Hosts as a hostlist expression: `node1,node2,node3,gpu-07` → `node[1-3],gpu-07`. Hosts
-/// that differ only in a trailing number (of one width, when zero-padded) share brackets.
+/// Hosts as a hostlist expression: `node1,node2,node3,gpu-07` → `node[1-3],gpu-07` (see
+/// `hostlist::compress`).
 pub fn compress_hosts(hosts: &[&str]) -> String {
-    // (prefix, digit width when zero-padded else 0, numbers in order of appearance)
-    let mut groups: Vec<(&str, usize, Vec<u64>)> = Vec::new();
-    let mut plain: Vec<(usize, &str)> = Vec::new();
-    for (i, host) in hosts.iter().enumerate() {
-        let digits = host.bytes().rev().take_while(u8::is_ascii_digit).count();
-        let (prefix, number) = host.split_at(host.len() - digits);
-        let parsed = if digits > 0 && digits <= 18 { number.parse::<u64>().ok() } else { None };
-        let Some(n) = parsed else {
-            plain.push((i, host));
-            continue;
-        };
-        let width = if number.len() > 1 && number.starts_with('0') { number.len() } else { 0 };
-        match groups.iter_mut().find(|(p, w, _)| *p == prefix && *w == width) {
-            Some((_, _, ns)) => ns.push(n),
-            None => {
-                groups.push((prefix, width, vec![n]));
-                plain.push((i, ""));
-            }
-        }
-    }
-    let mut parts = Vec::new();
-    let mut next_group = groups.into_iter();
-    for (_, host) in plain {
-        if !host.is_empty() {
-            parts.push(host.to_string());
-            continue;
-        }
-        let (prefix, width, mut ns) = next_group.next().expect("one group per placeholder");
-        if ns.len() == 1 {
-            parts.push(format!("{prefix}{:0width$}", ns[0]));
-            continue;
-        }
-        ns.sort_unstable();
-        ns.dedup();
-        let mut ranges: Vec<String> = Vec::new();
-        let mut i = 0;
-        while i < ns.len() {
-            let start = ns[i];
-            while i + 1 < ns.len() && ns[i + 1] == ns[i] + 1 {
-                i += 1;
-            }
-            ranges.push(if ns[i] == start {
-                format!("{start:0width$}")
-            } else {
-                format!("{start:0width$}-{:0width$}", ns[i])
-            });
-            i += 1;
-        }
-        parts.push(format!("{prefix}[{}]", ranges.join(",")));
-    }
-    parts.join(",")
+    crate::config::hostlist::compress(hosts)
 }
 
 #[cfg(test)]
@@ -190,6 +151,22 @@ mod tests {
              ---------------\nn3\n---------------\nother\n\
              ----------------\nn4 (exit code 1)\n----------------\nsame\n\
              ------------------------------------\nn5 (unreachable: connection refused)\n------------------------------------\n"
+        );
+    }
+
+    #[test]
+    fn failures_alike_share_a_line() {
+        let hosts: Vec<String> = (1..=5).map(|i| format!("n{i}")).collect();
+        let ends = [
+            ExecExit::Exited(NodeExit::ExitCode(1)),
+            ExecExit::Exited(NodeExit::ExitCode(0)),
+            ExecExit::Exited(NodeExit::ExitCode(1)),
+            ExecExit::Unreachable("connection refused".into()),
+            ExecExit::Exited(NodeExit::ExitCode(1)),
+        ];
+        assert_eq!(
+            failures(&hosts, &ends),
+            "herd: 3 nodes (n[1,3,5]): exit code 1\nherd: node 3 (n4): unreachable: connection refused\n"
         );
     }
 }

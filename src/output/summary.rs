@@ -283,8 +283,25 @@ pub fn failure(v: &Verdict, log: &Path) -> String {
         let _ = writeln!(s, "  line: {line}");
     }
     let _ = writeln!(s, "  hint: {}", v.hint);
+    // Nodes that failed alike share a line, as a hostlist: at scale, one cause fails hundreds.
+    let mut alike: Vec<(&crate::outcome::Consequence, Vec<&str>)> = Vec::new();
     for c in &v.consequences {
-        let _ = writeln!(s, "  then node {} ({}) failed too ({}): {}", c.node_rank, c.host, c.class, c.exit);
+        match alike.iter_mut().find(|(first, _)| first.class == c.class && first.exit == c.exit) {
+            Some((_, hosts)) => hosts.push(&c.host),
+            None => alike.push((c, vec![&c.host])),
+        }
+    }
+    for (c, hosts) in alike {
+        let _ = match hosts.len() {
+            1 => writeln!(s, "  then node {} ({}) failed too ({}): {}", c.node_rank, c.host, c.class, c.exit),
+            k => writeln!(
+                s,
+                "  then {k} nodes ({}) failed too ({}): {}",
+                crate::config::hostlist::compress(&hosts),
+                c.class,
+                c.exit
+            ),
+        };
     }
     let _ = writeln!(s, "  full log: {}", log.display());
     s
@@ -340,6 +357,23 @@ mod tests {
         assert!(text.contains("  hint: a process was killed by a signal"));
         assert!(text.contains("  then node 0 (gpu-01) failed too (comm): exit code 1\n"));
         assert!(text.ends_with("  full log: logs/r/attempt-0/node1-gpu-02.log\n"));
+    }
+
+    #[test]
+    fn consequences_alike_share_a_line_naming_their_nodes() {
+        let mut v = verdict();
+        let then = |rank: usize, code| Consequence {
+            node_rank: rank,
+            host: format!("gpu-{:02}", rank + 1),
+            class: FailureClass::Comm,
+            exit: NodeExit::ExitCode(code),
+            line: None,
+        };
+        v.consequences = vec![then(0, 1), then(2, 1), then(3, 1), then(4, 2)];
+        let text = failure(&v, Path::new("l"));
+        assert!(text.contains("  then 3 nodes (gpu-[01,03-04]) failed too (comm): exit code 1\n"), "{text}");
+        assert!(text.contains("  then node 4 (gpu-05) failed too (comm): exit code 2\n"), "{text}");
+        assert_eq!(text.matches("then").count(), 2, "{text}");
     }
 
     #[test]

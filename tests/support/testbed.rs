@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 const MARKER_DIR: &str = "/run/herd-testbed";
 const MAX_K: u32 = 250;
 const MAX_NODES: usize = 200;
+/// The most addresses `Testbed::many` gives its one host.
+const MAX_MANY: usize = 252;
 /// How long `new` waits for every sshd to accept a real ssh login.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -98,10 +100,11 @@ impl Testbed {
     }
 
     /// `n` nodes that are one host: one namespace (one sshd, one PID namespace) answering on
-    /// `n` addresses of its interface, as a cluster of `n` nodes looks to herd. For the scale
-    /// tests: 64 real namespaces with an sshd each would not fit a 2-core machine's budget.
+    /// `n` addresses of its interface (10.77.K.2 to 10.77.K.(n+1)), as a cluster of `n` nodes
+    /// looks to herd. For the scale tests: 64 real namespaces with an sshd each would not fit a
+    /// 2-core machine's budget. At most 252: the bridge holds .1 and Slurm's controller .254.
     pub fn many(n: usize) -> Testbed {
-        assert!((1..=250 - 100).contains(&n), "Testbed::many({n}): at most 150 addresses");
+        assert!((1..=MAX_MANY).contains(&n), "Testbed::many({n}): at most {MAX_MANY} addresses");
         let mut tb = Testbed::new(1);
         let first = tb.nodes[0].clone();
         let key = fs::read_to_string(&tb.known_hosts)
@@ -112,20 +115,17 @@ impl Testbed {
             .to_string();
         let key = key.split_once(' ').expect("addr key").1.to_string();
         let mut known = fs::read_to_string(&tb.known_hosts).expect("known_hosts");
+        let mut batch = String::new();
         for j in 1..n {
-            let addr = format!("10.77.{}.{}", tb.k, 100 + j);
-            run(Command::new("ip").args([
-                "-n",
-                &first.netns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ]));
+            let addr = format!("10.77.{}.{}", tb.k, 2 + j);
+            batch.push_str(&format!("addr add {addr}/24 dev eth0\n"));
             known.push_str(&format!("{addr} {key}\n"));
             tb.nodes.push(TestNode { addr, ..first.clone() });
         }
+        // One `ip` for every address: 250 of them one by one take seconds on a loaded machine.
+        let batch_file = tb.dir.path().join("addresses.ip");
+        write_file(&batch_file, &batch);
+        run(Command::new("ip").args(["-n", &first.netns, "-batch"]).arg(&batch_file));
         write_file(&tb.known_hosts, &known);
         tb
     }
@@ -491,6 +491,9 @@ unset h
             write_file(
                 &cfg,
                 // Every address of the namespace: `Testbed::many` adds more after the start.
+                // There one sshd answers for up to 252 nodes, whose logins herd starts all at
+                // once: MaxStartups (unauthenticated connections) above that, or sshd drops
+                // them; MaxSessions is per connection (herd's few sessions per master).
                 &format!(
                     "ListenAddress 0.0.0.0\n\
                      Port 22\n\
@@ -504,7 +507,7 @@ unset h
                      UsePAM no\n\
                      StrictModes no\n\
                      MaxSessions 100\n\
-                     MaxStartups 200\n\
+                     MaxStartups 1000\n\
                      LogLevel ERROR\n\
                      PrintMotd no\n\
                      Subsystem sftp internal-sftp\n",

@@ -1,0 +1,140 @@
+//! herd's open-file limit: every command that reaches nodes raises its soft `RLIMIT_NOFILE`
+//! to the hard limit (as Go's runtime and most servers do), and refuses to start, before any
+//! connection, when even the hard limit is too low for its nodes. The decision is pure
+//! (`decide`); `raise_for` reads and sets the limit.
+
+/// Descriptors herd holds whatever the node count: stdio, the async runtime (epoll, its
+/// eventfd and signal pipe), the run's log files, `events.jsonl`, the lock, the terminal.
+/// Measured: 24 at the peak of a `herd run` on 1 node; the rest is room.
+pub const BASE_FDS: u64 = 64;
+
+/// Descriptors one node costs herd at the peak of a command over SSH, counted in herd's own
+/// `/proc/PID/fd` every 10 ms (each node's `ssh` master is a process of its own, with its own
+/// table, not counted here). Measured on a 2-core machine, at the peak of each command
+/// (`run` of a `command` job with its preflight), with one sshd answering on many addresses:
+///
+/// | nodes | run | exec | doctor | kill | where |
+/// |---|---|---|---|---|---|
+/// | 1  | 22  | 19  | 19  | 19  | testbed (`Testbed::many`) |
+/// | 16 | 154 | 121 | 124 | 92  | testbed |
+/// | 64 | 663 | 447 | 460 | 332 | testbed |
+/// | 16 | 152 | 88  | 95  | 61  | an sshd on 127.0.x.y |
+/// | 64 | 615 | 445 | 449 | 253 | an sshd on 127.0.x.y |
+///
+/// From 16 to 64 nodes: 10.6 per node for a run, 7 for exec and doctor, 5 for kill. A session
+/// on a node holds 4 in herd (its 3 pipes and its mux socket); a run's peak has a node's
+/// connect, its preflight's agent, its job's agent and its log file in flight at once. 12
+/// leaves room for sampling between peaks. Re-measure when that changes.
+pub const PER_NODE_FDS: u64 = 12;
+
+/// What herd does with its open-file limit before it contacts `nodes` nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Raise the soft limit to the hard one (`to`).
+    Raise { to: u64 },
+    /// The soft limit is the hard one already, and enough.
+    Keep,
+    /// Even the hard limit is too low: refuse, before any connection.
+    TooLow(TooLow),
+}
+
+/// Why herd refuses to start: the hard limit on open files is below what its nodes need.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{nodes} nodes need about {needed} open files in herd ({BASE_FDS} + {PER_NODE_FDS} per node), \
+     but this shell's hard limit is {hard}: raise it (`ulimit -Hn {needed}` as root, or a \
+     `nofile` line in /etc/security/limits.conf, then log in again), or run on fewer nodes"
+)]
+pub struct TooLow {
+    pub nodes: usize,
+    pub needed: u64,
+    pub hard: u64,
+}
+
+/// The descriptors herd needs for `nodes` nodes.
+pub fn needed(nodes: usize) -> u64 {
+    BASE_FDS.saturating_add(PER_NODE_FDS.saturating_mul(nodes as u64))
+}
+
+/// What to do with the limits `soft` and `hard` for `nodes` nodes.
+pub fn decide(soft: u64, hard: u64, nodes: usize) -> Decision {
+    let needed = needed(nodes);
+    if hard < needed {
+        Decision::TooLow(TooLow { nodes, needed, hard })
+    } else if soft < hard {
+        Decision::Raise { to: hard }
+    } else {
+        Decision::Keep
+    }
+}
+
+/// Raises herd's soft open-file limit to its hard one; refuses when that is too low for
+/// `nodes`. A limit that cannot be read or set is left as it is, with a warning: the
+/// connections will say if it was too low.
+pub fn raise_for(nodes: usize) -> Result<(), TooLow> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given, which lives on this stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        tracing::warn!("cannot read the open-file limit: {}", std::io::Error::last_os_error());
+        return Ok(());
+    }
+    match decide(lim.rlim_cur, lim.rlim_max, nodes) {
+        Decision::TooLow(e) => Err(e),
+        Decision::Keep => Ok(()),
+        Decision::Raise { to } => {
+            let new = libc::rlimit { rlim_cur: to, rlim_max: lim.rlim_max };
+            // SAFETY: setrlimit only reads the struct it is given.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
+                tracing::warn!(
+                    "cannot raise the open-file limit from {} to {to}: {}",
+                    lim.rlim_cur,
+                    std::io::Error::last_os_error()
+                );
+            } else {
+                tracing::debug!("open-file limit raised from {} to {to}", lim.rlim_cur);
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one() {
+        assert_eq!(decide(1024, 524_288, 254), Decision::Raise { to: 524_288 });
+    }
+
+    #[test]
+    fn a_soft_limit_at_the_hard_one_is_kept() {
+        assert_eq!(decide(4096, 4096, 3), Decision::Keep);
+    }
+
+    #[test]
+    fn a_hard_limit_below_the_need_is_refused_with_the_numbers() {
+        let need = needed(254);
+        assert_eq!(need, BASE_FDS + 254 * PER_NODE_FDS);
+        let Decision::TooLow(e) = decide(64, 64, 254) else { panic!("not refused") };
+        assert_eq!(e, TooLow { nodes: 254, needed: need, hard: 64 });
+        let msg = e.to_string();
+        for part in ["254 nodes", &need.to_string(), "hard limit is 64", "ulimit -Hn", "limits.conf"] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+    }
+
+    #[test]
+    fn a_hard_limit_exactly_at_the_need_is_enough() {
+        let need = needed(100);
+        assert_eq!(decide(need, need, 100), Decision::Keep);
+        assert!(matches!(decide(need - 1, need - 1, 100), Decision::TooLow(_)));
+    }
+
+    #[test]
+    fn one_node_fits_the_smallest_usual_limit() {
+        // 1024 is the usual soft and often the hard limit of a login: a small run must not be
+        // refused there.
+        assert_eq!(decide(1024, 1024, 64), Decision::Keep);
+    }
+}
