@@ -7,6 +7,7 @@
 //! blamed for a fault that turns out to follow its rank is released: a spare again, and out
 //! of the quarantine file.
 
+use super::decide::{self, Replace};
 use super::preflight::{self, Preflighted};
 use super::types::RunError;
 use super::Run;
@@ -14,7 +15,7 @@ use crate::events::Event;
 use crate::fleet::{ConnectError, Fleet};
 use crate::plan::LaunchPlan;
 use crate::quarantine::{self, Quarantine};
-use crate::roster::{Blamed, Change};
+use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{Started, TransportError};
 use crate::{blame, doctor};
 
@@ -138,39 +139,31 @@ impl Run<'_> {
         blamed: &[Blamed],
         attempt: u32,
     ) -> Result<(Fleet, Vec<Option<TransportError>>), Fleet> {
-        match self.replace(blamed, attempt).await {
+        let replace = decide::replacement(&self.plan.roster, blamed.to_vec());
+        match self.replace(replace, attempt).await {
             Some(previous) => Ok(fleet.rearranged(&previous, &self.plan, self.events).await),
             None => Err(fleet),
         }
     }
 
-    /// Quarantine the blamed nodes and replace them, if the run can do without all of them:
-    /// the plan becomes the one of attempt `attempt`, the first without them, and the one
-    /// before is returned. `None`: nothing blamed, or no room; the plan is unchanged.
-    pub(super) async fn replace(&mut self, blamed: &[Blamed], attempt: u32) -> Option<LaunchPlan> {
-        if blamed.is_empty() {
-            return None;
-        }
-        let Some((roster, changes)) = self.plan.roster.without(blamed) else {
-            // A config without spares or `min_nodes` runs as it always has; one whose spares
-            // are used up is told why it now waits.
-            for b in blamed {
-                let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
-                if self.plan.roster.reserve {
-                    tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
-                } else {
-                    tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
-                }
+    /// Perform `replace` (see `decide`): each blamed node quarantined, the plan the one of
+    /// attempt `attempt`, the first without them; the one before is returned. `None`: nothing
+    /// blamed, or no room; the plan is unchanged.
+    pub(super) async fn replace(&mut self, replace: Replace, attempt: u32) -> Option<LaunchPlan> {
+        let (blamed, roster, changes) = match replace {
+            Replace::Nothing => return None,
+            Replace::NoRoom { blamed, reserve } => {
+                self.no_room(&blamed, reserve);
+                return None;
             }
-            return None;
+            Replace::With { blamed, roster, changes } => (blamed, roster, changes),
         };
         let events = self.events;
         let mut quarantine_file = None;
         for b in blamed {
             let host = self.plan.nodes[b.node_rank].host.clone();
             let saved = self.keep_out(&mut quarantine_file, &host, &b.reason, attempt);
-            let reason = b.reason.clone();
-            let _ = events.send(Event::NodeQuarantined { attempt, host, reason, saved }).await;
+            let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason, saved }).await;
         }
         let next = self.plan.with_roster(roster);
         let previous = std::mem::replace(&mut self.plan, next);
@@ -201,18 +194,36 @@ impl Run<'_> {
         Some(previous)
     }
 
+    /// Blamed nodes the run cannot do without: a config without spares or `min_nodes`
+    /// (no `reserve`) runs as it always has; one whose spares are used up is told why it now
+    /// waits.
+    fn no_room(&self, blamed: &[Blamed], reserve: bool) {
+        for b in blamed {
+            let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
+            if reserve {
+                tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
+            } else {
+                tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
+            }
+        }
+    }
+
     /// Let back in the nodes this run quarantined for a fault that turned out to be no
-    /// node's (see `blame::History`), as failed attempt `attempt` showed, each with why: a
-    /// spare again for this run, and out of the config's quarantine file for later runs.
-    pub(super) async fn release(&mut self, released: &[(String, String)], attempt: u32) {
-        for (host, reason) in released {
-            let Some(roster) = self.plan.roster.released(host) else {
-                continue; // Blamed, but never quarantined: the run had no room for it.
-            };
+    /// node's, as decided after failed attempt `attempt` (see `decide`): `roster`, the plan's
+    /// without them quarantined, and each with why. A spare again for this run, and out of
+    /// the config's quarantine file for later runs.
+    pub(super) async fn release(
+        &mut self,
+        roster: Option<Roster>,
+        released: Vec<(String, String)>,
+        attempt: u32,
+    ) {
+        if let Some(roster) = roster {
             self.plan = self.plan.with_roster(roster);
-            let saved = self.let_in(host);
-            let event = Event::NodeReleased { attempt, host: host.clone(), reason: reason.clone(), saved };
-            let _ = self.events.send(event).await;
+        }
+        for (host, reason) in released {
+            let saved = self.let_in(&host);
+            let _ = self.events.send(Event::NodeReleased { attempt, host, reason, saved }).await;
         }
     }
 
