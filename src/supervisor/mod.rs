@@ -26,12 +26,14 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use crate::blame;
 use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
-use crate::fleet::{EarlyAgents, Fleet};
+use crate::fleet::{ConnectError, EarlyAgents, Fleet};
 use crate::outcome::{NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
+use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
 
 use decide::{Allocation, Ended, Failure, Next, Replace};
@@ -414,6 +416,190 @@ impl Run<'_> {
             saved.sort_unstable();
             missing.sort_unstable();
             let _ = self.events.send(Event::NcclDumpsSaved { attempt, ranks: saved, missing }).await;
+        }
+    }
+
+    /// Until every node of the plan is connected and passes the preflight (when the run has
+    /// one): a node that fails either is blamed, and replaced while the run has room.
+    /// `errors`: the fleet's connect errors; `probes`: preflight probes already started;
+    /// `restart`: the nodes the run kept from an attempt before are checked again, and
+    /// waited for up to `restart.node_wait`. `known`: the hosts the run started or last ran
+    /// on; the others (promoted spares) also `import torch` in the preflight.
+    async fn settle(
+        &mut self,
+        mut fleet: Fleet,
+        mut errors: Vec<Option<TransportError>>,
+        mut probes: Vec<Option<Started>>,
+        attempt: u32,
+        restart: bool,
+        known: &[String],
+    ) -> Result<Settled, Unsettled> {
+        let mut replanned = false;
+        loop {
+            if errors.iter().any(Option::is_some) {
+                drop(std::mem::take(&mut probes));
+                (fleet, errors) = self.without_unreachable(fleet, errors, attempt).await?;
+                replanned = true;
+                continue;
+            }
+            if restart {
+                fleet = match fleet.reconnect(&self.plan, self.events).await {
+                    Ok(fleet) => fleet,
+                    Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
+                };
+            }
+            let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
+            let nodes = match checked {
+                Ok(mut checked) => {
+                    if !checked.interfaces.is_empty() {
+                        self.interfaces = checked.interfaces.clone();
+                    }
+                    // The port the checks tested may be an earlier attempt's.
+                    checked.port = checked.port.filter(|p| !self.used_ports.contains(p));
+                    return Ok(Settled { fleet, checked, replanned });
+                }
+                Err(RunError::Preflight(nodes)) => nodes,
+                Err(e) => {
+                    fleet.close().await;
+                    return Err(e.into());
+                }
+            };
+            (fleet, errors) = match self.replace_in(fleet, &reserve::failing(&nodes), attempt).await {
+                Ok(rearranged) => rearranged,
+                Err(fleet) => {
+                    fleet.close().await;
+                    return Err(RunError::Preflight(nodes).into());
+                }
+            };
+            replanned = true;
+        }
+    }
+
+    /// The nodes that could not be connected (`errors`) replaced, and the fleet of the new
+    /// plan; or the first error when the run cannot do without them.
+    async fn without_unreachable(
+        &mut self,
+        fleet: Fleet,
+        errors: Vec<Option<TransportError>>,
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Unsettled> {
+        // An SSH key not loaded fails every node: that is no node's fault.
+        let blamed = blame::unless_most(reserve::unreachable(&errors), self.plan.nnodes());
+        match self.replace_in(fleet, &blamed, attempt).await {
+            Ok(rearranged) => Ok(rearranged),
+            Err(fleet) => {
+                let error = ConnectError::first(&self.plan, errors).expect("a node failed");
+                fleet.close().await;
+                Err(RunError::Connect(error).into())
+            }
+        }
+    }
+
+    /// The preflight, when the run has one, of every node of the plan over `fleet`, with the
+    /// probes already started; `import torch` too on the nodes new to the run (not `known`).
+    async fn check(
+        &self,
+        fleet: &Fleet,
+        known: &[String],
+        probes: Vec<Option<Started>>,
+    ) -> Result<Preflighted, RunError> {
+        let (plan, events) = (&self.plan, self.events);
+        if self.options.preflight {
+            let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
+        }
+        let fresh = reserve::fresh(plan, known);
+        preflight::preflight(plan, self.run_id, fleet, self.options, &fresh, events, probes).await
+    }
+
+    /// `replace`, and the fleet of the new plan: the new nodes connected, with their errors.
+    /// Without a change, the fleet as it was.
+    async fn replace_in(
+        &mut self,
+        fleet: Fleet,
+        blamed: &[Blamed],
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Fleet> {
+        let replace = decide::replacement(&self.plan.roster, blamed.to_vec());
+        match self.replace(replace, attempt).await {
+            Some(previous) => Ok(fleet.rearranged(&previous, &self.plan, self.events).await),
+            None => Err(fleet),
+        }
+    }
+
+    /// Perform `replace` (see `decide`): each blamed node quarantined, the plan the one of
+    /// attempt `attempt`, the first without them; the one before is returned. `None`: nothing
+    /// blamed, or no room; the plan is unchanged.
+    async fn replace(&mut self, replace: Replace, attempt: u32) -> Option<LaunchPlan> {
+        let (blamed, roster, changes) = match replace {
+            Replace::Nothing => return None,
+            Replace::NoRoom { blamed, reserve } => {
+                self.no_room(&blamed, reserve);
+                return None;
+            }
+            Replace::With { blamed, roster, changes } => (blamed, roster, changes),
+        };
+        let events = self.events;
+        let mut quarantine_file = None;
+        let of = reserve::Of { plan: &self.plan, run_id: self.run_id };
+        for b in blamed {
+            let host = self.plan.nodes[b.node_rank].host.clone();
+            let saved = reserve::keep_out(of, &mut quarantine_file, &host, &b.reason, attempt);
+            let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason, saved }).await;
+        }
+        let next = self.plan.with_roster(roster);
+        let previous = std::mem::replace(&mut self.plan, next);
+        let mut dropped = Vec::new();
+        for change in changes {
+            match change {
+                Change::Promoted { node_rank, spare, replaced } => {
+                    let event = Event::SparePromoted { attempt, node_rank, host: spare, replaced };
+                    let _ = events.send(event).await;
+                }
+                Change::Dropped { host } => dropped.push(host),
+            }
+        }
+        let plan = &self.plan;
+        let nprocs: Vec<u32> = plan.nodes.iter().map(|n| n.nproc).collect();
+        if nprocs != previous.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>() {
+            let _ = events
+                .send(Event::WorldChanged {
+                    attempt,
+                    nnodes: plan.nnodes(),
+                    world_size: plan.world_size,
+                    hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
+                    nprocs,
+                    dropped,
+                })
+                .await;
+        }
+        Some(previous)
+    }
+
+    /// Blamed nodes the run cannot do without: a config without spares or `min_nodes`
+    /// (no `reserve`) runs as it always has; one whose spares are used up is told why it now
+    /// waits.
+    fn no_room(&self, blamed: &[Blamed], reserve: bool) {
+        for b in blamed {
+            let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
+            if reserve {
+                tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
+            } else {
+                tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
+            }
+        }
+    }
+
+    /// Let back in the nodes this run quarantined for a fault that turned out to be no
+    /// node's, as decided after failed attempt `attempt` (see `decide`): `roster`, the plan's
+    /// without them quarantined, and each with why. A spare again for this run, and out of
+    /// the config's quarantine file for later runs.
+    async fn release(&mut self, roster: Option<Roster>, released: Vec<(String, String)>, attempt: u32) {
+        if let Some(roster) = roster {
+            self.plan = self.plan.with_roster(roster);
+        }
+        for (host, reason) in released {
+            let saved = reserve::let_in(reserve::Of { plan: &self.plan, run_id: self.run_id }, &host);
+            let _ = self.events.send(Event::NodeReleased { attempt, host, reason, saved }).await;
         }
     }
 }
