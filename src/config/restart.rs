@@ -49,35 +49,73 @@ impl Cx<'_> {
         };
         let backoff = duration(&raw.backoff, "restart.backoff", defaults.backoff)?;
         let backoff_max = duration(&raw.backoff_max, "restart.backoff_max", defaults.backoff_max)?;
-        if backoff > backoff_max {
-            let message = format!(
-                "restart.backoff ({}) is longer than restart.backoff_max ({})",
-                humantime::format_duration(backoff),
-                humantime::format_duration(backoff_max)
-            );
-            // Point at whichever was written (backoff_max first); the defaults are consistent.
-            return Err(match raw.backoff_max.as_ref().or(raw.backoff.as_ref()) {
-                Some(v) => self.err(v.span(), message),
-                None => ConfigError::whole_file(self.path, message),
-            });
-        }
+        // Point at whichever was written (backoff_max first); the defaults are consistent.
+        self.backoff_within(raw.backoff_max.as_ref().or(raw.backoff.as_ref()), backoff, backoff_max)?;
         let hang_timeout = raw
             .hang_timeout
             .as_ref()
             .map(|d| self.positive_duration(d, "restart.hang_timeout"))
             .transpose()?;
-        let progress_pattern = match raw.progress_pattern {
-            Some(p) if p.get_ref().is_empty() => {
-                return Err(self.err(p.span(), "restart.progress_pattern must not be empty"))
-            }
-            Some(p) => {
-                self.regex(&p, "restart.progress_pattern")?;
-                Some(p.into_inner())
-            }
-            None => None,
-        };
+        let progress_pattern = raw.progress_pattern.map(|p| self.progress_pattern(p)).transpose()?;
+        let rules = self.rules(raw.rules.unwrap_or_default())?;
+        let min_nodes = (raw.min_nodes.as_ref())
+            .map(|n| self.count_up_to(n, "restart.min_nodes", nnodes, "the job's node count"))
+            .transpose()?;
+        let resume_args = raw.resume_args.map(|a| self.resume_args(a)).transpose()?.unwrap_or_default();
+        Ok(Restart {
+            resume_args,
+            max_restarts,
+            on,
+            backoff,
+            backoff_max,
+            grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
+            hang_timeout,
+            progress_pattern,
+            node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
+            heartbeat_timeout: match &raw.heartbeat_timeout {
+                Some(d) => self.positive_duration(d, "restart.heartbeat_timeout")?,
+                None => defaults.heartbeat_timeout,
+            },
+            rules,
+            min_nodes,
+        })
+    }
+
+    /// `restart.backoff` no longer than `restart.backoff_max`; `written`: where to point if
+    /// it is.
+    fn backoff_within(
+        &self,
+        written: Option<&Spanned<DurationText>>,
+        backoff: Duration,
+        backoff_max: Duration,
+    ) -> Result<()> {
+        if backoff <= backoff_max {
+            return Ok(());
+        }
+        let message = format!(
+            "restart.backoff ({}) is longer than restart.backoff_max ({})",
+            humantime::format_duration(backoff),
+            humantime::format_duration(backoff_max)
+        );
+        Err(match written {
+            Some(v) => self.err(v.span(), message),
+            None => ConfigError::whole_file(self.path, message),
+        })
+    }
+
+    /// `restart.progress_pattern`: a regex, not empty.
+    fn progress_pattern(&self, p: Spanned<String>) -> Result<String> {
+        if p.get_ref().is_empty() {
+            return Err(self.err(p.span(), "restart.progress_pattern must not be empty"));
+        }
+        self.regex(&p, "restart.progress_pattern")?;
+        Ok(p.into_inner())
+    }
+
+    /// `restart.rules`: each a regex, not empty, with a failure class and maybe `blame = "node"`.
+    fn rules(&self, raw: Vec<RawRule>) -> Result<Vec<RuleSpec>> {
         let mut rules = Vec::new();
-        for (i, rule) in raw.rules.unwrap_or_default().into_iter().enumerate() {
+        for (i, rule) in raw.into_iter().enumerate() {
             if rule.pattern.get_ref().is_empty() {
                 return Err(
                     self.err(rule.pattern.span(), format!("restart.rules[{i}].pattern must not be empty"))
@@ -100,47 +138,25 @@ impl Cx<'_> {
             };
             rules.push(RuleSpec { pattern: rule.pattern.into_inner(), class, blame });
         }
-        let min_nodes = (raw.min_nodes.as_ref())
-            .map(|n| self.count_up_to(n, "restart.min_nodes", nnodes, "the job's node count"))
-            .transpose()?;
-        let resume_args = match raw.resume_args {
-            None => Vec::new(),
-            Some(args) => {
-                let globs = args.get_ref().iter().filter(|a| latest_glob(a).is_some()).count();
-                let broken =
-                    args.get_ref().iter().find(|a| a.contains("{latest:") && latest_glob(a).is_none());
-                if let Some(a) = broken {
-                    return Err(self.err(
-                        args.span(),
-                        format!("restart.resume_args: {a:?} has an unclosed or empty {{latest:GLOB}}"),
-                    ));
-                }
-                if globs > 1 {
-                    return Err(self.err(
-                        args.span(),
-                        "restart.resume_args: at most one argument may hold {latest:GLOB}",
-                    ));
-                }
-                args.into_inner()
-            }
-        };
-        Ok(Restart {
-            resume_args,
-            max_restarts,
-            on,
-            backoff,
-            backoff_max,
-            grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
-            hang_timeout,
-            progress_pattern,
-            node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
-            heartbeat_timeout: match &raw.heartbeat_timeout {
-                Some(d) => self.positive_duration(d, "restart.heartbeat_timeout")?,
-                None => defaults.heartbeat_timeout,
-            },
-            rules,
-            min_nodes,
-        })
+        Ok(rules)
+    }
+
+    /// `restart.resume_args`: at most one `{latest:GLOB}`, each whole.
+    fn resume_args(&self, args: Spanned<Vec<String>>) -> Result<Vec<String>> {
+        let globs = args.get_ref().iter().filter(|a| latest_glob(a).is_some()).count();
+        let broken = args.get_ref().iter().find(|a| a.contains("{latest:") && latest_glob(a).is_none());
+        if let Some(a) = broken {
+            return Err(self.err(
+                args.span(),
+                format!("restart.resume_args: {a:?} has an unclosed or empty {{latest:GLOB}}"),
+            ));
+        }
+        if globs > 1 {
+            return Err(
+                self.err(args.span(), "restart.resume_args: at most one argument may hold {latest:GLOB}")
+            );
+        }
+        Ok(args.into_inner())
     }
 }
 

@@ -4,11 +4,13 @@
 //! failure is classified, and, if the policy says so, everything is checked and started
 //! again on a fresh port. Everything is reported as events; nothing here prints.
 //!
-//! `attempt` decides (pure), `gang` performs one attempt over every node, `node` is one
-//! node's agent, `preflight` and `sweep` are the checks and the sweeps around them, `lines` checks that
-//! what they send fits a login shell.
+//! `attempt` decides within an attempt and `decide` between attempts (both pure), `gang`
+//! performs one attempt over every node, `node` is one node's agent, `reserve` performs the
+//! quarantines and replacements decided, `preflight` and `sweep` are the checks and the
+//! sweeps around them, `lines` checks that what they send fits a login shell.
 
 mod attempt;
+mod decide;
 pub mod exec;
 mod gang;
 pub mod lines;
@@ -24,17 +26,17 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use crate::blame;
 use crate::config::PortSpec;
 use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
-use crate::fleet::{stdout_if_ok, EarlyAgents, Fleet};
-use crate::classify::hint;
-use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
+use crate::fleet::{stdout_if_ok, ConnectError, EarlyAgents, Fleet};
+use crate::outcome::{NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
-use crate::roster::Blamed;
+use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
-use crate::{blame, policy};
 
+use decide::{Allocation, Ended, Failure, Next, Replace};
 use gang::{AttemptContext, AttemptOutcome};
 pub use node::{Stop, READ_SIZE};
 use preflight::Preflighted;
@@ -57,7 +59,7 @@ pub async fn run(
         events: &events,
         attempts: Vec::new(),
         used_ports: BTreeSet::new(),
-        history: blame::History::default(),
+        between: decide::Between::default(),
         interfaces: Vec::new(),
     };
     let status = run.run(interrupts).await?;
@@ -97,18 +99,11 @@ struct Run<'a> {
     attempts: Vec<AttemptSummary>,
     /// The master ports of earlier attempts, which a restart does not reuse.
     used_ports: BTreeSet<u16>,
-    /// What the failed attempts so far tell the blame of the next (see `blame`).
-    history: blame::History,
+    /// What the failed attempts so far tell the decisions after the next (see `decide`).
+    between: decide::Between,
     /// Per node rank, its interface to the master (`rendezvous.interface = "auto"`), as the
     /// last preflight found them.
     interfaces: Vec<String>,
-}
-
-/// What comes after an attempt.
-enum Next {
-    Done(RunStatus),
-    /// After the delay, without the blamed nodes if the run can do without them.
-    Restart(std::time::Duration, Vec<Blamed>),
 }
 
 impl Run<'_> {
@@ -144,23 +139,23 @@ impl Run<'_> {
             let early = std::mem::take(&mut jobs);
             let next =
                 self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, &mut interrupts).await;
-            let (delay, blamed) = match next {
-                Ok(Next::Restart(delay, blamed)) => (delay, blamed),
-                Ok(Next::Done(status)) => {
+            let (delay, replace) = match next {
+                Ok(Next::Restart { delay, replace, .. }) => (delay, replace),
+                Ok(Next::Done { status, .. }) => {
                     fleet.close().await;
                     return Ok(status);
                 }
                 Err(e) => return Err(close_with(fleet, e).await),
             };
             attempt += 1;
-            (fleet, checked) = match self.restart(fleet, delay, blamed, attempt, &mut interrupts).await {
+            (fleet, checked) = match self.restart(fleet, delay, replace, attempt, &mut interrupts).await {
                 Ok(ready) => ready,
                 Err(status) => return Ok(status),
             };
         }
     }
 
-    /// Attempt `attempt`, and what follows it.
+    /// Attempt `attempt`, and what follows it (see `decide`), its events sent.
     async fn attempt(
         &mut self,
         fleet: &Fleet,
@@ -182,111 +177,88 @@ impl Run<'_> {
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
+        let outcomes;
+        let ended = match outcome {
+            AttemptOutcome::Succeeded => Ended::Succeeded,
+            AttemptOutcome::Interrupted => Ended::Interrupted,
+            AttemptOutcome::NoPort(e) => return Err(e),
+            AttemptOutcome::Failed(verdict, o) => {
+                outcomes = o;
+                Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, interrupts).await)
+            }
+        };
+        let plan = &self.plan;
+        let ctx = decide::Context {
+            restart: &plan.restart,
+            rules: &plan.patterns.rules,
+            roster: &plan.roster,
+            unit: rand::random::<f64>(),
+        };
+        let decision = self.between.after_attempt(&ctx, attempt, ended);
+        let millis = duration.as_millis() as u64;
         let summary =
             move |verdict| AttemptSummary { attempt, started_at, duration, first_progress, verdict, nodes };
-        let (verdict, outcomes) = match outcome {
-            AttemptOutcome::Succeeded | AttemptOutcome::Interrupted => {
-                let succeeded = matches!(outcome, AttemptOutcome::Succeeded);
-                self.attempts.push(summary(None));
-                return Ok(Next::Done(if succeeded { RunStatus::Succeeded } else { RunStatus::Interrupted }));
-            }
-            AttemptOutcome::NoPort(e) => return Err(e),
-            AttemptOutcome::Failed(v, outcomes) => (v, outcomes),
-        };
-        let millis = duration.as_millis() as u64;
-        if let Some((status, verdict)) = self.ended_unjudged(interrupts, attempt, millis, &verdict).await {
-            self.attempts.push(summary(Some(verdict)));
-            return Ok(Next::Done(status));
+        if let Some(verdict) = &decision.verdict {
+            let _ =
+                self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         }
-        // Ctrl-C while the dumps come: the attempt failed all the same, and the run ends.
-        let interrupted =
-            interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, &outcomes)).await.is_none();
-        let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
-        let together = blame::lost_together(self.plan.restart.heartbeat_timeout, attempt::PROBE_WAIT);
-        let judged = self.history.judge(&verdict, &outcomes, &self.plan.patterns.rules, together);
         // Dated by this attempt, which showed it: no other may follow.
-        self.release(&judged.released, attempt).await;
-        let blamed = judged.blamed;
-        let class = verdict.class;
-        self.attempts.push(summary(Some(verdict)));
-        if interrupted {
-            return Ok(Next::Done(RunStatus::Interrupted));
-        }
-        let Some(delay) = policy::restart_delay(&self.plan.restart, attempt, class, rand::random::<f64>())
-        else {
-            return Ok(Next::Done(RunStatus::Failed));
-        };
-        let delay_ms = delay.as_millis() as u64;
-        let _ = self.events.send(Event::RestartScheduled { attempt: attempt + 1, delay_ms, class }).await;
-        Ok(Next::Restart(delay, blamed))
+        self.release(decision.roster, decision.released, attempt).await;
+        self.attempts.push(summary(decision.verdict));
+        self.announce(&decision.next, attempt).await;
+        Ok(decision.next)
     }
 
-    /// Whether failed attempt `attempt` ends the run before any node is judged, and with
-    /// which verdict: Slurm ended the allocation (every node's end follows from it, none is to
-    /// blame), or Ctrl-C came while Slurm was asked.
-    async fn ended_unjudged(
+    /// What the decision after failed attempt `attempt` needs from outside: whether Slurm
+    /// ended the allocation (every node's end follows from it) and, if not, each node's NCCL
+    /// dumps, copied meanwhile (Ctrl-C then: the attempt failed all the same).
+    async fn failure<'o>(
         &self,
-        interrupts: &mut Interrupts,
+        fleet: &Fleet,
         attempt: u32,
-        millis: u64,
-        verdict: &Verdict,
-    ) -> Option<(RunStatus, Verdict)> {
-        let (status, verdict, reason) = match self.allocation_ended(interrupts).await {
-            None => (RunStatus::Interrupted, verdict.clone(), None),
-            Some(None) => return None,
-            Some(Some(ended)) => {
-                let class = FailureClass::Allocation;
-                let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
-                (RunStatus::Failed, verdict, Some(nothing_left(&ended)))
-            }
+        verdict: Verdict,
+        outcomes: &'o [NodeOutcome],
+        interrupts: &mut Interrupts,
+    ) -> Failure<'o> {
+        let allocation = match self.allocation_ended(interrupts).await {
+            None => Allocation::Interrupted,
+            Some(None) => Allocation::Runs,
+            Some(Some(ended)) => Allocation::Ended(ended),
         };
-        let _ = self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
-        if let Some(reason) = reason {
-            let _ = self.events.send(Event::RestartAbandoned { reason }).await;
-        }
-        Some((status, verdict))
+        let interrupted = allocation == Allocation::Runs
+            && interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, outcomes)).await.is_none();
+        Failure { verdict, outcomes, allocation, interrupted }
+    }
+
+    /// The event of what follows attempt `attempt`: a restart scheduled, or why none is.
+    async fn announce(&self, next: &Next, attempt: u32) {
+        let event = match next {
+            Next::Restart { delay, class, .. } => {
+                let delay_ms = delay.as_millis() as u64;
+                Event::RestartScheduled { attempt: attempt + 1, delay_ms, class: *class }
+            }
+            Next::Done { abandoned: Some(reason), .. } => Event::RestartAbandoned { reason: reason.clone() },
+            Next::Done { abandoned: None, .. } => return,
+        };
+        let _ = self.events.send(event).await;
     }
 
     /// After the backoff, every node of attempt `attempt` ready: the blamed nodes
-    /// quarantined and replaced (see `reserve`) if the run can do without them, and a new
-    /// node checked as at the start; every other node reachable again, a lost one waited for
-    /// up to `restart.node_wait`. What the earlier attempts left, each node's agent sweeps as
-    /// the restart starts. Else how the run ends.
+    /// quarantined and replaced as decided (see `reserve`), and a new node checked as at the
+    /// start; every other node reachable again, a lost one waited for up to
+    /// `restart.node_wait`. What the earlier attempts left, each node's agent sweeps as the
+    /// restart starts. Else how the run ends.
     async fn restart(
         &mut self,
         fleet: Fleet,
         delay: std::time::Duration,
-        blamed: Vec<Blamed>,
+        replace: Replace,
         attempt: u32,
         interrupts: &mut Interrupts,
     ) -> Result<(Fleet, Preflighted), RunStatus> {
         let before: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
-        let replaced = self.replace(&blamed, attempt).await;
-        let events = self.events;
-        let ready = async {
-            tokio::time::sleep(delay).await;
-            // Through Slurm, a node now down or drained is replaced as at the start, not
-            // waited for (it is, without a spare or min_nodes to take its place).
-            let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;
-            let refused = reserve::refused(refusals, self.plan.nnodes());
-            let replaced = match self.replace(&refused, attempt).await {
-                Some(previous) => Some(replaced.unwrap_or(previous)),
-                None => replaced,
-            };
-            let Some(previous) = replaced else {
-                return match fleet.reconnect(&self.plan, events).await {
-                    Ok(fleet) => Ok((fleet, Preflighted::default())),
-                    Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
-                };
-            };
-            let (fleet, errors) = fleet.rearranged(&previous, &self.plan, events).await;
-            let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, &before).await?;
-            // The preflight's sweep spares this run: what its earlier attempts left on the
-            // nodes it kept is swept as on any restart, and the new nodes as on a first one.
-            settled.checked.swept = false;
-            settled.checked.fresh = reserve::fresh(&self.plan, &before);
-            Ok((settled.fleet, settled.checked))
-        };
+        let replaced = self.replace(replace, attempt).await;
+        let ready = self.ready(fleet, delay, replaced, attempt, &before);
         let Some(ready) = interruptible(interrupts, ready).await else {
             // The connections were moved into the cancelled future; its drop closes them.
             return Err(RunStatus::Interrupted);
@@ -313,9 +285,46 @@ impl Run<'_> {
         let Some(ended) = self.allocation_ended(interrupts).await else {
             return Err(RunStatus::Interrupted);
         };
-        let reason = ended.map_or(reason, |ended| nothing_left(&ended));
-        let _ = events.send(Event::RestartAbandoned { reason }).await;
+        let reason = decide::abandoned(reason, ended.as_deref());
+        let _ = self.events.send(Event::RestartAbandoned { reason }).await;
         Err(RunStatus::Failed)
+    }
+
+    /// `restart`'s work, which an interrupt cancels: the backoff, the nodes Slurm now refuses
+    /// replaced too, and every node of the plan reconnected, or connected and checked.
+    /// `replaced`: the plan before the blamed nodes were replaced, if they were; `before`:
+    /// its hosts.
+    async fn ready(
+        &mut self,
+        fleet: Fleet,
+        delay: std::time::Duration,
+        replaced: Option<LaunchPlan>,
+        attempt: u32,
+        before: &[String],
+    ) -> Result<(Fleet, Preflighted), Unsettled> {
+        tokio::time::sleep(delay).await;
+        // Through Slurm, a node now down or drained is replaced as at the start, not
+        // waited for (it is, without a spare or min_nodes to take its place).
+        let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;
+        let refused = reserve::refused(refusals, self.plan.nnodes());
+        let replace = decide::replacement(&self.plan.roster, refused);
+        let replaced = match self.replace(replace, attempt).await {
+            Some(previous) => Some(replaced.unwrap_or(previous)),
+            None => replaced,
+        };
+        let Some(previous) = replaced else {
+            return match fleet.reconnect(&self.plan, self.events).await {
+                Ok(fleet) => Ok((fleet, Preflighted::default())),
+                Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
+            };
+        };
+        let (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
+        let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, before).await?;
+        // The preflight's sweep spares this run: what its earlier attempts left on the
+        // nodes it kept is swept as on any restart, and the new nodes as on a first one.
+        settled.checked.swept = false;
+        settled.checked.fresh = reserve::fresh(&self.plan, before);
+        Ok((settled.fleet, settled.checked))
     }
 
     /// Through Slurm, why the run's allocation can run nothing any more, if it cannot: one
@@ -332,53 +341,13 @@ impl Run<'_> {
         let ask = |id: String| async move { slurm::job_state(&id).await };
         interruptible(interrupts, allocation_state(&job_id, ask)).await
     }
-}
 
-/// Why allocation `job_id` has ended, from `ask` ([`slurm::job_state`]): `None` while it runs
-/// or when Slurm cannot say.
-async fn allocation_state<F, Fut>(job_id: &str, ask: F) -> Option<String>
-where
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<Option<String>, TransportError>>,
-{
-    // A job Slurm is ending shows as COMPLETING until its steps are gone: asked again
-    // for a while, for its state underneath (CANCELLED, TIMEOUT, ...).
-    let settle = Instant::now() + ALLOCATION_QUERY;
-    loop {
-        let asked = tokio::time::timeout(ALLOCATION_QUERY, ask(job_id.to_string())).await;
-        let error = match asked {
-            Ok(Ok(Some(state))) if state == "COMPLETING" && Instant::now() < settle => {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                continue;
-            }
-            Ok(Ok(state)) => return slurm::allocation_ended(job_id, state.as_deref()),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
-        };
-        tracing::warn!("cannot ask Slurm whether allocation {job_id} still runs: {error}");
-        return None;
-    }
-}
-
-/// How long slurmctld may take to say whether the allocation still runs, and to finish
-/// ending one.
-const ALLOCATION_QUERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The reason a run ends in an allocation Slurm has ended.
-fn nothing_left(ended: &str) -> String {
-    format!("{ended}; no node is to blame, and no step can start in it any more")
-}
-
-impl Run<'_> {
     /// With `restart.resume_args`: the plan of attempt `attempt` appends them, its
     /// `{latest:GLOB}` resolved on the master now (the newest match in the workdir, by
     /// modification time). No match (or no answer): no resume args, with a warning; the job
     /// starts afresh rather than fails.
     async fn resume(&mut self, fleet: &Fleet, attempt: u32) {
         let args = &self.plan.restart.resume_args;
-        if args.is_empty() {
-            return;
-        }
         let glob = args.iter().find_map(|a| crate::config::latest_glob(a)).map(String::from);
         let from = match &glob {
             None => None,
@@ -390,14 +359,14 @@ impl Run<'_> {
                 self.plan.workdir
             );
         }
-        let resume = plan::Resume { args: policy::resume_args(args, from.as_deref()), from };
+        let Some(resume) = decide::resume(args, from) else {
+            return;
+        };
         let event = Event::Resuming { attempt, from: resume.from.clone(), args: resume.args.clone() };
         let _ = self.events.send(event).await;
         self.plan = self.plan.resumed(Some(resume));
     }
-}
 
-impl Run<'_> {
     /// After a failed attempt of a GPU job: each node's ranks' NCCL flight-recorder dumps,
     /// copied into the run's files (`NcclDumpsCollected`), all nodes at once, within
     /// `NCCL_COLLECT`; then what was copied (`NcclDumpsSaved`), if anything was. A node that
@@ -444,7 +413,221 @@ impl Run<'_> {
             let _ = self.events.send(Event::NcclDumpsSaved { attempt, ranks: saved, missing }).await;
         }
     }
+
+    /// Until every node of the plan is connected and passes the preflight (when the run has
+    /// one): a node that fails either is blamed, and replaced while the run has room.
+    /// `errors`: the fleet's connect errors; `probes`: preflight probes already started;
+    /// `restart`: the nodes the run kept from an attempt before are checked again, and
+    /// waited for up to `restart.node_wait`. `known`: the hosts the run started or last ran
+    /// on; the others (promoted spares) also `import torch` in the preflight.
+    async fn settle(
+        &mut self,
+        mut fleet: Fleet,
+        mut errors: Vec<Option<TransportError>>,
+        mut probes: Vec<Option<Started>>,
+        attempt: u32,
+        restart: bool,
+        known: &[String],
+    ) -> Result<Settled, Unsettled> {
+        let mut replanned = false;
+        loop {
+            if errors.iter().any(Option::is_some) {
+                drop(std::mem::take(&mut probes));
+                (fleet, errors) = self.without_unreachable(fleet, errors, attempt).await?;
+                replanned = true;
+                continue;
+            }
+            if restart {
+                fleet = match fleet.reconnect(&self.plan, self.events).await {
+                    Ok(fleet) => fleet,
+                    Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
+                };
+            }
+            let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
+            let nodes = match checked {
+                Ok(mut checked) => {
+                    if !checked.interfaces.is_empty() {
+                        self.interfaces = checked.interfaces.clone();
+                    }
+                    // The port the checks tested may be an earlier attempt's.
+                    checked.port = checked.port.filter(|p| !self.used_ports.contains(p));
+                    return Ok(Settled { fleet, checked, replanned });
+                }
+                Err(RunError::Preflight(nodes)) => nodes,
+                Err(e) => {
+                    fleet.close().await;
+                    return Err(e.into());
+                }
+            };
+            (fleet, errors) = match self.replace_in(fleet, &reserve::failing(&nodes), attempt).await {
+                Ok(rearranged) => rearranged,
+                Err(fleet) => {
+                    fleet.close().await;
+                    return Err(RunError::Preflight(nodes).into());
+                }
+            };
+            replanned = true;
+        }
+    }
+
+    /// The nodes that could not be connected (`errors`) replaced, and the fleet of the new
+    /// plan; or the first error when the run cannot do without them.
+    async fn without_unreachable(
+        &mut self,
+        fleet: Fleet,
+        errors: Vec<Option<TransportError>>,
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Unsettled> {
+        // An SSH key not loaded fails every node: that is no node's fault.
+        let blamed = blame::unless_most(reserve::unreachable(&errors), self.plan.nnodes());
+        match self.replace_in(fleet, &blamed, attempt).await {
+            Ok(rearranged) => Ok(rearranged),
+            Err(fleet) => {
+                let error = ConnectError::first(&self.plan, errors).expect("a node failed");
+                fleet.close().await;
+                Err(RunError::Connect(error).into())
+            }
+        }
+    }
+
+    /// The preflight, when the run has one, of every node of the plan over `fleet`, with the
+    /// probes already started; `import torch` too on the nodes new to the run (not `known`).
+    async fn check(
+        &self,
+        fleet: &Fleet,
+        known: &[String],
+        probes: Vec<Option<Started>>,
+    ) -> Result<Preflighted, RunError> {
+        let (plan, events) = (&self.plan, self.events);
+        if self.options.preflight {
+            let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
+        }
+        let fresh = reserve::fresh(plan, known);
+        preflight::preflight(plan, self.run_id, fleet, self.options, &fresh, events, probes).await
+    }
+
+    /// `replace`, and the fleet of the new plan: the new nodes connected, with their errors.
+    /// Without a change, the fleet as it was.
+    async fn replace_in(
+        &mut self,
+        fleet: Fleet,
+        blamed: &[Blamed],
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Fleet> {
+        let replace = decide::replacement(&self.plan.roster, blamed.to_vec());
+        match self.replace(replace, attempt).await {
+            Some(previous) => Ok(fleet.rearranged(&previous, &self.plan, self.events).await),
+            None => Err(fleet),
+        }
+    }
+
+    /// Perform `replace` (see `decide`): each blamed node quarantined, the plan the one of
+    /// attempt `attempt`, the first without them; the one before is returned. `None`: nothing
+    /// blamed, or no room; the plan is unchanged.
+    async fn replace(&mut self, replace: Replace, attempt: u32) -> Option<LaunchPlan> {
+        let (blamed, roster, changes) = match replace {
+            Replace::Nothing => return None,
+            Replace::NoRoom { blamed, reserve } => {
+                self.no_room(&blamed, reserve);
+                return None;
+            }
+            Replace::With { blamed, roster, changes } => (blamed, roster, changes),
+        };
+        let events = self.events;
+        let mut quarantine_file = None;
+        let of = reserve::Of { plan: &self.plan, run_id: self.run_id };
+        for b in blamed {
+            let host = self.plan.nodes[b.node_rank].host.clone();
+            let saved = reserve::keep_out(of, &mut quarantine_file, &host, &b.reason, attempt);
+            let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason, saved }).await;
+        }
+        let next = self.plan.with_roster(roster);
+        let previous = std::mem::replace(&mut self.plan, next);
+        let mut dropped = Vec::new();
+        for change in changes {
+            match change {
+                Change::Promoted { node_rank, spare, replaced } => {
+                    let event = Event::SparePromoted { attempt, node_rank, host: spare, replaced };
+                    let _ = events.send(event).await;
+                }
+                Change::Dropped { host } => dropped.push(host),
+            }
+        }
+        let plan = &self.plan;
+        let nprocs: Vec<u32> = plan.nodes.iter().map(|n| n.nproc).collect();
+        if nprocs != previous.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>() {
+            let _ = events
+                .send(Event::WorldChanged {
+                    attempt,
+                    nnodes: plan.nnodes(),
+                    world_size: plan.world_size,
+                    hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
+                    nprocs,
+                    dropped,
+                })
+                .await;
+        }
+        Some(previous)
+    }
+
+    /// Blamed nodes the run cannot do without: a config without spares or `min_nodes`
+    /// (no `reserve`) runs as it always has; one whose spares are used up is told why it now
+    /// waits.
+    fn no_room(&self, blamed: &[Blamed], reserve: bool) {
+        for b in blamed {
+            let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
+            if reserve {
+                tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
+            } else {
+                tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
+            }
+        }
+    }
+
+    /// Let back in the nodes this run quarantined for a fault that turned out to be no
+    /// node's, as decided after failed attempt `attempt` (see `decide`): `roster`, the plan's
+    /// without them quarantined, and each with why. A spare again for this run, and out of
+    /// the config's quarantine file for later runs.
+    async fn release(&mut self, roster: Option<Roster>, released: Vec<(String, String)>, attempt: u32) {
+        if let Some(roster) = roster {
+            self.plan = self.plan.with_roster(roster);
+        }
+        for (host, reason) in released {
+            let saved = reserve::let_in(reserve::Of { plan: &self.plan, run_id: self.run_id }, &host);
+            let _ = self.events.send(Event::NodeReleased { attempt, host, reason, saved }).await;
+        }
+    }
 }
+
+/// Why allocation `job_id` has ended, from `ask` ([`slurm::job_state`]): `None` while it runs
+/// or when Slurm cannot say.
+async fn allocation_state<F, Fut>(job_id: &str, ask: F) -> Option<String>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<Option<String>, TransportError>>,
+{
+    // A job Slurm is ending shows as COMPLETING until its steps are gone: asked again
+    // for a while, for its state underneath (CANCELLED, TIMEOUT, ...).
+    let settle = Instant::now() + ALLOCATION_QUERY;
+    loop {
+        let asked = tokio::time::timeout(ALLOCATION_QUERY, ask(job_id.to_string())).await;
+        let error = match asked {
+            Ok(Ok(Some(state))) if state == "COMPLETING" && Instant::now() < settle => {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+            Ok(Ok(state)) => return slurm::allocation_ended(job_id, state.as_deref()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
+        };
+        tracing::warn!("cannot ask Slurm whether allocation {job_id} still runs: {error}");
+        return None;
+    }
+}
+
+/// How long slurmctld may take to say whether the allocation still runs, and to finish
+/// ending one.
+const ALLOCATION_QUERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long the nodes may take to hand over their NCCL dumps after a failed attempt.
 const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -1,21 +1,21 @@
-//! The run's reserve: a node the run blames is quarantined (in the plan's roster and in the
-//! config's quarantine file, so later runs skip it too), a spare takes its node rank, or
+//! The run's reserve, what `Run::settle` and `Run::replace` (in `supervisor`) use to perform
+//! what `decide` decides: a node the run blames is quarantined (in the plan's roster and in
+//! the config's quarantine file, so later runs skip it too), a spare takes its node rank, or
 //! with none left the run goes on with fewer nodes down to `restart.min_nodes`. A node new
 //! to the run is connected and checked before an attempt uses it (its `import torch` too,
 //! which the fast checks leave out); one that fails is blamed in turn. Without room (no
 //! spare, no `min_nodes`), nothing changes: the run waits for its nodes as before. A node
 //! blamed for a fault that turns out to follow its rank is released: a spare again, and out
-//! of the quarantine file.
+//! of the quarantine file. Here: the quarantine file's entries, and which nodes are blamed
+//! for failing to connect, failing the preflight, or being refused by Slurm.
 
-use super::preflight::{self, Preflighted};
+use super::preflight::Preflighted;
 use super::types::RunError;
-use super::Run;
-use crate::events::Event;
-use crate::fleet::{ConnectError, Fleet};
+use crate::fleet::Fleet;
 use crate::plan::LaunchPlan;
 use crate::quarantine::{self, Quarantine};
-use crate::roster::{Blamed, Change};
-use crate::transport::{Started, TransportError};
+use crate::roster::Blamed;
+use crate::transport::TransportError;
 use crate::{blame, doctor};
 
 /// Every node of the plan connected and checked.
@@ -42,229 +42,77 @@ impl From<RunError> for Unsettled {
     }
 }
 
-impl Run<'_> {
-    /// Until every node of the plan is connected and passes the preflight (when the run has
-    /// one): a node that fails either is blamed, and replaced while the run has room.
-    /// `errors`: the fleet's connect errors; `probes`: preflight probes already started;
-    /// `restart`: the nodes the run kept from an attempt before are checked again, and
-    /// waited for up to `restart.node_wait`. `known`: the hosts the run started or last ran
-    /// on; the others (promoted spares) also `import torch` in the preflight.
-    pub(super) async fn settle(
-        &mut self,
-        mut fleet: Fleet,
-        mut errors: Vec<Option<TransportError>>,
-        mut probes: Vec<Option<Started>>,
-        attempt: u32,
-        restart: bool,
-        known: &[String],
-    ) -> Result<Settled, Unsettled> {
-        let mut replanned = false;
-        loop {
-            let unreachable: Vec<Blamed> = (errors.iter().enumerate())
-                .filter_map(|(node_rank, e)| {
-                    let e = e.as_ref()?;
-                    Some(Blamed { node_rank, reason: format!("{}: {e}", e.via()) })
-                })
-                .collect();
-            if !unreachable.is_empty() {
-                drop(std::mem::take(&mut probes));
-                // An SSH key not loaded fails every node: that is no node's fault.
-                let blamed = blame::unless_most(unreachable, self.plan.nnodes());
-                (fleet, errors) = match self.replace_in(fleet, &blamed, attempt).await {
-                    Ok(rearranged) => rearranged,
-                    Err(fleet) => {
-                        let error = ConnectError::first(&self.plan, errors).expect("a node failed");
-                        fleet.close().await;
-                        return Err(RunError::Connect(error).into());
-                    }
-                };
-                replanned = true;
-                continue;
-            }
-            if restart {
-                fleet = match fleet.reconnect(&self.plan, self.events).await {
-                    Ok(fleet) => fleet,
-                    Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
-                };
-            }
-            let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
-            let nodes = match checked {
-                Ok(mut checked) => {
-                    if !checked.interfaces.is_empty() {
-                        self.interfaces = checked.interfaces.clone();
-                    }
-                    // The port the checks tested may be an earlier attempt's.
-                    checked.port = checked.port.filter(|p| !self.used_ports.contains(p));
-                    return Ok(Settled { fleet, checked, replanned });
-                }
-                Err(RunError::Preflight(nodes)) => nodes,
-                Err(e) => {
-                    fleet.close().await;
-                    return Err(e.into());
-                }
-            };
-            (fleet, errors) = match self.replace_in(fleet, &failing(&nodes), attempt).await {
-                Ok(rearranged) => rearranged,
-                Err(fleet) => {
-                    fleet.close().await;
-                    return Err(RunError::Preflight(nodes).into());
-                }
-            };
-            replanned = true;
+/// Take the node out of the config's quarantine file, if this run put it there; whether
+/// the file no longer lists it. A file that cannot be read or written is a warning: later
+/// runs then still skip the node, and the event says so.
+pub(super) fn let_in(run: Of, host: &str) -> bool {
+    let path = quarantine::path(&run.plan.logs_dir, &run.plan.config_key);
+    let released = Quarantine::load(&path).and_then(|mut q| {
+        let ours = q.nodes.iter().any(|e| e.host == host && e.run_id == run.run_id);
+        if ours && q.release(host) {
+            q.save(&path)
+        } else {
+            Ok(())
         }
+    });
+    if let Err(e) = &released {
+        tracing::warn!("{e}: later runs still skip {host}; `herd nodes --release {host}` clears it");
     }
+    released.is_ok()
+}
 
-    /// The preflight, when the run has one, of every node of the plan over `fleet`, with the
-    /// probes already started; `import torch` too on the nodes new to the run (not `known`).
-    async fn check(
-        &self,
-        fleet: &Fleet,
-        known: &[String],
-        probes: Vec<Option<Started>>,
-    ) -> Result<Preflighted, RunError> {
-        let (plan, events) = (&self.plan, self.events);
-        if self.options.preflight {
-            let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
-        }
-        let fresh = fresh(plan, known);
-        preflight::preflight(plan, self.run_id, fleet, self.options, &fresh, events, probes).await
-    }
-
-    /// `replace`, and the fleet of the new plan: the new nodes connected, with their errors.
-    /// Without a change, the fleet as it was.
-    pub(super) async fn replace_in(
-        &mut self,
-        fleet: Fleet,
-        blamed: &[Blamed],
-        attempt: u32,
-    ) -> Result<(Fleet, Vec<Option<TransportError>>), Fleet> {
-        match self.replace(blamed, attempt).await {
-            Some(previous) => Ok(fleet.rearranged(&previous, &self.plan, self.events).await),
-            None => Err(fleet),
-        }
-    }
-
-    /// Quarantine the blamed nodes and replace them, if the run can do without all of them:
-    /// the plan becomes the one of attempt `attempt`, the first without them, and the one
-    /// before is returned. `None`: nothing blamed, or no room; the plan is unchanged.
-    pub(super) async fn replace(&mut self, blamed: &[Blamed], attempt: u32) -> Option<LaunchPlan> {
-        if blamed.is_empty() {
-            return None;
-        }
-        let Some((roster, changes)) = self.plan.roster.without(blamed) else {
-            // A config without spares or `min_nodes` runs as it always has; one whose spares
-            // are used up is told why it now waits.
-            for b in blamed {
-                let (rank, host) = (b.node_rank, &self.plan.nodes[b.node_rank].host);
-                if self.plan.roster.reserve {
-                    tracing::warn!("node {rank} ({host}) is to blame ({}), but no spare is left and restart.min_nodes does not let the run go on without it", b.reason);
-                } else {
-                    tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
-                }
-            }
-            return None;
-        };
-        let events = self.events;
-        let mut quarantine_file = None;
-        for b in blamed {
-            let host = self.plan.nodes[b.node_rank].host.clone();
-            let saved = self.keep_out(&mut quarantine_file, &host, &b.reason, attempt);
-            let reason = b.reason.clone();
-            let _ = events.send(Event::NodeQuarantined { attempt, host, reason, saved }).await;
-        }
-        let next = self.plan.with_roster(roster);
-        let previous = std::mem::replace(&mut self.plan, next);
-        let mut dropped = Vec::new();
-        for change in changes {
-            match change {
-                Change::Promoted { node_rank, spare, replaced } => {
-                    let event = Event::SparePromoted { attempt, node_rank, host: spare, replaced };
-                    let _ = events.send(event).await;
-                }
-                Change::Dropped { host } => dropped.push(host),
-            }
-        }
-        let plan = &self.plan;
-        let nprocs: Vec<u32> = plan.nodes.iter().map(|n| n.nproc).collect();
-        if nprocs != previous.nodes.iter().map(|n| n.nproc).collect::<Vec<_>>() {
-            let _ = events
-                .send(Event::WorldChanged {
-                    attempt,
-                    nnodes: plan.nnodes(),
-                    world_size: plan.world_size,
-                    hosts: plan.nodes.iter().map(|n| n.host.clone()).collect(),
-                    nprocs,
-                    dropped,
-                })
-                .await;
-        }
-        Some(previous)
-    }
-
-    /// Let back in the nodes this run quarantined for a fault that turned out to be no
-    /// node's (see `blame::History`), as failed attempt `attempt` showed, each with why: a
-    /// spare again for this run, and out of the config's quarantine file for later runs.
-    pub(super) async fn release(&mut self, released: &[(String, String)], attempt: u32) {
-        for (host, reason) in released {
-            let Some(roster) = self.plan.roster.released(host) else {
-                continue; // Blamed, but never quarantined: the run had no room for it.
-            };
-            self.plan = self.plan.with_roster(roster);
-            let saved = self.let_in(host);
-            let event = Event::NodeReleased { attempt, host: host.clone(), reason: reason.clone(), saved };
-            let _ = self.events.send(event).await;
-        }
-    }
-
-    /// Take the node out of the config's quarantine file, if this run put it there; whether
-    /// the file no longer lists it. A file that cannot be read or written is a warning: later
-    /// runs then still skip the node, and the event says so.
-    fn let_in(&self, host: &str) -> bool {
-        let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
-        let released = Quarantine::load(&path).and_then(|mut q| {
-            let ours = q.nodes.iter().any(|e| e.host == host && e.run_id == self.run_id);
-            if ours && q.release(host) {
-                q.save(&path)
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = &released {
-            tracing::warn!("{e}: later runs still skip {host}; `herd nodes --release {host}` clears it");
-        }
-        released.is_ok()
-    }
-
-    /// Record the node in the config's quarantine file, which later runs read; whether it is
-    /// recorded there. A file that cannot be read or written is a warning: this run keeps the
-    /// node out either way, and the event says it was for this run only.
-    fn keep_out(&self, file: &mut Option<Quarantine>, host: &str, reason: &str, attempt: u32) -> bool {
-        let path = quarantine::path(&self.plan.logs_dir, &self.plan.config_key);
-        let loaded = match file.take() {
-            Some(q) => Ok(q),
-            None => Quarantine::load(&path),
-        };
-        let mut q = match loaded {
-            Ok(q) => q,
-            Err(e) => {
-                tracing::warn!("{e}: {host} is kept out of this run only");
-                return false;
-            }
-        };
-        q.add(quarantine::Entry {
-            host: host.to_string(),
-            reason: reason.to_string(),
-            run_id: self.run_id.to_string(),
-            attempt,
-            at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        });
-        if let Err(e) = q.save(&path) {
+/// Record the node in the config's quarantine file, which later runs read; whether it is
+/// recorded there. A file that cannot be read or written is a warning: this run keeps the
+/// node out either way, and the event says it was for this run only.
+pub(super) fn keep_out(
+    run: Of,
+    file: &mut Option<Quarantine>,
+    host: &str,
+    reason: &str,
+    attempt: u32,
+) -> bool {
+    let path = quarantine::path(&run.plan.logs_dir, &run.plan.config_key);
+    let loaded = match file.take() {
+        Some(q) => Ok(q),
+        None => Quarantine::load(&path),
+    };
+    let mut q = match loaded {
+        Ok(q) => q,
+        Err(e) => {
             tracing::warn!("{e}: {host} is kept out of this run only");
             return false;
         }
-        *file = Some(q);
-        true
+    };
+    q.add(quarantine::Entry {
+        host: host.to_string(),
+        reason: reason.to_string(),
+        run_id: run.run_id.to_string(),
+        attempt,
+        at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    });
+    if let Err(e) = q.save(&path) {
+        tracing::warn!("{e}: {host} is kept out of this run only");
+        return false;
     }
+    *file = Some(q);
+    true
+}
+
+/// Which run's quarantine entries: the plan's config, and the run's id.
+#[derive(Clone, Copy)]
+pub(super) struct Of<'a> {
+    pub plan: &'a LaunchPlan,
+    pub run_id: &'a str,
+}
+
+/// The nodes that could not be connected, by the fleet's connect `errors`, each with why.
+pub(super) fn unreachable(errors: &[Option<TransportError>]) -> Vec<Blamed> {
+    (errors.iter().enumerate())
+        .filter_map(|(node_rank, e)| {
+            let e = e.as_ref()?;
+            Some(Blamed { node_rank, reason: format!("{}: {e}", e.via()) })
+        })
+        .collect()
 }
 
 /// The node ranks of `plan` whose hosts are not among `known`: the nodes new to the run.
@@ -287,7 +135,7 @@ pub(super) fn refused(refusals: std::collections::HashMap<usize, String>, nnodes
 /// The nodes the preflight blames, each with its first failing check: none when most nodes
 /// failed (a config-wide mistake: the workdir, `setup`, `python`), and never for the master
 /// port's checks, which fail on every node for the master's or the network's fault.
-fn failing(nodes: &[doctor::NodeChecks]) -> Vec<Blamed> {
+pub(super) fn failing(nodes: &[doctor::NodeChecks]) -> Vec<Blamed> {
     let own = |c: &&doctor::Check| c.status == doctor::Status::Fail && !c.name.starts_with("port");
     let failed: Vec<Blamed> = nodes
         .iter()

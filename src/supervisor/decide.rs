@@ -1,0 +1,440 @@
+//! What comes after an attempt, as a pure function: `Between::after_attempt(ctx, attempt,
+//! ended)` takes how the attempt ended (with what the run's shell asked Slurm, and whether
+//! Ctrl-C came while the NCCL dumps were copied) and returns the decision: done, and how, or
+//! a restart after a delay, with the nodes blamed, quarantined and replaced, and those let
+//! back in. `replacement` is the same decision for nodes blamed later (Slurm refusing them
+//! after the backoff), `resume` the resume args of a restart from the checkpoint found. No
+//! I/O, no clock, no randomness: the jitter's random number is given. The async shell in
+//! `supervisor` (`Run::attempt`, `Run::restart`, `reserve`) only performs the decision:
+//! events, the quarantine file, the sleep, the new nodes' connections and checks.
+
+use std::time::Duration;
+
+use crate::classify::{hint, RuleTable};
+use crate::config::Restart;
+use crate::events::RunStatus;
+use crate::outcome::{FailureClass, NodeOutcome, Verdict};
+use crate::plan::Resume;
+use crate::roster::{Blamed, Change, Roster};
+use crate::{blame, policy};
+
+/// The run's state between attempts: what the failed attempts so far tell the blame of the
+/// next (see `blame::History`).
+#[derive(Debug, Default)]
+pub struct Between {
+    history: blame::History,
+}
+
+/// What the decision depends on besides the attempt: the config's policy, the run's roster as
+/// it stands, and a random number in [0, 1) for the backoff's jitter.
+pub struct Context<'a> {
+    pub restart: &'a Restart,
+    pub rules: &'a RuleTable,
+    pub roster: &'a Roster,
+    pub unit: f64,
+}
+
+/// How an attempt ended, as the shell saw it.
+pub enum Ended<'a> {
+    Succeeded,
+    /// Ctrl-C or SIGTERM before it failed.
+    Interrupted,
+    Failed(Failure<'a>),
+}
+
+/// A failed attempt.
+pub struct Failure<'a> {
+    pub verdict: Verdict,
+    pub outcomes: &'a [NodeOutcome],
+    pub allocation: Allocation,
+    /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
+    pub interrupted: bool,
+}
+
+/// What Slurm said of the run's allocation once the attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocation {
+    /// It still runs, the run is not in one (SSH), or Slurm could not say.
+    Runs,
+    /// It has ended, and why: every node's end follows from it.
+    Ended(String),
+    /// Ctrl-C or SIGTERM came while Slurm was asked.
+    Interrupted,
+}
+
+/// What comes after an attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// What the attempt is recorded with (`AttemptFailed`, its summary): `None` when it
+    /// succeeded or was interrupted.
+    pub verdict: Option<Verdict>,
+    /// The hosts this run quarantined for a fault the attempt shows to follow its rank, each
+    /// with why: spares again, in `roster`.
+    pub released: Vec<(String, String)>,
+    /// The roster with them released, if any was.
+    pub roster: Option<Roster>,
+    pub next: Next,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The run ends; `abandoned`: why no restart, when the event says so.
+    Done { status: RunStatus, abandoned: Option<String> },
+    /// After `delay`, without the blamed nodes if the run can do without them.
+    Restart { delay: Duration, class: FailureClass, replace: Replace },
+}
+
+/// What becomes of the nodes an attempt blames.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Replace {
+    /// None is blamed: the same nodes again.
+    Nothing,
+    /// No spare and no room above `restart.min_nodes`: the run waits for them as ever.
+    /// `reserve`: the config has spares or `min_nodes` (they are used up).
+    NoRoom { blamed: Vec<Blamed>, reserve: bool },
+    /// Each quarantined, and replaced by a spare or dropped (`changes`).
+    With { blamed: Vec<Blamed>, roster: Roster, changes: Vec<Change> },
+}
+
+impl Between {
+    /// The decision after attempt `attempt` (0 for the first), which ended as `ended`.
+    pub fn after_attempt(&mut self, ctx: &Context, attempt: u32, ended: Ended) -> Decision {
+        let failure = match ended {
+            Ended::Succeeded => return done(None, RunStatus::Succeeded, None),
+            Ended::Interrupted => return done(None, RunStatus::Interrupted, None),
+            Ended::Failed(failure) => failure,
+        };
+        match failure.allocation {
+            Allocation::Runs => {}
+            Allocation::Interrupted => return done(Some(failure.verdict), RunStatus::Interrupted, None),
+            // No node is judged: none is to blame.
+            Allocation::Ended(why) => {
+                let class = FailureClass::Allocation;
+                let verdict =
+                    Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
+                return done(Some(verdict), RunStatus::Failed, Some(nothing_left(&why)));
+            }
+        }
+        let together = blame::lost_together(ctx.restart.heartbeat_timeout, super::attempt::PROBE_WAIT);
+        let judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together);
+        let (roster, released) = release(ctx.roster, judged.released);
+        let class = failure.verdict.class;
+        let verdict = Some(failure.verdict);
+        let next = if failure.interrupted {
+            Next::Done { status: RunStatus::Interrupted, abandoned: None }
+        } else {
+            match policy::restart_delay(ctx.restart, attempt, class, ctx.unit) {
+                None => Next::Done { status: RunStatus::Failed, abandoned: None },
+                Some(delay) => {
+                    let replace = replacement(roster.as_ref().unwrap_or(ctx.roster), judged.blamed);
+                    Next::Restart { delay, class, replace }
+                }
+            }
+        };
+        Decision { verdict, released, roster, next }
+    }
+}
+
+fn done(verdict: Option<Verdict>, status: RunStatus, abandoned: Option<String>) -> Decision {
+    Decision { verdict, released: Vec::new(), roster: None, next: Next::Done { status, abandoned } }
+}
+
+/// `roster` with `released` let back in, and those that were in its quarantine (a node
+/// blamed without room for a replacement never was); `None` when none was.
+fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Roster>, Vec<(String, String)>) {
+    let mut next: Option<Roster> = None;
+    let mut done = Vec::new();
+    for (host, why) in released {
+        if let Some(r) = next.as_ref().unwrap_or(roster).released(&host) {
+            next = Some(r);
+            done.push((host, why));
+        }
+    }
+    (next, done)
+}
+
+/// What becomes of `blamed` nodes of `roster` (see `Roster::without`).
+pub fn replacement(roster: &Roster, blamed: Vec<Blamed>) -> Replace {
+    if blamed.is_empty() {
+        return Replace::Nothing;
+    }
+    match roster.without(&blamed) {
+        Some((roster, changes)) => Replace::With { blamed, roster, changes },
+        None => Replace::NoRoom { blamed, reserve: roster.reserve },
+    }
+}
+
+/// The reason a run ends in an allocation Slurm has ended.
+pub fn nothing_left(ended: &str) -> String {
+    format!("{ended}; no node is to blame, and no step can start in it any more")
+}
+
+/// Why a restart that could not get its nodes ready ends the run: `unready`, unless Slurm
+/// says the allocation has `ended`, which is then the reason.
+pub fn abandoned(unready: String, ended: Option<&str>) -> String {
+    ended.map_or(unready, nothing_left)
+}
+
+/// What a restart resumes from, with `restart.resume_args` (`args`): `found`, the newest match
+/// of their `{latest:GLOB}` on the master, or none (the args are then dropped: the job starts
+/// afresh rather than fails). `None` without resume args.
+pub fn resume(args: &[String], found: Option<String>) -> Option<Resume> {
+    if args.is_empty() {
+        return None;
+    }
+    Some(Resume { args: policy::resume_args(args, found.as_deref()), from: found })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::outcome::{NodeExit, RootCause};
+
+    fn cluster(n: usize, nnodes: Option<usize>, min_nodes: Option<usize>) -> Roster {
+        let hosts = (0..n).map(|i| format!("n{i}")).collect();
+        Roster::new(hosts, nnodes, min_nodes, None, &BTreeMap::new()).unwrap()
+    }
+
+    fn policy(max_restarts: u32) -> Restart {
+        Restart {
+            max_restarts,
+            backoff: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(60),
+            ..Restart::default()
+        }
+    }
+
+    fn node(node_rank: usize, exit: NodeExit) -> NodeOutcome {
+        NodeOutcome {
+            node_rank,
+            host: format!("n{node_rank}"),
+            first_rank: node_rank as u32,
+            exit,
+            ended_at: Duration::from_secs(1),
+            stop_requested_at: None,
+            lost_at: None,
+            lines: Vec::new(),
+            processes: Vec::new(),
+            stacks: Vec::new(),
+        }
+    }
+
+    /// Rank `rank`, on node rank `node_rank` of host `host`, ended as `exit`.
+    fn verdict(class: FailureClass, node_rank: usize, host: &str, rank: u32, exit: NodeExit) -> Verdict {
+        let root =
+            RootCause { rank: Some(rank), local_rank: None, node_rank, host: host.into(), exit, line: None };
+        Verdict { class, root_cause: Some(root), consequences: Vec::new(), hint: "" }
+    }
+
+    /// Rank 1 of two nodes, on node rank 1 (`host`), died of SIGSEGV.
+    fn segv(host: &str) -> Verdict {
+        verdict(FailureClass::Crash, 1, host, 1, NodeExit::Signal(11))
+    }
+
+    fn outcomes() -> [NodeOutcome; 2] {
+        [node(0, NodeExit::Signal(15)), node(1, NodeExit::Signal(11))]
+    }
+
+    fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
+        Ended::Failed(Failure { verdict, outcomes, allocation: Allocation::Runs, interrupted: false })
+    }
+
+    struct Case {
+        restart: Restart,
+        rules: RuleTable,
+        roster: Roster,
+    }
+
+    impl Case {
+        fn new(restart: Restart, roster: Roster) -> Case {
+            Case { restart, rules: RuleTable::new(&[]), roster }
+        }
+
+        fn ctx(&self) -> Context<'_> {
+            Context { restart: &self.restart, rules: &self.rules, roster: &self.roster, unit: 0.5 }
+        }
+    }
+
+    #[test]
+    fn a_success_or_an_interrupt_ends_the_run_unjudged() {
+        let case = Case::new(policy(3), cluster(2, None, None));
+        let mut b = Between::default();
+        let d = b.after_attempt(&case.ctx(), 0, Ended::Succeeded);
+        assert_eq!(d, done(None, RunStatus::Succeeded, None));
+        let d = b.after_attempt(&case.ctx(), 1, Ended::Interrupted);
+        assert_eq!(d, done(None, RunStatus::Interrupted, None));
+    }
+
+    #[test]
+    fn a_restartable_failure_restarts_after_a_doubling_delay_until_restarts_run_out() {
+        let case = Case::new(policy(2), cluster(2, None, None));
+        let comm = || verdict(FailureClass::Comm, 0, "n0", 0, NodeExit::ExitCode(1));
+        let nodes = [node(0, NodeExit::ExitCode(1)), node(1, NodeExit::Signal(15))];
+        let mut b = Between::default();
+        let restart = |d: Decision| match d.next {
+            Next::Restart { delay, class, replace } => (delay, class, replace),
+            next => panic!("{next:?}"),
+        };
+        let first = b.after_attempt(&case.ctx(), 0, failed(comm(), &nodes));
+        assert_eq!(first.verdict, Some(comm()));
+        assert_eq!(restart(first), (Duration::from_secs(10), FailureClass::Comm, Replace::Nothing));
+        let second = b.after_attempt(&case.ctx(), 1, failed(comm(), &nodes));
+        assert_eq!(restart(second).0, Duration::from_secs(20));
+        // Two restarts used of two: the third failure ends the run, recorded as it failed.
+        let third = b.after_attempt(&case.ctx(), 2, failed(comm(), &nodes));
+        assert_eq!(third, done(Some(comm()), RunStatus::Failed, None));
+    }
+
+    #[test]
+    fn a_class_the_policy_does_not_restart_on_ends_the_run() {
+        let case = Case::new(policy(3), cluster(2, None, None));
+        let nodes = outcomes();
+        for class in [FailureClass::User, FailureClass::Launch] {
+            assert!(!case.restart.on.contains(&class), "{class:?}");
+            let v = verdict(class, 0, "n0", 0, NodeExit::ExitCode(1));
+            let d = Between::default().after_attempt(&case.ctx(), 0, failed(v.clone(), &nodes));
+            assert_eq!(d, done(Some(v), RunStatus::Failed, None));
+        }
+    }
+
+    #[test]
+    fn an_ended_allocation_blames_no_node_and_ends_the_run() {
+        let case = Case::new(policy(3), cluster(3, Some(2), None));
+        let nodes = outcomes();
+        let ended = Failure {
+            verdict: segv("n1"),
+            outcomes: &nodes,
+            allocation: Allocation::Ended("allocation 7 was cancelled".into()),
+            interrupted: false,
+        };
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
+        let class = FailureClass::Allocation;
+        let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
+        let why = "allocation 7 was cancelled; no node is to blame, and no step can start in it any more";
+        assert_eq!(d, done(Some(verdict), RunStatus::Failed, Some(why.into())));
+        // Ctrl-C while Slurm was asked: interrupted, the verdict as it was.
+        let asked = Failure {
+            verdict: segv("n1"),
+            outcomes: &nodes,
+            allocation: Allocation::Interrupted,
+            interrupted: false,
+        };
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
+        assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
+    }
+
+    #[test]
+    fn an_interrupt_during_the_dumps_ends_the_run_after_the_judgement() {
+        let case = Case::new(policy(3), cluster(3, Some(2), None));
+        let nodes = outcomes();
+        let during = Failure {
+            verdict: segv("n1"),
+            outcomes: &nodes,
+            allocation: Allocation::Runs,
+            interrupted: true,
+        };
+        let mut b = Between::default();
+        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));
+        assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
+        // The failure was judged all the same: n1, the root cause again, is blamed as such.
+        let again = b.after_attempt(
+            &case.ctx(),
+            1,
+            failed(verdict(FailureClass::Crash, 1, "n1", 1, NodeExit::ExitCode(1)), &nodes),
+        );
+        let Next::Restart { replace: Replace::With { blamed, .. }, .. } = again.next else {
+            panic!("{again:?}")
+        };
+        assert_eq!(blamed.len(), 1, "{blamed:?}");
+    }
+
+    #[test]
+    fn a_blamed_node_is_replaced_by_a_spare_and_without_one_by_fewer_nodes_down_to_min_nodes() {
+        let nodes = outcomes();
+        let replace = |case: &Case| match Between::default()
+            .after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes))
+            .next
+        {
+            Next::Restart { replace, .. } => replace,
+            next => panic!("{next:?}"),
+        };
+        // A spare, n2, takes node rank 1.
+        let spare = Case::new(policy(3), cluster(3, Some(2), None));
+        let Replace::With { blamed, roster, changes } = replace(&spare) else { panic!() };
+        assert_eq!(blamed, [Blamed { node_rank: 1, reason: "rank 1 died of SIGSEGV".into() }]);
+        let promoted = Change::Promoted { node_rank: 1, spare: "n2".into(), replaced: "n1".into() };
+        assert_eq!(changes, [promoted]);
+        assert_eq!(roster.active_host(1), "n2");
+        // No spare, room above min_nodes: the run goes on without it.
+        let fewer = Case::new(policy(3), cluster(2, None, Some(1)));
+        let Replace::With { roster, changes, .. } = replace(&fewer) else { panic!() };
+        assert_eq!(changes, [Change::Dropped { host: "n1".into() }]);
+        assert_eq!(roster.active.len(), 1);
+        // No spare nor room above min_nodes: the run waits for the node as ever.
+        let none = Case::new(policy(3), cluster(2, None, Some(2)));
+        assert!(matches!(replace(&none), Replace::NoRoom { reserve: false, .. }));
+        // Its spares used up: the same, and it says why.
+        let spent =
+            Roster::without(&cluster(3, Some(2), None), &[Blamed { node_rank: 0, reason: "x".into() }])
+                .unwrap()
+                .0;
+        let spent = Case::new(policy(3), spent);
+        let Replace::NoRoom { blamed, reserve } = replace(&spent) else { panic!() };
+        assert!(reserve && blamed.len() == 1);
+    }
+
+    #[test]
+    fn a_fault_that_follows_its_rank_releases_the_node_blamed_for_it() {
+        let nodes = outcomes();
+        let mut case = Case::new(policy(3), cluster(3, Some(2), None));
+        let mut b = Between::default();
+        let first = b.after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        let Next::Restart { replace: Replace::With { roster, .. }, .. } = first.next else { panic!() };
+        assert!(first.released.is_empty() && first.roster.is_none());
+        case.roster = roster;
+        // Rank 1 segfaults on n2, the spare, too: the program's fault; n1 is let back in.
+        let second = b.after_attempt(&case.ctx(), 1, failed(segv("n2"), &nodes));
+        assert_eq!(second.released.len(), 1);
+        assert_eq!(second.released[0].0, "n1");
+        let roster = second.roster.expect("released");
+        assert_eq!(roster.spare_hosts().collect::<Vec<_>>(), ["n1"]);
+        assert_eq!(roster.quarantined_hosts().count(), 0);
+        // Nobody is blamed for it: the restart keeps its nodes.
+        assert!(matches!(second.next, Next::Restart { replace: Replace::Nothing, .. }), "{:?}", second.next);
+    }
+
+    #[test]
+    fn a_node_blamed_without_room_is_not_released_for_it_was_never_quarantined() {
+        let nodes = outcomes();
+        let case = Case::new(policy(3), cluster(2, None, None));
+        let mut b = Between::default();
+        let first = b.after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        assert!(matches!(first.next, Next::Restart { replace: Replace::NoRoom { .. }, .. }));
+        // The same fault on another host (the ranks moved): n1 was blamed, never quarantined.
+        let second = b.after_attempt(&case.ctx(), 1, failed(segv("n0"), &nodes));
+        assert_eq!((second.released, second.roster), (Vec::new(), None));
+    }
+
+    #[test]
+    fn later_blame_restart_failures_and_resume() {
+        // Refused by Slurm after the backoff: blamed as any node.
+        let r = cluster(3, Some(2), None);
+        assert_eq!(replacement(&r, Vec::new()), Replace::Nothing);
+        let refused = vec![Blamed { node_rank: 0, reason: "srun: drained".into() }];
+        assert!(matches!(replacement(&r, refused), Replace::With { .. }));
+        // A restart that cannot start in an ended allocation says so.
+        assert_eq!(abandoned("node 1 did not come back".into(), None), "node 1 did not come back");
+        assert!(abandoned("node 1 did not come back".into(), Some("allocation 7 timed out"))
+            .starts_with("allocation 7 timed out; no node"));
+        // The checkpoint found, or none: the resume args without their {latest:}.
+        let args = vec!["--resume".to_string(), "{latest:ck/*}".to_string()];
+        assert_eq!(resume(&[], Some("ck/1".into())), None);
+        let found = Resume { args: vec!["--resume".into(), "ck/9".into()], from: Some("ck/9".into()) };
+        assert_eq!(resume(&args, Some("ck/9".into())), Some(found));
+        assert_eq!(resume(&args, None), Some(Resume { args: Vec::new(), from: None }));
+        let plain = vec!["--resume".to_string()];
+        assert_eq!(resume(&plain, None), Some(Resume { args: plain.clone(), from: None }));
+    }
+}
