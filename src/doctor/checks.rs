@@ -210,51 +210,71 @@ fn srun_check(f: &Facts) -> Check {
 
 /// `fast`: only what `herd run` checks; `torch`: check `import torch` all the same.
 fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: bool, checks: &mut Vec<Check>) {
-    // The probe runs after `cd workdir` and `setup`: if either failed, nothing else is known.
+    if let Some(failed) = start_failure(plan, f, checks) {
+        checks.push(failed);
+        return;
+    }
+    match &plan.container {
+        Some(c) => container_checks(plan, rank, f, c.runtime.as_str(), fast, checks),
+        None => bare_checks(plan, rank, f, fast, torch, checks),
+    }
+}
+
+/// The probe runs after `cd workdir` and `setup`: if either failed (or the env was too large
+/// to start anything), nothing else is known, and that is the node's one failing check.
+fn start_failure(plan: &LaunchPlan, f: &Facts, checks: &mut Vec<Check>) -> Option<Check> {
     if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: cannot enter workdir")) {
-        checks.push(Check::fail(
+        return Some(Check::fail(
             "workdir",
             line.clone(),
             "create the directory on this node, or fix job.workdir",
         ));
-        return;
     }
     checks.push(Check::pass("workdir", plan.workdir.clone()));
     // An env too large to exec: no probe ran at all, so nothing is "not found".
     if let Some(line) = f.other_lines.iter().find(|l| l.contains(ARG_LIST_TOO_LONG)) {
-        checks.push(Check::fail(
+        return Some(Check::fail(
             "env",
             format!("the job's environment is too large to start a process on this node: {line}"),
             "shrink [env], nodes.env and forward_env (Linux takes at most 128 KiB per variable and about 2 MiB in all, argv included)",
         ));
-        return;
     }
     if let Some(line) = f.other_lines.iter().find(|l| l.starts_with("herd: setup failed")) {
         let why = f.other_lines.iter().rev().find(|l| !l.starts_with("herd: ")).cloned().unwrap_or_default();
-        checks.push(Check::fail("setup", format!("{line}: {why}"), "run job.setup by hand on this node"));
-        return;
+        return Some(Check::fail("setup", format!("{line}: {why}"), "run job.setup by hand on this node"));
     }
-    if let Some(c) = &plan.container {
-        // Probes run on the node, not in the image: check what the node must provide.
-        let runtime = c.runtime.as_str();
-        match f.get("runtime") {
-            Some(path) => checks.push(Check::pass("runtime", path)),
-            None => checks.push(Check::fail(
-                "runtime",
-                format!("{runtime} not found on PATH ([container] is set)"),
-                format!("install {runtime} on this node, or set container.runtime"),
-            )),
-        }
-        if !fast {
-            gpu_check(plan, rank, f, checks);
-            hostname_check(plan, f, checks);
-        }
-        interface_check(plan, f, checks);
-        if !fast {
-            resource_checks(plan, rank, f, checks);
-        }
-        return;
+    None
+}
+
+/// With `[container]`: probes run on the node, not in the image: what the node must provide.
+fn container_checks(
+    plan: &LaunchPlan,
+    rank: usize,
+    f: &Facts,
+    runtime: &str,
+    fast: bool,
+    checks: &mut Vec<Check>,
+) {
+    match f.get("runtime") {
+        Some(path) => checks.push(Check::pass("runtime", path)),
+        None => checks.push(Check::fail(
+            "runtime",
+            format!("{runtime} not found on PATH ([container] is set)"),
+            format!("install {runtime} on this node, or set container.runtime"),
+        )),
     }
+    if !fast {
+        gpu_check(plan, rank, f, checks);
+        hostname_check(plan, f, checks);
+    }
+    interface_check(plan, f, checks);
+    if !fast {
+        resource_checks(plan, rank, f, checks);
+    }
+}
+
+/// Without a container: the launcher, torch, the GPUs and NCCL as the job's setup leaves them.
+fn bare_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: bool, checks: &mut Vec<Check>) {
     if plan.setup.is_some() {
         checks.push(Check::pass("setup", "ok"));
     }
@@ -272,9 +292,7 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: boo
     if !fast {
         gpu_check(plan, rank, f, checks);
         if plan.uses_torch {
-            if let Some(c) = nccl_check(plan.device, f) {
-                checks.push(c);
-            }
+            checks.extend(nccl_check(plan.device, f));
         }
         hostname_check(plan, f, checks);
     }
