@@ -98,13 +98,13 @@ impl Sink for Board {
             Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => {}
             other => {
                 self.apply(other, Instant::now());
-                shared.screen.draw(self);
+                shared.screen.draw(|width| self.render(Instant::now(), width));
             }
         }
     }
 
     fn tick(&mut self, shared: &mut Shared) {
-        shared.screen.draw(self);
+        shared.screen.draw(|width| self.render(Instant::now(), width));
     }
 }
 

@@ -60,10 +60,6 @@ struct Output<'a> {
     end: Option<&'static str>,
 }
 
-pub fn timestamp() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
-
 /// `event` as one line of JSON, newline included.
 pub fn event_line(event: &Event, ts: String) -> Vec<u8> {
     to_line(&Stamped { ts, event })

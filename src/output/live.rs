@@ -1,11 +1,7 @@
 //! Drawing the status board on the terminal (stderr) with indicatif, and keeping job lines
 //! and status lines above it.
 
-use std::time::Instant;
-
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
-use super::board::Board;
 
 pub struct Live {
     bar: ProgressBar,
@@ -18,8 +14,9 @@ impl Live {
         Live { bar }
     }
 
-    pub fn draw(&self, board: &Board, now: Instant) {
-        self.bar.set_message(board.render(now, terminal_width()));
+    /// Draws what `render` makes of the terminal's width.
+    pub fn draw(&self, render: impl FnOnce(usize) -> String) {
+        self.bar.set_message(render(terminal_width()));
     }
 
     /// Takes the board off the screen while `f` writes, then puts it back.

@@ -4,7 +4,6 @@
 use std::io::{self, Write};
 use std::time::Instant;
 
-use super::board::Board;
 use super::live::Live;
 use super::BOARD_TICK;
 
@@ -91,9 +90,10 @@ impl Screen {
         }
     }
 
-    pub fn draw(&self, board: &Board) {
+    /// Draws the board, as `render` makes it for the terminal's width.
+    pub fn draw(&self, render: impl FnOnce(usize) -> String) {
         if let Some(live) = &self.live {
-            live.draw(board, Instant::now());
+            live.draw(render);
         }
     }
 

@@ -4,7 +4,7 @@
 use std::cell::OnceCell;
 
 use super::screen::Screen;
-use super::{json, Report};
+use super::Report;
 use crate::events::Event;
 
 /// One of the run's outputs.
@@ -44,7 +44,7 @@ impl Turn<'_> {
     /// The event's time, the same for every sink that writes it (events.jsonl, `--json`, the
     /// hook).
     pub fn ts(&self) -> String {
-        self.ts.get_or_init(json::timestamp).clone()
+        self.ts.get_or_init(timestamp).clone()
     }
 }
 
@@ -72,4 +72,9 @@ impl Names {
         let renamed = renamed.map(|()| Renamed { hosts_changed, nprocs: &self.nprocs });
         Turn { event, hosts: &self.hosts, renamed, ts: OnceCell::new() }
     }
+}
+
+/// Now, as the events' `ts` field writes it.
+fn timestamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
