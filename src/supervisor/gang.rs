@@ -76,6 +76,14 @@ pub(super) async fn run_attempt(
     (outcome, port, first_progress)
 }
 
+/// This host's 1-minute load and its cores, from /proc/loadavg (Linux); `None` elsewhere.
+fn host_load() -> Option<attempt::HostLoad> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let load1 = text.split_whitespace().next()?.parse().ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(attempt::HostLoad { load1, cores })
+}
+
 /// What a node's job agent sweeps before it starts: nothing when the preflight swept it
 /// already; on a node new to the run (the first attempt, a promoted spare) every leftover of
 /// the config's other runs; else what this run's earlier attempts left.
@@ -260,6 +268,7 @@ impl<'a> Gang<'a> {
             gap,
             since_progress: l.since_progress(),
             heard: (0..self.results.len()).map(|r| l.has_heard(r).then(|| l.since_heard(r))).collect(),
+            load: host_load(),
         }
     }
 
@@ -315,6 +324,7 @@ impl<'a> Gang<'a> {
                 );
                 self.liveness.forgive();
             }
+            Action::LateHeartbeats(message) => tracing::warn!("{message}"),
         }
     }
 
