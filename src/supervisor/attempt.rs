@@ -22,6 +22,11 @@ pub const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
 /// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
 pub const STALLED: Duration = Duration::from_secs(2);
+/// How long a node may take to end once SIGKILL was requested, before herd stops waiting, on a
+/// fleet whose heartbeats are on time (see `Attempt::kill_wait`). The agent reports what
+/// SIGKILL could not stop a second after sending it, after looking through /proc a few times:
+/// on a loaded machine with many processes, that took over 5 s.
+pub const KILL_DEADLINE: Duration = Duration::from_secs(15);
 /// How much longer than `restart.heartbeat_timeout` herd waits at most for a node whose
 /// silence is not its own (see `extra_wait`): this many timeouts more.
 pub const LATE_CAP_TIMEOUTS: u32 = 3;
@@ -162,6 +167,8 @@ pub struct Attempt<'a> {
     term_sent: bool,
     /// Late heartbeats were warned of (once an attempt).
     warned_late: bool,
+    /// How much longer than usual herd waits for its nodes now (see `extra_wait`).
+    extra: Duration,
 }
 
 impl<'a> Attempt<'a> {
@@ -183,12 +190,21 @@ impl<'a> Attempt<'a> {
             kill_armed: false,
             term_sent: false,
             warned_late: false,
+            extra: Duration::ZERO,
         }
     }
 
     /// The port the attempt starts on, if known now; the actions that start it.
     pub fn begin(&self) -> Vec<Action> {
         self.port.map(Action::Start).into_iter().collect()
+    }
+
+    /// How long a node may take to end once SIGKILL is requested: `KILL_DEADLINE`, longer by
+    /// what the fleet's heartbeats are late by (or this host's overload): the agents that
+    /// answer late are as late to say they ended, and giving up on them all would make every
+    /// node lost at once.
+    pub fn kill_wait(&self) -> Duration {
+        KILL_DEADLINE + self.extra
     }
 
     /// Whether the master's report of its ports is still of use.
@@ -317,6 +333,7 @@ impl<'a> Attempt<'a> {
             .collect();
         let silences: Vec<Duration> = running.iter().filter_map(|r| clock.heard[*r]).collect();
         let extra = extra_wait(self.plan, &silences, clock.load);
+        self.extra = extra;
         let timeout = self.plan.restart.heartbeat_timeout;
         let past_timeout = silences.iter().filter(|s| **s >= timeout).count();
         if extra > Duration::ZERO && past_timeout > 0 && !self.warned_late {
@@ -887,9 +904,11 @@ mod tests {
         assert!(warning.contains("this host's load is 500 on 2 cores"), "{warning}");
         assert!(warning.contains("before 1m without a heartbeat"), "{warning}");
         assert!(a.decide(S(60), loaded([Some(1), Some(55), Some(0)], 500.0)).is_empty());
+        assert_eq!(a.kill_wait(), KILL_DEADLINE + S(45), "the kill waited for as long");
         // The load gone, the node's own silence is judged at once.
         let actions = a.decide(S(61), loaded([Some(1), Some(56), Some(0)], 1.0));
         assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        assert_eq!(a.kill_wait(), KILL_DEADLINE);
     }
 
     #[test]

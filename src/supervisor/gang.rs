@@ -68,6 +68,7 @@ pub(super) async fn run_attempt(
     gang.last_tick = Instant::now();
     while let Some(input) = gang.next_input(&machine, interrupts).await {
         for action in machine.decide(gang.liveness.elapsed(), input) {
+            gang.kill_wait = machine.kill_wait();
             gang.perform(action).await;
         }
     }
@@ -138,6 +139,8 @@ struct Gang<'a> {
     tick: tokio::time::Interval,
     last_tick: Instant,
     interrupts_open: bool,
+    /// How long a node may take to end after SIGKILL (`Attempt::kill_wait`).
+    kill_wait: Duration,
 }
 
 impl<'a> Gang<'a> {
@@ -196,6 +199,7 @@ impl<'a> Gang<'a> {
             tick,
             last_tick: Instant::now(),
             interrupts_open: true,
+            kill_wait: attempt::KILL_DEADLINE,
         }
     }
 
@@ -294,15 +298,18 @@ impl<'a> Gang<'a> {
                 if self.stopped < Stop::Term {
                     self.stopped = Stop::Term;
                     let quick = plan.quick_launcher_exit();
+                    let kill_wait = self.kill_wait;
                     self.tell_all(|rank| NodeCommand::Stop {
                         stop: Stop::Term,
                         fast: quick && failing != Some(rank),
+                        kill_wait,
                     });
                 }
             }
             Action::Kill => {
                 self.stopped = Stop::Kill;
-                self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false });
+                let kill_wait = self.kill_wait;
+                self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false, kill_wait });
             }
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
