@@ -188,7 +188,12 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         FailureClass::NodeLost => None,
         _ => line.or_else(|| last_error_line(&node.lines.iter().map(|l| l.text.clone()).collect::<Vec<_>>())),
     };
-    let at = if class == FailureClass::NodeLost { node.ended_at } else { first_sign.min(node.ended_at) };
+    // A node lost is lost as of when herd saw it lost (its silence judged), if it did: its end
+    // may come much later (at the kill deadline), after nodes that herd's teardown ended.
+    let at = match class {
+        FailureClass::NodeLost => node.lost_at.unwrap_or(node.ended_at),
+        _ => first_sign.min(node.ended_at),
+    };
     Some(NodeFailure { node, class, line, at })
 }
 
@@ -762,6 +767,23 @@ mod tests {
         assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 2);
         assert_eq!(v.root_cause.as_ref().unwrap().exit, lost);
         assert_eq!(v.root_cause.as_ref().unwrap().line, None);
+    }
+
+    #[test]
+    fn the_node_herd_saw_lost_first_is_the_root_cause_not_one_its_teardown_ended_lost() {
+        // Node 2 was judged silent at 20 s; herd then killed every node, and gave up on all of
+        // them at the kill deadline, node 0 a little before node 2.
+        let rules = RuleTable::new(&[]);
+        let gave_up = NodeExit::Lost("no exit status 15 s after SIGKILL was requested".into());
+        let mut nodes = [
+            node(0, "", gave_up.clone(), 0, 35_000, Some(20_000)),
+            node(1, "", gave_up.clone(), 0, 35_200, Some(20_000)),
+            node(2, "", NodeExit::Lost("no heartbeat for 15s".into()), 0, 35_100, Some(20_000)),
+        ];
+        nodes[2].lost_at = Some(Duration::from_millis(20_000));
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::NodeLost);
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 2, "{v:?}");
     }
 
     /// The hang fixture, stopped by herd where torchrun says "Received 15 death signal".

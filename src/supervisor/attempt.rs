@@ -22,6 +22,17 @@ pub const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// A gap between two ticks this long means herd itself was not running (SIGSTOP, Ctrl-Z, a
 /// laptop lid, a paused CI runner, a starved machine): no node is judged on that silence.
 pub const STALLED: Duration = Duration::from_secs(2);
+/// How long a node may take to end once SIGKILL was requested, before herd stops waiting, on a
+/// fleet whose heartbeats are on time (see `Attempt::kill_wait`). The agent reports what
+/// SIGKILL could not stop a second after sending it, after looking through /proc a few times:
+/// on a loaded machine with many processes, that took over 5 s.
+pub const KILL_DEADLINE: Duration = Duration::from_secs(15);
+/// How much longer than `restart.heartbeat_timeout` herd waits at most for a node whose
+/// silence is not its own (see `extra_wait`): this many timeouts more.
+pub const LATE_CAP_TIMEOUTS: u32 = 3;
+/// A launch host whose 1-minute load is this many times its cores is overloaded: its SSH
+/// masters, which carry every heartbeat, may hold them unread for seconds.
+pub const OVERLOADED_PER_CORE: f64 = 4.0;
 
 /// Why herd is stopping the attempt's nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +73,23 @@ pub struct Clock {
     /// Per node, how long since its agent last spoke; `None` before it first did (its login
     /// shell is still starting).
     pub heard: Vec<Option<Duration>>,
+    /// The launch host's load, if it could be read.
+    pub load: Option<HostLoad>,
+}
+
+/// The launch host's 1-minute load average and its cores.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostLoad {
+    pub load1: f64,
+    pub cores: usize,
+}
+
+impl Eq for HostLoad {}
+
+impl HostLoad {
+    fn overloaded(&self) -> bool {
+        self.load1 >= OVERLOADED_PER_CORE * self.cores.max(1) as f64
+    }
 }
 
 /// What the shell does.
@@ -83,6 +111,9 @@ pub enum Action {
     Probe(String),
     /// herd was not running for this long: every node gets a fresh window to be heard.
     Forgive(Duration),
+    /// Warn, before any node is judged silent: heartbeats are late on many nodes at once, or
+    /// this host is overloaded, and herd waits longer than `restart.heartbeat_timeout`.
+    LateHeartbeats(String),
 }
 
 /// How the attempt ended, for classification.
@@ -134,6 +165,10 @@ pub struct Attempt<'a> {
     kill_armed: bool,
     /// SIGTERM (or SIGKILL) was sent: a node that ends lost from now on may end so because of it.
     term_sent: bool,
+    /// Late heartbeats were warned of (once an attempt).
+    warned_late: bool,
+    /// How much longer than usual herd waits for its nodes now (see `extra_wait`).
+    extra: Duration,
 }
 
 impl<'a> Attempt<'a> {
@@ -154,12 +189,22 @@ impl<'a> Attempt<'a> {
             silent: BTreeMap::new(),
             kill_armed: false,
             term_sent: false,
+            warned_late: false,
+            extra: Duration::ZERO,
         }
     }
 
     /// The port the attempt starts on, if known now; the actions that start it.
     pub fn begin(&self) -> Vec<Action> {
         self.port.map(Action::Start).into_iter().collect()
+    }
+
+    /// How long a node may take to end once SIGKILL is requested: `KILL_DEADLINE`, longer by
+    /// what the fleet's heartbeats are late by (or this host's overload): the agents that
+    /// answer late are as late to say they ended, and giving up on them all would make every
+    /// node lost at once.
+    pub fn kill_wait(&self) -> Duration {
+        KILL_DEADLINE + self.extra
     }
 
     /// Whether the master's report of its ports is still of use.
@@ -276,11 +321,29 @@ impl<'a> Attempt<'a> {
                     Some(Pending { why: Stopping::Hang, at: now, failing: None, reason, kill: false });
             }
         }
-        for (node_rank, heard) in clock.heard.iter().enumerate() {
-            if self.exits[node_rank].is_some() || self.silent.contains_key(&node_rank) {
-                continue;
-            }
-            if let Some((reason, why)) = judge_silence(self.plan, node_rank, *heard, now) {
+        self.judge_silences(now, &clock, actions);
+    }
+
+    /// Every running node's silence judged, against the heartbeat timeout and what the fleet
+    /// shares of it (see `extra_wait`); a warning first when herd waits longer than the timeout
+    /// for a node that the timeout alone would have judged.
+    fn judge_silences(&mut self, now: Duration, clock: &Clock, actions: &mut Vec<Action>) {
+        let running: Vec<usize> = (0..clock.heard.len())
+            .filter(|r| self.exits[*r].is_none() && !self.silent.contains_key(r))
+            .collect();
+        let silences: Vec<Duration> = running.iter().filter_map(|r| clock.heard[*r]).collect();
+        let extra = extra_wait(self.plan, &silences, clock.load);
+        self.extra = extra;
+        let timeout = self.plan.restart.heartbeat_timeout;
+        let past_timeout = silences.iter().filter(|s| **s >= timeout).count();
+        if extra > Duration::ZERO && past_timeout > 0 && !self.warned_late {
+            self.warned_late = true;
+            let message = late_warning(self.plan, &silences, clock.load, extra);
+            actions.push(Action::LateHeartbeats(message));
+        }
+        for node_rank in running {
+            let heard = clock.heard[node_rank];
+            if let Some((reason, why)) = judge_silence(self.plan, node_rank, heard, now, extra) {
                 self.silent.insert(node_rank, why);
                 self.lost_at[node_rank] = Some(now);
                 self.fail(now, None, reason, true, actions);
@@ -391,14 +454,74 @@ fn who(plan: &LaunchPlan, node_rank: usize) -> String {
     format!("node {node_rank} ({})", plan.nodes[node_rank].host)
 }
 
+/// How much longer than `restart.heartbeat_timeout` herd waits for any node now, given the
+/// `silences` of the running nodes heard from: a silence that most nodes share is not one
+/// node's fault (herd's own SSH masters starved, or every node loaded), and a launch host
+/// that is overloaded (`OVERLOADED_PER_CORE`) may hold any node's heartbeats unread.
+/// - What most nodes (more than half, as `blame::minority` counts) are late by, past a
+///   heartbeat interval: the wait grows by that much, so that a node is judged on its own
+///   silence, not on the fleet's;
+/// - an overloaded host: the longest wait.
+///
+/// Never more than `LATE_CAP_TIMEOUTS` timeouts: a fleet silent for that long is lost (and
+/// blamed as one cut, not node by node: see `blame`).
+pub fn extra_wait(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>) -> Duration {
+    let timeout = plan.restart.heartbeat_timeout;
+    let cap = timeout * LATE_CAP_TIMEOUTS;
+    if load.is_some_and(|l| l.overloaded()) {
+        return cap;
+    }
+    let interval = crate::policy::heartbeat_interval(timeout);
+    shared_silence(silences).saturating_sub(interval).min(cap)
+}
+
+/// The silence most of `silences` reach: the longest that more than half of them (more than
+/// a `blame::minority`) are at or past; zero when there are too few to be more than one.
+fn shared_silence(silences: &[Duration]) -> Duration {
+    let most = (silences.len() / 2).max(1) + 1;
+    let mut sorted = silences.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted.get(most - 1).copied().unwrap_or(Duration::ZERO)
+}
+
+/// The warning herd gives before it waits longer than the heartbeat timeout: how late the
+/// heartbeats are (on how many nodes, what most share, the latest), this host's load, how
+/// long herd now waits, and what to raise if this is how the cluster runs.
+fn late_warning(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>, extra: Duration) -> String {
+    let timeout = plan.restart.heartbeat_timeout;
+    let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    let late = silences.iter().filter(|s| **s >= timeout).count();
+    let latest = silences.iter().max().copied().unwrap_or_default();
+    let shared = shared_silence(silences);
+    let host = match load {
+        Some(l) => format!("; this host's load is {:.0} on {} cores", l.load1, l.cores),
+        None => String::new(),
+    };
+    // Twice the latest silence seen, in whole 5 s.
+    let suggest = Duration::from_secs((latest.as_secs() * 2).div_ceil(5).max(1) * 5).max(timeout * 2);
+    format!(
+        "heartbeats are late on many nodes at once ({late} of {} past restart.heartbeat_timeout, most silent for {}, the latest for {}{host}): \
+         that is no one node's fault, so none is judged silent before {} without a heartbeat; \
+         if this cluster (or this launch host) is always this loaded, raise restart.heartbeat_timeout ({}) to {} or more",
+        silences.len(),
+        secs(shared),
+        secs(latest),
+        secs(timeout + extra),
+        secs(timeout),
+        secs(suggest),
+    )
+}
+
 /// Whether a node still running is lost for its silence: `(teardown reason, how it is lost)`.
 /// `silent_for`: how long since its agent last spoke, `None` before it first did (its login
-/// shell is still starting, judged by `ssh.login_timeout`, not by the heartbeat).
+/// shell is still starting, judged by `ssh.login_timeout`, not by the heartbeat). `extra`:
+/// how much longer than the heartbeat timeout herd waits now (see `extra_wait`).
 fn judge_silence(
     plan: &LaunchPlan,
     node_rank: usize,
     silent_for: Option<Duration>,
     attempt_age: Duration,
+    extra: Duration,
 ) -> Option<(String, String)> {
     let who = who(plan, node_rank);
     match silent_for {
@@ -409,10 +532,18 @@ fn judge_silence(
                 format!("its login shell did not start the agent within ssh.login_timeout ({limit}): a shell init (conda, pyenv, module) may be stuck"),
             ))
         }
-        Some(silent) if silent >= plan.restart.heartbeat_timeout => Some((
-            format!("{who} is silent: no heartbeat"),
-            format!("no heartbeat for {}", humantime::format_duration(plan.restart.heartbeat_timeout)),
-        )),
+        Some(silent) if silent >= plan.restart.heartbeat_timeout + extra => {
+            let timeout = plan.restart.heartbeat_timeout;
+            let waited = humantime::format_duration(Duration::from_secs((timeout + extra).as_secs()));
+            let why = match extra {
+                Duration::ZERO => format!("no heartbeat for {waited}"),
+                _ => format!(
+                    "no heartbeat for {waited} (restart.heartbeat_timeout is {}, waited longer for heartbeats late on many nodes)",
+                    humantime::format_duration(timeout)
+                ),
+            };
+            Some((format!("{who} is silent: no heartbeat"), why))
+        }
         _ => None,
     }
 }
@@ -436,6 +567,7 @@ mod tests {
             gap: Duration::from_millis(gap_ms),
             since_progress: S(since_progress),
             heard: heard.iter().map(|h| h.map(S)).collect(),
+            load: None,
         })
     }
 
@@ -685,6 +817,98 @@ mod tests {
             a.decide(S(60), tick([Some(40), Some(40), Some(40)], 0, 30_000)),
             vec![Action::Forgive(S(30))]
         );
+    }
+
+    fn loaded(heard: [Option<u64>; 3], load1: f64) -> Input {
+        match tick(heard, 0, 250) {
+            Input::Tick(clock) => Input::Tick(Clock { load: Some(HostLoad { load1, cores: 2 }), ..clock }),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_silence_most_nodes_share_is_what_they_are_all_late_by() {
+        let s = |v: &[u64]| shared_silence(&v.iter().map(|x| S(*x)).collect::<Vec<_>>());
+        // One or two nodes cannot share a lateness with a majority of others.
+        assert_eq!(s(&[]), S(0));
+        assert_eq!(s(&[40]), S(0));
+        assert_eq!(s(&[40, 1]), S(1));
+        // Of three, two; of four, three; of five, three.
+        assert_eq!(s(&[1, 20, 14]), S(14));
+        assert_eq!(s(&[30, 1, 12, 9]), S(9));
+        assert_eq!(s(&[1, 2, 30, 20, 10]), S(10));
+        let p = plan("");
+        // A healthy fleet (heartbeats every 3 s) waits no longer; a late one by its lateness,
+        // never past three more timeouts; an overloaded host the longest.
+        assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], None), S(0));
+        assert_eq!(extra_wait(&p, &[S(10), S(12), S(15)], None), S(9));
+        assert_eq!(extra_wait(&p, &[S(100), S(100), S(100)], None), S(45));
+        let busy = HostLoad { load1: 7.9, cores: 2 };
+        assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(busy)), S(0));
+        let overloaded = HostLoad { load1: 8.0, cores: 2 };
+        assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(overloaded)), S(45));
+    }
+
+    #[test]
+    fn nodes_late_at_once_are_warned_of_then_waited_for_not_judged_one_by_one() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        // Every node late, node 1 past the timeout: most are 14 s late, so the wait is 26 s,
+        // and herd says so before it judges anyone.
+        let actions = a.decide(S(30), tick([Some(14), Some(16), Some(14)], 0, 250));
+        let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
+        for part in [
+            "1 of 3 past restart.heartbeat_timeout",
+            "most silent for 14s",
+            "the latest for 16s",
+            "no one node's fault",
+            "before 26s",
+            "raise restart.heartbeat_timeout (15s) to 35s",
+        ] {
+            assert!(warning.contains(part), "{part:?} not in {warning}");
+        }
+        // Said once; node 1 heard again, the others too.
+        assert!(a.decide(S(35), tick([Some(20), Some(21), Some(19)], 0, 250)).is_empty());
+        assert!(a.decide(S(36), tick([Some(1), Some(2), Some(1)], 0, 250)).is_empty());
+        // The fleet fine again, one node silent on its own: judged at the timeout.
+        let actions = a.decide(S(50), tick([Some(1), Some(15), Some(2)], 0, 250));
+        assert_eq!(actions, vec![Action::Probe("node 1 (n2) is silent: no heartbeat".into())]);
+    }
+
+    #[test]
+    fn a_fleet_silent_past_the_longest_wait_is_judged_saying_it_waited_longer() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(40), tick([Some(20), Some(20), Some(20)], 0, 250));
+        assert!(matches!(&actions[..], [Action::LateHeartbeats(_)]), "{actions:?}");
+        assert!(a.decide(S(79), tick([Some(59), Some(59), Some(59)], 0, 250)).is_empty());
+        let actions = a.decide(S(80), tick([Some(60), Some(60), Some(60)], 0, 250));
+        assert!(actions.contains(&Action::Kill), "{actions:?}");
+        a.decide(S(81), Input::NodeEnded { node_rank: 0, exit: NodeExit::Signal(9) });
+        let Some(NodeExit::Lost(why)) = &a.ended().exits[0] else { panic!() };
+        assert!(
+            why.starts_with("no heartbeat for 1m (restart.heartbeat_timeout is 15s, waited longer"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn on_an_overloaded_host_one_silent_node_is_waited_for_and_warned_of() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(0)], 500.0));
+        let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
+        assert!(warning.contains("this host's load is 500 on 2 cores"), "{warning}");
+        assert!(warning.contains("before 1m without a heartbeat"), "{warning}");
+        assert!(a.decide(S(60), loaded([Some(1), Some(55), Some(0)], 500.0)).is_empty());
+        assert_eq!(a.kill_wait(), KILL_DEADLINE + S(45), "the kill waited for as long");
+        // The load gone, the node's own silence is judged at once.
+        let actions = a.decide(S(61), loaded([Some(1), Some(56), Some(0)], 1.0));
+        assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        assert_eq!(a.kill_wait(), KILL_DEADLINE);
     }
 
     #[test]

@@ -87,7 +87,11 @@ pub async fn exec(
                 interrupted += 1;
                 let stop = if interrupted == 1 { Stop::Term } else { Stop::Kill };
                 for tell in &told {
-                    let _ = tell.send(NodeCommand::Stop { stop, fast: false });
+                    let _ = tell.send(NodeCommand::Stop {
+                        stop,
+                        fast: false,
+                        kill_wait: super::attempt::KILL_DEADLINE,
+                    });
                 }
             }
         }

@@ -68,12 +68,21 @@ pub(super) async fn run_attempt(
     gang.last_tick = Instant::now();
     while let Some(input) = gang.next_input(&machine, interrupts).await {
         for action in machine.decide(gang.liveness.elapsed(), input) {
+            gang.kill_wait = machine.kill_wait();
             gang.perform(action).await;
         }
     }
     let first_progress = gang.liveness.first_progress();
     let (outcome, port) = gang.outcome(machine.ended()).await;
     (outcome, port, first_progress)
+}
+
+/// This host's 1-minute load and its cores, from /proc/loadavg (Linux); `None` elsewhere.
+fn host_load() -> Option<attempt::HostLoad> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let load1 = text.split_whitespace().next()?.parse().ok()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(attempt::HostLoad { load1, cores })
 }
 
 /// What a node's job agent sweeps before it starts: nothing when the preflight swept it
@@ -130,6 +139,8 @@ struct Gang<'a> {
     tick: tokio::time::Interval,
     last_tick: Instant,
     interrupts_open: bool,
+    /// How long a node may take to end after SIGKILL (`Attempt::kill_wait`).
+    kill_wait: Duration,
 }
 
 impl<'a> Gang<'a> {
@@ -188,6 +199,7 @@ impl<'a> Gang<'a> {
             tick,
             last_tick: Instant::now(),
             interrupts_open: true,
+            kill_wait: attempt::KILL_DEADLINE,
         }
     }
 
@@ -260,6 +272,7 @@ impl<'a> Gang<'a> {
             gap,
             since_progress: l.since_progress(),
             heard: (0..self.results.len()).map(|r| l.has_heard(r).then(|| l.since_heard(r))).collect(),
+            load: host_load(),
         }
     }
 
@@ -285,15 +298,18 @@ impl<'a> Gang<'a> {
                 if self.stopped < Stop::Term {
                     self.stopped = Stop::Term;
                     let quick = plan.quick_launcher_exit();
+                    let kill_wait = self.kill_wait;
                     self.tell_all(|rank| NodeCommand::Stop {
                         stop: Stop::Term,
                         fast: quick && failing != Some(rank),
+                        kill_wait,
                     });
                 }
             }
             Action::Kill => {
                 self.stopped = Stop::Kill;
-                self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false });
+                let kill_wait = self.kill_wait;
+                self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false, kill_wait });
             }
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
@@ -315,6 +331,7 @@ impl<'a> Gang<'a> {
                 );
                 self.liveness.forgive();
             }
+            Action::LateHeartbeats(message) => tracing::warn!("{message}"),
         }
     }
 

@@ -41,8 +41,9 @@ pub enum NodeCommand {
     /// attempt: the agent ends the launcher as soon as its workers are gone (`term-fast`). A
     /// healthy launcher then has nothing left to do but its interpreter's exit, a second or
     /// more with torch loaded. The failing node's launcher keeps its grace: its summary names
-    /// the root cause.
-    Stop { stop: Stop, fast: bool },
+    /// the root cause. `kill_wait`: how long after SIGKILL herd waits for the node's end
+    /// (`attempt::KILL_DEADLINE`, or longer on a late fleet: `Attempt::kill_wait`).
+    Stop { stop: Stop, fast: bool, kill_wait: Duration },
     /// The job's processes, then its ranks' stacks (answered as `NodeReport::Processes`, then
     /// `NodeReport::Stacks`).
     Probe,
@@ -67,10 +68,6 @@ pub enum NodeReport {
 /// Where a node's reports go.
 pub type Reports = mpsc::UnboundedSender<(usize, NodeReport)>;
 
-/// How long a node may take to end once SIGKILL was requested, before herd stops waiting.
-/// The agent reports what SIGKILL could not stop a second after sending it, after looking
-/// through /proc a few times: on a loaded machine with many processes, that took over 5 s.
-const KILL_DEADLINE: Duration = Duration::from_secs(15);
 /// How long a node's output may stay open, with nothing read from it, after its agent
 /// exited. Output that is still flowing (the reporter catching up) is always read to the end.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
@@ -324,7 +321,7 @@ impl Controller {
         mut commands: mpsc::UnboundedReceiver<NodeCommand>,
     ) -> (Option<i32>, Option<String>) {
         let (mut env_sent, mut probe_asked, mut open) = (false, false, true);
-        let mut give_up_at = None;
+        let (mut give_up_at, mut waited) = (None, Duration::ZERO);
         loop {
             tokio::select! {
                 joined = &mut err_pump => return (joined.ok().flatten(), None),
@@ -333,7 +330,7 @@ impl Controller {
                     // stdin (on return) is all that is left, and the agent acts on that if it
                     // ever runs.
                     err_pump.abort();
-                    let secs = KILL_DEADLINE.as_secs();
+                    let secs = waited.as_secs();
                     return (None, Some(format!("no exit status {secs} s after SIGKILL was requested; stopped waiting for it")));
                 }
                 // None: the supervisor is gone; closing stdin (on return) tears the job down.
@@ -352,9 +349,10 @@ impl Controller {
                     // Not before the env: the agent would read `probe` as the env block's start.
                     Some(NodeCommand::Probe) if !env_sent => probe_asked = true,
                     Some(NodeCommand::Probe) => self.send(Control::Probe).await,
-                    Some(NodeCommand::Stop { stop, fast }) => {
+                    Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
-                            give_up_at = Some(tokio::time::Instant::now() + KILL_DEADLINE);
+                            waited = kill_wait;
+                            give_up_at = Some(tokio::time::Instant::now() + kill_wait);
                         }
                         self.stop(stop, fast).await;
                     }

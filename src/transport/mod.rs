@@ -135,6 +135,14 @@ pub enum TransportExit {
     Disconnected(String),
 }
 
+/// How many commands herd opens at once over its SSH masters. While a command's channel opens,
+/// herd holds both ends of its three pipes and its socket to the master (7 descriptors); once
+/// it is open, only its own ends and the socket (4). On a loaded host, with every node's
+/// command opening at once, each node costs the 7: opening a few dozen at a time bounds that,
+/// and costs a local round trip each (the login on the node comes after, in parallel).
+const OPENING_AT_ONCE: usize = 32;
+static OPENING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(OPENING_AT_ONCE);
+
 /// Where SSH master connections keep their control sockets: herd's own folder (see
 /// `state::ssh_dir`), set once at start-up, after the folders a killed herd left are cleaned.
 static CONTROL_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -249,6 +257,7 @@ impl Connection {
                     .with_session(|session| {
                         let command = command.clone();
                         async move {
+                            let _opening = OPENING.acquire().await.expect("never closed");
                             Session::to_raw_command(session, command)
                                 .stdin(openssh::Stdio::piped())
                                 .stdout(openssh::Stdio::piped())
@@ -287,12 +296,17 @@ impl Connection {
                 let shell = login_line(shell)?;
                 let shell = shell.as_str();
                 link.with_session(|session| async move {
-                    session
-                        .raw_command(shell)
+                    let spawn = |e: openssh::Error| TransportError::Spawn(error_chain(&e));
+                    let opening = OPENING.acquire().await.expect("never closed");
+                    let child = (session.raw_command(shell))
                         .stdin(openssh::Stdio::null())
-                        .output()
+                        .stdout(openssh::Stdio::piped())
+                        .stderr(openssh::Stdio::piped())
+                        .spawn()
                         .await
-                        .map_err(|e| TransportError::Spawn(error_chain(&e)))
+                        .map_err(spawn)?;
+                    drop(opening);
+                    child.wait_with_output().await.map_err(spawn)
                 })
                 .await
             }
