@@ -468,7 +468,10 @@ fn who(plan: &LaunchPlan, node_rank: usize) -> String {
 pub fn extra_wait(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>) -> Duration {
     let timeout = plan.restart.heartbeat_timeout;
     let cap = timeout * LATE_CAP_TIMEOUTS;
-    if load.is_some_and(|l| l.overloaded()) {
+    // A loaded host makes every node late alike: it counts once two or more nodes are late,
+    // never for one silent node alone (a cut link, a dead host), whose loss it would delay.
+    let late = silences.iter().filter(|s| **s >= timeout).count();
+    if late >= 2 && load.is_some_and(|l| l.overloaded()) {
         return cap;
     }
     let interval = crate::policy::heartbeat_interval(timeout);
@@ -846,7 +849,9 @@ mod tests {
         let busy = HostLoad { load1: 7.9, cores: 2 };
         assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(busy)), S(0));
         let overloaded = HostLoad { load1: 8.0, cores: 2 };
-        assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(overloaded)), S(45));
+        // One silent node is judged as on a quiet host; two late ones wait the longest.
+        assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(overloaded)), S(0));
+        assert_eq!(extra_wait(&p, &[S(1), S(16), S(15)], Some(overloaded)), S(45));
     }
 
     #[test]
@@ -895,20 +900,23 @@ mod tests {
     }
 
     #[test]
-    fn on_an_overloaded_host_one_silent_node_is_waited_for_and_warned_of() {
+    fn on_an_overloaded_host_two_late_nodes_are_waited_for_and_one_silent_node_is_not() {
         let p = plan("");
         let used = BTreeSet::new();
         let mut a = Attempt::new(&p, Some(1), &used);
-        let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(0)], 500.0));
+        let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(16)], 500.0));
         let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
         assert!(warning.contains("this host's load is 500 on 2 cores"), "{warning}");
         assert!(warning.contains("before 1m without a heartbeat"), "{warning}");
-        assert!(a.decide(S(60), loaded([Some(1), Some(55), Some(0)], 500.0)).is_empty());
+        assert!(a.decide(S(60), loaded([Some(1), Some(55), Some(56)], 500.0)).is_empty());
         assert_eq!(a.kill_wait(), KILL_DEADLINE + S(45), "the kill waited for as long");
-        // The load gone, the node's own silence is judged at once.
-        let actions = a.decide(S(61), loaded([Some(1), Some(56), Some(0)], 1.0));
+        // Never past three more timeouts: then they are judged.
+        let actions = a.decide(S(66), loaded([Some(1), Some(61), Some(62)], 500.0));
         assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
-        assert_eq!(a.kill_wait(), KILL_DEADLINE);
+        // One silent node on a loaded host (a cut link, a dead host) is not waited for.
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(0)], 500.0));
+        assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
     }
 
     #[test]
