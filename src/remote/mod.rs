@@ -1154,6 +1154,27 @@ mod tests {
         assert!(!messages.iter().any(|m| matches!(m, AgentMessage::Other(_))), "{stderr}");
     }
 
+    /// Where no process holds the config's marker (a start's usual case), a leftover sweep looks
+    /// through /proc once (one grep) and starts nothing else: no look for live agents.
+    #[test]
+    fn a_sweep_with_nothing_marked_looks_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = dir.path().join("calls");
+        for tool in ["grep", "tr", "sort"] {
+            let path = dir.path().join(tool);
+            let body = format!("#!/bin/sh\necho {tool} >> {}\nexec /usr/bin/{tool} \"$@\"\n", quote(calls.to_str().unwrap()));
+            std::fs::write(&path, body).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+        let prefix = format!("HERD_T_NONE={}x:", test_mark());
+        let body = with_procs(&sweep_call(&prefix, SweepScope::Leftovers, 1));
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        let out = Command::new("sh").arg("-c").arg(&body).env("PATH", path).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        assert_eq!(std::fs::read_to_string(&calls).unwrap_or_default(), "grep\n");
+    }
+
     /// The multiplexer ends as soon as its launcher does, with its status, even while what the
     /// launcher left holds its output open: each run's time beyond a bare start of the same
     /// interpreter. It used to notice the exit at its loop's next turn (up to 200 ms, a median

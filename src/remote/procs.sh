@@ -81,10 +81,13 @@ herd_live_job() {
 }
 
 # herd_by_agent PREFIX live|gone: the pids whose marker starts with PREFIX, by whether the
-# agent of their marker is alive.
+# agent of their marker is alive. No process with such a marker (a start's usual case): one
+# look at /proc, and no look for live agents.
 herd_by_agent() {
+  herd_marked=$(herd_with_env -- "^$1")
+  [ -n "$herd_marked" ] || return 0
   herd_live=$(herd_live_markers "$1")
-  for herd_p in $(herd_with_env -- "^$1"); do
+  for herd_p in $herd_marked; do
     herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
     # Gone meanwhile: nothing to judge.
     [ -n "$herd_m" ] || continue
