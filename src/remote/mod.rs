@@ -1155,9 +1155,10 @@ mod tests {
     }
 
     /// Where no process holds the config's marker (a start's usual case), a leftover sweep looks
-    /// through /proc once (one grep) and starts nothing else: no look for live agents.
+    /// through /proc once (one grep) and starts nothing else: no look for live agents. With
+    /// some, it reads their markers in one grep, not one (and a `tr`) per process.
     #[test]
-    fn a_sweep_with_nothing_marked_looks_once() {
+    fn a_sweep_looks_through_proc_a_fixed_number_of_times() {
         let dir = tempfile::tempdir().unwrap();
         let calls = dir.path().join("calls");
         for tool in ["grep", "tr", "sort"] {
@@ -1166,13 +1167,35 @@ mod tests {
             std::fs::write(&path, body).unwrap();
             std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         }
-        let prefix = format!("HERD_T_NONE={}x:", test_mark());
-        let body = with_procs(&sweep_call(&prefix, SweepScope::Leftovers, 1));
         let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
-        let out = Command::new("sh").arg("-c").arg(&body).env("PATH", path).output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        assert!(out.stdout.is_empty(), "{out:?}");
-        assert_eq!(std::fs::read_to_string(&calls).unwrap_or_default(), "grep\n");
+        let tools = |body: &str| {
+            let _ = std::fs::remove_file(&calls);
+            let out = Command::new("sh").arg("-c").arg(with_procs(body)).env("PATH", &path).output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            (String::from_utf8(out.stdout).unwrap(), std::fs::read_to_string(&calls).unwrap_or_default())
+        };
+        let none = format!("HERD_T_NONE={}x:", test_mark());
+        assert_eq!(tools(&sweep_call(&none, SweepScope::Leftovers, 1)), (String::new(), "grep\n".into()));
+
+        // Three leftovers (no agent holds their marker): the same few looks as for one.
+        let mark = format!("few{}", test_mark());
+        let mut kids: Vec<_> = (0..3).map(|i| marked_sleep(&format!("{mark}:r:0:{i}"))).collect();
+        let prefix = format!("HERD_MARKER={mark}:");
+        assert!(wait_for(|| processes_with_env(&format!("HERD_MARKER={mark}:r:0:2")).len() == 1));
+        let (found, looks) = tools(&format!("herd_pick {} leftovers", quote(&prefix)));
+        let mut found: Vec<u32> = parse_pids(&found);
+        found.sort();
+        let mut want: Vec<u32> = kids.iter().map(|k| k.id()).collect();
+        want.sort();
+        assert_eq!(found, want);
+        for k in &mut kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        // A pipeline's tools start in any order.
+        let mut looks: Vec<&str> = looks.lines().collect();
+        looks.sort();
+        assert_eq!(looks, ["grep", "grep", "grep", "sort", "tr", "tr"], "one look each: marked, live agents, markers");
     }
 
     /// The multiplexer ends as soon as its launcher does, with its status, even while what the
