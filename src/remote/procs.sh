@@ -81,13 +81,14 @@ herd_live_job() {
 }
 
 # herd_by_agent PREFIX live|gone: the pids whose marker starts with PREFIX, by whether the
-# agent of their marker is alive.
+# agent of their marker is alive. No process with such a marker (a start's usual case): one
+# look at /proc, and no look for live agents.
 herd_by_agent() {
+  herd_marked=$(herd_with_env -- "^$1")
+  [ -n "$herd_marked" ] || return 0
   herd_live=$(herd_live_markers "$1")
-  for herd_p in $(herd_with_env -- "^$1"); do
-    herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
-    # Gone meanwhile: nothing to judge.
-    [ -n "$herd_m" ] || continue
+  # shellcheck disable=SC2086 # one word per pid
+  herd_entries "${1%%=*}" $herd_marked | while read -r herd_p herd_m; do
     case "
 $herd_live
 " in
@@ -99,13 +100,29 @@ $herd_m
   done
 }
 
+# herd_entries NAME PIDS...: `PID NAME=VALUE` for each of PIDS whose environment has NAME (a
+# marker: one word), read in one grep for all of them, not one per process. A process gone
+# meanwhile has none: nothing to judge.
+herd_entries() {
+  herd_n=$1
+  shift
+  [ $# -gt 0 ] || return 0
+  herd_files=
+  for herd_p in "$@"; do herd_files="$herd_files /proc/$herd_p/environ"; done
+  # shellcheck disable=SC2086 # paths of /proc hold no blank
+  grep -Hz -- "^$herd_n=" $herd_files 2>/dev/null | tr '\0' '\n' | while IFS= read -r herd_l; do
+    herd_p=${herd_l#/proc/}
+    echo "${herd_p%%/*} ${herd_l#*/environ:}"
+  done
+}
+
 # herd_others PREFIX SKIP: the pids whose marker starts with PREFIX and not with SKIP (a run's
 # processes but those of its current attempt).
 herd_others() {
-  for herd_p in $(herd_with_env -- "^$1"); do
-    herd_m=$(grep -z -- "^${1%%=*}=" "/proc/$herd_p/environ" 2>/dev/null | tr -d '\0')
+  # shellcheck disable=SC2046 # one word per pid
+  herd_entries "${1%%=*}" $(herd_with_env -- "^$1") | while read -r herd_p herd_m; do
     case $herd_m in
-      "" | "$2"*) ;;
+      "$2"*) ;;
       *) echo "$herd_p" ;;
     esac
   done
