@@ -68,6 +68,44 @@ pub fn decide(soft: u64, hard: u64, nodes: usize) -> Decision {
     }
 }
 
+/// The soft limit herd started with, once it has raised it (`u64::MAX`: not raised).
+static STARTED_WITH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Give the processes `command` starts the soft open-file limit herd started with, not the
+/// one it raised for itself: the user's job (a local agent's, a hook, or on Slurm's nodes,
+/// where srun's limits are propagated to the tasks) sees the limit of the shell it came from,
+/// as Go's `os/exec` does for its children.
+pub fn as_started(command: &mut tokio::process::Command) {
+    // SAFETY: the hook calls only getrlimit and setrlimit, which are async-signal-safe.
+    unsafe {
+        command.pre_exec(in_child());
+    }
+}
+
+/// [`as_started`] for a `std` command.
+pub fn as_started_std(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: as in `as_started`.
+    unsafe {
+        command.pre_exec(in_child());
+    }
+}
+
+/// What a child runs before its exec: the soft limit put back, if herd raised it.
+fn in_child() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let soft = STARTED_WITH.load(std::sync::atomic::Ordering::Relaxed);
+    move || {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: both calls read or write only `lim`, on this stack.
+        if soft != u64::MAX && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && soft < lim.rlim_cur {
+            lim.rlim_cur = soft;
+            // SAFETY: as above.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        }
+        Ok(())
+    }
+}
+
 /// Raises herd's soft open-file limit to its hard one; refuses when that is too low for
 /// `nodes`. A limit that cannot be read or set is left as it is, with a warning: the
 /// connections will say if it was too low.
@@ -91,6 +129,7 @@ pub fn raise_for(nodes: usize) -> Result<(), TooLow> {
                     std::io::Error::last_os_error()
                 );
             } else {
+                STARTED_WITH.store(lim.rlim_cur, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!("open-file limit raised from {} to {to}", lim.rlim_cur);
             }
             Ok(())

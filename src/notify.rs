@@ -191,7 +191,9 @@ fn deliver(
 
 fn run_hook(notify: &Notify, run: &RunInfo, hook: &Hook, stopper: &Stopper) -> Result<(), String> {
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    crate::limits::as_started_std(&mut command);
+    let mut child = command
         .arg("-c")
         .arg(&notify.command)
         .env("HERD_RUN_ID", &run.run_id)

@@ -168,6 +168,22 @@ fn a_hard_open_file_limit_too_low_for_the_nodes_exits_2_with_the_numbers() {
     assert!(out.stderr.contains("ssh.identity_file") && !out.stderr.contains("open files"), "{out}");
 }
 
+/// herd raises its own soft open-file limit, but the job it starts gets the one herd was
+/// started with (here through a local node; Slurm's srun and the hooks are given it too).
+#[test]
+fn the_job_gets_the_open_file_limit_herd_was_started_with() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+         args = [\"-c\", \"echo limits=$(ulimit -Sn):$(ulimit -Hn)\"]\n",
+    );
+    let out = herd::start_under(&["prlimit", "--nofile=1000:4096", "--"], dir.path(), &["run", "--no-preflight"], &[])
+        .wait(LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains("limits=1000:4096"), "{out}");
+}
+
 #[test]
 fn missing_config_file_exits_2_naming_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -231,6 +231,7 @@ impl Connection {
                 let argv = inv.local_argv();
                 let mut command = tokio::process::Command::new(&argv[0]);
                 command.args(&argv[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                crate::limits::as_started(&mut command);
                 // The agent is a child subreaper, as on a remote node (see
                 // `AgentInvocation::remote_command`): what the job orphans stays its descendant.
                 // SAFETY: prctl is async-signal-safe, and touches nothing of the parent's.
@@ -285,12 +286,12 @@ impl Connection {
     /// Run a shell command on the node and collect its output.
     pub async fn output(&self, shell: &str) -> Result<std::process::Output, TransportError> {
         match self {
-            Connection::Local => Ok(tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg(shell)
-                .stdin(Stdio::null())
-                .output()
-                .await?),
+            Connection::Local => {
+                let mut command = tokio::process::Command::new("sh");
+                command.arg("-c").arg(shell).stdin(Stdio::null());
+                crate::limits::as_started(&mut command);
+                Ok(command.output().await?)
+            }
             Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
                 let shell = login_line(shell)?;

@@ -114,6 +114,7 @@ pub fn own_step_name(target: &SlurmTarget) -> String {
 pub fn srun(target: &SlurmTarget, shell: &str) -> Command {
     let mut command = Command::new("srun");
     command.args(srun_argv(target, &own_step_name(target), shell)).process_group(0);
+    crate::limits::as_started(&mut command);
     for var in ALLOCATION_TASK_VARS {
         command.env_remove(var);
     }
