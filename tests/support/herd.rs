@@ -52,9 +52,13 @@ impl std::fmt::Display for Finished {
     }
 }
 
-/// A started herd process.
+/// A started herd process. Its stdout and stderr are read from the start, by a thread each:
+/// a herd whose output nobody reads would block on a full pipe (its supervision with it) as
+/// soon as its nodes had printed 64 KiB.
 pub struct Running {
     child: Child,
+    stdout: Option<std::thread::JoinHandle<Vec<u8>>>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
     started: Instant,
 }
 
@@ -88,18 +92,8 @@ impl Running {
 
     /// Wait for herd to exit, killing it (and failing) after `limit`.
     pub fn wait(mut self, limit: Duration) -> Finished {
-        let mut out = self.child.stdout.take().unwrap();
-        let mut err = self.child.stderr.take().unwrap();
-        let out_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = out.read_to_end(&mut s);
-            s
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = Vec::new();
-            let _ = err.read_to_end(&mut s);
-            s
-        });
+        let out_reader = self.stdout.take().unwrap();
+        let err_reader = self.stderr.take().unwrap();
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
@@ -157,7 +151,17 @@ pub fn start_under(wrapper: &[&str], dir: &Path, args: &[&str], env: &[(&str, &s
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Running { child: cmd.spawn().expect("start herd"), started: Instant::now() }
+    let mut child = cmd.spawn().expect("start herd");
+    let drain = |mut from: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = from.read_to_end(&mut s);
+            s
+        })
+    };
+    let stdout = Some(drain(Box::new(child.stdout.take().unwrap())));
+    let stderr = Some(drain(Box::new(child.stderr.take().unwrap())));
+    Running { child, stdout, stderr, started: Instant::now() }
 }
 
 pub fn run(dir: &Path, args: &[&str], limit: Duration) -> Finished {
