@@ -352,6 +352,8 @@ impl Fleet {
             _ => None,
         });
         if let Some(target) = slurm {
+            // A fleet step whose nodes are all done ends on its own within moments.
+            transport::step::settle().await;
             match transport::slurm::cancel_steps(
                 &target.job_id,
                 &transport::slurm::own_step_name(&target),

@@ -199,6 +199,9 @@ pub struct SlurmTarget {
     /// What herd's steps of this config are called (`srun --job-name`, then this herd's pid):
     /// how `herd kill` and teardown find them in `squeue --steps`.
     pub step_name: String,
+    /// A step of its own for each node's agent and probe (`transport.steps = "per-node"`),
+    /// not one for the fleet.
+    pub per_node_steps: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -427,6 +430,7 @@ impl Candidate {
                 job_id: slurm.job_id.clone(),
                 srun_args: slurm.srun_args.clone(),
                 step_name: step_name(config_key),
+                per_node_steps: slurm.per_node_steps,
             })
         } else if is_local_host(&node.host) {
             Transport::Local

@@ -103,13 +103,19 @@ impl SlurmCluster {
 const FAST_RESTART: &str =
     "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\nheartbeat_timeout = \"10s\"\n";
 
-/// The `srun`s of herd's steps on this machine, with their command lines.
-fn herd_sruns() -> Vec<String> {
+/// The `srun`s of herd's steps in `slurm` (by the SLURM_CONF in their environment: not those
+/// a failed test elsewhere left), with their command lines.
+fn herd_sruns(slurm: &Slurm) -> Vec<String> {
+    let conf = format!("SLURM_CONF={}", slurm.conf().display());
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| Some((pid, std::fs::read(format!("/proc/{pid}/cmdline")).ok()?)))
         .filter(|(_, c)| c.starts_with(b"srun\0") && String::from_utf8_lossy(c).contains("\0herd-"))
+        .filter(|(pid, _)| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == conf.as_bytes()))
+        })
         .map(|(pid, c)| format!("{pid} {}", String::from_utf8_lossy(&c).replace('\0', " ")))
         .collect()
 }
@@ -190,12 +196,10 @@ fn salloc_runs_torchrun_on_every_node_through_srun_with_no_ssh() {
             .unwrap_or_else(|e| panic!("rank {r}'s own log: {e}"));
         assert!(log.lines().any(|l| l.starts_with("result ") && l.ends_with(" ok")), "rank {r}: {log}");
     }
-    // Each node's agent ran as a step of its own, on that node, in the salloc's job.
+    // The nodes' agents ran as one step, in the salloc's job.
     let steps = steps_of(&run, 0, 3);
     assert!(steps.iter().all(|s| s.len() > "slurm-step=1.".len()), "{steps:?}");
-    let jobs: std::collections::BTreeSet<&str> =
-        steps.iter().map(|l| l["slurm-step=".len()..].split('.').next().unwrap()).collect();
-    assert_eq!(jobs.len(), 1, "{steps:?}");
+    assert!(steps.iter().all(|s| *s == steps[0]), "one step for the agents: {steps:?}");
     assert!(s.slurm.steps().is_empty(), "steps left: {:?}", s.slurm.steps());
 }
 
@@ -224,10 +228,14 @@ fn a_rank_killed_on_attempt_0_restarts_as_new_steps_and_completes() {
         all(&ev, "attempt_started").iter().map(|e| e["master_port"].as_u64().unwrap()).collect();
     assert_eq!(ports.len(), 2);
     assert_ne!(ports[0], ports[1], "every attempt gets a fresh port");
-    // The restart is new steps of the same allocation.
+    // The restart is a new step of the same allocation: one for each attempt's agents.
     let (first, second) = (steps_of(&run, 0, 3), steps_of(&run, 1, 3));
     let job = format!("slurm-step={}.", alloc[1].1);
     assert!(first.iter().chain(&second).all(|l| l.starts_with(&job)), "{first:?} {second:?}");
+    assert!(
+        first.iter().all(|l| *l == first[0]) && second.iter().all(|l| *l == second[0]),
+        "{first:?} {second:?}"
+    );
     for l in &second {
         assert!(!first.contains(l), "attempt 1 reused a step of attempt 0: {l}");
     }
@@ -251,9 +259,12 @@ fn ctrl_c_and_sigkill_of_herd_leave_no_process_and_no_step() {
     let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     let running = start_long_job(&s, &env);
-    assert_eq!(s.slurm.steps().len(), 3, "one step per node: {:?}", s.slurm.steps());
+    let steps = s.slurm.steps();
     running.signal("INT");
     let out = running.wait(Duration::from_secs(60));
+    // One step for the fleet's agents, on every node.
+    assert_eq!(steps.len(), 1, "one step for the agents: {steps:?} {out}");
+    assert!(steps[0].ends_with(" node[1-3]"), "{steps:?}");
     out.assert_code(130);
     assert_eq!(s.leftovers(), vec![], "job processes left after Ctrl-C");
     assert!(wait_until(Duration::from_secs(10), || s.slurm.steps().is_empty()), "{:?}", s.slurm.steps());
@@ -272,11 +283,11 @@ fn ctrl_c_and_sigkill_of_herd_leave_no_process_and_no_step() {
     let no_steps = wait_until(Duration::from_secs(30), || s.slurm.steps().is_empty());
     assert!(no_steps, "steps left after SIGKILL of herd: {:?}", s.slurm.steps());
     // herd's sruns (children it can no longer reap) end with their steps.
-    let no_srun = wait_until(Duration::from_secs(30), || herd_sruns().is_empty());
+    let no_srun = wait_until(Duration::from_secs(30), || herd_sruns(&s.slurm).is_empty());
     assert!(
         no_srun,
         "srun left after SIGKILL of herd: {:?}",
-        herd_sruns().iter().map(|l| &l[..120]).collect::<Vec<_>>()
+        herd_sruns(&s.slurm).iter().map(|l| &l[..120]).collect::<Vec<_>>()
     );
     let _ = running.wait(Duration::from_secs(10));
 
@@ -336,6 +347,13 @@ fn herd_doctor_checks_every_node_through_srun() {
     }
     assert!(doctor.stdout.starts_with("rank  host   srun "), "{doctor}");
     assert!(!doctor.stdout.contains("ssh"), "{doctor}");
+    // The same checks with a step per node (for sites whose nodes cannot reach the launch
+    // host), and the same table.
+    s.torchrun("\"--steps\", \"1\"", "[transport]\nkind = \"slurm\"\nsteps = \"per-node\"\n");
+    let per_node = herd::run_with(s.dir(), &["doctor"], &env, LIMIT);
+    assert_eq!(per_node.code, doctor.code, "{per_node}");
+    assert!(per_node.stdout.starts_with("rank  host   srun "), "{per_node}");
+    assert!(s.slurm.steps().is_empty(), "{:?}", s.slurm.steps());
     s.slurm.release(&alloc[1].1);
 }
 
@@ -373,12 +391,12 @@ fn a_node_cut_off_for_good_is_lost_and_replaced_by_the_allocations_spare() {
     assert!(q[0]["reason"].as_str().unwrap().starts_with("node-lost: "), "{}", q[0]);
     let promoted = all(&ev, "spare_promoted");
     assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node4"), Some(2)));
-    // No srun of herd's is left here: the one of the cut node's step was killed when herd
-    // gave up on the node.
+    // No srun of herd's is left here: that of the attempt the cut node was in was killed
+    // once herd had given up on it and the other nodes were done.
     assert!(
-        herd_sruns().is_empty(),
+        herd_sruns(&s.slurm).is_empty(),
         "srun processes left: {:?}",
-        herd_sruns().iter().map(|l| &l[..120]).collect::<Vec<_>>()
+        herd_sruns(&s.slurm).iter().map(|l| &l[..120]).collect::<Vec<_>>()
     );
     // Once the link is back, the cut node's agent ends its job, and Slurm the step.
     s.c.tb.link_up(2);
@@ -504,5 +522,117 @@ fn a_node_drained_during_an_attempt_is_replaced_by_the_spare_at_the_restart_not_
     assert!(q[0]["reason"].as_str().unwrap().ends_with("node3 as draining"), "{}", q[0]);
     let promoted = all(&ev, "spare_promoted");
     assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node4"), Some(2)));
+    s.slurm.release(&alloc[1].1);
+}
+
+/// The Slurm steps the node logs of `attempt` say their setup ran in, one per log.
+fn steps_in(run: &Path, attempt: u32) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(run.join(format!("attempt-{attempt}")))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("node"))
+        .map(|e| {
+            let log = std::fs::read_to_string(e.path()).unwrap();
+            let line = log.lines().find(|l| l.starts_with("slurm-step="));
+            line.unwrap_or_else(|| panic!("no step line in {:?}", e.path()))
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .into()
+        })
+        .collect()
+}
+
+/// At 32 slurmds and a spare: each attempt's agents are one step, not one per node; Ctrl-C
+/// and SIGKILL of herd leave no step and no process on any node; and a node cut off for good
+/// is replaced by the spare, its torchrun job completing.
+#[test]
+fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
+    const N: usize = 32;
+    let s = SlurmCluster::new(N + 1);
+    let alloc = s.slurm.allocate(N + 1);
+    let env: Vec<(&str, &str)> = alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let hosts = format!("node[1-{}]", N + 1);
+
+    s.write_long_job("[restart]\ngrace_period = \"3s\"\n");
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    let up = running.until(LIMIT, || s.sleepers() == 2 * (N + 1));
+    assert!(up, "job processes did not come up: {} of {}", s.sleepers(), 2 * (N + 1));
+    let steps = s.slurm.steps();
+    running.signal("INT");
+    let out = running.wait(LIMIT);
+    out.assert_code(130);
+    assert_eq!(steps.len(), 1, "one step for the agents: {steps:?}");
+    assert!(steps[0].ends_with(&hosts), "{steps:?}");
+    assert_eq!(s.leftovers(), vec![], "job processes left after Ctrl-C");
+    assert!(wait_until(Duration::from_secs(30), || s.slurm.steps().is_empty()), "{:?}", s.slurm.steps());
+
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    let up = running.until(LIMIT, || s.sleepers() == 2 * (N + 1));
+    assert!(up, "job processes did not come up again: {} of {}", s.sleepers(), 2 * (N + 1));
+    running.signal("KILL");
+    let gone = wait_until(Duration::from_secs(60), || s.leftovers().is_empty());
+    assert!(gone, "left 60 s after SIGKILL of herd: {:?}", s.leftovers());
+    assert!(wait_until(Duration::from_secs(60), || s.slurm.steps().is_empty()), "{:?}", s.slurm.steps());
+    assert!(wait_until(Duration::from_secs(60), || herd_sruns(&s.slurm).is_empty()), "srun left: {:?}", herd_sruns(&s.slurm));
+    let _ = running.wait(Duration::from_secs(10));
+
+    // torchrun, one rank per node, with node 5 cut off for good once it trains. Its ranks
+    // only print their steps: 32 torchruns importing torch on this machine's 2 cores are
+    // the load this needs, 64 would be minutes of it.
+    let worker = s.dir().join("steps.py");
+    std::fs::write(
+        &worker,
+        format!(
+            "import os, time\nrank = os.environ['RANK']\nfor step in range(300):\n    print(f\"step {{step}} rank {{rank}}\", flush=True)\n    \
+             if step == 3 and os.environ.get('HERD_ATTEMPT') == '0':\n        open(f\"{}/rank{{rank}}-step3\", 'w').close()\n    time.sleep(0.2)\n",
+            s.dir().display()
+        ),
+    )
+    .unwrap();
+    let job = format!(
+        "launcher = \"torchrun\"\nscript = \"{}\"\nnproc_per_node = 1\nnnodes = {N}\n\
+         setup = \"echo slurm-step=$HERD_SLURM_STEP on $SLURMD_NODENAME; source {}/bin/activate\"",
+        worker.display(),
+        s.c.venv.display()
+    );
+    s.write_config(&job, &format!("[transport]\nkind = \"slurm\"\n\n{FAST_RESTART}"));
+    let mut running = herd::start(s.dir(), &["run"], &env);
+    let started = Instant::now();
+    // 32 torchruns importing torch on this machine's 2 cores come first. The rank says when it
+    // is at step 3 in a file: herd's logs are written as they fill, not line by line.
+    let at_step_3 = s.dir().join("rank4-step3");
+    let trained = running.until(Duration::from_secs(600), || at_step_3.exists());
+    if !trained {
+        running.signal("INT");
+        panic!("training did not start:\n{}", running.wait(Duration::from_secs(900)));
+    }
+    eprintln!("32 nodes: torchrun's step 3 on node 5 after {:?}", started.elapsed());
+    s.c.tb.link_down(4);
+    let out = running.wait(Duration::from_secs(900));
+    out.assert_code(0);
+    s.c.tb.link_up(4);
+    // The torchrun run is the last of the three (run ids sort by their start).
+    let run = std::fs::read_dir(s.c.logs()).unwrap().flatten().map(|e| e.path()).max().unwrap();
+    let run = &run;
+    let ev = events(run);
+    let q = all(&ev, "node_quarantined");
+    let said: Vec<String> =
+        ev.iter().filter(|e| e["event"] != "node_started").map(|e| e.to_string().chars().take(300).collect()).collect();
+    assert_eq!(q.len(), 1, "{said:#?}");
+    assert_eq!(q[0]["host"], "node5");
+    let promoted = all(&ev, "spare_promoted");
+    assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some("node33"), Some(4)));
+    let (first, second) = (steps_in(run, 0), steps_in(run, 1));
+    assert_eq!(first.len(), 1, "attempt 0's agents: one step: {first:?}");
+    assert_eq!(second.len(), 1, "attempt 1's agents: one step: {second:?}");
+    assert_ne!(first, second);
+    let done = ev.last().unwrap();
+    assert_eq!(done["status"], "succeeded", "{done}");
+    // The link back, the cut node's agent ends its job, and with it the last task of its step.
+    let no_steps =
+        wait_until(Duration::from_secs(90), || !s.slurm.steps().iter().any(|l| l.contains(" herd-")));
+    assert!(no_steps, "steps left: {:?}", s.slurm.steps());
+    assert!(herd_sruns(&s.slurm).is_empty(), "srun left: {:?}", herd_sruns(&s.slurm));
     s.slurm.release(&alloc[1].1);
 }

@@ -31,6 +31,7 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawTransport {
     pub kind: Option<Spanned<String>>,
     pub srun_args: Option<Spanned<Vec<String>>>,
+    pub steps: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

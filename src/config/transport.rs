@@ -46,9 +46,15 @@ impl Cx<'_> {
         nodes: Option<Spanned<Vec<RawNode>>>,
         nodes_from: Option<Spanned<String>>,
     ) -> Result<(TransportSettings, Vec<Node>)> {
-        let (kind, srun_args) = raw.map(|t| (t.kind, t.srun_args)).unwrap_or_default();
+        let (kind, srun_args, steps) = raw.map(|t| (t.kind, t.srun_args, t.steps)).unwrap_or_default();
         let slurm = self.options.slurm || self.is_slurm(kind.as_ref())?;
         if !slurm {
+            if let Some(steps) = steps {
+                return Err(self.err(
+                    steps.span(),
+                    "transport.steps is for kind = \"slurm\": remove it, or set kind = \"slurm\"",
+                ));
+            }
             if let Some(args) = srun_args {
                 return Err(self.err(
                     args.span(),
@@ -88,7 +94,20 @@ impl Cx<'_> {
             Some(args) => self.srun_args(args)?,
             None => Vec::new(),
         };
-        Ok((TransportSettings::Slurm(SlurmSettings { job_id, srun_args }), nodes))
+        let per_node_steps = match steps {
+            None => false,
+            Some(steps) => match steps.get_ref().as_str() {
+                "fleet" => false,
+                "per-node" => true,
+                other => {
+                    return Err(self.err(
+                        steps.span(),
+                        format!("unknown transport.steps {other:?}: expected \"fleet\" (one step for all the nodes) or \"per-node\""),
+                    ))
+                }
+            },
+        };
+        Ok((TransportSettings::Slurm(SlurmSettings { job_id, srun_args, per_node_steps }), nodes))
     }
 
     fn is_slurm(&self, kind: Option<&Spanned<String>>) -> Result<bool> {
@@ -167,6 +186,9 @@ mod tests {
             (s.job_id.as_str(), s.srun_args[0].as_str(), s.srun_args.len()),
             ("42", "--gpus-per-node=8", 4)
         );
+        assert!(!s.per_node_steps, "one step for the fleet by default");
+        let per_node = format!("{JOB}[transport]\nkind = \"slurm\"\nsteps = \"per-node\"\n");
+        assert!(slurm_of(&parse_from(&per_node, &ALLOCATION, &[], false).unwrap()).per_node_steps);
         // nodes_from = "slurm" says the same thing twice: allowed.
         let text = format!("nodes_from = \"slurm\"\n{JOB}[transport]\nkind = \"slurm\"\n");
         assert_eq!(parse_from(&text, &ALLOCATION, &[], false).unwrap().nodes.len(), 3);
@@ -223,6 +245,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message().starts_with("transport.srun_args is for kind = \"slurm\""), "{err}");
+        let err = parse_from(&format!("{kind}steps = \"each\"\n"), &ALLOCATION, &[], false).unwrap_err();
+        assert_eq!(err.line_col(), Some((at_kind + 1, 9)));
+        assert!(err.message().starts_with("unknown transport.steps \"each\": expected \"fleet\""), "{err}");
+        let err = parse_from(
+            &format!("[[nodes]]\nhost = \"a\"\n{JOB}[transport]\nsteps = \"fleet\"\n"),
+            &[],
+            &[],
+            false,
+        )
+        .unwrap_err();
+        assert!(err.message().starts_with("transport.steps is for kind = \"slurm\""), "{err}");
         let err = parse_from(&kind, &[("SLURM_JOB_NODELIST", "n1"), ("SLURM_JOBID", "4;2")], &[], false)
             .unwrap_err();
         assert!(err.message().ends_with("SLURM_JOBID \"4;2\" is not a job id"), "{err}");

@@ -46,6 +46,10 @@ pub struct SlurmSettings {
     /// `SLURM_JOB_ID` of the allocation herd runs in.
     pub job_id: String,
     pub srun_args: Vec<String>,
+    /// `steps = "per-node"`: each node's agent (and each probe) a step of its own, for a site
+    /// where the nodes cannot open a connection back to the launch host (see
+    /// docs/design/slurm-step.md). By default, one step for the fleet.
+    pub per_node_steps: bool,
 }
 
 /// `[notify]`: `command` runs (`sh -c`) on the launching machine at `attempt_failed`,

@@ -1,10 +1,12 @@
 //! How herd reaches a node: one SSH master connection per node (ControlMaster, through the
 //! system OpenSSH client, so ~/.ssh/config, ssh-agent and ProxyJump keep working), with every
-//! later action multiplexed over it; inside a Slurm allocation, a job step per action
-//! (`slurm`); or this machine directly, for `localhost`.
+//! later action multiplexed over it; inside a Slurm allocation, one job step for the nodes
+//! that start together (`step`), or a step per node and action (`slurm`); or this machine
+//! directly, for `localhost`.
 
 pub mod session;
 pub mod slurm;
+pub mod step;
 
 use std::num::NonZeroUsize;
 
@@ -123,6 +125,8 @@ pub enum AgentHandle {
     Child(tokio::process::Child),
     /// The `srun` that carries the agent's step.
     Srun(tokio::process::Child),
+    /// The agent's task in a fleet step.
+    Step(step::Member),
     Ssh(openssh::Child<Arc<Session>>),
 }
 
@@ -243,6 +247,9 @@ impl Connection {
                 }
                 Ok(AgentProcess::piped(command.spawn()?, AgentHandle::Child))
             }
+            Connection::Slurm(target) if !target.per_node_steps => {
+                step::spawn(target, &inv.remote_command()).await
+            }
             Connection::Slurm(target) => {
                 let child = slurm::srun(target, &inv.remote_command())
                     .stdin(Stdio::piped())
@@ -292,6 +299,7 @@ impl Connection {
                 crate::limits::as_started(&mut command);
                 Ok(command.output().await?)
             }
+            Connection::Slurm(target) if !target.per_node_steps => step::output(target, shell).await,
             Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
                 let shell = login_line(shell)?;
@@ -340,8 +348,8 @@ impl Connection {
 impl AgentHandle {
     /// herd has given up on the node: an srun waiting on a node it cannot reach is killed
     /// (Slurm would keep it for as long as it takes to call the node down), its step then
-    /// cancelled with herd's others. An SSH client or a local agent is left to end with its
-    /// connection or job.
+    /// cancelled with herd's others; a fleet step's srun, once every node of it is given up on
+    /// or done. An SSH client or a local agent is left to end with its connection or job.
     pub fn abandon(self) {
         if let AgentHandle::Srun(mut child) = self {
             let _ = child.start_kill();
@@ -358,6 +366,7 @@ impl AgentHandle {
                 child.wait().await.map_err(|e| e.to_string())
             }
             AgentHandle::Ssh(child) => child.wait().await.map_err(|e| error_chain(&e)),
+            AgentHandle::Step(member) => return member.wait().await,
         };
         match status {
             Ok(s) => match (s.code(), s.signal()) {

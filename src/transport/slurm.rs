@@ -304,6 +304,7 @@ mod tests {
             job_id: "4242".into(),
             srun_args: vec!["--gpus-per-node=8".into()],
             step_name: "herd-00ff".into(),
+            per_node_steps: true,
         }
     }
 
