@@ -178,10 +178,52 @@ fn the_job_gets_the_open_file_limit_herd_was_started_with() {
         "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"sh\"\n\
          args = [\"-c\", \"echo limits=$(ulimit -Sn):$(ulimit -Hn)\"]\n",
     );
-    let out = herd::start_under(&["prlimit", "--nofile=1000:4096", "--"], dir.path(), &["run", "--no-preflight"], &[])
-        .wait(LIMIT);
+    let out = herd::start_under(
+        &["prlimit", "--nofile=1000:4096", "--"],
+        dir.path(),
+        &["run", "--no-preflight"],
+        &[],
+    )
+    .wait(LIMIT);
     out.assert_code(0);
     assert!(out.stdout.contains("limits=1000:4096"), "{out}");
+}
+
+/// A reader who stops reading herd's stdout (a pipe nobody drains) does not stop the run: its
+/// job runs to its end and herd records it, while its 2 MB of output wait; once read, every
+/// line is there, in order.
+#[test]
+fn a_stdout_nobody_reads_does_not_stall_the_run() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"seq\"\nargs = [\"300000\"]\n",
+    );
+    let mut child = std::process::Command::new(herd::HERD)
+        .args(["run", "--no-preflight"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let logs = dir.path().join("herd-logs");
+    let finished = herd::wait_until(Duration::from_secs(60), || {
+        std::fs::read_dir(&logs).into_iter().flatten().flatten().any(|run| {
+            std::fs::read_to_string(run.path().join("events.jsonl"))
+                .is_ok_and(|e| e.contains("\"run_finished\""))
+        })
+    });
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    assert!(finished, "the run did not finish while its stdout was not read");
+    assert_eq!(status.code(), Some(0));
+    let numbers: Vec<&str> = out.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+    assert_eq!(numbers.len(), 300_000, "{}", &out[..200]);
+    assert_eq!((numbers[0], numbers[299_999]), ("1", "300000"));
 }
 
 #[test]

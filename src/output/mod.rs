@@ -3,6 +3,7 @@
 //! a process; the supervisor never prints.
 
 pub mod board;
+mod detached;
 mod console;
 pub mod doctor_view;
 pub mod exec_view;

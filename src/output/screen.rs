@@ -23,7 +23,14 @@ pub struct Screen {
 }
 
 impl Screen {
+    /// Without a board, stdout is written by a thread of its own (`Detached`): a reader who
+    /// stops reading never stops herd. With one, writes stay in step with the board's drawing
+    /// (a terminal on hold stops both).
     pub fn new(out: Box<dyn Write + Send>, err: Box<dyn Write + Send>, live: Option<Live>) -> Screen {
+        let out: Box<dyn Write + Send> = match live {
+            Some(_) => out,
+            None => Box::new(super::detached::Detached::new(out)),
+        };
         Screen {
             out,
             err,
