@@ -57,7 +57,7 @@ fn sixty_four_nodes_run_doctor_and_exec_three_times_in_a_row() {
 /// The most nodes `Testbed::many` gives: a cluster of this size, as a platform team would try
 /// it first.
 const MANY: usize = 252;
-const MANY_LIMIT: Duration = Duration::from_secs(300);
+const MANY_LIMIT: Duration = Duration::from_secs(900);
 
 /// The most herd held while it ran: its descriptors, its peak RSS (VmHWM), and the SSH
 /// masters it kept (their number and their total RSS, at the most).
@@ -168,7 +168,7 @@ fn per_node_costs_at_16_and_64_nodes() {
 /// as one hostlist rather than line by line, herd stays within the descriptors it counts per
 /// node, and nothing is left on any node.
 #[test]
-#[ignore = "not yet run with late heartbeats judged by the fleet (issue 26): run it with --run-ignored"]
+#[ignore = "11 minutes on 2 cores (run 388 s, doctor 160 s), too long for the suite; and once, at a load of 542, one node was judged silent before the fleet-wide lateness was (issue 26): run it with --run-ignored"]
 fn two_hundred_fifty_two_nodes_under_ulimit_1024() {
     let tb = testbed_of(MANY);
     let addrs: Vec<&str> = tb.nodes().iter().map(|n| n.addr.as_str()).collect();

@@ -45,6 +45,9 @@ const SETTLE: Duration = Duration::from_secs(10);
 /// connected. A node's task connects before it ends, and srun ends after its tasks.
 const LATE_CONNECTIONS: Duration = Duration::from_secs(5);
 
+/// The listener's backlog (the kernel caps it at `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+
 /// A node's place in a step: its command, and where its connections go when they arrive.
 struct Slots {
     command: String,
@@ -125,7 +128,15 @@ static LISTENER: OnceCell<Arc<Listener>> = OnceCell::const_new();
 async fn listener() -> Result<Arc<Listener>, TransportError> {
     LISTENER
         .get_or_try_init(|| async {
-            let socket = TcpListener::bind(("0.0.0.0", 0)).await.map_err(|e| {
+            // Every node of a step connects twice within moments: a backlog of the kernel's
+            // most (`somaxconn`, 4096 by default) rather than tokio's 128, beyond which a
+            // node's connect waits a second for its SYN to be sent again.
+            let bind = || {
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.bind(std::net::SocketAddr::from(([0, 0, 0, 0], 0)))?;
+                socket.listen(LISTEN_BACKLOG)
+            };
+            let socket = bind().map_err(|e| {
                 TransportError::Slurm(format!("cannot listen for the nodes of a fleet step: {e}"))
             })?;
             let listener = Arc::new(Listener { port: socket.local_addr()?.port(), steps: Mutex::default() });
