@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 
 /// Bytes held for a stdout that is not read, before more are dropped.
 const HELD_MOST: usize = 64 * 1024 * 1024;
+/// At the end, how long the reader may take no bytes at all before herd stops waiting for it
+/// (what is still held is then lost to stdout; the log files have it).
+const END_WAIT: Duration = Duration::from_secs(if cfg!(test) { 1 } else { 10 });
+/// How often, at most, herd tells on stderr that output was dropped.
+const TELL_EVERY: Duration = Duration::from_secs(10);
+
 /// How long a flush waits for what was handed over before it to be written: herd's own lines
 /// (on stderr) come after the job output before them, unless stdout is stalled.
 const FLUSH_WAIT: Duration = Duration::from_secs(1);
@@ -59,6 +65,13 @@ impl Detached {
 
 fn write_out(mut out: Box<dyn Write + Send>, shared: &Shared) {
     let mut told = 0;
+    let mut told_at: Option<Instant> = None;
+    let tell = |dropped: u64| {
+        let _ = writeln!(
+            io::stderr(),
+            "herd: {dropped} bytes of job output in all were not shown on stdout, which was not being read; the run's log files have them"
+        );
+    };
     loop {
         let (chunk, dropped) = {
             let mut s = shared.state.lock().expect("not poisoned");
@@ -67,7 +80,12 @@ fn write_out(mut out: Box<dyn Write + Send>, shared: &Shared) {
             }
             match s.queue.pop_front() {
                 Some(chunk) => (chunk, s.dropped),
-                None => return,
+                None => {
+                    if s.dropped > told {
+                        tell(s.dropped);
+                    }
+                    return;
+                }
             }
         };
         let result = out.write_all(&chunk).and_then(|_| out.flush());
@@ -85,12 +103,10 @@ fn write_out(mut out: Box<dyn Write + Send>, shared: &Shared) {
         }
         shared.changed.notify_all();
         drop(s);
-        if dropped > told {
+        if dropped > told && told_at.is_none_or(|at| at.elapsed() >= TELL_EVERY) {
             told = dropped;
-            let _ = writeln!(
-                io::stderr(),
-                "herd: {dropped} bytes of job output in all were not shown on stdout, which was not being read; the run's log files have them"
-            );
+            told_at = Some(Instant::now());
+            tell(dropped);
         }
     }
 }
@@ -134,11 +150,33 @@ impl Write for Detached {
 }
 
 impl Drop for Detached {
-    /// At the run's end, everything held is written (however long the reader takes: the run
-    /// is over), then the thread ends.
+    /// At the run's end, everything held is written, then the thread ends; but a reader that
+    /// takes nothing for `END_WAIT` is not waited for (herd would otherwise never exit, deaf to
+    /// Ctrl-C): the thread is left to the process's exit.
     fn drop(&mut self) {
-        self.shared.state.lock().expect("not poisoned").closing = true;
+        let mut s = self.shared.state.lock().expect("not poisoned");
+        s.closing = true;
         self.shared.changed.notify_all();
+        let mut written = s.written;
+        let mut progress_at = Instant::now();
+        while s.written < s.handed && s.error.is_none() {
+            if s.written != written {
+                (written, progress_at) = (s.written, Instant::now());
+            }
+            let left = END_WAIT.saturating_sub(progress_at.elapsed());
+            if left.is_zero() {
+                let held = s.held;
+                drop(s);
+                let _ = writeln!(
+                    io::stderr(),
+                    "herd: stdout took nothing for {} s: {held} bytes of job output were not shown there; the run's log files have them",
+                    END_WAIT.as_secs()
+                );
+                return;
+            }
+            s = self.shared.changed.wait_timeout(s, left).expect("not poisoned").0;
+        }
+        drop(s);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -192,6 +230,17 @@ mod tests {
         let got = String::from_utf8(got.lock().unwrap().clone()).unwrap();
         assert_eq!(got.lines().count(), 1010);
         assert!(got.contains("line 999\nmore\n"));
+    }
+
+    #[test]
+    fn a_reader_that_never_reads_again_is_not_waited_for_at_the_end() {
+        let go = Arc::new((Mutex::new(false), Condvar::new()));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let mut d = Detached::new(Box::new(Stalled { go, got }));
+        d.write_all(b"never read\n").unwrap();
+        let dropped_at = Instant::now();
+        drop(d);
+        assert!(dropped_at.elapsed() < END_WAIT * 3, "{:?}", dropped_at.elapsed());
     }
 
     #[test]
