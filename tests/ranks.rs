@@ -119,9 +119,15 @@ fn herd_logs_reads_one_ranks_own_file() {
 #[test]
 fn a_console_filter_shows_its_ranks_and_a_failing_ranks_last_lines() {
     let c = Cluster::new(3);
+    // Rank 3 fails once every rank has printed its lines (see the fixture).
+    let done = c.tb.dir().join("done");
+    std::fs::create_dir_all(&done).unwrap();
     c.write_config(
         &job("torchrun").replace(&format!("\"{LINES}\""), "\"50\""),
-        "[env]\nHERD_T_FAIL_RANK = \"3\"\n\n[restart]\nmax_restarts = 0\n",
+        &format!(
+            "[env]\nHERD_T_FAIL_RANK = \"3\"\nHERD_T_DONE_DIR = \"{}\"\n\n[restart]\nmax_restarts = 0\n",
+            done.display()
+        ),
     );
     let out = herd::run(c.tb.dir(), &["run", "--ranks", "0"], support::cluster::LIMIT);
     out.assert_code(1);
