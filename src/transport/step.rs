@@ -27,12 +27,13 @@ use crate::plan::SlurmTarget;
 pub const STEP_SCRIPT: &str = include_str!("../remote/step.sh");
 
 /// Starts that come this close together are one step: the fan-out starts every node's task
-/// at once, so a round's members arrive within a few milliseconds of each other.
-const GATHER_QUIET: Duration = Duration::from_millis(20);
+/// at once, so a round's members arrive within a few milliseconds of each other on a quiet
+/// host; on a loaded one (two test suites at once here), 20 ms split an attempt into 3 steps.
+const GATHER_QUIET: Duration = Duration::from_millis(100);
 /// However steadily members keep arriving, a step is started this long after its first.
-const GATHER_MOST: Duration = Duration::from_millis(500);
+const GATHER_MOST: Duration = Duration::from_secs(2);
 /// How long a connection has to say whose it is.
-const HELLO_DEADLINE: Duration = Duration::from_secs(60);
+const HELLO_DEADLINE: Duration = Duration::from_secs(20);
 /// Once every node of a step is done with (or given up on), how long its srun has to end on
 /// its own before it is killed.
 const SRUN_GRACE: Duration = Duration::from_secs(5);
@@ -51,6 +52,8 @@ const LISTEN_BACKLOG: u32 = 4096;
 /// A node's place in a step: its command, and where its connections go when they arrive.
 struct Slots {
     command: String,
+    /// What was written to the node's stdin before it connected.
+    held: Arc<Mutex<Held>>,
     stdout: Option<oneshot::Sender<OwnedReadHalf>>,
     stdin: Option<oneshot::Sender<OwnedWriteHalf>>,
     stderr: Option<oneshot::Sender<OwnedReadHalf>>,
@@ -107,7 +110,6 @@ pub struct Member {
 impl Member {
     pub async fn wait(self) -> TransportExit {
         match self.exit.await {
-            Ok(status) if status > 128 => TransportExit::Signal(status - 128),
             Ok(status) => TransportExit::Code(status),
             Err(_) => TransportExit::Disconnected(format!(
                 "its task in the step ended without reporting back ({})",
@@ -149,7 +151,15 @@ async fn listener() -> Result<Arc<Listener>, TransportError> {
 
 async fn accept(socket: TcpListener, listener: Weak<Listener>) {
     loop {
-        let Ok((stream, _)) = socket.accept().await else { continue };
+        let stream = match socket.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: the queue waits, rather than a loop that spins.
+                tracing::warn!("the fleet step's listener cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         let Some(listener) = listener.upgrade() else { return };
         tokio::spawn(async move {
             if let Err(why) = greet(&listener, stream).await {
@@ -167,7 +177,7 @@ async fn greet(listener: &Listener, mut stream: TcpStream) -> Result<(), String>
         .map_err(|e| e.to_string())?;
     let mut words = hello.split_whitespace();
     let (Some(key), Some(node), Some(kind)) = (words.next(), words.next(), words.next()) else {
-        return Err(format!("a malformed hello {hello:?}"));
+        return Err(format!("a malformed hello of {} bytes", hello.len()));
     };
     let step = listener.steps.lock().expect("not poisoned").get(key).and_then(Weak::upgrade);
     let step = step.ok_or("no step has that key")?;
@@ -180,7 +190,9 @@ async fn greet(listener: &Listener, mut stream: TcpStream) -> Result<(), String>
             "io" => {
                 let stdout = slots.stdout.take().ok_or_else(twice)?;
                 let stdin = slots.stdin.take().ok_or_else(twice)?;
-                (stdout, stdin, std::mem::take(&mut slots.command))
+                let held = std::mem::replace(&mut *slots.held.lock().expect("not poisoned"), Held::Sent);
+                let Held::Holding(held) = held else { return Err(twice()) };
+                (stdout, stdin, std::mem::take(&mut slots.command), held)
             }
             "err" => {
                 let stderr = slots.stderr.take().ok_or_else(twice)?;
@@ -195,10 +207,12 @@ async fn greet(listener: &Listener, mut stream: TcpStream) -> Result<(), String>
             other => return Err(format!("an unknown connection kind {other:?}")),
         }
     };
-    let (stdout, stdin, command) = io;
+    let (stdout, stdin, command, held) = io;
     let header = format!("{}\n", command.len());
     stream.write_all(header.as_bytes()).await.map_err(|e| e.to_string())?;
     stream.write_all(command.as_bytes()).await.map_err(|e| e.to_string())?;
+    // What the node was sent before it connected (its env block, a stop) comes first.
+    stream.write_all(&held).await.map_err(|e| e.to_string())?;
     let (read, write) = stream.into_split();
     let _ = stdout.send(read);
     let _ = stdin.send(write);
@@ -269,17 +283,18 @@ async fn join(target: &SlurmTarget, shell: &str, kind: Kind) -> Result<AgentProc
     let (stdin, stdin_rx) = oneshot::channel();
     let (stderr, stderr_rx) = oneshot::channel();
     let (exit, exit_rx) = oneshot::channel();
+    let held = Arc::new(Mutex::new(Held::Holding(Vec::new())));
     let slots = Slots {
         command: slurm::step_shell(shell),
+        held: held.clone(),
         stdout: Some(stdout),
         stdin: Some(stdin),
         stderr: Some(stderr),
         exit: Some(exit),
     };
     let step = gather(&listener, target, kind, slots);
-    step.held.fetch_add(1, Ordering::AcqRel);
     Ok(AgentProcess {
-        stdin: Box::new(Lazy::Waiting(stdin_rx)),
+        stdin: Box::new(HeldWrite { conn: Lazy::Waiting(stdin_rx), held }),
         stdout: Box::new(Lazy::Waiting(stdout_rx)),
         stderr: Box::new(Lazy::Waiting(stderr_rx)),
         handle: AgentHandle::Step(Member { hold: Hold(step), exit: exit_rx }),
@@ -314,6 +329,9 @@ fn gather(listener: &Arc<Listener>, target: &SlurmTarget, kind: Kind, slots: Slo
     g.nodes.push(target.node.clone());
     g.last = now;
     g.step.members.lock().expect("not poisoned").insert(target.node.clone(), slots);
+    // Counted while the gathering is held: a member let go of before another joins cannot
+    // leave a wake-up behind that kills the step's srun under the newcomer.
+    g.step.held.fetch_add(1, Ordering::AcqRel);
     g.step.clone()
 }
 
@@ -361,6 +379,10 @@ pub fn srun_argv(target: &SlurmTarget, step_name: &str, nodes: &[String]) -> Vec
     .map(|s| s.to_string())
     .collect();
     argv.extend(target.srun_args.iter().cloned());
+    // After the site's: one node's end (a failed job, a task that could not connect) never
+    // ends the others' tasks, whatever the site's KillOnBadExit or WaitTime say. herd ends
+    // them, each with its own teardown.
+    argv.extend(["--kill-on-bad-exit=0".into(), "--wait=0".into()]);
     argv.extend(["--".into(), "bash".into(), "-c".into(), STEP_SCRIPT.into(), "herd-step".into()]);
     argv
 }
@@ -391,7 +413,7 @@ async fn launch(listener: Arc<Listener>, g: Gathering) {
             let words = tokio::spawn(srun_words(child.stderr.take().expect("piped")));
             let status = tokio::select! {
                 status = child.wait() => status,
-                _ = step.released.notified() => match tokio::time::timeout(SRUN_GRACE, child.wait()).await {
+                _ = all_released(&step) => match tokio::time::timeout(SRUN_GRACE, child.wait()).await {
                     Ok(status) => status,
                     Err(_) => {
                         let _ = child.start_kill();
@@ -413,6 +435,13 @@ async fn launch(listener: Arc<Listener>, g: Gathering) {
     tokio::time::sleep(LATE_CONNECTIONS).await;
     listener.steps.lock().expect("not poisoned").remove(&step.key);
     step.members.lock().expect("not poisoned").clear();
+}
+
+/// Once no member of the step is held any more.
+async fn all_released(step: &Step) {
+    while step.held.load(Ordering::Acquire) > 0 {
+        step.released.notified().await;
+    }
 }
 
 /// srun's own words (a node it could not start a task on, a node it lost), logged as they
@@ -514,6 +543,67 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Lazy<T> {
     }
 }
 
+/// A node's stdin before it has connected: what is written is held, and sent by the listener
+/// right after the node's command (`greet`), so that a writer never waits on a node that is
+/// slow to connect, or never does. Once sent, writes go to the connection.
+enum Held {
+    Holding(Vec<u8>),
+    Sent,
+}
+
+/// Bytes held for a node that has not connected, at most (its env block is a few KiB).
+const HELD_MOST: usize = 4 * 1024 * 1024;
+
+struct HeldWrite {
+    conn: Lazy<OwnedWriteHalf>,
+    held: Arc<Mutex<Held>>,
+}
+
+impl HeldWrite {
+    /// `Some` once the connection is there (or will never be); `None` while bytes are held.
+    fn poll_conn(&mut self, cx: &mut Context<'_>) -> Poll<Option<std::io::Result<&mut OwnedWriteHalf>>> {
+        if matches!(self.conn, Lazy::Waiting(_))
+            && matches!(*self.held.lock().expect("not poisoned"), Held::Holding(_))
+        {
+            return Poll::Ready(None);
+        }
+        // Sent (the connection is on its way), or ready, or never.
+        Poll::Ready(Some(std::task::ready!(self.conn.poll_ready(cx)).ok_or_else(never)))
+    }
+}
+
+impl AsyncWrite for HeldWrite {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match std::task::ready!(this.poll_conn(cx)) {
+            Some(conn) => Pin::new(conn?).poll_write(cx, buf),
+            None => {
+                let mut held = this.held.lock().expect("not poisoned");
+                let Held::Holding(bytes) = &mut *held else { unreachable!("holding, just seen") };
+                if bytes.len() + buf.len() > HELD_MOST {
+                    return Poll::Ready(Err(never()));
+                }
+                bytes.extend_from_slice(buf);
+                Poll::Ready(Ok(buf.len()))
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match std::task::ready!(self.get_mut().poll_conn(cx)) {
+            Some(conn) => Pin::new(conn?).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match &mut self.get_mut().conn {
+            Lazy::Ready(t) => Pin::new(t).poll_shutdown(cx),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,7 +629,8 @@ mod tests {
             "{s}"
         );
         let sep = argv.iter().position(|a| a == "--").unwrap();
-        assert_eq!(argv[sep - 1], "--partition=p");
+        // The site's args, then herd's: no node's end ends the others' tasks.
+        assert_eq!(&argv[sep - 3..sep], ["--partition=p", "--kill-on-bad-exit=0", "--wait=0"]);
         assert_eq!(&argv[sep + 1..sep + 3], ["bash", "-c"]);
         // No key and no port in the arguments: they are in srun's environment.
         assert!(!s.contains("HERD_STEP_KEY="));
@@ -567,8 +658,16 @@ mod tests {
         let (stderr, err_rx) = oneshot::channel();
         let (exit, exit_rx) = oneshot::channel();
         let command = "read -r line; echo \"got $line\"; echo oops >&2; exit 3".to_string();
+        let held = Arc::new(Mutex::new(Held::Holding(Vec::new())));
+        // Written, and the stdin closed, before the node has even started: held, then sent
+        // after its command, then the end of its stdin.
+        let mut control = HeldWrite { conn: Lazy::Waiting(in_rx), held: held.clone() };
+        control.write_all(b"hello\n").await.unwrap();
+        control.flush().await.unwrap();
+        drop(control);
         let slots = Slots {
             command,
+            held,
             stdout: Some(stdout),
             stdin: Some(stdin),
             stderr: Some(stderr),
@@ -583,9 +682,6 @@ mod tests {
             .env("SLURMD_NODENAME", "n1")
             .spawn()
             .unwrap();
-        let mut stdin: Lazy<OwnedWriteHalf> = Lazy::Waiting(in_rx);
-        stdin.write_all(b"hello\n").await.unwrap();
-        drop(stdin);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         Lazy::Waiting(out_rx).read_to_end(&mut out).await.unwrap();
         Lazy::Waiting(err_rx).read_to_end(&mut err).await.unwrap();
