@@ -468,10 +468,13 @@ fn who(plan: &LaunchPlan, node_rank: usize) -> String {
 pub fn extra_wait(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>) -> Duration {
     let timeout = plan.restart.heartbeat_timeout;
     let cap = timeout * LATE_CAP_TIMEOUTS;
-    // A loaded host makes every node late alike: it counts once two or more nodes are late,
-    // never for one silent node alone (a cut link, a dead host), whose loss it would delay.
+    // A loaded host makes every node late alike: it counts once a node is past the timeout
+    // while another is past half of it (lateness building up: at 252 nodes on a load of 542,
+    // the first node reached the timeout alone, its peers a few seconds behind), never for
+    // one silent node alone (a cut link, a dead host), whose loss it would delay.
     let late = silences.iter().filter(|s| **s >= timeout).count();
-    if late >= 2 && load.is_some_and(|l| l.overloaded()) {
+    let building = silences.iter().filter(|s| **s >= timeout / 2).count();
+    if late >= 1 && building >= 2 && load.is_some_and(|l| l.overloaded()) {
         return cap;
     }
     let interval = crate::policy::heartbeat_interval(timeout);
@@ -494,6 +497,7 @@ fn late_warning(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>
     let timeout = plan.restart.heartbeat_timeout;
     let secs = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
     let late = silences.iter().filter(|s| **s >= timeout).count();
+    let half = silences.iter().filter(|s| **s >= timeout / 2).count();
     let latest = silences.iter().max().copied().unwrap_or_default();
     let shared = shared_silence(silences);
     let host = match load {
@@ -503,7 +507,7 @@ fn late_warning(plan: &LaunchPlan, silences: &[Duration], load: Option<HostLoad>
     // Twice the latest silence seen, in whole 5 s.
     let suggest = Duration::from_secs((latest.as_secs() * 2).div_ceil(5).max(1) * 5).max(timeout * 2);
     format!(
-        "heartbeats are late on many nodes at once ({late} of {} past restart.heartbeat_timeout, most silent for {}, the latest for {}{host}): \
+        "heartbeats are late on many nodes at once ({late} of {} past restart.heartbeat_timeout, {half} past half of it, most silent for {}, the latest for {}{host}): \
          that is no one node's fault, so none is judged silent before {} without a heartbeat; \
          if this cluster (or this launch host) is always this loaded, raise restart.heartbeat_timeout ({}) to {} or more",
         silences.len(),
@@ -849,9 +853,15 @@ mod tests {
         let busy = HostLoad { load1: 7.9, cores: 2 };
         assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(busy)), S(0));
         let overloaded = HostLoad { load1: 8.0, cores: 2 };
-        // One silent node is judged as on a quiet host; two late ones wait the longest.
+        // One silent node is judged as on a quiet host; two late ones wait the longest, and
+        // so does one late node while another is past half the timeout (lateness building);
+        // a missed heartbeat elsewhere (6 s, every 3 s) is not that: only what most nodes share
+        // counts then, as on a host that is not overloaded.
         assert_eq!(extra_wait(&p, &[S(1), S(2), S(15)], Some(overloaded)), S(0));
         assert_eq!(extra_wait(&p, &[S(1), S(16), S(15)], Some(overloaded)), S(45));
+        assert_eq!(extra_wait(&p, &[S(1), S(8), S(15)], Some(overloaded)), S(45));
+        assert_eq!(extra_wait(&p, &[S(1), S(6), S(15)], Some(overloaded)), S(3));
+        assert_eq!(extra_wait(&p, &[S(1), S(8), S(15)], Some(busy)), S(5));
     }
 
     #[test]
@@ -907,6 +917,7 @@ mod tests {
         let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(16)], 500.0));
         let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
         assert!(warning.contains("this host's load is 500 on 2 cores"), "{warning}");
+        assert!(warning.contains("2 of 3 past restart.heartbeat_timeout, 2 past half of it"), "{warning}");
         assert!(warning.contains("before 1m without a heartbeat"), "{warning}");
         assert!(a.decide(S(60), loaded([Some(1), Some(55), Some(56)], 500.0)).is_empty());
         assert_eq!(a.kill_wait(), KILL_DEADLINE + S(45), "the kill waited for as long");
@@ -917,6 +928,13 @@ mod tests {
         let mut a = Attempt::new(&p, Some(1), &used);
         let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(0)], 500.0));
         assert!(matches!(&actions[..], [Action::Probe(_)]), "{actions:?}");
+        // One node at the timeout first, another past half of it: lateness building up, so
+        // the first is not judged alone (a healthy node was, at 252 nodes on a load of 542).
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(20), loaded([Some(1), Some(15), Some(8)], 500.0));
+        let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
+        assert!(warning.contains("1 of 3 past restart.heartbeat_timeout, 2 past half of it"), "{warning}");
+        assert!(warning.contains("before 1m without a heartbeat"), "{warning}");
     }
 
     #[test]
