@@ -689,6 +689,7 @@ impl LaunchPlan {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         }
     }
 

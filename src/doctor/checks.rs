@@ -903,6 +903,7 @@ mod tests {
                 cleanup: None,
                 presweep: None,
                 report_ports: false,
+                probe: None,
             };
             let argv = inv.local_argv();
             let mut child = Command::new(&argv[0])

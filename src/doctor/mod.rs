@@ -115,6 +115,9 @@ enum Said {
 /// One node's probe: one login, one agent. It waits for its env (which holds the master port
 /// to test, or 0) before it starts anything; then herd asks for its clock. It ends when its
 /// output does, or, for the master (whose listener lives on), when `close` fires.
+/// An agent whose invocation has a probe phase (`inv.probe`: the first attempt's job agent of
+/// `herd run`) runs the probe before its job, in the same login: it is handed back once the
+/// probe is done, waiting for the job's env (see `probe_phase`).
 #[allow(clippy::too_many_arguments)]
 async fn probe_node(
     conn: Arc<Connection>,
@@ -125,19 +128,60 @@ async fn probe_node(
     said: mpsc::UnboundedSender<(usize, Said)>,
     rank: usize,
     limit: Duration,
-) -> Result<Probed, String> {
-    let session = AgentSession::open(early, &conn, &inv).await.map_err(|e| e.to_string())?;
-    let AgentSession { mut control, mut messages, output, handle, started_at } = session;
-    let mut probe =
-        Probe { probed: Probed::default(), asked_at: None, out: Vec::new(), said, rank, started_at };
+) -> (Result<Probed, String>, Option<Started>) {
+    let session = match AgentSession::open(early, &conn, &inv).await {
+        Ok(session) => session,
+        Err(e) => return (Err(e.to_string()), None),
+    };
+    let mut probe = Probe {
+        probed: Probed::default(),
+        asked_at: None,
+        out: Vec::new(),
+        said,
+        rank,
+        started_at: session.started_at,
+    };
+    if inv.probe.is_some() {
+        return probe_phase(probe, session, inv, env, close, limit).await;
+    }
+    let AgentSession { mut control, mut messages, output, handle, .. } = session;
     let talk = probe.talk(&mut control, &mut messages, output, env, close);
     let talked = tokio::time::timeout(limit, talk).await;
     drop(control);
     let _ = tokio::time::timeout(Duration::from_secs(5), handle.wait()).await;
-    match talked {
-        Ok(()) => Ok(Probed { out: String::from_utf8_lossy(&probe.out).into_owned(), ..probe.probed }),
-        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+    let result = match talked {
+        Ok(()) => Ok(probe.result()),
+        Err(_) => Err(no_answer(limit)),
+    };
+    (result, None)
+}
+
+/// The probe phase of a job agent (see `probe_node`): its probe's lines come up as messages,
+/// its end as `Probed` (or, on the master with a listener, `close`). The agent is handed back
+/// as what is left of `inv` to do (its job, once its env comes); it ends if the phase did not
+/// finish (its probe is then ended with it, as its stdin closes).
+async fn probe_phase(
+    mut probe: Probe,
+    mut session: AgentSession,
+    inv: AgentInvocation,
+    env: oneshot::Receiver<Vec<u8>>,
+    close: Option<oneshot::Receiver<()>>,
+    limit: Duration,
+) -> (Result<Probed, String>, Option<Started>) {
+    let phase = probe.phase(&mut session.control, &mut session.messages, env, close);
+    match tokio::time::timeout(limit, phase).await {
+        Ok(true) => {
+            let job = AgentInvocation { probe: None, presweep: None, report_ports: false, ..inv };
+            (Ok(probe.result()), Some(session.into_started(job)))
+        }
+        // The agent ended: what its probe said is all there is.
+        Ok(false) => (Ok(probe.result()), None),
+        Err(_) => (Err(no_answer(limit)), None),
     }
+}
+
+fn no_answer(limit: Duration) -> String {
+    format!("no answer within {} s", limit.as_secs())
 }
 
 /// One node's probe as it runs: what it has said so far.
@@ -198,6 +242,59 @@ impl Probe {
                 }
             }
         }
+    }
+
+    /// A probe phase (see `probe_phase`) until its probe is done (`true`) or the agent ended
+    /// (`false`). The env down when it is known, which the agent answers with its clock; `close`
+    /// is the doctor's word that the master's listener has served, which lives on until the
+    /// job's env ends it.
+    async fn phase(
+        &mut self,
+        control: &mut ControlLine,
+        messages: &mut Messages,
+        env: oneshot::Receiver<Vec<u8>>,
+        mut close: Option<oneshot::Receiver<()>>,
+    ) -> bool {
+        let mut env = Some(env);
+        loop {
+            let env_known = async {
+                match &mut env {
+                    Some(rx) => rx.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let closing = async {
+                match &mut close {
+                    Some(rx) => drop(rx.await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                message = messages.next() => match message {
+                    Some(AgentMessage::Fact(line)) => self.printed(line),
+                    Some(AgentMessage::Probed(_)) => return true,
+                    Some(message) => self.heard(message),
+                    None => return false,
+                },
+                block = env_known => {
+                    env = None;
+                    match block {
+                        Some(block) => {
+                            self.asked_at = Some(SystemTime::now());
+                            let _ = control.send(&Control::Env(block)).await;
+                        }
+                        None => drop(control.send(&Control::Term).await),
+                    }
+                }
+                () = closing => return true,
+            }
+        }
+    }
+
+    /// What the probe printed and what herd measured on the way.
+    fn result(&mut self) -> Probed {
+        let out = String::from_utf8_lossy(&std::mem::take(&mut self.out)).into_owned();
+        Probed { out, ..std::mem::take(&mut self.probed) }
     }
 
     /// The env down, then the question of the node's time; no env: the doctor gave up on this
@@ -276,6 +373,10 @@ pub struct Report {
     pub port: Option<Result<u16, PortError>>,
     /// Per node: what its probe's presweep stopped.
     pub swept: Vec<Vec<String>>,
+    /// Per node, the job agent whose probe phase this was, handed back waiting for its job's
+    /// env (see `probe_node`); `None` where the probe had its own agent, or the phase did not
+    /// finish.
+    pub agents: Vec<Option<Started>>,
 }
 
 impl Report {
@@ -317,9 +418,13 @@ pub async fn diagnose(
     let all_connected = fleet.links().iter().all(|l| l.conn.is_ok());
     let mut probes = Probes::new(plan, options.test_port && plan.nnodes() > 1 && all_connected, options);
     let (said_tx, mut said) = mpsc::unbounded_channel();
+    let mut agents: Vec<Option<Started>> = plan.nodes.iter().map(|_| None).collect();
     let mut nodes = fleet.spawn_each(|rank, conn| {
-        let inv = probe_invocation(plan, &plan.nodes[rank], options);
         let agent = early.get_mut(rank).and_then(Option::take);
+        let inv = match &agent {
+            Some(a) if a.invocation.probe.is_some() => a.invocation.clone(),
+            _ => probe_invocation(plan, &plan.nodes[rank], options),
+        };
         let (env, close) = probes.links(rank);
         let (conn, said_tx, limit) = (conn.clone(), said_tx.clone(), probe_limit(plan));
         Some(probe_node(conn, inv, agent, env, close, said_tx, rank, limit))
@@ -334,7 +439,10 @@ pub async fn diagnose(
         tokio::select! {
             Some((_, what)) = said.recv() => probes.said(what),
             ended = nodes.next() => match ended {
-                Some((rank, result)) => probes.ended(rank, result),
+                Some((rank, (result, agent))) => {
+                    agents[rank] = agent;
+                    probes.ended(rank, result);
+                }
                 None => break,
             },
         }
@@ -355,7 +463,7 @@ pub async fn diagnose(
     };
     let nodes = checks::evaluate_with(plan, &facts, &reach_result, options.fast, &options.import_torch);
     let route_devs = facts.iter().map(|f| f.get("route_dev").map(str::to_string)).collect();
-    Report { nodes, route_devs, port: probes.port, swept }
+    Report { nodes, route_devs, port: probes.port, swept, agents }
 }
 
 /// Why the master has no listener: what its probe said, or its last word (the probe did not

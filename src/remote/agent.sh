@@ -14,6 +14,15 @@
 #        $7 `ports`: after the sweep, report the local ports in use (`herd-agent ports`), and
 #           only then read the env block, which holds the master port herd chose from them;
 #           may be empty
+#        $8 the preflight's probe as a shell snippet, run before the job in the same login;
+#           may be empty (no probe phase). With it, after the sweep and the ports, the agent
+#           reads a first env block, the probe's, says `herd-agent clock` at once, and runs
+#           the probe in a process group of its own with stdin from /dev/null: each line it
+#           prints comes up as `herd-agent fact LINE` (fd 1 stays the job's), then `herd-agent
+#           probed S` once it ended (S its exit status; the master's listener lives on after
+#           its `herd-facts-done`). The next line ends the probe (TERM, then KILL after 5 s)
+#           and decides: the job's env block starts the job; a control line or EOF ends the
+#           agent, having started nothing.
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
@@ -43,6 +52,7 @@ job=$4
 cleanup=${5-}
 presweep=${6-}
 report=${7-}
+probe=${8-}
 
 echo "herd-agent up" >&2
 
@@ -105,18 +115,69 @@ ports_in_use() {
 # shellcheck disable=SC2046 # one word per port, on one line
 [ "$report" != ports ] || echo "herd-agent ports" $(ports_in_use) >&2
 
-IFS= read -r count || quit 70
-case $count in
-  '' | *[!0-9]*) quit 143 "herd-agent exit 143" ;;
-esac
-envs=
-i=0
-while [ "$i" -lt "$count" ]; do
-  IFS= read -r line || quit 70
-  envs="$envs$line
+# An env block's count, read into $count: a control line in its place (herd stopped the
+# attempt before it started) ends the agent, as does EOF (herd gone).
+read_count() {
+  IFS= read -r count || quit 70
+  case $count in
+    '' | *[!0-9]*) quit 143 "herd-agent exit 143" ;;
+  esac
+}
+
+# The $count lines of an env block, into $envs.
+read_envs() {
+  envs=
+  i=0
+  while [ "$i" -lt "$count" ]; do
+    IFS= read -r line || quit 70
+    envs="$envs$line
 "
-  i=$((i + 1))
-done
+    i=$((i + 1))
+  done
+}
+
+# The probe phase (see $8). Its group is ended before the job starts: on the master, its
+# listener frees the port the job is to bind.
+if [ -n "$probe" ]; then
+  read_count
+  read_envs
+  echo "herd-agent clock $(date +%s.%N)" >&2
+  # The probe's processes carry this agent's marker, not the probe env's: a sweep by another
+  # agent on the same host (two nodes of the config on one machine) sees them as a live
+  # agent's, never as leftovers. An empty line before the status: a last line of the probe's
+  # without a newline stays its own.
+  # shellcheck disable=SC2016,SC2163 # expanded by the probe's shell; $marker is NAME=VALUE
+  (eval "$envs" && export "$marker" && exec setsid sh -c '{ sh -c "$1"; printf "\nherd-probed %s\n" "$?"; } 2>&1 </dev/null |
+    while IFS= read -r l; do
+      case $l in
+        "") ;;
+        "herd-probed "*) echo "herd-agent probed ${l#herd-probed }" ;;
+        *) echo "herd-agent fact $l" ;;
+      esac
+    done' herd-probe "$probe") </dev/null >&2 &
+  probe_pg=$!
+  end_probe() {
+    kill -TERM "-$probe_pg" 2>/dev/null || kill -TERM "$probe_pg" 2>/dev/null
+    n=0
+    while kill -0 "-$probe_pg" 2>/dev/null && [ "$n" -lt 50 ]; do
+      sleep 0.1
+      n=$((n + 1))
+    done
+    kill -KILL "-$probe_pg" 2>/dev/null
+    wait "$probe_pg" 2>/dev/null
+  }
+  IFS= read -r count || {
+    end_probe
+    quit 70
+  }
+  end_probe
+  case $count in
+    '' | *[!0-9]*) quit 143 "herd-agent exit 143" ;;
+  esac
+else
+  read_count
+fi
+read_envs
 
 # Background lists get /dev/null as stdin unless told otherwise: keep ours on fd 3.
 exec 3<&0

@@ -250,11 +250,15 @@ pub struct AgentInvocation {
     /// After the presweep, report the node's ports in use, and only then read the env block
     /// (on the master, when herd chooses its port).
     pub report_ports: bool,
+    /// The preflight's probe as a job snippet, run in the same login before the job (see
+    /// docs/design/agent.md, "One login per node"): its own env block first, its output as
+    /// `Fact` messages, then `Probed`; the job's env block then ends it and starts the job.
+    pub probe: Option<String>,
 }
 
 impl AgentInvocation {
     /// argv for running the agent on this machine:
-    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS`.
+    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS PROBE`.
     pub fn local_argv(&self) -> Vec<String> {
         vec![
             "sh".into(),
@@ -268,6 +272,7 @@ impl AgentInvocation {
             self.cleanup.clone().unwrap_or_default(),
             self.presweep.clone().unwrap_or_default(),
             if self.report_ports { "ports" } else { "" }.into(),
+            self.probe.clone().unwrap_or_default(),
         ]
     }
 
@@ -465,6 +470,10 @@ pub enum AgentMessage {
     StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
     Clock(f64),
+    /// A line the preflight's probe printed, in a probe phase (see `AgentInvocation::probe`).
+    Fact(String),
+    /// The probe phase's probe has ended, with this exit status.
+    Probed(i32),
     /// Anything else (a shell error from the agent itself): kept as output, never dropped.
     Other(String),
 }
@@ -539,6 +548,12 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
                 words.iter().filter_map(|w| u16::from_str_radix(w, 16).ok()).collect(),
             ));
         }
+    }
+    if let Some(fact) = line.strip_prefix("herd-agent fact ") {
+        return AgentMessage::Fact(fact.to_string());
+    }
+    if let Some(status) = line.strip_prefix("herd-agent probed ").and_then(|s| s.trim().parse().ok()) {
+        return AgentMessage::Probed(status);
     }
     if let Some(swept) = line.strip_prefix("herd-agent swept ") {
         return AgentMessage::Swept(swept.to_string());
@@ -677,7 +692,7 @@ mod tests {
 
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false, probe: None };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -771,6 +786,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -814,6 +830,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let out = run_agent(&inv, &env_block([]));
         assert!(out.status.success());
@@ -846,6 +863,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -888,6 +906,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -911,6 +930,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         use std::io::{Read, Write};
         let mut child = spawn_remote(&inv);
@@ -946,6 +966,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -991,6 +1012,7 @@ mod tests {
                 cleanup: None,
                 presweep: None,
                 report_ports: false,
+                probe: None,
             };
             let mut child = spawn_agent(&inv);
             let mut stdin = child.stdin.take().unwrap();
@@ -1086,6 +1108,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut agent = spawn_agent(&inv);
         let mut stdin = agent.stdin.take().unwrap();
@@ -1140,6 +1163,7 @@ mod tests {
                 quote(order.to_str().unwrap())
             )),
             report_ports: false,
+            probe: None,
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert!(out.status.success());
@@ -1248,6 +1272,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let mut child = spawn_remote(&inv);
         use std::io::{Read, Write};
@@ -1349,6 +1374,7 @@ mod tests {
             job,
             cleanup: Some("echo 'done!'".into()),
             report_ports: false,
+            probe: None,
         };
         let line = for_login_shell(&inv.remote_command());
         assert_eq!(csh_or_fish_would_misread(&line), None, "{line}");
@@ -1382,6 +1408,7 @@ mod tests {
             cleanup: Some("docker rm -f herd-abc".into()),
             presweep: Some(with_procs(&sweep_call("abc", SweepScope::Leftovers, 10))),
             report_ports: true,
+            probe: None,
         };
         let line = for_login_shell(&inv.remote_command());
         assert_eq!(csh_or_fish_would_misread(&line), None);
@@ -1430,6 +1457,7 @@ mod tests {
             )),
             presweep: None,
             report_ports: false,
+            probe: None,
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert_eq!(out.stdout, b"job-ran\n");
@@ -1438,7 +1466,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&record).unwrap(), "cleaned without-marker\n");
         // The optional arguments are always there, empty when not wanted.
         let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
-        assert_eq!(presweep.local_argv()[8..], ["", "true", ""].map(String::from));
+        assert_eq!(presweep.local_argv()[8..], ["", "true", "", ""].map(String::from));
     }
 
     #[test]
@@ -1453,6 +1481,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: true,
+            probe: None,
         };
         let mut agent = spawn_agent(&inv);
         let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
@@ -1490,6 +1519,7 @@ mod tests {
             cleanup: None,
             presweep: None,
             report_ports: true,
+            probe: None,
         };
         for control in [Control::Term, Control::Kill] {
             let out = run_agent(&inv, &control.encode());
@@ -1509,8 +1539,123 @@ mod tests {
         assert_eq!(processes_with_argv(&["sleep", &beat]), Vec::<u32>::new(), "the heartbeat outlived it");
     }
 
+    /// With a probe phase, one login runs the preflight's probe, then the job: the probe with
+    /// its own env, its lines as `fact` messages (stdout stays the job's), `probed` with its
+    /// status; the job's env block ends what is left of the probe before the job starts.
+    #[test]
+    fn a_probe_phase_runs_the_probe_then_the_job_in_one_login() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let lingering = dir.path().join("lingering");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "echo \"job $HERD_T\"".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            // A last line without its newline, then a process that outlives the probe's
+            // shell (the master's listener does): the env of the job ends it.
+            probe: Some(format!(
+                "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; (sleep 60 & echo $! > {}; wait) & printf partial; exit 3",
+                quote(lingering.to_str().unwrap())
+            )),
+        };
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        // The probe's processes carry the agent's marker, whatever its env says (a sweep on the
+        // same host must see them as a live agent's).
+        stdin.write_all(&env_block([("HERD_T", "probe-env"), ("HERD_T_MARK", "doctor")])).unwrap();
+        stdin.flush().unwrap();
+        let mut stderr = BufReader::new(agent.stderr.take().unwrap());
+        let mut said = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "{said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Probed(status) => {
+                    assert_eq!(status, 3, "{said:?}");
+                    break;
+                }
+                AgentMessage::Alive => {}
+                other => said.push(other),
+            }
+        }
+        assert_eq!(said[0], AgentMessage::Up);
+        assert!(matches!(said[1], AgentMessage::Clock(_)), "{said:?}");
+        let mut facts: Vec<_> = said[2..].iter().map(|m| format!("{m:?}")).collect();
+        facts.sort();
+        let marked = format!("Fact(\"fact probe-env {}\")", test_mark());
+        assert_eq!(facts, [marked.as_str(), "Fact(\"oops\")", "Fact(\"partial\")"]);
+        let pid: i32 = std::fs::read_to_string(&lingering).unwrap().trim().parse().unwrap();
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the probe's process is running");
+        stdin.write_all(&env_block([("HERD_T", "job-env")])).unwrap();
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"job job-env\n");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "the probe's process outlived the phase"
+        );
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        assert!(rest.ends_with("herd-agent exit 0\n"), "{rest}");
+    }
+
+    /// A probe phase stopped (a failed preflight, Ctrl-C) or left (herd gone) ends its probe
+    /// and starts no job.
+    #[test]
+    fn a_probe_phase_stopped_ends_its_probe_and_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        let pidfile = dir.path().join("probe");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("touch {}", quote(ran.to_str().unwrap())),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: Some(format!("echo $$ > {}; exec sleep 60", quote(pidfile.to_str().unwrap()))),
+        };
+        let env = env_block([("HERD_T", "1")]);
+        for end in [Some(Control::Term), None] {
+            let started = std::time::Instant::now();
+            let mut child = spawn_agent(&inv);
+            let mut stdin = child.stdin.take().unwrap();
+            std::io::Write::write_all(&mut stdin, &env).unwrap();
+            // The stop (or EOF) comes once the probe is running.
+            while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().is_empty() {
+                assert!(started.elapsed() < std::time::Duration::from_secs(30), "the probe never started");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if let Some(c) = &end {
+                std::io::Write::write_all(&mut stdin, &c.encode()).unwrap();
+            }
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(if end.is_some() { 143 } else { 70 }), "{stderr}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "the probe was waited for");
+            let pid = std::fs::read_to_string(&pidfile).unwrap();
+            assert!(
+                !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists(),
+                "the probe outlived the agent"
+            );
+            assert!(!ran.exists());
+            std::fs::remove_file(&pidfile).unwrap();
+        }
+    }
+
     #[test]
     fn agent_lines_parse() {
+        assert_eq!(
+            parse_agent_line("herd-agent fact herd-fact a=b"),
+            AgentMessage::Fact("herd-fact a=b".into())
+        );
+        assert_eq!(parse_agent_line("herd-agent probed 130"), AgentMessage::Probed(130));
         assert_eq!(parse_agent_line("herd-agent pgid 42"), AgentMessage::Started { pgid: 42 });
         assert_eq!(parse_agent_line("herd-agent exit 137"), AgentMessage::Exited { status: 137 });
         assert_eq!(parse_agent_line("Terminated"), AgentMessage::Other("Terminated".into()));

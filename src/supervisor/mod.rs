@@ -28,7 +28,6 @@ use tokio::sync::mpsc;
 
 use crate::blame;
 use crate::config::PortSpec;
-use crate::doctor;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{stdout_if_ok, ConnectError, EarlyAgents, Fleet};
 use crate::outcome::{NodeExit, NodeOutcome, Verdict};
@@ -112,11 +111,17 @@ impl Run<'_> {
         let Some((fleet, early, errors)) = interruptible(&mut interrupts, connected).await else {
             return Ok(RunStatus::Interrupted);
         };
+        // One agent per node: with a preflight, the probe is its first phase (see `connect`).
+        let probing = preflight::will_preflight(&self.plan, self.options);
         let (probes, jobs): (Vec<_>, Vec<_>) = early
             .into_iter()
             .map(|mut agents| {
-                let job = agents.pop().flatten();
-                (agents.pop().flatten(), job)
+                let agent = agents.pop().flatten();
+                if probing {
+                    (agent, None)
+                } else {
+                    (None, agent)
+                }
             })
             .unzip();
         // A node that could not be connected changes the plan, or ends the run: either way
@@ -127,13 +132,17 @@ impl Run<'_> {
         let Some(settled) = interruptible(&mut interrupts, settled).await else {
             return Ok(RunStatus::Interrupted);
         };
-        let Settled { mut fleet, mut checked, replanned } = match settled {
+        let Settled { mut fleet, mut checked, replanned, agents } = match settled {
             Ok(settled) => settled,
             Err(Unsettled::Failed(e)) => return Err(e),
             Err(Unsettled::Gone { .. }) => unreachable!("the first connections are not waited for"),
         };
-        // The first attempt's agents are the first plan's.
-        let mut jobs = if replanned { Vec::new() } else { jobs };
+        // The first attempt's agents are the first plan's: the preflight's, past their probe.
+        let mut jobs = match (replanned, probing) {
+            (true, _) => Vec::new(),
+            (false, true) => agents,
+            (false, false) => jobs,
+        };
         let mut attempt = 0;
         loop {
             let early = std::mem::take(&mut jobs);
@@ -445,13 +454,13 @@ impl Run<'_> {
             }
             let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
             let nodes = match checked {
-                Ok(mut checked) => {
+                Ok((mut checked, agents)) => {
                     if !checked.interfaces.is_empty() {
                         self.interfaces = checked.interfaces.clone();
                     }
                     // The port the checks tested may be an earlier attempt's.
                     checked.port = checked.port.filter(|p| !self.used_ports.contains(p));
-                    return Ok(Settled { fleet, checked, replanned });
+                    return Ok(Settled { fleet, checked, replanned, agents });
                 }
                 Err(RunError::Preflight(nodes)) => nodes,
                 Err(e) => {
@@ -497,7 +506,7 @@ impl Run<'_> {
         fleet: &Fleet,
         known: &[String],
         probes: Vec<Option<Started>>,
-    ) -> Result<Preflighted, RunError> {
+    ) -> Result<(Preflighted, Vec<Option<Started>>), RunError> {
         let (plan, events) = (&self.plan, self.events);
         if self.options.preflight {
             let _ = events.send(Event::PreflightStarted { nnodes: plan.nnodes() }).await;
@@ -679,10 +688,10 @@ async fn close_with(fleet: Fleet, error: RunError) -> RunError {
     error
 }
 
-/// Every node connected; on each, as soon as it is, the first agents: the preflight's
-/// probe, if it probes, and beside it the first attempt's job agent, which starts nothing
-/// before it gets its env. One login per node for each, overlapping the other handshakes,
-/// as pdsh's logins do. Each agent sweeps its node's leftovers as it starts.
+/// Every node connected; on each, as soon as it is, the first attempt's job agent, which
+/// starts nothing before it gets its env, with the preflight's probe as its first phase if
+/// the run probes. One login per node, overlapping the other handshakes, as pdsh's logins
+/// do. Each agent sweeps its node's leftovers as it starts.
 /// The nodes that could not be connected are in the fleet with their errors (see `settle`).
 async fn connect(
     plan: &LaunchPlan,
@@ -693,10 +702,12 @@ async fn connect(
     let probing = preflight::probe_options(plan, run_id, options, &[]);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
     let early = |node: &crate::plan::NodePlan| {
-        let probe = probing.as_ref().map(|o| doctor::probe_invocation(plan, node, o));
         let sweep = gang::presweep(run_id, 0, probing.is_some(), true);
         let job = gang::job_invocation(plan, run_id, node, 0, port_known, sweep);
-        probe.into_iter().chain([job]).collect()
+        match &probing {
+            Some(probe) => vec![preflight::with_probe_phase(plan, node, probe, job)],
+            None => vec![job],
+        }
     };
     Fleet::connect(plan, Some(events), early).await
 }

@@ -644,6 +644,9 @@ async fn pump_agent(
                 continue;
             }
             AgentMessage::Up | AgentMessage::Alive | AgentMessage::Clock(_) => continue,
+            // The probe phase's last words, read after it (the master's listener, which the
+            // job's env ends).
+            AgentMessage::Fact(_) | AgentMessage::Probed(_) => continue,
             AgentMessage::Ports(in_use) => {
                 let _ = reports.send((rank, NodeReport::Ports(in_use)));
                 continue;

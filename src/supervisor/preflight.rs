@@ -9,7 +9,8 @@ use super::types::{RunError, RunOptions};
 use crate::doctor;
 use crate::events::Event;
 use crate::fleet::Fleet;
-use crate::plan::{LaunchPlan, AUTO_INTERFACE};
+use crate::plan::{LaunchPlan, NodePlan, AUTO_INTERFACE};
+use crate::remote::AgentInvocation;
 use crate::transport::Started;
 
 /// What the preflight leaves the first attempt.
@@ -52,8 +53,28 @@ pub(super) fn probe_options(
     })
 }
 
-/// Probe every node, over the fleet's connections, with the probes `early` already started;
-/// `fresh`: the node ranks new to the run (see `probe_options`).
+/// The first attempt's job agent of one node with the preflight's probe as its first phase,
+/// in the same login (see docs/design/agent.md, "One login per node"): it sweeps as the
+/// probe's agent would, and reports the master's ports when the probe chooses the port.
+pub(super) fn with_probe_phase(
+    plan: &LaunchPlan,
+    node: &NodePlan,
+    probe: &doctor::ProbeOptions,
+    job: AgentInvocation,
+) -> AgentInvocation {
+    let alone = doctor::probe_invocation(plan, node, probe);
+    AgentInvocation {
+        probe: Some(alone.job),
+        presweep: alone.presweep,
+        report_ports: alone.report_ports,
+        ..job
+    }
+}
+
+/// Probe every node, over the fleet's connections, with the probes `early` already started
+/// (a job agent with a probe phase, see `with_probe_phase`, or a probe's own agent); `fresh`:
+/// the node ranks new to the run (see `probe_options`). With the result, per node, the job
+/// agents whose probe phase finished, waiting for their env.
 pub(super) async fn preflight(
     plan: &LaunchPlan,
     run_id: &str,
@@ -62,9 +83,9 @@ pub(super) async fn preflight(
     fresh: &[usize],
     events: &mpsc::Sender<Event>,
     early: Vec<Option<Started>>,
-) -> Result<Preflighted, RunError> {
+) -> Result<(Preflighted, Vec<Option<Started>>), RunError> {
     let Some(probe) = probe_options(plan, run_id, options, fresh) else {
-        return Ok(Preflighted::default());
+        return Ok((Preflighted::default(), Vec::new()));
     };
     let report = doctor::diagnose(plan, fleet, &probe, early).await;
     for (rank, lines) in report.swept.iter().enumerate() {
@@ -80,10 +101,11 @@ pub(super) async fn preflight(
     if options.preflight && !report.ok() {
         return Err(RunError::Preflight(report.nodes));
     }
-    Ok(Preflighted {
+    let checked = Preflighted {
         interfaces: report.route_devs.into_iter().map(Option::unwrap_or_default).collect(),
         port,
         swept: true,
         fresh: Vec::new(),
-    })
+    };
+    Ok((checked, report.agents))
 }

@@ -15,7 +15,7 @@ use crate::fleet::Fleet;
 use crate::plan::LaunchPlan;
 use crate::quarantine::{self, Quarantine};
 use crate::roster::Blamed;
-use crate::transport::TransportError;
+use crate::transport::{Started, TransportError};
 use crate::{blame, doctor};
 
 /// Every node of the plan connected and checked.
@@ -24,6 +24,9 @@ pub(super) struct Settled {
     pub checked: Preflighted,
     /// The plan is not the one the run started with.
     pub replanned: bool,
+    /// Per node, the job agent whose probe phase the preflight was (see `preflight`), waiting
+    /// for the first attempt's env.
+    pub agents: Vec<Option<Started>>,
 }
 
 /// Why the nodes could not be settled.

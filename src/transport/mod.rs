@@ -72,6 +72,9 @@ pub struct SshLink {
 pub struct Started {
     pub invocation: AgentInvocation,
     process: AgentProcess,
+    /// Its stderr as read so far, for an agent whose first messages were read already (the
+    /// preflight's probe phase): what is buffered is the next reader's.
+    messages: Option<session::Messages>,
     pub at: std::time::Instant,
 }
 
@@ -80,7 +83,7 @@ impl Started {
     pub async fn start(conn: &Connection, inv: AgentInvocation) -> Result<Started, TransportError> {
         let at = std::time::Instant::now();
         let process = conn.spawn_agent(&inv).await?;
-        Ok(Started { invocation: inv, process, at })
+        Ok(Started { invocation: inv, process, messages: None, at })
     }
 
     /// The agent, if it was started as `inv`; otherwise a new one (the early one ends, having

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Split};
 
-use super::{AgentHandle, Connection, Started, TransportError};
+use super::{AgentHandle, AgentProcess, Connection, Started, TransportError};
 use crate::remote::{self, AgentInvocation, AgentMessage, Control, StackReader};
 
 /// A started agent, split into what goes down, what comes up, and the rest.
@@ -36,11 +36,24 @@ impl AgentSession {
         let p = started.process;
         Ok(AgentSession {
             control: ControlLine { stdin: p.stdin },
-            messages: Messages::new(p.stderr),
+            messages: started.messages.unwrap_or_else(|| Messages::new(p.stderr)),
             output: p.stdout,
             handle: p.handle,
             started_at: started.at,
         })
+    }
+
+    /// The session handed on as an agent started ahead of its use, now `invocation` (what is
+    /// left of it to do): after the preflight's probe phase, the first attempt's job agent.
+    /// What its stderr holds unread stays for the next reader.
+    pub fn into_started(self, invocation: AgentInvocation) -> Started {
+        let process = AgentProcess {
+            stdin: self.control.stdin,
+            stdout: self.output,
+            stderr: Box::new(tokio::io::empty()),
+            handle: self.handle,
+        };
+        Started { invocation, process, messages: Some(self.messages), at: self.started_at }
     }
 }
 
