@@ -3,6 +3,7 @@
 //!
 //!     cargo bench --bench herd_bench -- fanout      # launch fan-out, 8/32/64 nodes, vs pdsh and ssh &
 //!     cargo bench --bench herd_bench -- slow-logins # fan-out at 64 nodes whose login shell takes 1 s, vs pdsh; logins per node
+//!                                                   # (BENCH_JOB=python: `python3 -c pass` on every node instead of `true`)
 //!     cargo bench --bench herd_bench -- teardown    # one rank SIGKILLed -> every process gone
 //!     cargo bench --bench herd_bench -- first-rank  # torchrun on 3 nodes: start -> first worker process
 //!     cargo bench --bench herd_bench -- partition   # a node's link cut -> attempt failed, others stopped
@@ -488,9 +489,20 @@ fn slow_logins() {
     tb.count_logins();
     let dir = tempfile::tempdir().unwrap();
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
-    let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
+    // BENCH_JOB=python: both start `python3 -c pass` on every node, as every training launch
+    // starts an interpreter; otherwise `true`.
+    let python = std::env::var("BENCH_JOB").is_ok_and(|j| j == "python");
+    let (job, remote): (&str, &[&str]) = match python {
+        true => (
+            "launcher = \"command\"\nscript = \"python3\"\nargs = [\"-c\", \"pass\"]",
+            &["python3", "-c", "pass"],
+        ),
+        false => ("launcher = \"command\"\nscript = \"true\"", &["true"]),
+    };
+    let config = write_config(&tb, dir.path(), &hosts, job, "");
+    let shown = remote.join(" ");
     println!(
-        "\n### Launch fan-out, {n} nodes, {login} s login shell: `true` on every node, start to all exited ({reps} runs each, alternating)\n"
+        "\n### Launch fan-out, {n} nodes, {login} s login shell: `{shown}` on every node, start to all exited ({reps} runs each, alternating)\n"
     );
     println!("| N | command | median s | spread s | ratio to pdsh |");
     println!("|---|---|---|---|---|");
@@ -512,7 +524,8 @@ fn slow_logins() {
         }
         results[0].1.push(timed(
             Command::new("pdsh")
-                .args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"])
+                .args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(",")])
+                .args(remote)
                 .env("PDSH_SSH_ARGS_APPEND", &ssh_append),
         ));
         let _ = std::fs::remove_dir_all(dir.path().join("logs"));
