@@ -272,6 +272,9 @@ impl Probe {
             tokio::select! {
                 message = messages.next() => match message {
                     Some(AgentMessage::Fact(line)) => self.printed(line),
+                    // The agent's own word on a probe that could not start (`setsid` missing):
+                    // the facts' other lines, where the checks look for why.
+                    Some(AgentMessage::Other(line)) => self.printed(line),
                     Some(AgentMessage::Probed(_)) => return true,
                     Some(message) => self.heard(message),
                     None => return false,

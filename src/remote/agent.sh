@@ -145,18 +145,28 @@ if [ -n "$probe" ]; then
   # The probe's processes carry this agent's marker, not the probe env's: a sweep by another
   # agent on the same host (two nodes of the config on one machine) sees them as a live
   # agent's, never as leftovers. An empty line before the status: a last line of the probe's
-  # without a newline stays its own.
+  # without a newline stays its own. Lines are cut to 4000 bytes, so that each is one write
+  # to fd 2, which the heartbeat shares (PIPE_BUF; never through a filter such as cut, which
+  # would hold the master's `herd-listening` in its buffer), and relayed by printf: dash's echo reads
+  # backslashes (`\c` would swallow the line's end, and the `probed` after it).
   # shellcheck disable=SC2016,SC2163 # expanded by the probe's shell; $marker is NAME=VALUE
   (eval "$envs" && export "$marker" && exec setsid sh -c '{ sh -c "$1"; printf "\nherd-probed %s\n" "$?"; } 2>&1 </dev/null |
     while IFS= read -r l; do
+      [ "${#l}" -le 4000 ] || l=$(printf %s "$l" | head -c 4000)
       case $l in
         "") ;;
-        "herd-probed "*) echo "herd-agent probed ${l#herd-probed }" ;;
-        *) echo "herd-agent fact $l" ;;
+        "herd-probed "*) printf "herd-agent probed %s\n" "${l#herd-probed }" ;;
+        *) printf "herd-agent fact %s\n" "$l" ;;
       esac
     done' herd-probe "$probe") </dev/null >&2 &
   probe_pg=$!
+  # The probe's group: TERM, up to 5 s, KILL. A pid that is now another process's (a shell
+  # that reaps at once, bash as sh, and a pid used again) leads no group of the probe's: the
+  # group had ended. Before its setsid, the leader is signalled by its pid.
   end_probe() {
+    if herd_stat "/proc/$probe_pg/stat" && [ "$herd_ppid" != "$$" ]; then
+      return 0
+    fi
     kill -TERM "-$probe_pg" 2>/dev/null || kill -TERM "$probe_pg" 2>/dev/null
     n=0
     while kill -0 "-$probe_pg" 2>/dev/null && [ "$n" -lt 50 ]; do

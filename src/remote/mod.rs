@@ -1558,7 +1558,9 @@ mod tests {
             // A last line without its newline, then a process that outlives the probe's
             // shell (the master's listener does): the env of the job ends it.
             probe: Some(format!(
-                "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; (sleep 60 & echo $! > {}; wait) & printf partial; exit 3",
+                "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; printf '%s\\n' 'a\\cb'; \
+                 head -c 5000 /dev/zero | tr '\\0' x; echo; \
+                 (sleep 60 & echo $! > {}; wait) & printf partial; exit 3",
                 quote(lingering.to_str().unwrap())
             )),
         };
@@ -1587,7 +1589,12 @@ mod tests {
         let mut facts: Vec<_> = said[2..].iter().map(|m| format!("{m:?}")).collect();
         facts.sort();
         let marked = format!("Fact(\"fact probe-env {}\")", test_mark());
-        assert_eq!(facts, [marked.as_str(), "Fact(\"oops\")", "Fact(\"partial\")"]);
+        // Backslashes as printed (dash's echo would have read `\c`); a line past 4000 bytes cut
+        // there, one write beside the heartbeat's.
+        let long = format!("Fact({:?})", "x".repeat(4000));
+        let mut expected = [marked.as_str(), "Fact(\"a\\\\cb\")", "Fact(\"oops\")", "Fact(\"partial\")", &long];
+        expected.sort();
+        assert_eq!(facts, expected);
         let pid: i32 = std::fs::read_to_string(&lingering).unwrap().trim().parse().unwrap();
         assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the probe's process is running");
         stdin.write_all(&env_block([("HERD_T", "job-env")])).unwrap();
