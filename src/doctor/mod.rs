@@ -180,6 +180,15 @@ async fn probe_phase(
     }
 }
 
+/// What `slot`'s sender sends (`None`: it was dropped), once: the slot is empty after, and an
+/// empty slot never fires. Cancel-safe: a `select!` that takes another branch keeps it.
+async fn once<T>(slot: &mut Option<oneshot::Receiver<T>>) -> Option<T> {
+    let Some(rx) = slot else { return std::future::pending().await };
+    let got = rx.await.ok();
+    *slot = None;
+    got
+}
+
 fn no_answer(limit: Duration) -> String {
     format!("no answer within {} s", limit.as_secs())
 }
@@ -211,18 +220,6 @@ impl Probe {
         let mut env = Some(env);
         let (mut agent_open, mut output_open) = (true, true);
         while agent_open || output_open {
-            let env_known = async {
-                match &mut env {
-                    Some(rx) => rx.await.ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            let closing = async {
-                match &mut close {
-                    Some(rx) => drop(rx.await),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 message = messages.next(), if agent_open => match message {
                     Some(message) => self.heard(message),
@@ -232,14 +229,8 @@ impl Probe {
                     Ok(Some(line)) => self.printed(line),
                     _ => output_open = false,
                 },
-                block = env_known => {
-                    env = None;
-                    self.start(control, block).await;
-                }
-                () = closing => {
-                    close = None;
-                    let _ = control.send(&Control::Term).await;
-                }
+                block = once(&mut env) => self.start(control, block).await,
+                _ = once(&mut close) => drop(control.send(&Control::Term).await),
             }
         }
     }
@@ -257,18 +248,6 @@ impl Probe {
     ) -> bool {
         let mut env = Some(env);
         loop {
-            let env_known = async {
-                match &mut env {
-                    Some(rx) => rx.await.ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            let closing = async {
-                match &mut close {
-                    Some(rx) => drop(rx.await),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 message = messages.next() => match message {
                     Some(AgentMessage::Fact(line)) => self.printed(line),
@@ -279,8 +258,7 @@ impl Probe {
                     Some(message) => self.heard(message),
                     None => return false,
                 },
-                block = env_known => {
-                    env = None;
+                block = once(&mut env) => {
                     match block {
                         Some(block) => {
                             self.asked_at = Some(SystemTime::now());
@@ -289,7 +267,7 @@ impl Probe {
                         None => drop(control.send(&Control::Term).await),
                     }
                 }
-                () = closing => return true,
+                _ = once(&mut close) => return true,
             }
         }
     }
