@@ -32,6 +32,12 @@ try:
 except Exception:
     pass
 os.execvp(sys.argv[1], sys.argv[1:])' true
+step "subreaper shim (/usr/bin/perl, syscall prctl, exec true)" env PERL_BADLANG=0 /usr/bin/perl -e 'my $h = "";
+if (open my $f, "<", "/proc/self/exe") { read $f, $h, 20 }
+my $m = length $h == 20 ? unpack(ord(substr($h, 5, 1)) == 2 ? "n" : "v", substr($h, 18, 2)) : 0;
+my %prctl = (62 => 157, 183 => 167, 243 => 167, 21 => 171, 22 => 172);
+if ($prctl{$m}) { syscall($prctl{$m}, 36, 1, 0, 0, 0) }
+exec { $ARGV[0] } @ARGV;' true
 step "presweep, nothing marked: before" sh -c "$(cat "$procs_old")
 herd_sweep HERD_MARKER=zz: leftovers 10"
 step "presweep, nothing marked: after" sh -c "$(cat "$procs_new")
