@@ -685,6 +685,53 @@ mod tests {
         drop(listener);
     }
 
+    /// facts.py reads torch's version from its METADATA (importlib.metadata costs 100 ms
+    /// and more on every node): the same version importlib.metadata gives, the first on
+    /// sys.path, with a local label, from a dist-info or an egg-info; none where there is no
+    /// torch.
+    #[test]
+    fn the_facts_read_torchs_version_as_importlib_metadata_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("a"), dir.path().join("b"));
+        for (folder, version) in [(&first, "9.8.7+cu121"), (&second, "1.0.0")] {
+            let info = folder.join(format!("torch-{version}.dist-info"));
+            std::fs::create_dir_all(&info).unwrap();
+            let metadata = format!("Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\nVersion: 0\n");
+            std::fs::write(info.join("METADATA"), metadata).unwrap();
+        }
+        // A distribution whose name only starts like torch's.
+        std::fs::create_dir_all(first.join("torch_tb-0.1.dist-info")).unwrap();
+        let run = |code: &str, path: &str| {
+            let out = std::process::Command::new("python3")
+                .args(["-c", code])
+                .env("PYTHONPATH", path)
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let path = format!("{}:{}", first.display(), second.display());
+        let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
+        assert_eq!(metadata.trim(), "9.8.7+cu121");
+        let facts = run(remote::FACTS_PY, &path);
+        assert!(facts.contains("herd-fact torch=9.8.7+cu121\n"), "{facts}");
+        // An egg-info (`setup.py develop`), as a folder and as a file.
+        let egg = dir.path().join("egg");
+        std::fs::create_dir_all(egg.join("torch.egg-info")).unwrap();
+        std::fs::write(egg.join("torch.egg-info/PKG-INFO"), "Name: torch\nVersion: 2.0.0a0+git1\n").unwrap();
+        let file = dir.path().join("file");
+        std::fs::create_dir_all(&file).unwrap();
+        std::fs::write(file.join("torch-1.13.1-py3.11.egg-info"), "Name: torch\nVersion: 1.13.1\n").unwrap();
+        for (path, version) in [(&egg, "2.0.0a0+git1"), (&file, "1.13.1")] {
+            let path = path.display().to_string();
+            let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
+            assert_eq!(metadata.trim(), version);
+            let facts = run(remote::FACTS_PY, &path);
+            assert!(facts.contains(&format!("herd-fact torch={version}\n")), "{facts}");
+        }
+        let facts = run(remote::FACTS_PY, &dir.path().join("none").display().to_string());
+        assert!(facts.contains("herd-fact torch=\n"), "{facts}");
+    }
+
     /// The probes as they ship, run here on a free loopback port: the master's listener says
     /// it is up, then runs the facts and says when they are done; a worker's connection
     /// reaches it. Without a port to test, the facts alone; without the Python, the master
