@@ -686,10 +686,11 @@ fn slow_logins() {
     let python = std::env::var("BENCH_JOB").is_ok_and(|j| j == "python");
     let (job, remote): (&str, &[&str]) = match python {
         true => (
-            "launcher = \"command\"\nscript = \"python3\"\nargs = [\"-c\", \"pass\"]",
+            "launcher = \"command\"\nscript = \"python3\"\nargs = [\"-c\", \"pass\"]\ndevice = \"cpu\"",
             &["python3", "-c", "pass"],
         ),
-        false => ("launcher = \"command\"\nscript = \"true\"", &["true"]),
+        // device = "cpu": the testbed has no GPUs, which `herd doctor` would fail on every node.
+        false => ("launcher = \"command\"\nscript = \"true\"\ndevice = \"cpu\"", &["true"]),
     };
     let config = write_config(&tb, dir.path(), &hosts, job, "");
     let shown = remote.join(" ");
