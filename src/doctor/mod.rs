@@ -721,6 +721,16 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::create_dir_all(&file).unwrap();
         std::fs::write(file.join("torch-1.13.1-py3.11.egg-info"), "Name: torch\nVersion: 1.13.1\n").unwrap();
+        // An .egg folder (`setup.py install`), its header in lower case.
+        let built = dir.path().join("built");
+        std::fs::create_dir_all(built.join("torch-2.0.0a0-py3.11-linux-x86_64.egg/EGG-INFO")).unwrap();
+        let pkg_info = built.join("torch-2.0.0a0-py3.11-linux-x86_64.egg/EGG-INFO/PKG-INFO");
+        std::fs::write(pkg_info, "Name: torch\nversion: 2.0.0a0+src\n").unwrap();
+        let built_first =
+            format!("{}:{}", built.join("torch-2.0.0a0-py3.11-linux-x86_64.egg").display(), second.display());
+        let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &built_first);
+        assert_eq!(metadata.trim(), "2.0.0a0+src");
+        assert!(run(remote::FACTS_PY, &built_first).contains("herd-fact torch=2.0.0a0+src\n"));
         for (path, version) in [(&egg, "2.0.0a0+git1"), (&file, "1.13.1")] {
             let path = path.display().to_string();
             let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);

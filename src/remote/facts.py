@@ -12,30 +12,40 @@ import sys
 print("herd-fact python=" + sys.version.split()[0])
 
 
+def torch_metadata_files(folder):
+    """The metadata files of torch distributions in one sys.path entry, in the order
+    importlib.metadata looks at them: the entry itself when it is a torch .egg folder
+    (`setup.py install`, through easy-install.pth), else its dist-info's METADATA and its
+    egg-info's PKG-INFO (a folder, or the file itself)."""
+    base = os.path.basename(folder).lower()
+    if base.startswith("torch-") and base.endswith(".egg"):
+        return [os.path.join(folder, "EGG-INFO", "PKG-INFO")]
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    files = []
+    for name in names:
+        low = name.lower()
+        path = os.path.join(folder or ".", name)
+        if not (low.startswith("torch-") or low.startswith("torch.")):
+            continue
+        if low.endswith(".dist-info"):
+            files.append(os.path.join(path, "METADATA"))
+        elif low.endswith(".egg-info"):
+            files.append(os.path.join(path, "PKG-INFO") if os.path.isdir(path) else path)
+    return files
+
+
 def torch_version():
     """The first torch distribution on sys.path, as importlib.metadata would find it: the
-    Version of its dist-info's METADATA, or of an egg-info's PKG-INFO (a folder, or the file
-    itself); empty where there is none."""
+    Version of its metadata (headers are case-insensitive); empty where there is none."""
     for folder in sys.path:
-        try:
-            names = os.listdir(folder or ".")
-        except OSError:
-            continue
-        for name in names:
-            low = name.lower()
-            if not (low.startswith("torch-") or low == "torch.egg-info"):
-                continue
-            path = os.path.join(folder or ".", name)
-            if low.endswith(".dist-info"):
-                path = os.path.join(path, "METADATA")
-            elif not low.endswith(".egg-info"):
-                continue
-            elif os.path.isdir(path):
-                path = os.path.join(path, "PKG-INFO")
+        for path in torch_metadata_files(folder):
             try:
                 with open(path, encoding="utf-8") as f:
                     for line in f:
-                        if line.startswith("Version:"):
+                        if line[:8].lower() == "version:":
                             return line.split(":", 1)[1].strip()
                         if not line.strip():
                             break

@@ -152,15 +152,18 @@ const SUBREAPER_SHIM: &str = "import os, sys\ntry:\n    import ctypes\n    ctype
 /// The same in perl, which has no libc call but `syscall`: prctl's number for the machine
 /// perl itself was built for (its ELF header's `e_machine`: x86-64, AArch64, RISC-V, PowerPC
 /// 64, s390; `use Config` would cost 5 ms), else the Python shim if there is one, else just
-/// the exec. sh starts it with `PERL_BADLANG=0` (no locale warning can reach the agent's
-/// message channel) and the user's own value, if any, in `HERD_PERL_BADLANG` (`x` and the
-/// value), which this puts back before the exec.
+/// the exec. perl has no `-I`: sh starts it with `PERL_BADLANG=0` (no locale warning on the
+/// agent's message channel), `PERL5OPT` and `PERL_HASH_SEED_DEBUG` empty (no module or taint
+/// switch from the user's env, no line on stderr), and each user's own value, if any, in
+/// `HERD_<NAME>` (`x` and the value), which this puts back before the exec.
 const SUBREAPER_PERL_SHIM: &str = "my $h = '';
-if (open my $f, '<', '/proc/self/exe') { read $f, $h, 20 }
+if (open my $f, '<:raw', '/proc/self/exe') { read $f, $h, 20 }
 my $m = length $h == 20 ? unpack(ord(substr($h, 5, 1)) == 2 ? 'n' : 'v', substr($h, 18, 2)) : 0;
 my %prctl = (62 => 157, 183 => 167, 243 => 167, 21 => 171, 22 => 172);
-my $was = delete $ENV{HERD_PERL_BADLANG};
-if (length $was) { $ENV{PERL_BADLANG} = substr($was, 1) } else { delete $ENV{PERL_BADLANG} }
+for my $v (qw(PERL_BADLANG PERL5OPT PERL_HASH_SEED_DEBUG)) {
+  my $was = delete $ENV{\"HERD_$v\"};
+  if (length $was) { $ENV{$v} = substr($was, 1) } else { delete $ENV{$v} }
+}
 if ($prctl{$m}) { syscall($prctl{$m}, 36, 1, 0, 0, 0) }
 elsif (-x $py) { unshift @ARGV, $py, qw(-S -I -c), $shim }
 exec { $ARGV[0] } @ARGV;
@@ -317,7 +320,9 @@ fn subreaper_line(argv: &str, perl: &str, python: &str) -> String {
         perl_string(SUBREAPER_SHIM)
     );
     format!(
-        "set -- {argv}; [ -x {perl} ] && HERD_PERL_BADLANG=${{PERL_BADLANG+x$PERL_BADLANG}} PERL_BADLANG=0 exec {perl} -e {} \"$@\"; \
+        "set -- {argv}; [ -x {perl} ] && HERD_PERL_BADLANG=${{PERL_BADLANG+x$PERL_BADLANG}} \
+         HERD_PERL5OPT=${{PERL5OPT+x$PERL5OPT}} HERD_PERL_HASH_SEED_DEBUG=${{PERL_HASH_SEED_DEBUG+x$PERL_HASH_SEED_DEBUG}} \
+         PERL_BADLANG=0 PERL5OPT= PERL_HASH_SEED_DEBUG= exec {perl} -e {} \"$@\"; \
          [ -x {python} ] && exec {python} -S -I -c {shim} \"$@\"; exec \"$@\"",
         quote(&perl_shim)
     )
@@ -1373,6 +1378,16 @@ mod tests {
         let (_, _, _, badlang) =
             run_under_subreaper(SUBREAPER_PERL, SUBREAPER_PYTHON, &[("PERL_BADLANG", "")]);
         assert_eq!(badlang, "[] [unset]", "an empty value");
+        // The user's perl switches (a module the node lacks, taint mode) neither stop the
+        // agent nor write on its message channel.
+        for opt in ["-MNo::Such::Module", "-T", "-t"] {
+            let (pid, ppid, stderr, _) = run_under_subreaper(
+                SUBREAPER_PERL,
+                "/nonexistent/python3",
+                &[("PERL5OPT", opt), ("PERL_HASH_SEED_DEBUG", "1"), ("PERL_UNICODE", "SDA")],
+            );
+            assert_eq!((ppid, stderr.as_str()), (pid, ""), "PERL5OPT={opt}");
+        }
         // No perl: the system Python.
         let (pid, ppid, stderr, _) = run_under_subreaper("/nonexistent/perl", SUBREAPER_PYTHON, &[]);
         assert_eq!((ppid, stderr.as_str()), (pid, ""), "through python");

@@ -63,8 +63,10 @@ def connect(addr, secs):
     except OSError as e:
         found, error = [], str(e)
     for family, kind, proto, _, where in found:
-        s = _socket.socket(family, kind, proto)
+        s = None
         try:
+            # A family the node does not have (IPv6 disabled) is one address that fails.
+            s = _socket.socket(family, kind, proto)
             s.settimeout(secs)
             s.connect(where)
             print("herd-reached")
@@ -72,7 +74,8 @@ def connect(addr, secs):
         except OSError as e:
             error = str(e)
         finally:
-            s.close()
+            if s is not None:
+                s.close()
     print("herd-unreached " + error)
 
 
