@@ -137,9 +137,9 @@ pub fn under_mux(python: &str, command: &str, required: bool) -> String {
     format!("sh -c {}", quote(&choose))
 }
 
-/// The interpreter that makes a remote agent a child subreaper, first choice: perl starts in
-/// about 2 ms (Debian's perl-base is essential, and most other nodes have it), where Python
-/// takes 10 to 15 ms on every node of every start.
+/// The interpreter that makes a remote agent a child subreaper, first choice: perl does it in
+/// about 5 ms (Debian's perl-base is essential, and most other nodes have it), where Python's
+/// ctypes takes 15 to 25 ms on every node of every start.
 const SUBREAPER_PERL: &str = "/usr/bin/perl";
 
 /// The second choice: the system Python, which needs no shims, virtualenvs or site packages
@@ -303,8 +303,8 @@ impl AgentInvocation {
     }
 
     /// The command for `sh` that ssh runs (through `for_login_shell`) and srun: the agent's
-    /// argv, started through /usr/bin/perl or python3 where the node has one, which makes it a child
-    /// subreaper (the flag survives exec) and then execs it unchanged.
+    /// argv, started through /usr/bin/perl or python3 where the node has one, which makes it a
+    /// child subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
         subreaper_line(&command_line(self.local_argv()), SUBREAPER_PERL, SUBREAPER_PYTHON)
     }
