@@ -103,11 +103,7 @@ fn main() {
 /// reset before each run): step creations and all.
 fn slurm_steps() {
     let reps = runs(5);
-    let sizes: Vec<usize> = std::env::var("BENCH_STEPS_NODES")
-        .unwrap_or_else(|_| "8,16,32".into())
-        .split(',')
-        .map(|n| n.trim().parse().expect("BENCH_STEPS_NODES: numbers"))
-        .collect();
+    let sizes = env_sizes("BENCH_STEPS_NODES", "8,16,32");
     println!("\n### One Slurm step for the fleet against a step per node: a `true` job, start to exit ({reps} runs each, alternating)\n");
     println!(
         "Rerun: `BENCH_RUNS={reps} BENCH_STEPS_NODES={} cargo bench --bench herd_bench -- slurm-steps`\n",
@@ -192,13 +188,7 @@ type StepRun = (Duration, usize, u64, u64, u64);
 
 /// Of herd (`pid`) and its `srun` children: how many sruns, and their RSS and herd's in KiB.
 fn sruns_and_rss(pid: u32) -> (usize, u64) {
-    let rss = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/status"))
-            .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
-            .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
-            .unwrap_or(0)
-    };
+    let rss = |p: u32| herd_support::status_kib(p, "VmRSS:").unwrap_or(0);
     let mut sruns = 0;
     let mut total = rss(pid);
     for p in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -237,11 +227,7 @@ fn sdiag_counts(cluster: &slurm_support::Slurm) -> (u64, u64) {
 /// itself, and fails at 254 nodes under 1024).
 fn scale() {
     let reps = runs(1);
-    let sizes: Vec<usize> = std::env::var("BENCH_SCALE")
-        .unwrap_or_else(|_| "16,64,128,252".into())
-        .split(',')
-        .map(|n| n.trim().parse().expect("BENCH_SCALE: numbers"))
-        .collect();
+    let sizes = env_sizes("BENCH_SCALE", "16,64,128,252");
     let most = *sizes.iter().max().expect("a size");
     let tb = Testbed::many(most);
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +335,7 @@ fn scale_run(cmd: &mut Command) -> ScaleRun {
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             run.fds = run.fds.max(dir.count());
         }
-        if let Some(kib) = status_field_kib(pid, "VmHWM:") {
+        if let Some(kib) = herd_support::status_kib(pid, "VmHWM:") {
             run.hwm_kib = run.hwm_kib.max(kib);
         }
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -361,7 +347,7 @@ fn scale_run(cmd: &mut Command) -> ScaleRun {
             run.child_cpu_ms = run.child_cpu_ms.max((f(16) + f(17)) * tick_ms);
         }
         if tick % 25 == 0 {
-            let (n, kib) = ssh_masters();
+            let (n, kib) = herd_support::ssh_masters();
             run.masters = run.masters.max(n);
             run.masters_kib = run.masters_kib.max(kib);
         }
@@ -370,7 +356,9 @@ fn scale_run(cmd: &mut Command) -> ScaleRun {
     run.took = start.elapsed();
     // Masters outlive a herd only until their idle time: wait for this run's to end, so that
     // the next run counts its own.
-    let _ = poll_until(Duration::from_secs(30), Duration::from_millis(200), || ssh_masters().0 == 0);
+    let _ = poll_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        herd_support::ssh_masters().0 == 0
+    });
     run
 }
 
@@ -378,29 +366,6 @@ fn scale_run(cmd: &mut Command) -> ScaleRun {
 fn clock_ticks() -> u64 {
     let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf");
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(100)
-}
-
-/// A `/proc/PID/status` field in kB.
-fn status_field_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The SSH master connections running (`ssh -M` with an openssh control folder in its argv,
-/// any herd's), and their total RSS in KiB.
-fn ssh_masters() -> (usize, u64) {
-    let mut found = (0, 0);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let argv = String::from_utf8_lossy(&cmdline);
-        if argv.starts_with("ssh\0") && argv.contains(".ssh-connection") && argv.contains("\0-M\0") {
-            found.0 += 1;
-            found.1 += status_field_kib(pid, "VmRSS:").unwrap_or(0);
-        }
-    }
-    found
 }
 
 /// The least-squares line through `xy`: (slope, intercept).
@@ -932,6 +897,14 @@ fn teardown() {
 
 // ---------------------------------------------------------------------------------------------
 // Scenarios 2, 4, 5, 6 and 7, and what they share.
+
+/// Node counts from the environment variable `name` (`8,16,32`), else from `default`.
+fn env_sizes(name: &str, default: &str) -> Vec<usize> {
+    let text = std::env::var(name).unwrap_or_else(|_| default.into());
+    text.split(',')
+        .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{name}: numbers, not {text:?}")))
+        .collect()
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

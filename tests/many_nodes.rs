@@ -69,40 +69,16 @@ struct Peak {
     masters_kib: u64,
 }
 
-/// A `/proc/PID/status` field in kB.
-fn status_kib(pid: &str, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The SSH masters running (`ssh` processes with herd's control folder in their argv), and
-/// their total RSS in KiB. Under the e2e lock, they are this test's herd's.
-fn masters() -> (usize, u64) {
-    let mut found = (0, 0);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let pid = entry.file_name().to_string_lossy().into_owned();
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let argv = String::from_utf8_lossy(&cmdline);
-        if argv.starts_with("ssh\0") && argv.contains(".ssh-connection") && argv.contains("\0-M\0") {
-            found.0 += 1;
-            found.1 += status_kib(&pid, "VmRSS:").unwrap_or(0);
-        }
-    }
-    found
-}
-
 /// Samples `pid` every 10 ms until it exits (the masters every 500 ms): the most seen.
 fn peaks(pid: u32) -> std::thread::JoinHandle<Peak> {
     std::thread::spawn(move || {
         let mut peak = Peak::default();
-        let id = pid.to_string();
         for tick in 0u64.. {
             let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { break };
             peak.fds = peak.fds.max(dir.count());
-            peak.hwm_kib = peak.hwm_kib.max(status_kib(&id, "VmHWM:").unwrap_or(0));
+            peak.hwm_kib = peak.hwm_kib.max(herd::status_kib(pid, "VmHWM:").unwrap_or(0));
             if tick % 50 == 0 {
-                let (n, kib) = masters();
+                let (n, kib) = herd::ssh_masters();
                 peak.masters = peak.masters.max(n);
                 peak.masters_kib = peak.masters_kib.max(kib);
             }

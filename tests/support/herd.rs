@@ -236,3 +236,26 @@ pub fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
         .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
         .collect()
 }
+
+/// A `/proc/PID/status` field in kB (`VmRSS:`, `VmHWM:`).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The SSH master connections running (`ssh -M` with an openssh control folder in its argv,
+/// any herd's), and their total RSS in KiB.
+pub fn ssh_masters() -> (usize, u64) {
+    let mut found = (0, 0);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let argv = String::from_utf8_lossy(&cmdline);
+        if argv.starts_with("ssh\0") && argv.contains(".ssh-connection") && argv.contains("\0-M\0") {
+            found.0 += 1;
+            found.1 += status_kib(pid, "VmRSS:").unwrap_or(0);
+        }
+    }
+    found
+}
