@@ -224,7 +224,8 @@ fn sdiag_counts(cluster: &slurm_support::Slurm) -> (u64, u64) {
 /// number and total RSS at most). Then a least-squares line per quantity, its slope the cost
 /// of a node, projected to 1,000 and 4,000 nodes. BENCH_BASELINE_HERD runs beside it, with
 /// its soft limit raised to the hard one (the herd of before issue 26 does not raise it
-/// itself, and fails at 254 nodes under 1024).
+/// itself, and fails at 254 nodes under 1024). BENCH_HOLD_SECS keeps the largest testbed up
+/// afterwards, for a profiler from outside (heaptrack), and prints its config.
 fn scale() {
     let reps = runs(1);
     let sizes = env_sizes("BENCH_SCALE", "16,64,128,252");
@@ -285,6 +286,13 @@ fn scale() {
                 ],
             ));
         }
+    }
+    let hold = env_usize("BENCH_HOLD_SECS", 0);
+    if hold > 0 {
+        let hosts: Vec<String> = tb.nodes()[..most].iter().map(|h| h.addr.clone()).collect();
+        let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
+        println!("\nconfig for {most} nodes: {}\nholding for {hold} s", config.display());
+        std::thread::sleep(Duration::from_secs(hold as u64));
     }
     if sizes.len() < 2 {
         return;
