@@ -1,7 +1,8 @@
 //! A run's files: `<dir>/<run-id>/attempt-<k>/node<rank>-<host>.log` with each node's raw
 //! output, and `<dir>/<run-id>/events.jsonl` with one event per line.
 
-use std::fs::{self, File};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -12,10 +13,12 @@ pub struct RunFiles {
     run_dir: PathBuf,
     events: BufWriter<File>,
     hosts: Vec<String>,
-    node_logs: Vec<Option<BufWriter<File>>>,
-    /// The current attempt's per-rank logs, opened as each rank first writes.
+    /// The current attempt, once it has started: its node logs exist from then on, and its
+    /// rank logs from their first line.
     attempt: Option<u32>,
-    rank_logs: std::collections::HashMap<u32, BufWriter<File>>,
+    /// The ranks whose log this attempt has created.
+    rank_logs: HashSet<u32>,
+    logs: OpenLogs,
 }
 
 impl RunFiles {
@@ -23,8 +26,14 @@ impl RunFiles {
         let run_dir = log_root.join(run_id);
         fs::create_dir_all(&run_dir)?;
         let events = BufWriter::new(File::create(run_dir.join("events.jsonl"))?);
-        let node_logs = hosts.iter().map(|_| None).collect();
-        Ok(RunFiles { run_dir, events, hosts, node_logs, attempt: None, rank_logs: Default::default() })
+        Ok(RunFiles {
+            run_dir,
+            events,
+            hosts,
+            attempt: None,
+            rank_logs: HashSet::new(),
+            logs: OpenLogs::default(),
+        })
     }
 
     /// Every node's host, in node-rank order.
@@ -32,10 +41,11 @@ impl RunFiles {
         &self.hosts
     }
 
-    /// The nodes of the attempts from the next on (a spare promoted, the world shrunk).
+    /// The nodes of the attempts from the next on (a spare promoted, the world shrunk): no
+    /// node log is written until the next attempt starts.
     pub fn set_hosts(&mut self, hosts: Vec<String>) -> io::Result<()> {
-        self.flush_node_logs()?;
-        self.node_logs = hosts.iter().map(|_| None).collect();
+        self.logs.close_all()?;
+        self.attempt = None;
         self.hosts = hosts;
         Ok(())
     }
@@ -48,20 +58,26 @@ impl RunFiles {
         node_log_path(&self.run_dir, attempt, node_rank, &self.hosts[node_rank])
     }
 
+    /// Every node's log of `attempt`, created empty.
     pub fn start_attempt(&mut self, attempt: u32) -> io::Result<()> {
-        self.flush_node_logs()?;
+        self.logs.close_all()?;
         self.rank_logs.clear();
-        self.attempt = Some(attempt);
+        self.attempt = None;
         fs::create_dir_all(attempt_dir(&self.run_dir, attempt))?;
         for rank in 0..self.hosts.len() {
-            self.node_logs[rank] = Some(BufWriter::new(File::create(self.node_log_path(attempt, rank))?));
+            File::create(self.node_log_path(attempt, rank))?;
         }
+        self.attempt = Some(attempt);
         Ok(())
     }
 
     pub fn write_node(&mut self, node_rank: usize, bytes: &[u8]) -> io::Result<()> {
-        match self.node_logs.get_mut(node_rank) {
-            Some(Some(log)) => log.write_all(bytes),
+        match self.attempt {
+            Some(attempt) if node_rank < self.hosts.len() => {
+                let (dir, host) = (&self.run_dir, &self.hosts[node_rank]);
+                let path = || node_log_path(dir, attempt, node_rank, host);
+                self.logs.write(LogKey::Node(node_rank), false, path, bytes)
+            }
             _ => Ok(()),
         }
     }
@@ -69,22 +85,14 @@ impl RunFiles {
     /// Appends to the current attempt's log of one rank.
     pub fn write_rank(&mut self, rank: u32, bytes: &[u8]) -> io::Result<()> {
         let Some(attempt) = self.attempt else { return Ok(()) };
-        if !self.rank_logs.contains_key(&rank) {
-            let file = File::create(rank_log_path(&self.run_dir, attempt, rank))?;
-            self.rank_logs.insert(rank, BufWriter::new(file));
-        }
-        self.rank_logs.get_mut(&rank).expect("opened").write_all(bytes)
+        let fresh = self.rank_logs.insert(rank);
+        let path = || rank_log_path(&self.run_dir, attempt, rank);
+        self.logs.write(LogKey::Rank(rank), fresh, path, bytes)
     }
 
     /// A node has ended: its log, and the ranks' (few, and cheap when flushed), on disk.
     pub fn flush_node(&mut self, node_rank: usize) -> io::Result<()> {
-        if let Some(Some(log)) = self.node_logs.get_mut(node_rank) {
-            log.flush()?;
-        }
-        for log in self.rank_logs.values_mut() {
-            log.flush()?;
-        }
-        Ok(())
+        self.logs.flush(|key| key == LogKey::Node(node_rank) || matches!(key, LogKey::Rank(_)))
     }
 
     /// Each rank's stack as `attempt-<k>/stacks/rank<R>.txt`: py-spy's dump, or why there
@@ -116,12 +124,74 @@ impl RunFiles {
     }
 
     pub fn flush_node_logs(&mut self) -> io::Result<()> {
-        for log in self.node_logs.iter_mut().flatten() {
+        self.logs.flush(|_| true)
+    }
+
+    #[cfg(test)]
+    fn finish_files(&mut self) -> io::Result<()> {
+        self.logs.close_all()
+    }
+}
+
+/// The most log files open at once. A run writes one log per node and one per rank: a
+/// descriptor and a buffer each would make the launch host's limit at scale (8,000 files at
+/// 1,000 nodes of 8 ranks), so the least recently written is closed instead, and opened
+/// again to append when it is next written.
+const OPEN_LOGS: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum LogKey {
+    Node(usize),
+    Rank(u32),
+}
+
+/// The log files open now, with when each was last written.
+#[derive(Default)]
+struct OpenLogs {
+    open: HashMap<LogKey, (BufWriter<File>, u64)>,
+    writes: u64,
+}
+
+impl OpenLogs {
+    /// `bytes` appended to `key`'s log (at `path()`, created empty first if `fresh`).
+    fn write(
+        &mut self,
+        key: LogKey,
+        fresh: bool,
+        path: impl FnOnce() -> PathBuf,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        self.writes += 1;
+        if fresh {
+            self.open.remove(&key);
+        }
+        if !self.open.contains_key(&key) {
+            if self.open.len() >= OPEN_LOGS {
+                let oldest = self.open.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k);
+                if let Some((mut log, _)) = oldest.and_then(|k| self.open.remove(&k)) {
+                    log.flush()?;
+                }
+            }
+            let file =
+                if fresh { File::create(path())? } else { OpenOptions::new().append(true).open(path())? };
+            self.open.insert(key, (BufWriter::new(file), self.writes));
+        }
+        let (log, at) = self.open.get_mut(&key).expect("opened");
+        *at = self.writes;
+        log.write_all(bytes)
+    }
+
+    /// Flushes the open logs `which` selects.
+    fn flush(&mut self, which: impl Fn(LogKey) -> bool) -> io::Result<()> {
+        for (_, (log, _)) in self.open.iter_mut().filter(|(k, _)| which(**k)) {
             log.flush()?;
         }
-        for log in self.rank_logs.values_mut() {
-            log.flush()?;
-        }
+        Ok(())
+    }
+
+    fn close_all(&mut self) -> io::Result<()> {
+        self.flush(|_| true)?;
+        self.open.clear();
         Ok(())
     }
 }
@@ -202,4 +272,70 @@ pub fn rank_log_path(run_dir: &Path, attempt: u32, rank: u32) -> PathBuf {
 
 pub fn node_log_path(run_dir: &Path, attempt: u32, node_rank: usize, host: &str) -> PathBuf {
     attempt_dir(run_dir, attempt).join(format!("node{node_rank}-{host}.log"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_fds() -> usize {
+        fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn every_line_reaches_its_log_with_at_most_open_logs_files_open() {
+        let root = tempfile::tempdir().unwrap();
+        let nodes = 40;
+        let hosts: Vec<String> = (0..nodes).map(|n| format!("h{n}")).collect();
+        let mut files = RunFiles::create(root.path(), "run", hosts).unwrap();
+        files.start_attempt(0).unwrap();
+        // Every node's 4 ranks print, in turn, three times: 200 logs through 64 files.
+        let before = open_fds();
+        for round in 0..3 {
+            for node in 0..nodes {
+                for local in 0..4 {
+                    let rank = (node * 4 + local) as u32;
+                    let line = format!("round {round} rank {rank}\n");
+                    files.write_node(node, line.as_bytes()).unwrap();
+                    files.write_rank(rank, line.as_bytes()).unwrap();
+                }
+            }
+            assert!(files.logs.open.len() <= OPEN_LOGS);
+        }
+        // Other tests of this process open files too: the bound, with room for theirs.
+        assert!(open_fds() <= before + OPEN_LOGS + 16, "{} descriptors open", open_fds() - before);
+        files.finish_files().unwrap();
+        let run = root.path().join("run");
+        for node in 0..nodes {
+            let log = fs::read_to_string(node_log_path(&run, 0, node, &format!("h{node}"))).unwrap();
+            let want: String = (0..3)
+                .flat_map(|round| (0..4).map(move |l| format!("round {round} rank {}\n", node * 4 + l)))
+                .collect();
+            assert_eq!(log, want, "node {node}");
+        }
+        for rank in 0..nodes as u32 * 4 {
+            let log = fs::read_to_string(rank_log_path(&run, 0, rank)).unwrap();
+            assert_eq!(log, (0..3).map(|r| format!("round {r} rank {rank}\n")).collect::<String>());
+        }
+    }
+
+    #[test]
+    fn a_new_attempt_starts_every_log_empty_and_a_new_world_writes_none_until_it_starts() {
+        let root = tempfile::tempdir().unwrap();
+        let mut files = RunFiles::create(root.path(), "run", vec!["a".into(), "b".into()]).unwrap();
+        files.start_attempt(0).unwrap();
+        files.write_node(1, b"first\n").unwrap();
+        files.write_rank(3, b"first\n").unwrap();
+        files.start_attempt(1).unwrap();
+        files.write_rank(3, b"second\n").unwrap();
+        files.set_hosts(vec!["a".into(), "c".into()]).unwrap();
+        files.write_node(1, b"lost\n").unwrap();
+        files.write_rank(3, b"lost\n").unwrap();
+        files.finish_files().unwrap();
+        let run = root.path().join("run");
+        assert_eq!(fs::read_to_string(node_log_path(&run, 0, 1, "b")).unwrap(), "first\n");
+        assert_eq!(fs::read_to_string(node_log_path(&run, 1, 1, "b")).unwrap(), "");
+        assert_eq!(fs::read_to_string(rank_log_path(&run, 1, 3)).unwrap(), "second\n");
+        assert!(!node_log_path(&run, 1, 1, "c").exists());
+    }
 }
