@@ -80,6 +80,8 @@ const TAIL_LINE_CHARS: usize = 400;
 /// the output in flight between the nodes and the reporter (see `commands::EVENT_QUEUE`).
 /// The output multiplexer reads no more than this into one record (`mux.py`, `READ_SIZE`).
 pub const READ_SIZE: usize = 16 * 1024;
+/// A node's first reads: a quarter of this at a time, up to READ_SIZE, as reads fill it.
+const READ_FIRST: usize = 1024;
 
 #[derive(Debug)]
 pub struct NodeResult {
@@ -219,10 +221,15 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
         ended_at: liveness.elapsed(),
         tail,
     };
-    let session = match AgentSession::open(node.early, &conn, &node.invocation).await {
+    // Boxed, as `node_exit` below: a future held inline is held for the whole task, and a
+    // task per node is what the launch host holds per node. The invocation (the job's script
+    // and env, some KiB) is not needed once the agent has it.
+    let invocation = node.invocation;
+    let session = match Box::pin(AgentSession::open(node.early, &conn, &invocation)).await {
         Ok(session) => session,
         Err(e) => return result(NodeExit::Lost(e.to_string()), vec![]),
     };
+    drop(invocation);
     let progress = Arc::new(PumpProgress::default());
     let out_pump = tokio::spawn(pump_output(
         session.output,
@@ -245,7 +252,7 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
     let control = Controller { line: session.control, rank, sent: Stop::Run };
     let (agent_status, gave_up) = control.serve(err_pump, node.commands).await;
     let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
-    let exit = node_exit(agent_status, gave_up, session.handle, &conn).await;
+    let exit = Box::pin(node_exit(agent_status, gave_up, session.handle, &conn)).await;
     let _ = events
         .send(Event::NodeExited {
             attempt: node.attempt,
@@ -440,8 +447,9 @@ async fn pump_output(
     mut fatal: Option<FatalWatch>,
 ) -> Vec<TimedLine> {
     let mut split = SourceSplitter::default();
-    let mut tail: VecDeque<TimedLine> = VecDeque::with_capacity(TAIL_LINES);
-    let mut buf = vec![0u8; READ_SIZE];
+    let mut tail: VecDeque<TimedLine> = VecDeque::new();
+    // Most nodes of a large job print little: their buffer grows only when a read fills it.
+    let mut buf = vec![0u8; READ_FIRST];
     loop {
         let (n, batches) = match stdout.read(&mut buf).await {
             Ok(0) => (0, split.finish()),
@@ -455,7 +463,11 @@ async fn pump_output(
             }
             Ok(n) => {
                 progress.read.fetch_add(n as u64, Ordering::Relaxed);
-                (n, split.push(&buf[..n]))
+                let batches = split.push(&buf[..n]);
+                if n == buf.len() && n < READ_SIZE {
+                    buf.resize((n * 4).min(READ_SIZE), 0);
+                }
+                (n, batches)
             }
         };
         for (source, lines) in batches {

@@ -78,7 +78,9 @@ pub struct Messages {
 
 impl Messages {
     fn new(stderr: Box<dyn AsyncRead + Send + Unpin>) -> Messages {
-        Messages { lines: BufReader::new(stderr).split(b'\n'), decoder: Decoder::default() }
+        // Messages are short lines (a longer one is read in pieces): not the default 8 KiB
+        // buffer on every node.
+        Messages { lines: BufReader::with_capacity(1024, stderr).split(b'\n'), decoder: Decoder::default() }
     }
 
     /// The agent's next message; `None` once its stderr has ended (or cannot be read).
