@@ -685,7 +685,7 @@ impl LaunchPlan {
             grace_secs: self.timing.grace_secs,
             heartbeat_secs: self.timing.heartbeat_secs,
             marker,
-            job,
+            job: job.into(),
             cleanup: None,
             presweep: None,
             report_ports: false,

@@ -899,7 +899,7 @@ mod tests {
                 grace_secs: 1,
                 heartbeat_secs: 60,
                 marker: format!("{RUN_VAR}={m}"),
-                job,
+                job: job.into(),
                 cleanup: None,
                 presweep: None,
                 report_ports: false,

@@ -400,11 +400,12 @@ pub async fn diagnose(
     let mut probes = Probes::new(plan, options.test_port && plan.nnodes() > 1 && all_connected, options);
     let (said_tx, mut said) = mpsc::unbounded_channel();
     let mut agents: Vec<Option<Started>> = plan.nodes.iter().map(|_| None).collect();
+    let shared = remote::SharedTexts::default();
     let mut nodes = fleet.spawn_each(|rank, conn| {
         let agent = early.get_mut(rank).and_then(Option::take);
         let inv = match &agent {
             Some(a) if a.invocation.probe.is_some() => a.invocation.clone(),
-            _ => probe_invocation(plan, &plan.nodes[rank], options),
+            _ => shared.invocation(probe_invocation(plan, &plan.nodes[rank], options)),
         };
         let (env, close) = probes.links(rank);
         let (conn, said_tx, limit) = (conn.clone(), said_tx.clone(), probe_limit(plan));

@@ -2,6 +2,7 @@
 //! from stdin, and the messages it writes back. Pure: building strings and parsing lines.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::outcome::ProcessState;
 
@@ -264,8 +265,9 @@ pub struct AgentInvocation {
     pub heartbeat_secs: u64,
     /// `NAME=VALUE` held in the environment of every job process (the env block sets it).
     pub marker: String,
-    /// The job as a shell snippet (see [`job_snippet`]).
-    pub job: String,
+    /// The job as a shell snippet (see [`job_snippet`]). Shared: every copy of a node's
+    /// invocation (the agent started ahead, the attempt's) holds the same one, some KiB.
+    pub job: Arc<str>,
     /// A shell command the agent runs once the job is gone, whichever way it went (e.g. remove
     /// the job's container). No env; its output is discarded.
     pub cleanup: Option<String>,
@@ -279,7 +281,7 @@ pub struct AgentInvocation {
     /// The preflight's probe as a job snippet, run in the same login before the job (see
     /// docs/design/agent.md, "One login per node"): its own env block first, its output as
     /// `Fact` messages, then `Probed`; the job's env block then ends it and starts the job.
-    pub probe: Option<String>,
+    pub probe: Option<Arc<str>>,
 }
 
 impl AgentInvocation {
@@ -294,11 +296,11 @@ impl AgentInvocation {
             self.grace_secs.to_string(),
             self.heartbeat_secs.to_string(),
             self.marker.clone(),
-            self.job.clone(),
+            self.job.to_string(),
             self.cleanup.clone().unwrap_or_default(),
             self.presweep.clone().unwrap_or_default(),
             if self.report_ports { "ports" } else { "" }.into(),
-            self.probe.clone().unwrap_or_default(),
+            self.probe.as_deref().unwrap_or_default().to_string(),
         ]
     }
 
@@ -307,6 +309,32 @@ impl AgentInvocation {
     /// child subreaper (the flag survives exec) and then execs it unchanged.
     pub fn remote_command(&self) -> String {
         subreaper_line(&command_line(self.local_argv()), SUBREAPER_PERL, SUBREAPER_PYTHON)
+    }
+}
+
+/// The texts of many nodes' invocations, each held once: a probe's is the same on every
+/// worker, and a `command` job's on every node, some KiB each. For while the invocations are
+/// made: it keeps every text it has seen.
+#[derive(Default)]
+pub struct SharedTexts(std::sync::Mutex<std::collections::HashSet<Arc<str>>>);
+
+impl SharedTexts {
+    /// `inv`, its job and probe replaced by the copies already held of the same texts.
+    pub fn invocation(&self, mut inv: AgentInvocation) -> AgentInvocation {
+        inv.job = self.text(inv.job);
+        inv.probe = inv.probe.map(|p| self.text(p));
+        inv
+    }
+
+    fn text(&self, text: Arc<str>) -> Arc<str> {
+        let mut held = self.0.lock().expect("not poisoned");
+        match held.get(&text) {
+            Some(same) => same.clone(),
+            None => {
+                held.insert(text.clone());
+                text
+            }
+        }
     }
 }
 
@@ -352,6 +380,8 @@ pub fn job_snippet(workdir: &str, setup: Option<&str>, command: &str) -> String 
         None => s += &setup_and_exec(None, command),
         Some(_) => s += &in_bash(&setup_and_exec(setup, command)),
     }
+    // Every node's invocation holds one for the attempt: not the capacity of its growth too.
+    s.shrink_to_fit();
     s
 }
 
@@ -645,6 +675,29 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Equal texts are held once, whichever invocation brought them; different ones apart.
+    #[test]
+    fn shared_texts_hold_each_text_once() {
+        let inv = |job: &str, probe: &str| AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 1,
+            marker: "M=1".into(),
+            job: job.into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: Some(probe.into()),
+        };
+        let shared = SharedTexts::default();
+        let a = shared.invocation(inv("exec true", "probe worker"));
+        let b = shared.invocation(inv("exec true", "probe worker"));
+        let c = shared.invocation(inv("exec false", "probe master"));
+        assert!(Arc::ptr_eq(&a.job, &b.job));
+        assert!(Arc::ptr_eq(a.probe.as_ref().unwrap(), b.probe.as_ref().unwrap()));
+        assert!(!Arc::ptr_eq(&a.job, &c.job) && &*c.job == "exec false");
+        assert_eq!(c.probe.as_deref(), Some("probe master"));
+    }
 
     /// The agent as it ships (procs.sh, then agent.sh) passes shellcheck as POSIX sh. SC2317
     /// ("unreachable") is left out: procs.sh's functions are called from the sweeps' bodies,
@@ -947,7 +1000,7 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61"),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
             cleanup: None,
             presweep: None,
             report_ports: false,
@@ -971,7 +1024,7 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0"),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0").into(),
             cleanup: None,
             presweep: None,
             report_ports: false,
@@ -1007,7 +1060,7 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("sleep {secs} & wait"),
+            job: format!("sleep {secs} & wait").into(),
             cleanup: None,
             presweep: None,
             report_ports: false,
@@ -1053,7 +1106,7 @@ mod tests {
                 grace_secs: 30,
                 heartbeat_secs: 60,
                 marker: format!("HERD_T_MARK={mark}"),
-                job: in_bash(job),
+                job: in_bash(job).into(),
                 cleanup: None,
                 presweep: None,
                 report_ports: false,
@@ -1201,7 +1254,7 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("echo job >> {}", quote(order.to_str().unwrap())),
+            job: format!("echo job >> {}", quote(order.to_str().unwrap())).into(),
             cleanup: None,
             presweep: Some(format!(
                 "echo sweep >> {}; echo 12 34; echo \"container herd-k-old-0-$HERD_T_MARK\"; echo noise >&2",
@@ -1481,7 +1534,7 @@ mod tests {
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
             presweep: Some(with_procs(&sweep_call("herd-none", SweepScope::Leftovers, 1))),
-            job,
+            job: job.into(),
             cleanup: Some("echo 'done!'".into()),
             report_ports: false,
             probe: None,
@@ -1514,7 +1567,7 @@ mod tests {
             grace_secs: 30,
             heartbeat_secs: 5,
             marker: "HERD_MARKER=abc:r1:0:0".into(),
-            job,
+            job: job.into(),
             cleanup: Some("docker rm -f herd-abc".into()),
             presweep: Some(with_procs(&sweep_call("abc", SweepScope::Leftovers, 10))),
             report_ports: true,
@@ -1560,7 +1613,8 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string())),
+            job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string()))
+                .into(),
             cleanup: Some(format!(
                 "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
                 quote(&record.display().to_string())
@@ -1625,7 +1679,7 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: beat.parse().unwrap(),
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("touch {}", quote(ran.to_str().unwrap())),
+            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
             cleanup: None,
             presweep: None,
             report_ports: true,
@@ -1667,12 +1721,15 @@ mod tests {
             report_ports: false,
             // A last line without its newline, then a process that outlives the probe's
             // shell (the master's listener does): the env of the job ends it.
-            probe: Some(format!(
-                "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; printf '%s\\n' 'a\\cb'; \
+            probe: Some(
+                format!(
+                    "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; printf '%s\\n' 'a\\cb'; \
                  head -c 5000 /dev/zero | tr '\\0' x; echo; \
                  (sleep 60 & echo $! > {}; wait) & printf partial; exit 3",
-                quote(lingering.to_str().unwrap())
-            )),
+                    quote(lingering.to_str().unwrap())
+                )
+                .into(),
+            ),
         };
         let mut agent = spawn_agent(&inv);
         let mut stdin = agent.stdin.take().unwrap();
@@ -1731,11 +1788,11 @@ mod tests {
             grace_secs: 1,
             heartbeat_secs: 60,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("touch {}", quote(ran.to_str().unwrap())),
+            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
             cleanup: None,
             presweep: None,
             report_ports: false,
-            probe: Some(format!("echo $$ > {}; exec sleep 60", quote(pidfile.to_str().unwrap()))),
+            probe: Some(format!("echo $$ > {}; exec sleep 60", quote(pidfile.to_str().unwrap())).into()),
         };
         let env = env_block([("HERD_T", "1")]);
         for end in [Some(Control::Term), None] {

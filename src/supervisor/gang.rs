@@ -163,8 +163,12 @@ impl<'a> Gang<'a> {
             commands.push(commands_tx);
             let fresh = preflighted.fresh.contains(&rank);
             let sweep = presweep(ctx.run_id, attempt, preflighted.swept, fresh);
-            let invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
+            let mut invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
             let agent = early.get_mut(rank).and_then(Option::take);
+            // The same as the agent started ahead: its copy, so that the node holds one.
+            if let Some(a) = agent.as_ref().filter(|a| a.invocation == invocation) {
+                invocation = a.invocation.clone();
+            }
             let run = NodeRun {
                 node_rank: rank,
                 host: node.host.clone(),

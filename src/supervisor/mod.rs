@@ -701,13 +701,15 @@ async fn connect(
 ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
     let probing = preflight::probe_options(plan, run_id, options, &[]);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
+    let shared = crate::remote::SharedTexts::default();
     let early = |node: &crate::plan::NodePlan| {
         let sweep = gang::presweep(run_id, 0, probing.is_some(), true);
         let job = gang::job_invocation(plan, run_id, node, 0, port_known, sweep);
-        match &probing {
-            Some(probe) => vec![preflight::with_probe_phase(plan, node, probe, job)],
-            None => vec![job],
-        }
+        let inv = match &probing {
+            Some(probe) => preflight::with_probe_phase(plan, node, probe, job),
+            None => job,
+        };
+        vec![shared.invocation(inv)]
     };
     Fleet::connect(plan, Some(events), early).await
 }

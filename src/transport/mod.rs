@@ -263,20 +263,20 @@ impl Connection {
                 Ok(AgentProcess::piped(child, AgentHandle::Srun))
             }
             Connection::Ssh(link) => {
-                let command = login_line(&inv.remote_command())?;
                 let mut child = link
-                    .with_session(|session| {
-                        let command = command.clone();
-                        async move {
-                            let _opening = OPENING.acquire().await.expect("never closed");
-                            Session::to_raw_command(session, command)
-                                .stdin(openssh::Stdio::piped())
-                                .stdout(openssh::Stdio::piped())
-                                .stderr(openssh::Stdio::piped())
-                                .spawn()
-                                .await
-                                .map_err(|e| TransportError::Spawn(error_chain(&e)))
-                        }
+                    .with_session(|session| async move {
+                        // The login line holds the node scripts (tens of KiB): it is built
+                        // once its turn to open has come, and gone once it has, so that the
+                        // launch host holds OPENING_AT_ONCE of them at most, not one per node.
+                        let _opening = OPENING.acquire().await.expect("never closed");
+                        let command = login_line(&inv.remote_command())?;
+                        Session::to_raw_command(session, command)
+                            .stdin(openssh::Stdio::piped())
+                            .stdout(openssh::Stdio::piped())
+                            .stderr(openssh::Stdio::piped())
+                            .spawn()
+                            .await
+                            .map_err(|e| TransportError::Spawn(error_chain(&e)))
                     })
                     .await?;
                 // Taken out here so that wait() cannot close stdin: it is the agent's lifeline.
@@ -305,12 +305,11 @@ impl Connection {
             Connection::Slurm(target) if !target.per_node_steps => step::output(target, shell).await,
             Connection::Slurm(target) => slurm::output(target, shell).await,
             Connection::Ssh(link) => {
-                let shell = login_line(shell)?;
-                let shell = shell.as_str();
                 link.with_session(|session| async move {
                     let spawn = |e: openssh::Error| TransportError::Spawn(error_chain(&e));
+                    // Built in its turn, as the agent's (see `spawn_agent`).
                     let opening = OPENING.acquire().await.expect("never closed");
-                    let child = (session.raw_command(shell))
+                    let child = (session.raw_command(login_line(shell)?))
                         .stdin(openssh::Stdio::null())
                         .stdout(openssh::Stdio::piped())
                         .stderr(openssh::Stdio::piped())
