@@ -290,6 +290,27 @@ pub struct DoctorArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Also measure the network between the nodes, with the job's own Python and torch (gloo
+    /// with device = "cpu", NCCL on GPUs), and name the slow nodes. Runs once every check
+    /// has passed; exit 3 when a node is slow.
+    #[arg(long)]
+    pub deep: bool,
+
+    /// With --deep: a node whose bandwidth is below this fraction of the median is slow.
+    #[arg(long, value_name = "FRACTION", default_value_t = crate::doctor::net::SLOW_BELOW, requires = "deep", value_parser = fraction)]
+    pub slow_below: f64,
+}
+
+/// A number above 0 and at most 1.
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a fraction above 0 and at most 1 (the default is {})",
+            crate::doctor::net::SLOW_BELOW
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

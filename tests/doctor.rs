@@ -298,3 +298,47 @@ fn a_node_whose_login_shell_is_tcsh_passes_the_doctor_and_runs() {
     let out = c.run();
     out.assert_code(0);
 }
+
+/// `--deep` measures the network between the nodes with the job's own torch (gloo): on a
+/// clean testbed it names no node, in two runs; with one node's link limited to 10 Mbit/s (tbf
+/// on its veth: this kernel has no netem), it names that node alone, and exits 3.
+#[test]
+fn deep_names_the_node_behind_a_slow_link_and_none_on_a_clean_cluster() {
+    let c = Cluster::new(4);
+    c.write_config(torch_job(), "");
+    let deep = || {
+        let out = herd::run(c.tb.dir(), &["doctor", "--deep", "--json"], LIMIT);
+        let json: Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("doctor --deep --json: {e}\n{out}"));
+        let nodes =
+            json["network"]["nodes"].as_array().unwrap_or_else(|| panic!("no network: {out}")).clone();
+        assert_eq!(nodes.len(), 4, "{out}");
+        assert!(nodes.iter().all(|n| n["mbps"].as_f64().is_some()), "every node measured: {out}");
+        let slow: Vec<u64> =
+            nodes.iter().filter(|n| n["slow"] == true).map(|n| n["node_rank"].as_u64().unwrap()).collect();
+        let ratios: Vec<String> =
+            nodes.iter().map(|n| format!("{:.2}", n["ratio"].as_f64().unwrap_or(0.0))).collect();
+        eprintln!("deep: of the median {}, took {:?}", ratios.join(" "), out.took);
+        (out, slow)
+    };
+    for _ in 0..2 {
+        let (out, slow) = deep();
+        out.assert_code(0);
+        assert!(slow.is_empty(), "a clean cluster names no slow node: {out}");
+    }
+    let veth = c.tb.nodes()[2].veth_host.clone();
+    let tc = |args: &[&str]| {
+        let st = std::process::Command::new("tc").args(args).status().unwrap();
+        assert!(st.success(), "tc {args:?}");
+    };
+    tc(&[
+        "qdisc", "add", "dev", &veth, "root", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "400ms",
+    ]);
+    let (out, slow) = deep();
+    tc(&["qdisc", "del", "dev", &veth, "root"]);
+    out.assert_code(3);
+    assert_eq!(slow, [2], "{out}");
+    let text = herd::run(c.tb.dir(), &["doctor", "--deep"], LIMIT);
+    text.assert_code(0);
+    assert!(text.stdout.contains("network: 4 node(s) measured, 0 slow, 0 not measured"), "{text}");
+}

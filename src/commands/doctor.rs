@@ -1,16 +1,29 @@
 //! `herd doctor`: the preflight's checks on every node of the config at once (spares and
-//! quarantined nodes too), printed as a table or JSON; exit 3 when one fails.
+//! quarantined nodes too), printed as a table or JSON; exit 3 when one fails. `--deep` then
+//! measures the network between the nodes and names the slow ones.
 
-use super::{load_plan, ready_to_connect, runtime, Active};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{forward_signals, load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
 use crate::cli::DoctorArgs;
+use crate::doctor::net::{self, NetReport};
 use crate::error::{exit, Error};
-use crate::{doctor, output};
+use crate::plan::LaunchPlan;
+use crate::{doctor, output, supervisor};
+
+/// How long `--deep` may take on the nodes: torch's import and the rendezvous (tens of
+/// seconds on a loaded node), then the measuring budget. Past it, the measurement is stopped
+/// on every node (TERM, then KILL) and what came in is scored.
+const DEEP_LIMIT: Duration = Duration::from_secs(net::BUDGET_SECS + 100);
 
 pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
     crate::supervisor::lines::check_doctor(&plan)?;
     ready_to_connect(&plan)?;
-    let report = runtime()?.block_on(async {
+    let runtime = runtime()?;
+    let report = runtime.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
         let probe =
             doctor::ProbeOptions { fast: false, test_port: true, presweep: None, import_torch: Vec::new() };
@@ -18,10 +31,78 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         fleet.close().await;
         report
     });
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let network = match (args.deep, report.ok(), &report.port) {
+        (false, _, _) => None,
+        (true, false, _) => {
+            eprintln!("herd: the network was not measured (--deep): every node's checks must pass first");
+            None
+        }
+        (true, true, _) if plan.nnodes() < 2 => {
+            eprintln!("herd: the network was not measured (--deep): it takes two nodes or more");
+            None
+        }
+        (true, true, Some(Ok(port))) => {
+            let envs = net::envs(&plan, *port, &report.route_devs);
+            Some(runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below)))
+        }
+        (true, true, _) => {
+            eprintln!("herd: the network was not measured (--deep): no master port was found free");
+            None
+        }
+    };
     if args.json {
-        print!("{}", output::doctor_view::json(&report.nodes));
+        print!("{}", output::doctor_view::json(&report.nodes, network.as_ref()));
     } else {
         print!("{}", output::doctor_view::text(&report.nodes, false));
+        if let Some(network) = &network {
+            print!("{}", output::doctor_view::net_text(network, &hosts));
+        }
     }
-    Ok(if report.ok() { exit::OK } else { exit::PREFLIGHT })
+    let deep_ok = !args.deep || network.as_ref().is_some_and(NetReport::ok);
+    Ok(if report.ok() && deep_ok { exit::OK } else { exit::PREFLIGHT })
+}
+
+/// The measurement on every node at once, under their agents (stopped everywhere at
+/// DEEP_LIMIT, or on Ctrl-C), and its verdict. A node whose measurement failed has its last
+/// lines on stderr.
+async fn measure(
+    plan: &LaunchPlan,
+    port: u16,
+    envs: &[Vec<(String, String)>],
+    hosts: &[String],
+    slow_below: f64,
+) -> NetReport {
+    let prefixes = output::prefix::prefixes(hosts, false);
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let collector = std::thread::spawn(move || {
+        output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
+    });
+    let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
+    forward_signals(interrupt_tx.clone(), None);
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(DEEP_LIMIT).await;
+        tracing::warn!("the network check took more than {} s: stopping it", DEEP_LIMIT.as_secs());
+        let _ = interrupt_tx.send(());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = interrupt_tx.send(());
+    });
+    let commands = net::commands(plan, port);
+    let outcome =
+        supervisor::exec::exec_with_env(plan, &new_run_id(), &commands, envs, events_tx, interrupts).await;
+    timer.abort();
+    let outputs = collector.join().expect("network check collector panicked");
+    let mut samples = Vec::new();
+    for (rank, out) in outputs.iter().enumerate() {
+        let text = String::from_utf8_lossy(out);
+        samples.extend(net::parse(&text, rank));
+        if outcome.ends.get(rank).is_some_and(|e| e.status() != 0) {
+            let last: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            eprintln!("herd: node {rank} ({}): the network check failed; its last lines:", hosts[rank]);
+            for line in &last[last.len().saturating_sub(5)..] {
+                eprintln!("  {line}");
+            }
+        }
+    }
+    net::score(plan.nnodes(), &samples, slow_below)
 }

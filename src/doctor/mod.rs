@@ -4,6 +4,7 @@
 //! `herd-fact name=value` lines; `checks` turns them into verdicts.
 
 pub mod checks;
+pub mod net;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

@@ -5,18 +5,86 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::doctor::net::{NetReport, NodeNet};
 use crate::doctor::{checks::tally, Check, NodeChecks, Status};
 
 #[derive(Serialize)]
 struct DoctorJson<'a> {
     nodes: &'a [NodeChecks],
+    /// `--deep`: the network check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<&'a NetReport>,
     ok: bool,
 }
 
-pub fn json(nodes: &[NodeChecks]) -> String {
-    let ok = tally(nodes).2 == 0;
-    let mut s = serde_json::to_string_pretty(&DoctorJson { nodes, ok }).expect("serialises");
+/// The checks, and with `--deep` the network's verdict (`ok` only if that is too).
+pub fn json(nodes: &[NodeChecks], network: Option<&NetReport>) -> String {
+    let ok = tally(nodes).2 == 0 && network.is_none_or(NetReport::ok);
+    let mut s = serde_json::to_string_pretty(&DoctorJson { nodes, network, ok }).expect("serialises");
     s.push('\n');
+    s
+}
+
+/// `--deep`'s verdict: one row per node (up to MAX_TABLE_ROWS; past that, only the nodes that
+/// are slow or were not measured), then each slow node named, then a summary line.
+pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
+    let mut s = String::new();
+    let mbps = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let median = mbps(r.median_mbps);
+    let _ = writeln!(s, "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1 and 2 (median {median} MB/s)");
+    let width = hosts.iter().map(|h| h.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:<width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}",
+        "node", "host", "send", "receive", "MB/s", "of median", "latency µs"
+    );
+    let shown = |n: &&NodeNet| r.nodes.len() <= MAX_TABLE_ROWS || n.slow || n.mbps.is_none();
+    for n in r.nodes.iter().filter(shown) {
+        let ratio = n.ratio.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let lat = n.latency_us.map_or("-".to_string(), |v| format!("{v:.0}"));
+        let mark = if n.slow {
+            "  SLOW"
+        } else if n.mbps.is_none() {
+            "  not measured"
+        } else {
+            ""
+        };
+        let host = hosts.get(n.node_rank).map_or("?", String::as_str);
+        let _ = writeln!(
+            s,
+            "{:>5}  {host:<width$}  {:>9}  {:>9}  {:>9}  {ratio:>9}  {lat:>10}{mark}",
+            n.node_rank,
+            mbps(n.send_mbps),
+            mbps(n.recv_mbps),
+            mbps(n.mbps),
+        );
+    }
+    let slow: Vec<&NodeNet> = r.slow().collect();
+    for n in &slow {
+        let host = hosts.get(n.node_rank).map_or("?", String::as_str);
+        let (dir, v) = match (n.send_mbps, n.recv_mbps) {
+            (Some(a), Some(b)) if a <= b => ("sending", a),
+            (_, Some(b)) => ("receiving", b),
+            _ => ("", 0.0),
+        };
+        let _ = writeln!(
+            s,
+            "SLOW: node {} ({host}): {v:.1} MB/s at best {dir}, {:.2} of the median (below {:.2}): check its link speed (ethtool), its cable and its NIC's errors",
+            n.node_rank,
+            n.ratio.unwrap_or(0.0),
+            r.slow_below
+        );
+    }
+    if r.ambiguous && !slow.is_empty() {
+        s += "with two nodes, one slow pair cannot say which end is slow: both are named\n";
+    }
+    let unmeasured = r.nodes.iter().filter(|n| n.mbps.is_none()).count();
+    let _ = writeln!(
+        s,
+        "network: {} node(s) measured, {} slow, {unmeasured} not measured",
+        r.nodes.len() - unmeasured,
+        slow.len()
+    );
     s
 }
 
@@ -231,7 +299,7 @@ mod tests {
             "rank  host    ssh   torch\n   0  gpu-00  ok    ok\n   1  gpu-01  ok    FAIL\n\n\
              FAIL node 1 (gpu-01) torch: d\n     fix: f\n\n2 nodes: 3 checks passed, 0 warnings, 1 failures\n"
         );
-        let json: serde_json::Value = serde_json::from_str(&json(&nodes)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json(&nodes, None)).unwrap();
         assert_eq!(json["ok"], false);
         assert_eq!(json["nodes"][1]["checks"][1]["status"], "fail");
     }

@@ -43,6 +43,10 @@ pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
 /// `probe.sh` runs with the job's interpreter. See the header of `port_test.py`.
 pub const PORT_TEST_PY: &str = include_str!("port_test.py");
 
+/// `herd doctor --deep`'s measurement of the network between the nodes, run by the job's own
+/// Python and torch (see `doctor::net`).
+pub const NETCHECK_PY: &str = include_str!("netcheck.py");
+
 /// The argv that runs the node script `script` (one of this folder's, POSIX sh):
 /// `sh -c SCRIPT NAME ARGS...`, its inputs positional arguments, never written into its
 /// text. `name` is its `$0`, which names it in `ps` and in its errors.
@@ -739,7 +743,7 @@ mod tests {
     #[test]
     fn the_shipped_python_scripts_compile() {
         let dir = tempfile::tempdir().unwrap();
-        for (name, script) in [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY)] {
+        for (name, script) in [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY), ("netcheck.py", NETCHECK_PY)] {
             let path = dir.path().join(name);
             std::fs::write(&path, script).unwrap();
             let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();

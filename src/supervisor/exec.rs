@@ -54,6 +54,19 @@ pub async fn exec(
     exec_id: &str,
     commands: &[String],
     events: mpsc::Sender<Event>,
+    interrupts: Interrupts,
+) -> ExecOutcome {
+    exec_with_env(plan, exec_id, commands, &[], events, interrupts).await
+}
+
+/// `exec`, with `envs[node rank]` exported to the command too (through the agent's stdin, as
+/// a job's: never in an argv).
+pub async fn exec_with_env(
+    plan: &LaunchPlan,
+    exec_id: &str,
+    commands: &[String],
+    envs: &[Vec<(String, String)>],
+    events: mpsc::Sender<Event>,
     mut interrupts: Interrupts,
 ) -> ExecOutcome {
     let (fleet, _, _) = Fleet::connect(plan, None, |_| Vec::new()).await;
@@ -66,7 +79,8 @@ pub async fn exec(
     let (reports_tx, mut reports) = mpsc::unbounded_channel();
     let mut told = Vec::new();
     let mut tasks = fleet.spawn_each(|rank, conn| {
-        let (tell, run) = node_run(plan, exec_id, &commands[rank], rank, &liveness, &reports_tx);
+        let env = envs.get(rank).map_or(&[][..], Vec::as_slice);
+        let (tell, run) = node_run(plan, exec_id, &commands[rank], env, rank, &liveness, &reports_tx);
         told.push(tell);
         Some(node::run(conn.clone(), run, events.clone()))
     });
@@ -107,13 +121,16 @@ fn node_run(
     plan: &LaunchPlan,
     exec_id: &str,
     command: &str,
+    env: &[(String, String)],
     rank: usize,
     liveness: &Arc<Liveness>,
     reports: &node::Reports,
 ) -> (mpsc::UnboundedSender<NodeCommand>, NodeRun) {
     let marker = Marker::exec(&plan.config_key, exec_id).node(rank);
     let (tell, commands) = mpsc::unbounded_channel();
-    let _ = tell.send(NodeCommand::Env(remote::env_block([(marker.var, marker.value().as_str())])));
+    let value = marker.value();
+    let vars = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain([(marker.var, value.as_str())]);
+    let _ = tell.send(NodeCommand::Env(remote::env_block(vars)));
     let run = NodeRun {
         node_rank: rank,
         host: plan.nodes[rank].host.clone(),

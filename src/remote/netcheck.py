@@ -1,0 +1,88 @@
+# herd doctor --deep: the network between the nodes, measured with the job's own torch.
+# argv: RANK WORLD MASTER_ADDR MASTER_PORT BACKEND MIB BUDGET_SECS
+# One process per node. In each round (a shift s of the ring), every node sends to node + s
+# and receives from node - s at once, so that each directed pair is timed by its receiver:
+# a bandwidth (MIB MiB at a time) and a latency (4 bytes). Every node prints, for the pairs
+# it received, one line: `herd-net SHIFT SRC DST MBPS LATENCY_US`. Errors go to stderr, and
+# the exit status is not 0.
+import sys
+import time
+
+rank, world = int(sys.argv[1]), int(sys.argv[2])
+addr, port, backend = sys.argv[3], int(sys.argv[4]), sys.argv[5]
+mib, budget = float(sys.argv[6]), float(sys.argv[7])
+
+import datetime  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+device = "cpu"
+if backend == "nccl":
+    local = 0
+    torch.cuda.set_device(local)
+    device = "cuda:%d" % local
+
+dist.init_process_group(
+    backend,
+    init_method="tcp://%s:%d" % (addr, port),
+    rank=rank,
+    world_size=world,
+    timeout=datetime.timedelta(seconds=max(30.0, budget)),
+)
+
+
+def sync():
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def exchange(send, recv, dst, src):
+    """One ring step: send to dst, receive from src; the seconds until the receive is in."""
+    dist.barrier()
+    sync()
+    start = time.perf_counter()
+    r = dist.irecv(recv, src)
+    s = dist.isend(send, dst)
+    r.wait()
+    sync()
+    took = time.perf_counter() - start
+    s.wait()
+    return took
+
+
+def agreed_max(value):
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+shifts = []
+for s in (1, 2):
+    if s % world and s % world not in shifts and len(shifts) < world - 1:
+        shifts.append(s % world)
+
+n = max(1, int(mib * 1024 * 1024 / 4))
+big_send = torch.ones(n, dtype=torch.float32, device=device)
+big_recv = torch.empty(n, dtype=torch.float32, device=device)
+small_send = torch.ones(1, dtype=torch.float32, device=device)
+small_recv = torch.empty(1, dtype=torch.float32, device=device)
+# The budget is shared by the rounds; every node runs the same number of steps, agreed on
+# from the slowest first step, so that no node waits for a step its peer never takes.
+per_round = budget / max(1, len(shifts))
+lines = []
+for shift in shifts:
+    dst, src = (rank + shift) % world, (rank - shift) % world
+    exchange(small_send, small_recv, dst, src)  # the connection made, outside the timing
+    first = exchange(big_send, big_recv, dst, src)
+    slowest = agreed_max(first)
+    steps = int(max(1, min(5, (per_round * 0.6) // max(slowest, 1e-6))))
+    times = [first] + [exchange(big_send, big_recv, dst, src) for _ in range(steps - 1)]
+    lat = sorted(exchange(small_send, small_recv, dst, src) for _ in range(15))
+    best = min(times)
+    mbps = (n * 4) / best / 1e6
+    lines.append("herd-net %d %d %d %.3f %.1f" % (shift, src, rank, mbps, lat[len(lat) // 2] * 1e6))
+dist.barrier()
+sys.stdout.write("".join(line + "\n" for line in lines))
+sys.stdout.flush()
+dist.destroy_process_group()
