@@ -73,6 +73,10 @@ fn the_same_config_from_another_directory_is_refused_while_it_runs() {
     let second = herd::run(&d2, &["run", "--no-preflight", "-c", config], LIMIT);
     second.assert_code(4);
     assert!(second.stderr.contains("another herd run of"), "{second}");
+    // The network measurement would load the run's network, and measure its traffic.
+    let deep = herd::run(&d2, &["doctor", "--deep", "-c", config], LIMIT);
+    deep.assert_code(4);
+    assert!(deep.stderr.contains("another herd run of"), "{deep}");
     let first = first.wait(LIMIT);
     first.assert_code(0);
     assert_all_ticks(&first);

@@ -22,6 +22,9 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
     crate::supervisor::lines::check_doctor(&plan)?;
     ready_to_connect(&plan)?;
+    // The measurement loads the network and would measure a live run's traffic: it takes the
+    // config's run lock, as a run does: exit 4 while one is live, and a run is refused meanwhile.
+    let _lock = if args.deep { Some(super::lock_config(&plan)?) } else { None };
     let runtime = runtime()?;
     let report = runtime.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
