@@ -16,7 +16,7 @@ pub enum RunStatus {
     Interrupted,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     RunStarted {
@@ -96,6 +96,16 @@ pub enum Event {
         millis: u64,
         #[serde(flatten)]
         verdict: Verdict,
+    },
+    /// A rank stayed busier than the others, who wait for it (see `supervisor::straggler`):
+    /// `score` times the median rank's CPU share, since `since_secs` into the attempt.
+    Straggler {
+        attempt: u32,
+        rank: u32,
+        node_rank: usize,
+        host: String,
+        score: f64,
+        since_secs: f64,
     },
     /// A node could not be reached before a restart; herd keeps trying until restart.node_wait.
     NodeWaiting {

@@ -70,6 +70,22 @@ struct NodeRow {
     host: String,
     state: NodeState,
     last_output: Option<Instant>,
+    /// Its ranks named stragglers in this attempt.
+    stragglers: Vec<u32>,
+}
+
+impl NodeRow {
+    /// Its state, and its stragglers if any.
+    fn words(&self, now: Instant) -> String {
+        let state = self.state.words(now);
+        match self.stragglers.as_slice() {
+            [] => state,
+            ranks => {
+                let ranks: Vec<String> = ranks.iter().map(u32::to_string).collect();
+                format!("{state}, straggler rank {}", ranks.join(","))
+            }
+        }
+    }
 }
 
 /// Everything the board shows.
@@ -179,6 +195,12 @@ impl Board {
                 set_all(&mut self.nodes, NodeState::Starting);
                 for n in &mut self.nodes {
                     n.last_output = None;
+                    n.stragglers.clear();
+                }
+            }
+            Event::Straggler { node_rank, rank, .. } => {
+                if let Some(n) = self.nodes.get_mut(*node_rank) {
+                    n.stragglers.push(*rank);
                 }
             }
             Event::AttemptStarted { master_addr, master_port, .. } => {
@@ -238,7 +260,7 @@ impl Board {
                     out,
                     "  {rank:>rank_w$}  {:<host_w$}  {:<24}  {}",
                     n.host,
-                    n.state.words(now),
+                    n.words(now),
                     age(n.last_output, now)
                 );
             }
@@ -277,8 +299,12 @@ impl Board {
             n.state == NodeState::Running
                 && n.last_output.is_some_and(|t| now.saturating_duration_since(t) >= SILENT_AFTER)
         };
-        let unhealthy: Vec<(usize, &NodeRow)> =
-            self.nodes.iter().enumerate().filter(|(_, n)| !n.state.healthy() || silent(n)).collect();
+        let unhealthy: Vec<(usize, &NodeRow)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.state.healthy() || silent(n) || !n.stragglers.is_empty())
+            .collect();
         if unhealthy.is_empty() {
             return;
         }
@@ -288,7 +314,7 @@ impl Board {
                 let since = n.last_output.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
                 format!("silent for {}", compact(since))
             } else {
-                n.state.words(now)
+                n.words(now)
             };
             let _ = writeln!(out, "  {rank:>5}  {}  {what}", n.host);
         }
@@ -308,7 +334,10 @@ fn exited(exit: &NodeExit) -> NodeState {
 }
 
 fn rows(hosts: &[String], state: NodeState) -> Vec<NodeRow> {
-    hosts.iter().map(|h| NodeRow { host: h.clone(), state: state.clone(), last_output: None }).collect()
+    hosts
+        .iter()
+        .map(|h| NodeRow { host: h.clone(), state: state.clone(), last_output: None, stragglers: Vec::new() })
+        .collect()
 }
 
 /// At most `MAX_LISTED` names, then how many more.
@@ -434,6 +463,34 @@ mod tests {
         assert!(text.contains("node2  starting                  -"), "{text}");
     }
 
+    /// A straggler shows on its node's row, in the table and among the collapsed board's
+    /// nodes to look at, until the next attempt starts.
+    #[test]
+    fn a_straggler_shows_on_its_nodes_row_for_its_attempt() {
+        let t0 = Instant::now();
+        for n in [3, 100] {
+            let mut b = started(t0, n);
+            b.apply(&Event::AttemptStarting { attempt: 0 }, t0);
+            for r in 0..n {
+                b.apply(&Event::NodeStarted { attempt: 0, node_rank: r, host: String::new(), pgid: 1 }, t0);
+                b.output(r, at(t0, 1));
+            }
+            let straggler = Event::Straggler {
+                attempt: 0,
+                rank: 3,
+                node_rank: 1,
+                host: "node2".into(),
+                score: 2.5,
+                since_secs: 20.0,
+            };
+            b.apply(&straggler, at(t0, 2));
+            let text = b.render(at(t0, 2), 200);
+            assert!(text.contains("node2  running, straggler rank 3"), "{text}");
+            b.apply(&Event::AttemptStarting { attempt: 1 }, at(t0, 3));
+            assert!(!b.render(at(t0, 3), 200).contains("straggler"));
+        }
+    }
+
     #[test]
     fn many_nodes_collapse_into_counts_and_the_unhealthy() {
         let t0 = Instant::now();
@@ -508,7 +565,10 @@ mod tests {
         );
         let text = b.render(t0, 200);
         assert!(text.contains("  spares: n3 · quarantined: n9 (node-lost)\n"), "{text}");
-        b.apply(&Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into(), saved: true }, t0);
+        b.apply(
+            &Event::NodeQuarantined { attempt: 1, host: "n2".into(), reason: "SIGSEGV".into(), saved: true },
+            t0,
+        );
         let promoted =
             Event::SparePromoted { attempt: 1, node_rank: 1, host: "n3".into(), replaced: "n2".into() };
         b.apply(&promoted, t0);
@@ -517,7 +577,10 @@ mod tests {
         assert!(!text.contains("spares:"), "{text}");
         assert!(text.lines().any(|l| l.contains("  1  n3 ")), "{text}");
         // Its fault followed its rank to n3: n2 is a spare again.
-        b.apply(&Event::NodeReleased { attempt: 2, host: "n2".into(), reason: "the rank's".into(), saved: true }, t0);
+        b.apply(
+            &Event::NodeReleased { attempt: 2, host: "n2".into(), reason: "the rank's".into(), saved: true },
+            t0,
+        );
         let text = b.render(t0, 200);
         assert!(text.contains("  spares: n2 · quarantined: n9 (node-lost)\n"), "{text}");
     }

@@ -76,6 +76,13 @@ pub fn summary(
                 "culprit": root.map(super::summary::root_cause_words),
                 "progress_after_seconds": a.first_progress.map(|d| d.as_secs_f64()),
                 "nodes": a.nodes,
+                "stragglers": a.stragglers.iter().map(|s| json!({
+                    "rank": s.rank,
+                    "node_rank": s.node_rank,
+                    "host": a.nodes.get(s.node_rank),
+                    "score": s.score,
+                    "since_seconds": s.since_secs,
+                })).collect::<Vec<Value>>(),
             })
         })
         .collect();
@@ -134,6 +141,12 @@ mod tests {
                 first_progress: Some(Duration::from_secs(10)),
                 verdict: Some(failed),
                 nodes: vec!["n1".into(), "n2".into()],
+                stragglers: vec![crate::supervisor::straggler::Straggler {
+                    rank: 3,
+                    node_rank: 1,
+                    score: 2.5,
+                    since_secs: 12.0,
+                }],
             },
             AttemptSummary {
                 attempt: 1,
@@ -142,11 +155,18 @@ mod tests {
                 first_progress: Some(Duration::from_secs(10)),
                 verdict: None,
                 nodes: vec!["n1".into(), "n2".into()],
+                stragglers: vec![],
             },
         ];
         let s = summary("r", RunStatus::Succeeded, &attempts, t0, t0 + Duration::from_secs(100));
         assert_eq!(s["attempts"][0]["class"], "comm");
         assert_eq!(s["attempts"][0]["culprit"], "node 1 (n2), rank 3 (local 1): exit code 1");
+        let straggler = &s["attempts"][0]["stragglers"][0];
+        assert_eq!(
+            (&straggler["rank"], &straggler["host"], &straggler["score"]),
+            (&json!(3), &json!("n2"), &json!(2.5))
+        );
+        assert_eq!(s["attempts"][1]["stragglers"], json!([]));
         assert_eq!(s["attempts"][1]["class"], "ok");
         assert_eq!(s["attempts"][1]["ended"], "2027-01-15T08:01:40.000Z");
         // 30 s + 40 s of training in 100 s.

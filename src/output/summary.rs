@@ -67,6 +67,9 @@ fn node_line(event: &Event) -> Option<String> {
         Event::NodeWaiting { node_rank, host, error } => {
             format!("waiting for node {node_rank} ({host}) to come back: {error}")
         }
+        Event::Straggler { attempt, rank, node_rank, host, score, since_secs } => format!(
+            "straggler: rank {rank} on node {node_rank} ({host}) has used {score:.1}x the CPU of the median rank              since {since_secs:.0} s into attempt {attempt}: the other ranks wait for it"
+        ),
         Event::LeftoversStopped { node_rank, host, pids } => {
             format!("stopped {} leftover process(es) of this config on node {node_rank} ({host})", pids.len())
         }
@@ -343,6 +346,7 @@ mod tests {
             first_progress: None,
             verdict: None,
             nodes: vec![],
+            stragglers: vec![],
         }
     }
 

@@ -27,7 +27,8 @@
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
-#        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock` (below);
+#        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock`, `sample`
+#        for `herd-agent sample` (below);
 #        EOF means herd is gone:
 #        TERM, grace, KILL. A control line in place of the count (herd stopped the attempt
 #        before it started) ends the agent with `herd-agent exit 143`, having started nothing.
@@ -37,7 +38,8 @@
 #        state; `?` when no table can be read), `herd-agent pgid P`, `herd-agent alive` (the
 #        heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...` (each job process, -
 #        for a rank it has not), then every rank's stack (`herd_stack`) and `herd-agent
-#        stacks-done`, `herd-agent clock SECONDS` (the node's time, at once),
+#        stacks-done`, `herd-agent clock SECONDS` (the node's time, at once), `herd-agent
+#        sample UPTIME HZ RANK:TICKS ...` (each rank's CPU time, when herd asks `sample`),
 #        `herd-agent unstopped PIDS` (still there after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
@@ -314,6 +316,32 @@ end_idle_launcher() {
   done
 }
 
+# Each rank's CPU time, for stragglers (`supervisor::straggler` scores it):
+# `herd-agent sample UPTIME HZ RANK:TICKS ...`, one RANK:TICKS for each process with a RANK
+# (a rank's data loaders count for it too). Each process's rank is read once, into
+# `ranks` (" PID:RANK" words): after the first, a sample is one look for the marker and one
+# read of each process's stat.
+ranks=" "
+hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
+sample_job() {
+  s=
+  for p in $(strays); do
+    case $ranks in
+      *" $p:"*)
+        r=${ranks#*" $p:"}
+        r=${r%% *}
+        ;;
+      *)
+        r=$(env_of RANK "$p")
+        ranks="$ranks$p:$r "
+        ;;
+    esac
+    [ "$r" != - ] && herd_stat "/proc/$p/stat" && s="$s $r:$herd_cpu"
+  done
+  read -r up _ </proc/uptime
+  echo "herd-agent sample $up $hz$s"
+}
+
 (
   while IFS= read -r cmd; do
     case $cmd in
@@ -330,6 +358,7 @@ end_idle_launcher() {
         herd_stacks $(strays) >&4 &
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
+      sample) sample_job >&4 ;;
     esac
   done
   stop_job "$grace"

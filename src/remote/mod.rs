@@ -482,6 +482,8 @@ pub enum Control {
     Probe,
     /// The node's time (`AgentMessage::Clock`).
     Clock,
+    /// Each rank's CPU time (`AgentMessage::Sample`).
+    Sample,
 }
 
 impl Control {
@@ -494,6 +496,7 @@ impl Control {
             Control::Kill => b"kill\n",
             Control::Probe => b"probe\n",
             Control::Clock => b"clock\n",
+            Control::Sample => b"sample\n",
         };
         std::borrow::Cow::Borrowed(line)
     }
@@ -549,6 +552,8 @@ pub enum AgentMessage {
     StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
     Clock(f64),
+    /// Each rank's CPU time, as herd asked (`sample`).
+    Sample(crate::supervisor::straggler::Sample),
     /// A line the preflight's probe printed, in a probe phase (see `AgentInvocation::probe`).
     Fact(String),
     /// The probe phase's probe has ended, with this exit status.
@@ -611,6 +616,23 @@ impl StackReader {
     }
 }
 
+/// `UPTIME HZ RANK:TICKS ...`: a rank's ticks are its processes' summed.
+fn parse_sample(words: &str) -> Option<crate::supervisor::straggler::Sample> {
+    let mut words = words.split_whitespace();
+    let uptime: f64 = words.next()?.parse().ok()?;
+    let hz: u32 = words.next()?.parse().ok().filter(|&hz| hz > 0)?;
+    let mut ticks: Vec<(u32, u64)> = Vec::new();
+    for word in words {
+        let (rank, t) = word.split_once(':')?;
+        let (rank, t): (u32, u64) = (rank.parse().ok()?, t.parse().ok()?);
+        match ticks.iter_mut().find(|(r, _)| *r == rank) {
+            Some((_, sum)) => *sum += t,
+            None => ticks.push((rank, t)),
+        }
+    }
+    Some(crate::supervisor::straggler::Sample { uptime, hz, ticks })
+}
+
 pub fn parse_agent_line(line: &str) -> AgentMessage {
     match line {
         "herd-agent alive" => return AgentMessage::Alive,
@@ -642,6 +664,9 @@ pub fn parse_agent_line(line: &str) -> AgentMessage {
     }
     if let Some(clock) = line.strip_prefix("herd-agent clock ").and_then(|c| c.trim().parse().ok()) {
         return AgentMessage::Clock(clock);
+    }
+    if let Some(sample) = line.strip_prefix("herd-agent sample ").and_then(parse_sample) {
+        return AgentMessage::Sample(sample);
     }
     if line == "herd-agent stacks-done" {
         return AgentMessage::StacksDone;
@@ -743,7 +768,9 @@ mod tests {
     #[test]
     fn the_shipped_python_scripts_compile() {
         let dir = tempfile::tempdir().unwrap();
-        for (name, script) in [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY), ("netcheck.py", NETCHECK_PY)] {
+        for (name, script) in
+            [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY), ("netcheck.py", NETCHECK_PY)]
+        {
             let path = dir.path().join(name);
             std::fs::write(&path, script).unwrap();
             let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();
@@ -1881,6 +1908,16 @@ mod tests {
             AgentMessage::Other("herd-agent clock 1796113363.%N".into())
         );
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
+        // A rank's processes (its data loaders) are summed; no rank at all is a sample too.
+        use crate::supervisor::straggler::Sample;
+        let sample = Sample { uptime: 812.5, hz: 100, ticks: vec![(3, 170), (2, 40)] };
+        let line = "herd-agent sample 812.5 100 3:150 2:40 3:20";
+        assert_eq!(parse_agent_line(line), AgentMessage::Sample(sample));
+        let none = Sample { uptime: 9.0, hz: 250, ticks: vec![] };
+        assert_eq!(parse_agent_line("herd-agent sample 9.00 250"), AgentMessage::Sample(none));
+        for bad in ["herd-agent sample 9.0 0 1:2", "herd-agent sample 9.0 100 x:2", "herd-agent sample 9.0"] {
+            assert_eq!(parse_agent_line(bad), AgentMessage::Other(bad.into()));
+        }
     }
 
     /// Two nodes of one config that are this one machine (localhost and 127.0.0.1): each

@@ -16,8 +16,8 @@ herd_with_env() {
   done
 }
 
-# herd_stat FILE: read one /proc/PID/stat into herd_pid, herd_state, herd_ppid and
-# herd_pgrp; false if the process is gone.
+# herd_stat FILE: read one /proc/PID/stat into herd_pid, herd_state, herd_ppid, herd_pgrp
+# and herd_cpu (its user and system time, in clock ticks); false if the process is gone.
 herd_stat() {
   { IFS= read -r herd_l <"$1"; } 2>/dev/null || return 1
   herd_pid=${herd_l%% *}
@@ -25,7 +25,7 @@ herd_stat() {
   herd_fields ${herd_l##*) }
 }
 herd_fields() {
-  herd_state=$1 herd_ppid=$2 herd_pgrp=$3
+  herd_state=$1 herd_ppid=$2 herd_pgrp=$3 herd_cpu=$((${12:-0} + ${13:-0}))
 }
 
 # herd_tree ROOT: the descendants of ROOT, from /proc. A process that cleared its

@@ -14,6 +14,7 @@ use tokio::time::Instant as Deadline;
 use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
 use super::node::{self, sleep_until, Liveness, NodeCommand, NodeReport, NodeResult, NodeRun, Stop};
 use super::preflight::Preflighted;
+use super::straggler::{self, StragglerWatch};
 use super::sweep::Sweep;
 use super::types::{Interrupts, RunError};
 use crate::classify;
@@ -55,7 +56,7 @@ pub(super) async fn run_attempt(
     used_ports: &BTreeSet<u16>,
     fleet: &Fleet,
     interrupts: &mut Interrupts,
-) -> (AttemptOutcome, Option<u16>, Option<Duration>) {
+) -> AttemptEnd {
     let _ = ctx.events.send(Event::AttemptStarting { attempt }).await;
     let known_port = attempt::known_port(ctx.plan, preflighted.port);
     let mut machine = Attempt::new(ctx.plan, known_port, used_ports);
@@ -73,8 +74,18 @@ pub(super) async fn run_attempt(
         }
     }
     let first_progress = gang.liveness.first_progress();
+    let stragglers = gang.watch.named().to_vec();
     let (outcome, port) = gang.outcome(machine.ended()).await;
-    (outcome, port, first_progress)
+    AttemptEnd { outcome, port, first_progress, stragglers }
+}
+
+/// How an attempt ended, and what it showed on the way.
+pub(super) struct AttemptEnd {
+    pub outcome: AttemptOutcome,
+    /// The master port it used.
+    pub port: Option<u16>,
+    pub first_progress: Option<Duration>,
+    pub stragglers: Vec<straggler::Straggler>,
 }
 
 /// This host's 1-minute load and its cores, from /proc/loadavg (Linux); `None` elsewhere.
@@ -141,6 +152,10 @@ struct Gang<'a> {
     interrupts_open: bool,
     /// How long a node may take to end after SIGKILL (`Attempt::kill_wait`).
     kill_wait: Duration,
+    /// The ranks' CPU samples, and the stragglers named.
+    watch: StragglerWatch,
+    /// When the next round of samples is asked for; `None` until the job has its env.
+    sample_at: Option<Instant>,
 }
 
 impl<'a> Gang<'a> {
@@ -204,6 +219,8 @@ impl<'a> Gang<'a> {
             last_tick: Instant::now(),
             interrupts_open: true,
             kill_wait: attempt::KILL_DEADLINE,
+            watch: StragglerWatch::new(),
+            sample_at: None,
         }
     }
 
@@ -234,7 +251,10 @@ impl<'a> Gang<'a> {
                     self.kill_at = None;
                     return Some(Input::KillTimer);
                 }
-                _ = self.tick.tick() => return Some(Input::Tick(self.clock())),
+                _ = self.tick.tick() => {
+                    self.sample_if_due().await;
+                    return Some(Input::Tick(self.clock()));
+                }
             }
         }
     }
@@ -253,12 +273,39 @@ impl<'a> Gang<'a> {
                 self.stacks[node_rank] = stacks;
                 Some(Input::ProbeAnswered { node_rank })
             }
+            NodeReport::Sample(sample) => {
+                self.watch.sample(node_rank, &sample);
+                None
+            }
             NodeReport::Ended(result) => {
                 let exit = result.exit.clone();
                 self.results[node_rank] = Some(result);
                 Some(Input::NodeEnded { node_rank, exit })
             }
         }
+    }
+
+    /// Every SAMPLE_EVERY while the job runs: the stragglers of the round that ends, then a
+    /// new round asked of every node (a node whose job has not started ignores it).
+    async fn sample_if_due(&mut self) {
+        match self.sample_at {
+            Some(at) if self.stopped == Stop::Run && Instant::now() >= at => {}
+            _ => return,
+        }
+        let at = self.liveness.elapsed().as_secs_f64();
+        for s in self.watch.round(at) {
+            let event = Event::Straggler {
+                attempt: self.attempt,
+                rank: s.rank,
+                node_rank: s.node_rank,
+                host: self.ctx.plan.nodes[s.node_rank].host.clone(),
+                score: s.score,
+                since_secs: s.since_secs,
+            };
+            let _ = self.ctx.events.send(event).await;
+        }
+        self.tell_all(|_| NodeCommand::Sample);
+        self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
     }
 
     /// `command` to every node.
@@ -291,6 +338,7 @@ impl<'a> Gang<'a> {
                     interfaces: self.ctx.interfaces,
                 };
                 self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
+                self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
                 let master_addr = plan.master.addr.clone();
                 let _ = events
                     .send(Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port })

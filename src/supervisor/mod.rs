@@ -17,6 +17,7 @@ pub mod lines;
 mod node;
 mod preflight;
 mod reserve;
+pub mod straggler;
 mod sweep;
 mod types;
 
@@ -182,7 +183,7 @@ impl Run<'_> {
             interfaces: &self.interfaces,
             events: self.events,
         };
-        let (outcome, port, first_progress) =
+        let gang::AttemptEnd { outcome, port, first_progress, stragglers } =
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
@@ -205,8 +206,15 @@ impl Run<'_> {
         };
         let decision = self.between.after_attempt(&ctx, attempt, ended);
         let millis = duration.as_millis() as u64;
-        let summary =
-            move |verdict| AttemptSummary { attempt, started_at, duration, first_progress, verdict, nodes };
+        let summary = move |verdict| AttemptSummary {
+            attempt,
+            started_at,
+            duration,
+            first_progress,
+            verdict,
+            nodes,
+            stragglers,
+        };
         if let Some(verdict) = &decision.verdict {
             let _ =
                 self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;

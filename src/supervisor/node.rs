@@ -47,6 +47,8 @@ pub enum NodeCommand {
     /// The job's processes, then its ranks' stacks (answered as `NodeReport::Processes`, then
     /// `NodeReport::Stacks`).
     Probe,
+    /// Each rank's CPU time (answered as `NodeReport::Sample`), for stragglers.
+    Sample,
 }
 
 /// What one node tells the supervisor, with its node rank: its one report channel up.
@@ -61,6 +63,8 @@ pub enum NodeReport {
     Processes(Vec<ProcessState>),
     /// Its ranks' stacks, which complete the answer.
     Stacks(Vec<RankStack>),
+    /// Its ranks' CPU time, as asked (`NodeCommand::Sample`).
+    Sample(super::straggler::Sample),
     /// How it ended: its last report.
     Ended(NodeResult),
 }
@@ -356,6 +360,9 @@ impl Controller {
                     // Not before the env: the agent would read `probe` as the env block's start.
                     Some(NodeCommand::Probe) if !env_sent => probe_asked = true,
                     Some(NodeCommand::Probe) => self.send(Control::Probe).await,
+                    // Before the env, there is no job to sample.
+                    Some(NodeCommand::Sample) if !env_sent => {}
+                    Some(NodeCommand::Sample) => self.send(Control::Sample).await,
                     Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
                             waited = kill_wait;
@@ -661,6 +668,10 @@ async fn pump_agent(
             AgentMessage::Fact(_) | AgentMessage::Probed(_) => continue,
             AgentMessage::Ports(in_use) => {
                 let _ = reports.send((rank, NodeReport::Ports(in_use)));
+                continue;
+            }
+            AgentMessage::Sample(sample) => {
+                let _ = reports.send((rank, NodeReport::Sample(sample)));
                 continue;
             }
             AgentMessage::Probe(processes) => {

@@ -36,7 +36,7 @@ pub struct RunOptions {
 }
 
 /// One attempt, for the closing table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AttemptSummary {
     pub attempt: u32,
     /// When it began (its agents logging in).
@@ -49,10 +49,12 @@ pub struct AttemptSummary {
     pub verdict: Option<Verdict>,
     /// The host of each node rank in this attempt.
     pub nodes: Vec<String>,
+    /// The ranks named stragglers in it.
+    pub stragglers: Vec<super::straggler::Straggler>,
 }
 
 /// How the run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     pub status: RunStatus,
     pub attempts: Vec<AttemptSummary>,
