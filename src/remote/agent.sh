@@ -317,29 +317,39 @@ end_idle_launcher() {
 }
 
 # Each rank's CPU time, for stragglers (`supervisor::straggler` scores it):
-# `herd-agent sample UPTIME HZ RANK:TICKS ...`, one RANK:TICKS for each process with a RANK
-# (a rank's data loaders count for it too). Each process's rank is read once, into
-# `ranks` (" PID:RANK" words): after the first, a sample is one look for the marker and one
-# read of each process's stat.
+# `herd-agent sample UPTIME HZ RANK:TICKS ...`, a rank's TICKS the user and system time of
+# its processes (its data loaders' too), summed. Each process's rank is read once: `ranks`
+# holds " PID:RANK" for the job's live processes only (rebuilt at each sample, so it stays
+# as small as the job), and the line one word per rank.
 ranks=" "
 hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
 sample_job() {
-  s=
+  live=" "
+  s=" "
   for p in $(strays); do
     case $ranks in
       *" $p:"*)
         r=${ranks#*" $p:"}
         r=${r%% *}
         ;;
-      *)
-        r=$(env_of RANK "$p")
-        ranks="$ranks$p:$r "
-        ;;
+      *) r=$(env_of RANK "$p") ;;
     esac
-    [ "$r" != - ] && herd_stat "/proc/$p/stat" && s="$s $r:$herd_cpu"
+    live="$live$p:$r "
+    case $r in '' | *[!0-9]*) continue ;; esac
+    herd_stat "/proc/$p/stat" || continue
+    case $s in
+      *" $r:"*)
+        head=${s%%" $r:"*}
+        rest=${s#*" $r:"}
+        t=${rest%% *}
+        s="$head $r:$((t + herd_cpu)) ${rest#* }"
+        ;;
+      *) s="$s$r:$herd_cpu " ;;
+    esac
   done
+  ranks=$live
   read -r up _ </proc/uptime
-  echo "herd-agent sample $up $hz$s"
+  echo "herd-agent sample $up $hz${s% }"
 }
 
 (

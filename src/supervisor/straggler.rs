@@ -93,6 +93,8 @@ impl StragglerWatch {
         }
         values.sort_by(f64::total_cmp);
         let median = values[values.len() / 2];
+        // "In a row": a rank missing from this round (its node answered late) starts over.
+        self.streaks.retain(|rank, _| shares.contains_key(rank));
         let mut named = Vec::new();
         for (rank, (node_rank, share)) in shares {
             let over = share >= RATIO * median && share - median >= MIN_GAP;
@@ -168,6 +170,27 @@ mod tests {
     fn a_rank_over_now_and_then_is_not_named() {
         let got = watch(4, 20, |round, rank| if rank == 1 && round % 3 == 0 { 0.9 } else { 0.3 });
         assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_round_without_the_rank_breaks_its_streak() {
+        let mut w = StragglerWatch::new();
+        let share = |w: &mut StragglerWatch, r: u32, s: f64| {
+            w.shares.insert(r, (0, s));
+        };
+        for (round, with_rank_5) in [true, true, false, true, true].into_iter().enumerate() {
+            for r in 0..4 {
+                share(&mut w, r, 0.3);
+            }
+            if with_rank_5 {
+                share(&mut w, 5, 0.9);
+            }
+            assert!(w.round(round as f64).is_empty(), "round {round}");
+        }
+        share(&mut w, 0, 0.3);
+        share(&mut w, 1, 0.3);
+        share(&mut w, 5, 0.9);
+        assert_eq!(w.round(5.0).len(), 1, "three in a row at last");
     }
 
     #[test]
