@@ -45,9 +45,22 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
             eprintln!("herd: the network was not measured (--deep): it takes two nodes or more");
             None
         }
+        (true, true, _) if plan.container.is_some() => {
+            eprintln!(
+                "herd: the network was not measured (--deep): with [container], torch is in the image, \
+                 and the measurement does not run in containers yet"
+            );
+            None
+        }
         (true, true, Some(Ok(port))) => {
             let envs = net::envs(&plan, *port, &report.route_devs);
-            Some(runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below)))
+            match runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below)) {
+                Some(network) => Some(network),
+                None => {
+                    eprintln!("herd: interrupted; the measurement was stopped on every node");
+                    return Ok(exit::INTERRUPTED);
+                }
+            }
         }
         (true, true, _) => {
             eprintln!("herd: the network was not measured (--deep): no master port was found free");
@@ -55,7 +68,7 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         }
     };
     if args.json {
-        print!("{}", output::doctor_view::json(&report.nodes, network.as_ref()));
+        print!("{}", output::doctor_view::json(&report.nodes, network.as_ref(), args.deep));
     } else {
         print!("{}", output::doctor_view::text(&report.nodes, false));
         if let Some(network) = &network {
@@ -67,15 +80,15 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
 }
 
 /// The measurement on every node at once, under their agents (stopped everywhere at
-/// DEEP_LIMIT, or on Ctrl-C), and its verdict. A node whose measurement failed has its last
-/// lines on stderr.
+/// DEEP_LIMIT, or on Ctrl-C: `None`), and its verdict. A node whose measurement failed has
+/// its last lines on stderr.
 async fn measure(
     plan: &LaunchPlan,
     port: u16,
     envs: &[Vec<(String, String)>],
     hosts: &[String],
     slow_below: f64,
-) -> NetReport {
+) -> Option<NetReport> {
     let prefixes = output::prefix::prefixes(hosts, false);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let collector = std::thread::spawn(move || {
@@ -83,6 +96,7 @@ async fn measure(
     });
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
     forward_signals(interrupt_tx.clone(), None);
+    let started = std::time::Instant::now();
     let timer = tokio::spawn(async move {
         tokio::time::sleep(DEEP_LIMIT).await;
         tracing::warn!("the network check took more than {} s: stopping it", DEEP_LIMIT.as_secs());
@@ -95,6 +109,10 @@ async fn measure(
         supervisor::exec::exec_with_env(plan, &new_run_id(), &commands, envs, events_tx, interrupts).await;
     timer.abort();
     let outputs = collector.join().expect("network check collector panicked");
+    // Stopped by Ctrl-C or SIGTERM, not by the time limit: nothing to judge.
+    if outcome.interrupted && started.elapsed() < DEEP_LIMIT {
+        return None;
+    }
     let mut samples = Vec::new();
     for (rank, out) in outputs.iter().enumerate() {
         let text = String::from_utf8_lossy(out);
@@ -107,5 +125,5 @@ async fn measure(
             }
         }
     }
-    net::score(plan.nnodes(), &samples, slow_below)
+    Some(net::score(plan.nnodes(), &samples, slow_below))
 }

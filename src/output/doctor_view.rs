@@ -17,9 +17,10 @@ struct DoctorJson<'a> {
     ok: bool,
 }
 
-/// The checks, and with `--deep` the network's verdict (`ok` only if that is too).
-pub fn json(nodes: &[NodeChecks], network: Option<&NetReport>) -> String {
-    let ok = tally(nodes).2 == 0 && network.is_none_or(NetReport::ok);
+/// The checks, and with `--deep` (`deep`) the network's verdict: `ok` only if it was
+/// measured, and found no slow node.
+pub fn json(nodes: &[NodeChecks], network: Option<&NetReport>, deep: bool) -> String {
+    let ok = tally(nodes).2 == 0 && (!deep || network.is_some_and(NetReport::ok));
     let mut s = serde_json::to_string_pretty(&DoctorJson { nodes, network, ok }).expect("serialises");
     s.push('\n');
     s
@@ -299,7 +300,7 @@ mod tests {
             "rank  host    ssh   torch\n   0  gpu-00  ok    ok\n   1  gpu-01  ok    FAIL\n\n\
              FAIL node 1 (gpu-01) torch: d\n     fix: f\n\n2 nodes: 3 checks passed, 0 warnings, 1 failures\n"
         );
-        let json: serde_json::Value = serde_json::from_str(&json(&nodes, None)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json(&nodes, None, false)).unwrap();
         assert_eq!(json["ok"], false);
         assert_eq!(json["nodes"][1]["checks"][1]["status"], "fail");
     }
