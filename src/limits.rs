@@ -97,13 +97,32 @@ fn in_child() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
     move || {
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: both calls read or write only `lim`, on this stack.
-        if soft != u64::MAX && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && soft < lim.rlim_cur {
+        if soft != u64::MAX
+            && unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
+            && soft < lim.rlim_cur
+        {
             lim.rlim_cur = soft;
             // SAFETY: as above.
             unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
         }
         Ok(())
     }
+}
+
+/// How many log files a run of `nodes` nodes may hold open at once (`output::files`): half of
+/// what its soft limit leaves past what the nodes need, between 64 (within BASE_FDS) and
+/// 4,096. Enough for every node and rank log of a few hundred nodes, so that their writes do
+/// not close and reopen files; bounded past that.
+pub fn log_files(nodes: usize) -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given, which lives on this stack.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 0 };
+    log_files_within(soft, nodes)
+}
+
+fn log_files_within(soft: u64, nodes: usize) -> usize {
+    let left = soft.saturating_sub(BASE_FDS + PER_NODE_FDS * nodes as u64) / 2;
+    left.clamp(64, 4096) as usize
 }
 
 /// Raises herd's soft open-file limit to its hard one; refuses when that is too low for
@@ -175,5 +194,13 @@ mod tests {
         // 1024 is the usual soft and often the hard limit of a login: a small run must not be
         // refused there.
         assert_eq!(decide(1024, 1024, 64), Decision::Keep);
+    }
+
+    #[test]
+    fn log_files_take_half_of_what_the_nodes_leave_between_64_and_4096() {
+        assert_eq!(log_files_within(1024, 8), (1024 - 64 - 96) / 2);
+        assert_eq!(log_files_within(1024, 80), 64, "the nodes take it all: 64, within BASE_FDS");
+        assert_eq!(log_files_within(1_048_576, 1000), 4096);
+        assert_eq!(log_files_within(0, 1), 64);
     }
 }

@@ -26,13 +26,14 @@ impl RunFiles {
         let run_dir = log_root.join(run_id);
         fs::create_dir_all(&run_dir)?;
         let events = BufWriter::new(File::create(run_dir.join("events.jsonl"))?);
+        let nhosts = hosts.len();
         Ok(RunFiles {
             run_dir,
             events,
             hosts,
             attempt: None,
             rank_logs: HashSet::new(),
-            logs: OpenLogs::default(),
+            logs: OpenLogs { open: HashMap::new(), writes: 0, limit: crate::limits::log_files(nhosts) },
         })
     }
 
@@ -133,10 +134,11 @@ impl RunFiles {
     }
 }
 
-/// The most log files open at once. A run writes one log per node and one per rank: a
-/// descriptor and a buffer each would make the launch host's limit at scale (8,000 files at
-/// 1,000 nodes of 8 ranks), so the least recently written is closed instead, and opened
-/// again to append when it is next written.
+/// A run writes one log per node and one per rank: a descriptor and a buffer each would make
+/// the launch host's limit at scale (9,000 files at 1,000 nodes of 8 ranks). At most
+/// `limits::log_files` are open at once (64 to 4,096, from the open-file limit): past that,
+/// the least recently written is closed, and opened again to append when it is next written.
+#[cfg(test)]
 const OPEN_LOGS: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,10 +148,11 @@ enum LogKey {
 }
 
 /// The log files open now, with when each was last written.
-#[derive(Default)]
 struct OpenLogs {
     open: HashMap<LogKey, (BufWriter<File>, u64)>,
     writes: u64,
+    /// The most open at once.
+    limit: usize,
 }
 
 impl OpenLogs {
@@ -166,7 +169,7 @@ impl OpenLogs {
             self.open.remove(&key);
         }
         if !self.open.contains_key(&key) {
-            if self.open.len() >= OPEN_LOGS {
+            if self.open.len() >= self.limit {
                 let oldest = self.open.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k);
                 if let Some((mut log, _)) = oldest.and_then(|k| self.open.remove(&k)) {
                     log.flush()?;
@@ -288,6 +291,7 @@ mod tests {
         let nodes = 40;
         let hosts: Vec<String> = (0..nodes).map(|n| format!("h{n}")).collect();
         let mut files = RunFiles::create(root.path(), "run", hosts).unwrap();
+        files.logs.limit = OPEN_LOGS;
         files.start_attempt(0).unwrap();
         // Every node's 4 ranks print, in turn, three times: 200 logs through 64 files.
         let before = open_fds();
