@@ -127,7 +127,21 @@ fn deep() {
                 if v == 1 {
                     c.arg("--deep");
                 }
-                times[v].push(timed(&mut c));
+                let start = Instant::now();
+                let out = c.output().expect("spawn herd");
+                times[v].push(start.elapsed());
+                if !out.status.success() {
+                    // Timed all the same; what it said is the finding.
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let tail: Vec<&str> = text.lines().rev().take(12).collect();
+                    let took = start.elapsed().as_secs_f64();
+                    println!("\n{c:?} exited {:?} after {took:.1} s:", out.status.code());
+                    for line in tail.iter().rev() {
+                        println!("    {line}");
+                    }
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    println!("    stderr: {}", stderr.lines().take(8).collect::<Vec<_>>().join("\n    "));
+                }
             }
         }
         let base = stats(times[0].clone());

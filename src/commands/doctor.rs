@@ -13,10 +13,18 @@ use crate::error::{exit, Error};
 use crate::plan::LaunchPlan;
 use crate::{doctor, output, supervisor};
 
-/// How long `--deep` may take on the nodes: torch's import and the rendezvous (tens of
-/// seconds on a loaded node), then the measuring budget. Past it, the measurement is stopped
-/// on every node (TERM, then KILL) and what came in is scored.
+/// How long `--deep` may take on the nodes at least: torch's import and the rendezvous,
+/// then the measuring budget. It gets longer with the checks before it (see `deep_limit`).
+/// Past it, the measurement is stopped on every node (TERM, then KILL) and what came in is
+/// scored.
 const DEEP_LIMIT: Duration = Duration::from_secs(net::BUDGET_SECS + 100);
+
+/// The limit for a measurement after checks that took `checks`: their logins and torch
+/// imports are the measurement's too, and take as long on the same nodes (162 s for the
+/// checks of 64 nodes sharing two cores, where the measurement ran out of DEEP_LIMIT alone).
+fn deep_limit(checks: Duration) -> Duration {
+    DEEP_LIMIT.max(Duration::from_secs(net::BUDGET_SECS + 60) + checks.mul_f64(1.5))
+}
 
 pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     let plan = load_plan(&args.config.config, &args.selection, &[], Active::All)?;
@@ -26,6 +34,7 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     // config's run lock, as a run does: exit 4 while one is live, and a run is refused meanwhile.
     let _lock = if args.deep { Some(super::lock_config(&plan)?) } else { None };
     let runtime = runtime()?;
+    let checks_started = std::time::Instant::now();
     let report = runtime.block_on(async {
         let (fleet, _, _) = crate::fleet::Fleet::connect(&plan, None, |_| Vec::new()).await;
         let probe =
@@ -54,7 +63,8 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         }
         (true, true, Some(Ok(port))) => {
             let envs = net::envs(&plan, *port, &report.route_devs);
-            match runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below)) {
+            let limit = deep_limit(checks_started.elapsed());
+            match runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below, limit)) {
                 Some(network) => Some(network),
                 None => {
                     eprintln!("herd: interrupted; the measurement was stopped on every node");
@@ -80,7 +90,7 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
 }
 
 /// The measurement on every node at once, under their agents (stopped everywhere at
-/// DEEP_LIMIT, or on Ctrl-C: `None`), and its verdict. A node whose measurement failed has
+/// `limit`, or on Ctrl-C: `None`), and its verdict. A node whose measurement failed has
 /// its last lines on stderr.
 async fn measure(
     plan: &LaunchPlan,
@@ -88,6 +98,7 @@ async fn measure(
     envs: &[Vec<(String, String)>],
     hosts: &[String],
     slow_below: f64,
+    limit: Duration,
 ) -> Option<NetReport> {
     let prefixes = output::prefix::prefixes(hosts, false);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
@@ -98,8 +109,8 @@ async fn measure(
     forward_signals(interrupt_tx.clone(), None);
     let started = std::time::Instant::now();
     let timer = tokio::spawn(async move {
-        tokio::time::sleep(DEEP_LIMIT).await;
-        tracing::warn!("the network check took more than {} s: stopping it", DEEP_LIMIT.as_secs());
+        tokio::time::sleep(limit).await;
+        tracing::warn!("the network check took more than {} s: stopping it", limit.as_secs());
         let _ = interrupt_tx.send(());
         tokio::time::sleep(Duration::from_secs(5)).await;
         let _ = interrupt_tx.send(());
@@ -110,7 +121,7 @@ async fn measure(
     timer.abort();
     let outputs = collector.join().expect("network check collector panicked");
     // Stopped by Ctrl-C or SIGTERM, not by the time limit: nothing to judge.
-    if outcome.interrupted && started.elapsed() < DEEP_LIMIT {
+    if outcome.interrupted && started.elapsed() < limit {
         return None;
     }
     let mut samples = Vec::new();
@@ -126,4 +137,15 @@ async fn measure(
         }
     }
     Some(net::score(plan.nnodes(), &samples, slow_below))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_measurement_gets_longer_with_the_checks_before_it() {
+        assert_eq!(deep_limit(Duration::from_secs(8)), DEEP_LIMIT);
+        assert_eq!(deep_limit(Duration::from_secs(162)), Duration::from_secs(20 + 60 + 243));
+    }
 }
