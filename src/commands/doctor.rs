@@ -44,6 +44,7 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         report
     });
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let mut interrupted = false;
     let network = match (args.deep, report.ok(), &report.port) {
         (false, _, _) => None,
         (true, false, _) => {
@@ -64,13 +65,9 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         (true, true, Some(Ok(port))) => {
             let envs = net::envs(&plan, *port, &report.route_devs);
             let limit = deep_limit(checks_started.elapsed());
-            match runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below, limit)) {
-                Some(network) => Some(network),
-                None => {
-                    eprintln!("herd: interrupted; the measurement was stopped on every node");
-                    return Ok(exit::INTERRUPTED);
-                }
-            }
+            let network = runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below, limit));
+            interrupted = network.is_none();
+            network
         }
         (true, true, _) => {
             eprintln!("herd: the network was not measured (--deep): no master port was found free");
@@ -84,6 +81,11 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         if let Some(network) = &network {
             print!("{}", output::doctor_view::net_text(network, &hosts));
         }
+    }
+    if interrupted {
+        // The checks' table is printed all the same: they ran to their end.
+        eprintln!("herd: interrupted; the measurement was stopped on every node");
+        return Ok(exit::INTERRUPTED);
     }
     let deep_ok = !args.deep || network.as_ref().is_some_and(NetReport::ok);
     Ok(if report.ok() && deep_ok { exit::OK } else { exit::PREFLIGHT })
