@@ -144,24 +144,14 @@ pub fn parse(out: &str, node_rank: usize) -> Vec<PairSample> {
 
 /// Every node's verdict from every pair measured, against `slow_below` times the median.
 pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetReport {
-    let best = |f: &dyn Fn(&PairSample) -> bool, v: &dyn Fn(&PairSample) -> f64, max: bool| {
-        let vals = samples.iter().filter(|s| f(s)).map(v);
-        if max {
-            vals.fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))))
-        } else {
-            vals.fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.min(x))))
-        }
-    };
     let mut nodes: Vec<NodeNet> = (0..nnodes)
         .map(|n| {
-            let send_mbps = best(&|s| s.src == n && s.src != s.dst, &|s| s.mbps, true);
-            let recv_mbps = best(&|s| s.dst == n && s.src != s.dst, &|s| s.mbps, true);
-            let mbps = match (send_mbps, recv_mbps) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                _ => None,
-            };
+            let pairs = || samples.iter().filter(|s| s.src != s.dst);
+            let send_mbps = pairs().filter(|s| s.src == n).map(|s| s.mbps).reduce(f64::max);
+            let recv_mbps = pairs().filter(|s| s.dst == n).map(|s| s.mbps).reduce(f64::max);
+            let mbps = send_mbps.zip(recv_mbps).map(|(send, recv)| send.min(recv));
             let latency_us =
-                best(&|s| (s.src == n || s.dst == n) && s.src != s.dst, &|s| s.latency_us, false);
+                pairs().filter(|s| s.src == n || s.dst == n).map(|s| s.latency_us).reduce(f64::min);
             NodeNet { node_rank: n, send_mbps, recv_mbps, mbps, latency_us, ratio: None, slow: false }
         })
         .collect();
@@ -169,7 +159,7 @@ pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetRepor
     // Two nodes share their one pair's slow direction, and so their median: the other
     // direction is all there is to compare with.
     let reference = match nnodes {
-        2 => samples.iter().map(|s| s.mbps).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x)))),
+        2 => samples.iter().map(|s| s.mbps).reduce(f64::max),
         _ => median_mbps,
     };
     for node in &mut nodes {
