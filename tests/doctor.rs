@@ -341,4 +341,8 @@ fn deep_names_the_node_behind_a_slow_link_and_none_on_a_clean_cluster() {
     let text = herd::run(c.tb.dir(), &["doctor", "--deep"], LIMIT);
     text.assert_code(0);
     assert!(text.stdout.contains("network: 4 node(s) measured, 0 slow, 0 not measured"), "{text}");
+    // Nothing of the measurement is left on any node (the nodes' processes are this host's).
+    let left =
+        std::process::Command::new("pgrep").args(["-f", "herd doctor --deep: the network"]).output().unwrap();
+    assert!(left.stdout.is_empty(), "left behind: {}", String::from_utf8_lossy(&left.stdout));
 }
