@@ -39,7 +39,8 @@
 #        heartbeat), `herd-agent probe PID:STATE:RANK:LOCAL_RANK ...` (each job process, -
 #        for a rank it has not), then every rank's stack (`herd_stack`) and `herd-agent
 #        stacks-done`, `herd-agent clock SECONDS` (the node's time, at once), `herd-agent
-#        sample UPTIME HZ RANK:TICKS ...` (each rank's CPU time, when herd asks `sample`),
+#        sample UPTIME HZ RANK:CPU:WAIT ...` (each rank's time on a CPU and waiting for one, when
+#        herd asks `sample`),
 #        `herd-agent unstopped PIDS` (still there after SIGKILL), `herd-agent exit S`.
 #
 # "The job" is its process group, every process whose environment holds the marker (torchrun
@@ -316,13 +317,35 @@ end_idle_launcher() {
   done
 }
 
-# Each rank's CPU time, for stragglers (`supervisor::straggler` scores it):
-# `herd-agent sample UPTIME HZ RANK:TICKS ...`, a rank's TICKS the user and system time of
-# its processes (its data loaders' too), summed. Each process's rank is read once: `ranks`
-# holds " PID:RANK" for the job's live processes only (rebuilt at each sample, so it stays
-# as small as the job), and the line one word per rank.
+# Each rank's time on a CPU and waiting for one, for stragglers (`supervisor::straggler`
+# scores them): `herd-agent sample UPTIME HZ RANK:CPU:WAIT ...`, in units of 1/HZ s, each
+# summed over the rank's processes. Where the kernel keeps scheduler statistics
+# (/proc/PID/task/TID/schedstat: time on a CPU, then time ready to run but waiting for one,
+# in ns), both come from it, over every thread: a rank slowed by a throttled cgroup or a noisy
+# neighbour waits for a CPU rather than computing more. Elsewhere, CPU is the user and system
+# time of /proc/PID/stat (clock ticks), and WAIT 0. Each process's rank is read once: `ranks`
+# holds " PID:RANK" for the job's live processes only (rebuilt at each sample, so it stays as
+# small as the job), and the line one word per rank.
 ranks=" "
-hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
+if [ -r /proc/self/schedstat ]; then
+  hz=1000000000
+else
+  hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
+fi
+# times_of PID: its CPU time and its wait for a CPU, in units of 1/hz, into `cpu` and
+# `waited`; false if it is gone.
+times_of() {
+  cpu=0 waited=0
+  if [ "$hz" = 1000000000 ]; then
+    for t in /proc/"$1"/task/*/schedstat; do
+      { read -r on ready _ <"$t"; } 2>/dev/null || continue
+      cpu=$((cpu + on)) waited=$((waited + ready))
+    done
+    [ "$cpu" != 0 ] || [ -d "/proc/$1/task" ]
+  else
+    herd_stat "/proc/$1/stat" && cpu=$herd_cpu
+  fi
+}
 sample_job() {
   live=" "
   s=" "
@@ -336,15 +359,15 @@ sample_job() {
     esac
     live="$live$p:$r "
     case $r in '' | *[!0-9]*) continue ;; esac
-    herd_stat "/proc/$p/stat" || continue
+    times_of "$p" || continue
     case $s in
       *" $r:"*)
         head=${s%%" $r:"*}
         rest=${s#*" $r:"}
         t=${rest%% *}
-        s="$head $r:$((t + herd_cpu)) ${rest#* }"
+        s="$head $r:$((${t%:*} + cpu)):$((${t#*:} + waited)) ${rest#* }"
         ;;
-      *) s="$s$r:$herd_cpu " ;;
+      *) s="$s$r:$cpu:$waited " ;;
     esac
   done
   ranks=$live

@@ -482,7 +482,7 @@ pub enum Control {
     Probe,
     /// The node's time (`AgentMessage::Clock`).
     Clock,
-    /// Each rank's CPU time (`AgentMessage::Sample`).
+    /// Each rank's busy time (`AgentMessage::Sample`).
     Sample,
 }
 
@@ -552,7 +552,7 @@ pub enum AgentMessage {
     StacksDone,
     /// The node's time in seconds since the epoch, as soon as herd asked (`clock`).
     Clock(f64),
-    /// Each rank's CPU time, as herd asked (`sample`).
+    /// Each rank's busy time, as herd asked (`sample`).
     Sample(crate::supervisor::straggler::Sample),
     /// A line the preflight's probe printed, in a probe phase (see `AgentInvocation::probe`).
     Fact(String),
@@ -616,21 +616,31 @@ impl StackReader {
     }
 }
 
-/// `UPTIME HZ RANK:TICKS ...`: a rank's ticks are its processes' summed.
+/// `UPTIME HZ RANK:CPU:WAIT ...`: a rank's times are its processes' summed (`RANK:CPU` is
+/// a wait of 0).
 fn parse_sample(words: &str) -> Option<crate::supervisor::straggler::Sample> {
+    use crate::supervisor::straggler::{RankTimes, Sample};
     let mut words = words.split_whitespace();
     let uptime: f64 = words.next()?.parse().ok()?;
     let hz: u32 = words.next()?.parse().ok().filter(|&hz| hz > 0)?;
-    let mut ticks: Vec<(u32, u64)> = Vec::new();
+    let mut ranks: Vec<(u32, RankTimes)> = Vec::new();
     for word in words {
-        let (rank, t) = word.split_once(':')?;
-        let (rank, t): (u32, u64) = (rank.parse().ok()?, t.parse().ok()?);
-        match ticks.iter_mut().find(|(r, _)| *r == rank) {
-            Some((_, sum)) => *sum += t,
-            None => ticks.push((rank, t)),
+        let mut fields = word.split(':');
+        let rank: u32 = fields.next()?.parse().ok()?;
+        let cpu: u64 = fields.next()?.parse().ok()?;
+        let wait: u64 = fields.next().map_or(Some(0), |w| w.parse().ok())?;
+        if fields.next().is_some() {
+            return None;
+        }
+        match ranks.iter_mut().find(|(r, _)| *r == rank) {
+            Some((_, sum)) => {
+                sum.cpu += cpu;
+                sum.wait += wait;
+            }
+            None => ranks.push((rank, RankTimes { cpu, wait })),
         }
     }
-    Some(crate::supervisor::straggler::Sample { uptime, hz, ticks })
+    Some(Sample { uptime, hz, ranks })
 }
 
 pub fn parse_agent_line(line: &str) -> AgentMessage {
@@ -1909,13 +1919,20 @@ mod tests {
         );
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
         // A rank's processes (its data loaders) are summed; no rank at all is a sample too.
-        use crate::supervisor::straggler::Sample;
-        let sample = Sample { uptime: 812.5, hz: 100, ticks: vec![(3, 170), (2, 40)] };
-        let line = "herd-agent sample 812.5 100 3:150 2:40 3:20";
+        use crate::supervisor::straggler::{RankTimes, Sample};
+        let times = |cpu, wait| RankTimes { cpu, wait };
+        let sample = Sample { uptime: 812.5, hz: 100, ranks: vec![(3, times(170, 9)), (2, times(40, 0))] };
+        let line = "herd-agent sample 812.5 100 3:150:4 2:40 3:20:5";
         assert_eq!(parse_agent_line(line), AgentMessage::Sample(sample));
-        let none = Sample { uptime: 9.0, hz: 250, ticks: vec![] };
+        let none = Sample { uptime: 9.0, hz: 250, ranks: vec![] };
         assert_eq!(parse_agent_line("herd-agent sample 9.00 250"), AgentMessage::Sample(none));
-        for bad in ["herd-agent sample 9.0 0 1:2", "herd-agent sample 9.0 100 x:2", "herd-agent sample 9.0"] {
+        for bad in [
+            "herd-agent sample 9.0 0 1:2",
+            "herd-agent sample 9.0 100 x:2",
+            "herd-agent sample 9.0",
+            "herd-agent sample 9.0 100 1:2:3:4",
+            "herd-agent sample 9.0 100 1:2:x",
+        ] {
             assert_eq!(parse_agent_line(bad), AgentMessage::Other(bad.into()));
         }
     }

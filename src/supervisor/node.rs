@@ -47,7 +47,7 @@ pub enum NodeCommand {
     /// The job's processes, then its ranks' stacks (answered as `NodeReport::Processes`, then
     /// `NodeReport::Stacks`).
     Probe,
-    /// Each rank's CPU time (answered as `NodeReport::Sample`), for stragglers.
+    /// Each rank's busy time (answered as `NodeReport::Sample`), for stragglers.
     Sample,
 }
 
@@ -63,7 +63,7 @@ pub enum NodeReport {
     Processes(Vec<ProcessState>),
     /// Its ranks' stacks, which complete the answer.
     Stacks(Vec<RankStack>),
-    /// Its ranks' CPU time, as asked (`NodeCommand::Sample`).
+    /// Its ranks' busy time, as asked (`NodeCommand::Sample`).
     Sample(super::straggler::Sample),
     /// How it ended: its last report.
     Ended(NodeResult),

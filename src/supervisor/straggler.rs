@@ -1,36 +1,53 @@
-//! Stragglers: the rank the others wait for. Pure: the agents' samples of each rank's CPU
-//! time in, a verdict for each rank that stays busier than the rest out.
+//! Stragglers: the rank the others wait for. Pure: the agents' samples of each rank's time
+//! on a CPU and waiting for one in, a verdict for each rank that stays busier than the rest
+//! out.
 //!
-//! Why CPU time: in a synchronous job, the ranks that wait for a slow one sleep in the
-//! collective (gloo blocks in a receive), and the slow one computes. Over a few seconds, its
-//! CPU time is well above the median rank's, and it costs the node one look at /proc per
-//! sample (`sample_job` in agent.sh). A rank slowed by extra work, or a node whose CPU is
-//! throttled (all of its ranks then), shows the same way. It is blind on GPUs: NCCL's waits
-//! spin a core on every rank alike, so there every rank is busy; the signal there has to come
-//! from the GPU itself (its clocks' throttle reasons, its SM activity), which is not built.
-//! Stack samples were the other choice: a py-spy dump of every rank costs 50 to 100 ms of CPU,
-//! far past 1 % of a core at a rate that would name a straggler within a minute, and on GPUs
-//! every rank's Python waits in the same call whichever one is slow.
+//! Why those times: in a synchronous job, the ranks that wait for a slow one sleep in the
+//! collective (gloo blocks in a receive), and the slow one does not. A rank slowed by more
+//! work, or a slower core, computes more: its CPU time is well above the median rank's. A
+//! node whose CPU is throttled (a cgroup's quota) or taken by a noisy neighbour computes no
+//! more than the others; its ranks wait for a CPU instead, which the kernel's scheduler
+//! statistics count (`sample_job` in agent.sh reads them, one look at /proc per thread a
+//! sample). So a rank is over when either its CPU time or its busy time (on a CPU or waiting
+//! for one) stands out. Each alone falls short: the busy time of every rank on a host whose
+//! CPUs are oversubscribed is near a whole core, extra work or not (on the test cluster, every
+//! node shares two cores), and the CPU time never shows a throttle. Where the kernel keeps no
+//! such statistics, the agent sends the CPU time alone. It is blind on GPUs: NCCL's waits spin
+//! a core on every rank alike, so there every rank is busy; the signal there has to come from
+//! the GPU itself (its clocks' throttle reasons, its SM activity), which is not built. Stack
+//! samples were the other choice: a py-spy dump of every rank costs 50 to 100 ms of CPU, far
+//! past 1 % of a core at a rate that would name a straggler within a minute, and on GPUs every
+//! rank's Python waits in the same call whichever one is slow.
 
 use std::collections::BTreeMap;
 
 /// How often herd asks every node for a sample.
 pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A rank is over when its CPU share is at least this many times the median rank's...
+/// A rank is over when its CPU share, or its busy share, is at least this many times the
+/// median rank's...
 pub const RATIO: f64 = 1.5;
 /// ... and at least this much of a core above it (so that near-idle ranks never are).
 pub const MIN_GAP: f64 = 0.15;
 /// ... in this many rounds in a row: named 10 to 15 s after it began.
 pub const ROUNDS: u32 = 3;
 
-/// One node's answer to `sample`: its uptime (seconds), its clock ticks per second, and each
-/// rank's CPU time in ticks (its processes' summed).
+/// One rank's times, in a node's units (`Sample::hz`), its processes' summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RankTimes {
+    /// On a CPU.
+    pub cpu: u64,
+    /// Ready to run, waiting for a CPU (0 where the node cannot say).
+    pub wait: u64,
+}
+
+/// One node's answer to `sample`: its uptime (seconds), the units of its times in a second,
+/// and each rank's times.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub uptime: f64,
     pub hz: u32,
-    pub ticks: Vec<(u32, u64)>,
+    pub ranks: Vec<(u32, RankTimes)>,
 }
 
 /// A rank named a straggler.
@@ -38,19 +55,27 @@ pub struct Sample {
 pub struct Straggler {
     pub rank: u32,
     pub node_rank: usize,
-    /// Its CPU share over the median rank's, in the round it was named.
+    /// Its CPU or busy share over the median rank's (the larger), in the round it was named.
     pub score: f64,
     /// Seconds since the attempt started, when it was first over.
     pub since_secs: f64,
 }
 
+/// A rank's shares of a core over one round: on a CPU, and on one or waiting for one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shares {
+    node_rank: usize,
+    cpu: f64,
+    busy: f64,
+}
+
 /// Every rank's samples over one attempt.
 #[derive(Debug, Default)]
 pub struct StragglerWatch {
-    /// Per node: its last sample (uptime, ticks by rank).
-    last: BTreeMap<usize, (f64, BTreeMap<u32, u64>)>,
-    /// This round's CPU share of each rank that had two samples: (node, share of a core).
-    shares: BTreeMap<u32, (usize, f64)>,
+    /// Per node: its last sample (uptime, times by rank).
+    last: BTreeMap<usize, (f64, BTreeMap<u32, RankTimes>)>,
+    /// This round's shares of each rank that had two samples.
+    shares: BTreeMap<u32, Shares>,
     /// Ranks over in every round since (rounds, first over at).
     streaks: BTreeMap<u32, (u32, f64)>,
     /// Ranks named already: once each per attempt.
@@ -62,51 +87,58 @@ impl StragglerWatch {
         StragglerWatch::default()
     }
 
-    /// One node's sample. A rank's share is its ticks since the node's previous sample over
+    /// One node's sample. A rank's shares are its times since the node's previous sample over
     /// the node's own time between them (its uptime: the node's clock, not herd's, whose
     /// answer may come late).
     pub fn sample(&mut self, node_rank: usize, sample: &Sample) {
-        let ticks: BTreeMap<u32, u64> = sample.ticks.iter().copied().collect();
+        let times: BTreeMap<u32, RankTimes> = sample.ranks.iter().copied().collect();
         if let Some((before, old)) = self.last.get(&node_rank) {
             let dt = sample.uptime - before;
             if dt >= 1.0 {
-                for (rank, now) in &ticks {
-                    // A rank whose processes changed (a data loader gone) may count fewer.
-                    if let Some(then) = old.get(rank).filter(|&&then| then <= *now) {
-                        let share = (now - then) as f64 / f64::from(sample.hz) / dt;
-                        self.shares.insert(*rank, (node_rank, share));
-                    }
+                let per_sec = f64::from(sample.hz) * dt;
+                for (rank, now) in &times {
+                    // A rank whose processes or threads changed (a data loader gone) may count
+                    // less than before: it sits this round out.
+                    let Some(then) = old.get(rank).filter(|t| t.cpu <= now.cpu && t.wait <= now.wait) else {
+                        continue;
+                    };
+                    let cpu = (now.cpu - then.cpu) as f64 / per_sec;
+                    let busy = cpu + (now.wait - then.wait) as f64 / per_sec;
+                    self.shares.insert(*rank, Shares { node_rank, cpu, busy });
                 }
             } else if dt >= 0.0 {
                 return;
             }
         }
-        self.last.insert(node_rank, (sample.uptime, ticks));
+        self.last.insert(node_rank, (sample.uptime, times));
     }
 
     /// A round is over (`at`: seconds since the attempt started): the ranks named in it.
     pub fn round(&mut self, at: f64) -> Vec<Straggler> {
         let shares = std::mem::take(&mut self.shares);
-        let mut values: Vec<f64> = shares.values().map(|(_, s)| *s).collect();
-        if values.len() < 2 {
+        if shares.len() < 2 {
             return Vec::new();
         }
-        values.sort_by(f64::total_cmp);
-        let median = values[values.len() / 2];
+        let median = |f: fn(&Shares) -> f64| {
+            let mut values: Vec<f64> = shares.values().map(f).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let (cpu, busy) = (median(|s| s.cpu), median(|s| s.busy));
+        tracing::debug!("straggler round at {at:.1} s: median cpu {cpu:.3} busy {busy:.3}, {shares:?}");
         // "In a row": a rank missing from this round (its node answered late) starts over.
         self.streaks.retain(|rank, _| shares.contains_key(rank));
         let mut named = Vec::new();
-        for (rank, (node_rank, share)) in shares {
-            let over = share >= RATIO * median && share - median >= MIN_GAP;
-            if !over {
+        for (rank, s) in shares {
+            let Some(score) = [over(s.cpu, cpu), over(s.busy, busy)].into_iter().flatten().reduce(f64::max)
+            else {
                 self.streaks.remove(&rank);
                 continue;
-            }
+            };
             let (rounds, since) = self.streaks.entry(rank).or_insert((0, at));
             *rounds += 1;
-            if *rounds >= ROUNDS && !self.named.iter().any(|s| s.rank == rank) {
-                let score = share / median.max(0.01);
-                named.push(Straggler { rank, node_rank, score, since_secs: *since });
+            if *rounds >= ROUNDS && !self.named.iter().any(|n| n.rank == rank) {
+                named.push(Straggler { rank, node_rank: s.node_rank, score, since_secs: *since });
             }
         }
         self.named.extend(named.iter().cloned());
@@ -119,15 +151,24 @@ impl StragglerWatch {
     }
 }
 
+/// A share over the median's (the score) when it is over: RATIO times it and MIN_GAP above.
+fn over(share: f64, median: f64) -> Option<f64> {
+    (share >= RATIO * median && share - median >= MIN_GAP).then(|| share / median.max(0.01))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `rounds` rounds of samples 5 s apart: node n's ranks 2n and 2n+1 use `share(round,
-    /// rank)` of a core.
-    fn watch(nodes: usize, rounds: usize, share: impl Fn(usize, u32) -> f64) -> Vec<(usize, Straggler)> {
+    /// `rounds` rounds of samples 5 s apart: node n's ranks 2n and 2n+1 are on a CPU and
+    /// waiting for one `times(round, rank)` of a core.
+    fn watch_times(
+        nodes: usize,
+        rounds: usize,
+        times: impl Fn(usize, u32) -> (f64, f64),
+    ) -> Vec<(usize, Straggler)> {
         let mut w = StragglerWatch::new();
-        let mut ticks = vec![0u64; nodes * 2];
+        let mut sums = vec![RankTimes::default(); nodes * 2];
         let mut out = Vec::new();
         for round in 0..=rounds {
             for node in 0..nodes {
@@ -135,16 +176,23 @@ mod tests {
                 let sample = Sample {
                     uptime: 100.0 + 5.0 * round as f64 + 0.01 * node as f64,
                     hz: 100,
-                    ticks: ranks.iter().map(|&r| (r, ticks[r as usize])).collect(),
+                    ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
                 };
                 w.sample(node, &sample);
                 for r in ranks {
-                    ticks[r as usize] += (share(round, r) * 500.0) as u64;
+                    let (cpu, wait) = times(round, r);
+                    sums[r as usize].cpu += (cpu * 500.0) as u64;
+                    sums[r as usize].wait += (wait * 500.0) as u64;
                 }
             }
             out.extend(w.round(5.0 * round as f64).into_iter().map(|s| (round, s)));
         }
         out
+    }
+
+    /// As `watch_times`, on a CPU `share(round, rank)` of a core and never waiting for one.
+    fn watch(nodes: usize, rounds: usize, share: impl Fn(usize, u32) -> f64) -> Vec<(usize, Straggler)> {
+        watch_times(nodes, rounds, |round, rank| (share(round, rank), 0.0))
     }
 
     #[test]
@@ -164,6 +212,30 @@ mod tests {
         let noise = [1.0, 0.7, 1.3, 0.9, 1.1, 0.6, 1.4, 0.8];
         let got = watch(4, 20, |round, rank| 0.5 * noise[(round + rank as usize) % 8]);
         assert!(got.is_empty(), "{got:?}");
+        // The same on an oversubscribed host, where every rank waits for a CPU too.
+        let got = watch_times(4, 20, |round, rank| {
+            let n = noise[(round + rank as usize) % 8];
+            (0.3 * n, 0.6 * noise[(round + 3 * rank as usize) % 8])
+        });
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_node_that_waits_for_a_cpu_is_named_though_it_computes_no_more() {
+        // Node 1 throttled: its ranks get a fifth of a core, and wait for the rest of it.
+        let got = watch_times(4, 8, |_, rank| if rank / 2 == 1 { (0.2, 0.8) } else { (0.2, 0.05) });
+        let ranks: Vec<(u32, usize)> = got.iter().map(|(_, s)| (s.rank, s.node_rank)).collect();
+        assert_eq!(ranks, [(2, 1), (3, 1)]);
+        assert!(got.iter().all(|(_, s)| s.score > 3.9), "{got:?}");
+    }
+
+    #[test]
+    fn more_work_is_named_on_a_host_where_every_rank_waits_for_a_cpu() {
+        // Oversubscribed: every rank is busy most of the time; rank 5 computes twice as much.
+        let got = watch_times(4, 8, |_, rank| if rank == 5 { (0.6, 0.4) } else { (0.3, 0.55) });
+        let ranks: Vec<u32> = got.iter().map(|(_, s)| s.rank).collect();
+        assert_eq!(ranks, [5]);
+        assert!((got[0].1.score - 2.0).abs() < 0.1, "{got:?}");
     }
 
     #[test]
@@ -176,7 +248,7 @@ mod tests {
     fn a_round_without_the_rank_breaks_its_streak() {
         let mut w = StragglerWatch::new();
         let share = |w: &mut StragglerWatch, r: u32, s: f64| {
-            w.shares.insert(r, (0, s));
+            w.shares.insert(r, Shares { node_rank: 0, cpu: s, busy: s });
         };
         for (round, with_rank_5) in [true, true, false, true, true].into_iter().enumerate() {
             for r in 0..4 {
@@ -200,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn a_throttled_node_names_its_ranks() {
+    fn a_node_with_more_work_names_its_ranks() {
         let got = watch(4, 8, |_, rank| if rank / 2 == 1 { 0.95 } else { 0.35 });
         let ranks: Vec<(u32, usize)> = got.iter().map(|(_, s)| (s.rank, s.node_rank)).collect();
         assert_eq!(ranks, [(2, 1), (3, 1)]);
@@ -209,12 +281,20 @@ mod tests {
     #[test]
     fn a_node_that_did_not_answer_or_restarted_its_clock_is_skipped() {
         let mut w = StragglerWatch::new();
-        let s = |uptime: f64, t: u64| Sample { uptime, hz: 100, ticks: vec![(0, t)] };
-        w.sample(0, &s(100.0, 0));
-        w.sample(0, &s(100.5, 40));
+        let s = |uptime: f64, cpu: u64, wait: u64| Sample {
+            uptime,
+            hz: 100,
+            ranks: vec![(0, RankTimes { cpu, wait })],
+        };
+        w.sample(0, &s(100.0, 0, 0));
+        w.sample(0, &s(100.5, 40, 0));
         assert!(w.shares.is_empty(), "less than a second apart: not a share");
-        w.sample(0, &s(50.0, 10));
-        w.sample(0, &s(55.0, 260));
-        assert_eq!(w.shares[&0], (0, 0.5));
+        w.sample(0, &s(50.0, 10, 0));
+        w.sample(0, &s(55.0, 260, 100));
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7 });
+        // A thread gone with its wait: the rank sits the round out.
+        w.shares.clear();
+        w.sample(0, &s(60.0, 300, 50));
+        assert!(w.shares.is_empty());
     }
 }

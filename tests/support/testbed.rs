@@ -55,6 +55,31 @@ pub struct TestNode {
     pub veth_host: String,
 }
 
+/// A node's CPU limit (see [`Testbed::throttle_cpu`]); dropping it moves the node's processes
+/// back and removes the cgroup.
+pub struct CpuThrottle {
+    dir: PathBuf,
+    parent: PathBuf,
+}
+
+impl CpuThrottle {
+    /// Moves every process back to the parent and removes the cgroup, if it exists.
+    fn empty(&self) {
+        if let Ok(pids) = fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.lines() {
+                let _ = fs::write(self.parent.join("cgroup.procs"), pid);
+            }
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+impl Drop for CpuThrottle {
+    fn drop(&mut self) {
+        self.empty();
+    }
+}
+
 pub struct Testbed {
     k: u32,
     bridge: String,
@@ -307,6 +332,42 @@ unset h
     pub fn link_up(&self, node: usize) {
         let veth = &self.node(node).veth_host;
         run(Command::new("ip").args(["link", "set", veth, "up"]));
+    }
+
+    /// Limits the node's CPU to `percent` of one core, through a cpu cgroup that every one of
+    /// its processes (its sshd too, so whatever it starts from now on) is moved into: a node
+    /// throttled as a cgroup's quota or a busy neighbour would. Undone when the guard drops.
+    pub fn throttle_cpu(&self, node: usize, percent: u32) -> CpuThrottle {
+        let name = format!("herdt-{}-{}", self.k, node + 1);
+        let quota = percent as u64 * 1000;
+        let (dir, parent, limit) = if Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() {
+            let parent = PathBuf::from("/sys/fs/cgroup/cpu");
+            (
+                parent.join(&name),
+                parent,
+                vec![("cpu.cfs_period_us", "100000".to_string()), ("cpu.cfs_quota_us", quota.to_string())],
+            )
+        } else if fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+        {
+            let parent = PathBuf::from("/sys/fs/cgroup");
+            let _ = fs::write(parent.join("cgroup.subtree_control"), "+cpu");
+            (parent.join(&name), parent, vec![("cpu.max", format!("{quota} 100000"))])
+        } else {
+            panic!("testbed: no cpu cgroup controller (neither /sys/fs/cgroup/cpu nor cgroup2's cpu) to throttle a node with");
+        };
+        let throttle = CpuThrottle { dir, parent };
+        throttle.empty();
+        fs::create_dir(&throttle.dir)
+            .unwrap_or_else(|e| panic!("testbed: mkdir {}: {e}", throttle.dir.display()));
+        for (file, value) in limit {
+            fs::write(throttle.dir.join(file), value).unwrap_or_else(|e| panic!("testbed: {file}: {e}"));
+        }
+        for (pid, _) in self.processes(node) {
+            // A process that ended meanwhile is no matter.
+            let _ = fs::write(throttle.dir.join("cgroup.procs"), pid.to_string());
+        }
+        throttle
     }
 
     /// Every live process of the node (its network namespace), with its command line: what
