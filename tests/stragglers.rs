@@ -33,7 +33,7 @@ const NAMED_WITHIN_SECS: f64 = 27.0;
 #[test]
 fn a_rank_with_three_times_the_work_is_named_and_nobody_else() {
     let c = Cluster::new(3);
-    c.write_config(&job(40, ", \"--slow-rank\", \"3\""), "");
+    c.write_config(&job(30, ", \"--slow-rank\", \"3\""), "");
     let out = herd::run(c.tb.dir(), &["run", "--json"], LIMIT);
     out.assert_code(0);
     let (named, summary) = stragglers(&c);
@@ -58,7 +58,7 @@ fn a_rank_with_three_times_the_work_is_named_and_nobody_else() {
 #[test]
 fn a_balanced_job_with_every_rank_printing_names_nobody() {
     let c = Cluster::new(3);
-    c.write_config(&job(80, ""), "");
+    c.write_config(&job(45, ""), "");
     for _ in 0..2 {
         let _ = std::fs::remove_dir_all(c.logs());
         let out = herd::run(c.tb.dir(), &["run"], LIMIT);
@@ -67,4 +67,62 @@ fn a_balanced_job_with_every_rank_printing_names_nobody() {
         assert!(named.is_empty(), "{named:?}\n{out}");
         assert_eq!(summary["attempts"][0]["stragglers"], Value::Array(vec![]));
     }
+}
+
+/// Four nodes of one rank and a spare, `on_straggler = "replace"`. Once training is under way,
+/// node 2's CPU is throttled to a tenth of a core (its cgroup): its rank computes no more than
+/// the others but waits for a CPU, and is named. Then rank 0 is killed: at the restart, node 2
+/// is quarantined for its straggler, the spare takes its place, and the job completes.
+#[test]
+fn a_throttled_node_is_named_and_replaced_by_the_spare_at_the_next_restart() {
+    let c = Cluster::new(5);
+    let steps = c.tb.dir().join("steps");
+    c.write_config(
+        &format!(
+            "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 1\nnnodes = 4\n\
+             args = [\"--steps\", \"100000\", \"--work\", \"0.1\", \"--retry-steps\", \"3\", \"--save-dir\", \"{}\"]",
+            steps.display()
+        ),
+        "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\non_straggler = \"replace\"\n",
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    // Rank 0 writes steps/step_N after each step (the node logs are written in blocks).
+    assert!(running.until(LIMIT, || steps.join("step_3").exists()), "no training");
+    let _throttle = c.tb.throttle_cpu(2, 10);
+    let throttled = std::time::Instant::now();
+    let named = || {
+        let run = only_run_dir(&c.logs());
+        events(&run).into_iter().find(|e| e["event"] == "straggler")
+    };
+    assert!(running.until(LIMIT, || named().is_some()), "no straggler named");
+    let took = throttled.elapsed().as_secs_f64();
+    let s = named().unwrap();
+    assert_eq!((&s["rank"], &s["node_rank"]), (&Value::from(2), &Value::from(2)), "{s}");
+    for pid in c.tb.processes_with_env(0, "RANK", "0") {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    assert!(took <= NAMED_WITHIN_SECS, "named {took:.1} s after the throttle\n{out}");
+    eprintln!("throttled node named {took:.1} s after its throttle, score {}", s["score"]);
+    let run = only_run_dir(&c.logs());
+    let ev = events(&run);
+    let quarantined: Vec<&Value> = ev.iter().filter(|e| e["event"] == "node_quarantined").collect();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}\n{out}");
+    assert_eq!(quarantined[0]["host"], c.addr(2), "{out}");
+    let reason = quarantined[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("a straggler: rank 2, busy "), "{reason}");
+    let promoted = ev.iter().find(|e| e["event"] == "spare_promoted").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!((&promoted["node_rank"], &promoted["host"]), (&Value::from(2), &Value::from(c.addr(4))));
+    // Attempt 1 ran on the spare and not on node 2, and completed.
+    let results: Vec<&str> =
+        out.stdout.lines().filter(|l| l.contains("result rank=") && l.contains(" attempt=1 ")).collect();
+    assert_eq!(results.len(), 4, "{out}");
+    assert!(results.iter().all(|l| l.ends_with(" ok")), "{results:?}");
+    let (throttled_host, spare_host) = (&c.tb.nodes()[2].hostname, &c.tb.nodes()[4].hostname);
+    assert!(results.iter().any(|l| l.contains(&format!(" host={spare_host} "))), "{results:?}");
+    assert!(!results.iter().any(|l| l.contains(&format!(" host={throttled_host} "))), "{results:?}");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["attempts"][0]["stragglers"][0]["rank"], 2, "{summary}");
 }

@@ -113,6 +113,7 @@ pub(crate) struct RawRestart {
     pub rules: Option<Vec<RawRule>>,
     pub min_nodes: Option<Spanned<i64>>,
     pub resume_args: Option<Spanned<Vec<String>>>,
+    pub on_straggler: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

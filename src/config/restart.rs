@@ -7,6 +7,7 @@ use toml::Spanned;
 use super::check::*;
 use super::error::ConfigError;
 use super::raw::*;
+use super::suggest;
 use super::types::*;
 
 /// How `{latest:GLOB}` in `restart.resume_args` starts. It is found on the master, in the
@@ -78,6 +79,7 @@ impl Cx<'_> {
             },
             rules,
             min_nodes,
+            on_straggler: raw.on_straggler.map(|v| self.on_straggler(v)).transpose()?.unwrap_or_default(),
         })
     }
 
@@ -100,6 +102,18 @@ impl Cx<'_> {
         Err(match written {
             Some(v) => self.err(v.span(), message),
             None => ConfigError::whole_file(self.path, message),
+        })
+    }
+
+    /// `restart.on_straggler`: one of `OnStraggler::ALL`.
+    fn on_straggler(&self, v: Spanned<String>) -> Result<OnStraggler> {
+        OnStraggler::parse(v.get_ref()).ok_or_else(|| {
+            let all = OnStraggler::ALL.map(OnStraggler::as_str);
+            self.err(
+                v.span(),
+                format!("unknown restart.on_straggler {:?}: expected one of {}", v.get_ref(), all.join(", ")),
+            )
+            .with_help(suggest::help_for(v.get_ref(), all))
         })
     }
 
@@ -210,6 +224,20 @@ mod tests {
             6,
             15,
             "restart.resume_args: \"--from={latest:ckpt\" has an unclosed or empty {latest:GLOB}",
+        );
+    }
+
+    #[test]
+    fn on_straggler_is_report_or_replace() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\n");
+        assert_eq!(parse_ok(&base).restart.on_straggler, OnStraggler::Report);
+        let replace = parse_ok(&format!("{base}on_straggler = \"replace\"\n"));
+        assert_eq!(replace.restart.on_straggler, OnStraggler::Replace);
+        assert_err(
+            &format!("{base}on_straggler = \"replce\"\n"),
+            6,
+            16,
+            "unknown restart.on_straggler \"replce\": expected one of report, replace",
         );
     }
 

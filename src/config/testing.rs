@@ -96,6 +96,7 @@ hang_timeout = "30m"
 progress_pattern = "step \\d+"
 node_wait = "2m"
 heartbeat_timeout = "30s"
+on_straggler = "replace"
 [[restart.rules]]
 pattern = "my custom error"
 class = "comm"

@@ -219,6 +219,35 @@ pub struct Restart {
     /// `restart.min_nodes`: with no spare left, a restart may go on without a blamed node,
     /// down to this many (`None`: never with fewer nodes than it started).
     pub min_nodes: Option<usize>,
+    /// `restart.on_straggler`: what becomes of a straggler's node.
+    pub on_straggler: OnStraggler,
+}
+
+/// `restart.on_straggler`: what a straggler named in an attempt (see
+/// `supervisor::straggler`) does to its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStraggler {
+    /// Named (stderr, the board, events, `summary.json`), nothing more.
+    #[default]
+    Report,
+    /// Also blamed when the attempt fails and is restarted: quarantined, and replaced by a
+    /// spare (or dropped down to `restart.min_nodes`). No attempt is restarted for it alone.
+    Replace,
+}
+
+impl OnStraggler {
+    pub const ALL: [OnStraggler; 2] = [OnStraggler::Report, OnStraggler::Replace];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnStraggler::Report => "report",
+            OnStraggler::Replace => "replace",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OnStraggler> {
+        OnStraggler::ALL.into_iter().find(|o| o.as_str() == s)
+    }
 }
 
 /// A user rule from `[[restart.rules]]`: a regex over log lines and the class it implies.
@@ -289,6 +318,7 @@ impl Default for Restart {
             rules: Vec::new(),
             resume_args: Vec::new(),
             min_nodes: None,
+            on_straggler: OnStraggler::Report,
         }
     }
 }

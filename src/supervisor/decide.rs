@@ -2,7 +2,8 @@
 //! ended)` takes how the attempt ended (with what the run's shell asked Slurm, and whether
 //! Ctrl-C came while the NCCL dumps were copied) and returns the decision: done, and how, or
 //! a restart after a delay, with the nodes blamed, quarantined and replaced, and those let
-//! back in. `replacement` is the same decision for nodes blamed later (Slurm refusing them
+//! back in; with `restart.on_straggler = "replace"`, the nodes of the attempt's stragglers
+//! are blamed too. `replacement` is the same decision for nodes blamed later (Slurm refusing them
 //! after the backoff), `resume` the resume args of a restart from the checkpoint found. No
 //! I/O, no clock, no randomness: the jitter's random number is given. The async shell in
 //! `supervisor` (`Run::attempt`, `Run::restart`, `reserve`) only performs the decision:
@@ -10,8 +11,9 @@
 
 use std::time::Duration;
 
+use super::straggler::Straggler;
 use crate::classify::{hint, RuleTable};
-use crate::config::Restart;
+use crate::config::{OnStraggler, Restart};
 use crate::events::RunStatus;
 use crate::outcome::{FailureClass, NodeOutcome, Verdict};
 use crate::plan::Resume;
@@ -23,6 +25,17 @@ use crate::{blame, policy};
 #[derive(Debug, Default)]
 pub struct Between {
     history: blame::History,
+    slow: SlowRanks,
+}
+
+/// The stragglers that blamed their node so far (`on_straggler = "replace"`).
+#[derive(Debug, Default)]
+struct SlowRanks {
+    /// Each rank whose node was blamed for its slowness, and that node's host.
+    blamed: Vec<(u32, String)>,
+    /// Ranks named on two hosts: the slowness is the rank's (its share of the work), no
+    /// node's, and blames none from then on.
+    follow_rank: Vec<u32>,
 }
 
 /// What the decision depends on besides the attempt: the config's policy, the run's roster as
@@ -39,13 +52,15 @@ pub enum Ended<'a> {
     Succeeded,
     /// Ctrl-C or SIGTERM before it failed.
     Interrupted,
-    Failed(Failure<'a>),
+    Failed(Box<Failure<'a>>),
 }
 
 /// A failed attempt.
 pub struct Failure<'a> {
     pub verdict: Verdict,
     pub outcomes: &'a [NodeOutcome],
+    /// The ranks named stragglers in the attempt.
+    pub stragglers: &'a [Straggler],
     pub allocation: Allocation,
     /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
     pub interrupted: bool,
@@ -102,7 +117,7 @@ impl Between {
         let failure = match ended {
             Ended::Succeeded => return done(None, RunStatus::Succeeded, None),
             Ended::Interrupted => return done(None, RunStatus::Interrupted, None),
-            Ended::Failed(failure) => failure,
+            Ended::Failed(failure) => *failure,
         };
         match failure.allocation {
             Allocation::Runs => {}
@@ -116,7 +131,16 @@ impl Between {
             }
         }
         let together = blame::lost_together(ctx.restart.heartbeat_timeout, super::attempt::PROBE_WAIT);
-        let judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together);
+        let mut judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together);
+        if ctx.restart.on_straggler == OnStraggler::Replace {
+            let (blamed, released) = self.slow.judge(failure.stragglers, failure.outcomes);
+            for b in blamed {
+                if !judged.blamed.iter().any(|j| j.node_rank == b.node_rank) {
+                    judged.blamed.push(b);
+                }
+            }
+            judged.released.extend(released);
+        }
         let (roster, released) = release(ctx.roster, judged.released);
         let class = failure.verdict.class;
         let verdict = Some(failure.verdict);
@@ -132,6 +156,46 @@ impl Between {
             }
         };
         Decision { verdict, released, roster, next }
+    }
+}
+
+impl SlowRanks {
+    /// The nodes an attempt's stragglers blame, one reason each, and the hosts released: a
+    /// rank named on another host than the one its slowness blamed before (it moved with a
+    /// replacement) carries its slowness with it, as a rank with more of the work does.
+    fn judge(
+        &mut self,
+        named: &[Straggler],
+        outcomes: &[NodeOutcome],
+    ) -> (Vec<Blamed>, Vec<(String, String)>) {
+        let mut blamed: Vec<Blamed> = Vec::new();
+        let mut released = Vec::new();
+        for s in named {
+            let Some(host) = outcomes.iter().find(|o| o.node_rank == s.node_rank).map(|o| &o.host) else {
+                continue;
+            };
+            if self.follow_rank.contains(&s.rank) {
+                continue;
+            }
+            if let Some(i) = self.blamed.iter().position(|(rank, h)| *rank == s.rank && h != host) {
+                let (rank, before) = self.blamed.remove(i);
+                self.follow_rank.push(rank);
+                let why = format!(
+                    "rank {rank} was a straggler on {before}, then on {host}: the slowness follows the rank, not the node"
+                );
+                released.push((before, why));
+                continue;
+            }
+            if blamed.iter().any(|b| b.node_rank == s.node_rank) {
+                continue;
+            }
+            let reason = format!("a straggler: rank {}, busy {:.1} times the median rank", s.rank, s.score);
+            blamed.push(Blamed { node_rank: s.node_rank, reason });
+            if !self.blamed.iter().any(|(rank, h)| *rank == s.rank && h == host) {
+                self.blamed.push((s.rank, host.clone()));
+            }
+        }
+        (blamed, released)
     }
 }
 
@@ -238,7 +302,13 @@ mod tests {
     }
 
     fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
-        Ended::Failed(Failure { verdict, outcomes, allocation: Allocation::Runs, interrupted: false })
+        Ended::Failed(Box::new(Failure {
+            verdict,
+            outcomes,
+            stragglers: &[],
+            allocation: Allocation::Runs,
+            interrupted: false,
+        }))
     }
 
     struct Case {
@@ -299,6 +369,91 @@ mod tests {
         }
     }
 
+    /// Rank `rank` on node rank `node_rank`, named a straggler.
+    fn slow(rank: u32, node_rank: usize) -> Straggler {
+        Straggler { rank, node_rank, score: 4.0, since_secs: 20.0 }
+    }
+
+    /// Attempt `attempt` of `hosts` (by node rank) failed with a communication error of no
+    /// node's, with `named` stragglers.
+    fn after_slow(
+        b: &mut Between,
+        case: &Case,
+        attempt: u32,
+        hosts: &[&str],
+        named: &[Straggler],
+    ) -> Decision {
+        let nodes: Vec<NodeOutcome> = (hosts.iter().enumerate())
+            .map(|(i, h)| NodeOutcome { host: h.to_string(), ..node(i, NodeExit::Signal(15)) })
+            .collect();
+        let class = FailureClass::Comm;
+        let failure = Failure {
+            verdict: Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) },
+            outcomes: &nodes,
+            stragglers: named,
+            allocation: Allocation::Runs,
+            interrupted: false,
+        };
+        b.after_attempt(&case.ctx(), attempt, Ended::Failed(Box::new(failure)))
+    }
+
+    fn blamed(d: &Decision) -> Vec<(usize, String)> {
+        match &d.next {
+            Next::Restart {
+                replace: Replace::With { blamed, .. } | Replace::NoRoom { blamed, .. }, ..
+            } => blamed.iter().map(|b| (b.node_rank, b.reason.clone())).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_straggler_blames_its_node_at_the_restart_only_when_told_to_replace() {
+        let roster = cluster(4, Some(3), None);
+        let named = [slow(2, 2), slow(5, 2)];
+        let report = Case::new(policy(3), roster.clone());
+        let d = after_slow(&mut Between::default(), &report, 0, &["n0", "n1", "n2"], &named);
+        assert_eq!(blamed(&d), []);
+        let replace = Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(3) }, roster);
+        let d = after_slow(&mut Between::default(), &replace, 0, &["n0", "n1", "n2"], &named);
+        // Once per node, however many of its ranks were named; the spare n3 takes its place.
+        assert_eq!(blamed(&d), [(2, "a straggler: rank 2, busy 4.0 times the median rank".to_string())]);
+        let Next::Restart { replace: Replace::With { roster, .. }, .. } = &d.next else { panic!("{d:?}") };
+        assert_eq!(roster.quarantined_hosts().map(|(h, _)| h).collect::<Vec<_>>(), ["n2"]);
+        // No straggler, no blame.
+        let d = after_slow(&mut Between::default(), &replace, 0, &["n0", "n1", "n2"], &[]);
+        assert_eq!(blamed(&d), []);
+        // No restart left: nothing is replaced.
+        let last =
+            Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(0) }, cluster(4, Some(3), None));
+        let d = after_slow(&mut Between::default(), &last, 0, &["n0", "n1", "n2"], &named);
+        assert!(matches!(d.next, Next::Done { status: RunStatus::Failed, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn a_straggler_that_moves_with_its_rank_releases_the_node_it_blamed() {
+        let case =
+            Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(5) }, cluster(5, Some(3), None));
+        let mut b = Between::default();
+        let d = after_slow(&mut b, &case, 0, &["n0", "n1", "n2"], &[slow(1, 1)]);
+        assert_eq!(blamed(&d).len(), 1);
+        // n3 took node rank 1, and rank 1 is slow there too: the rank's, not n1's.
+        let case = Case {
+            roster: match d.next {
+                Next::Restart { replace: Replace::With { roster, .. }, .. } => roster,
+                _ => unreachable!(),
+            },
+            ..case
+        };
+        let d = after_slow(&mut b, &case, 1, &["n0", "n3", "n2"], &[slow(1, 1)]);
+        assert_eq!(blamed(&d), []);
+        let why = "rank 1 was a straggler on n1, then on n3: the slowness follows the rank, not the node";
+        assert_eq!(d.released, [("n1".to_string(), why.to_string())]);
+        assert_eq!(d.roster.unwrap().quarantined_hosts().count(), 0);
+        // From then on rank 1's slowness blames no node; another rank's still does.
+        let d = after_slow(&mut b, &case, 2, &["n0", "n3", "n2"], &[slow(1, 1), slow(2, 2)]);
+        assert_eq!(blamed(&d).iter().map(|(n, _)| *n).collect::<Vec<_>>(), [2]);
+    }
+
     #[test]
     fn an_ended_allocation_blames_no_node_and_ends_the_run() {
         let case = Case::new(policy(3), cluster(3, Some(2), None));
@@ -306,10 +461,11 @@ mod tests {
         let ended = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
+            stragglers: &[],
             allocation: Allocation::Ended("allocation 7 was cancelled".into()),
             interrupted: false,
         };
-        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(ended)));
         let class = FailureClass::Allocation;
         let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
         let why = "allocation 7 was cancelled; no node is to blame, and no step can start in it any more";
@@ -318,10 +474,11 @@ mod tests {
         let asked = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
+            stragglers: &[],
             allocation: Allocation::Interrupted,
             interrupted: false,
         };
-        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(asked)));
         assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
     }
 
@@ -332,11 +489,12 @@ mod tests {
         let during = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
+            stragglers: &[],
             allocation: Allocation::Runs,
             interrupted: true,
         };
         let mut b = Between::default();
-        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));
+        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(during)));
         assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
         // The failure was judged all the same: n1, the root cause again, is blamed as such.
         let again = b.after_attempt(

@@ -52,6 +52,9 @@ pub async fn run(
     interrupts: Interrupts,
 ) -> Result<RunOutcome, RunError> {
     let _ = events.send(run_started(plan, run_id)).await;
+    if plan.restart.on_straggler == crate::config::OnStraggler::Replace && !plan.roster.reserve {
+        tracing::warn!("restart.on_straggler = \"replace\", but the config has no spare node and no restart.min_nodes below the job's nodes: a straggler's node will be named, never replaced");
+    }
     let mut run = Run {
         plan: plan.clone(),
         run_id,
@@ -194,7 +197,9 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(verdict, o) => {
                 outcomes = o;
-                Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, interrupts).await)
+                Ended::Failed(Box::new(
+                    self.failure(fleet, attempt, verdict, &outcomes, &stragglers, interrupts).await,
+                ))
             }
         };
         let plan = &self.plan;
@@ -235,6 +240,7 @@ impl Run<'_> {
         attempt: u32,
         verdict: Verdict,
         outcomes: &'o [NodeOutcome],
+        stragglers: &'o [straggler::Straggler],
         interrupts: &mut Interrupts,
     ) -> Failure<'o> {
         let allocation = match self.allocation_ended(interrupts).await {
@@ -244,7 +250,7 @@ impl Run<'_> {
         };
         let interrupted = allocation == Allocation::Runs
             && interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, outcomes)).await.is_none();
-        Failure { verdict, outcomes, allocation, interrupted }
+        Failure { verdict, outcomes, stragglers, allocation, interrupted }
     }
 
     /// The event of what follows attempt `attempt`: a restart scheduled, or why none is.
