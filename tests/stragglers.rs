@@ -30,6 +30,10 @@ fn stragglers(c: &Cluster) -> (Vec<Value>, Value) {
 /// round for the phase of the sampling against the steps, plus slack for a loaded machine.
 const NAMED_WITHIN_SECS: f64 = 27.0;
 
+/// A throttled node's own agent shares its throttle: one answer late for its round starts
+/// the streak over, a round (5 s) or two later.
+const THROTTLED_WITHIN_SECS: f64 = 37.0;
+
 #[test]
 fn a_rank_with_three_times_the_work_is_named_and_nobody_else() {
     let c = Cluster::new(3);
@@ -103,7 +107,7 @@ fn a_throttled_node_is_named_and_replaced_by_the_spare_at_the_next_restart() {
     }
     let out = running.wait(LIMIT);
     out.assert_code(0);
-    assert!(took <= NAMED_WITHIN_SECS, "named {took:.1} s after the throttle\n{out}");
+    assert!(took <= THROTTLED_WITHIN_SECS, "named {took:.1} s after the throttle\n{out}");
     eprintln!("throttled node named {took:.1} s after its throttle, score {}", s["score"]);
     let run = only_run_dir(&c.logs());
     let ev = events(&run);
@@ -111,7 +115,10 @@ fn a_throttled_node_is_named_and_replaced_by_the_spare_at_the_next_restart() {
     assert_eq!(quarantined.len(), 1, "{quarantined:?}\n{out}");
     assert_eq!(quarantined[0]["host"], c.addr(2), "{out}");
     let reason = quarantined[0]["reason"].as_str().unwrap();
-    assert!(reason.starts_with("a straggler: rank 2, busy "), "{reason}");
+    assert!(
+        reason.starts_with("a straggler: rank 2, ") && reason.ends_with(" times as busy as the median rank"),
+        "{reason}"
+    );
     let promoted = ev.iter().find(|e| e["event"] == "spare_promoted").unwrap_or_else(|| panic!("{out}"));
     assert_eq!((&promoted["node_rank"], &promoted["host"]), (&Value::from(2), &Value::from(c.addr(4))));
     // Attempt 1 ran on the spare and not on node 2, and completed.

@@ -327,7 +327,8 @@ end_idle_launcher() {
 # holds " PID:RANK" for the job's live processes only (rebuilt at each sample, so it stays as
 # small as the job), and the line one word per rank.
 ranks=" "
-if [ -r /proc/self/schedstat ]; then
+# A kernel without scheduler statistics or delay accounting shows zeros there.
+if { read -r on _ </proc/self/schedstat; } 2>/dev/null && [ "${on:-0}" != 0 ]; then
   hz=1000000000
 else
   hz=$(getconf CLK_TCK 2>/dev/null) || hz=100

@@ -2,8 +2,8 @@
 //! ended)` takes how the attempt ended (with what the run's shell asked Slurm, and whether
 //! Ctrl-C came while the NCCL dumps were copied) and returns the decision: done, and how, or
 //! a restart after a delay, with the nodes blamed, quarantined and replaced, and those let
-//! back in; with `restart.on_straggler = "replace"`, the nodes of the attempt's stragglers
-//! are blamed too. `replacement` is the same decision for nodes blamed later (Slurm refusing them
+//! back in; with `restart.on_straggler = "replace"`, the nodes of the stragglers still slow
+//! when the attempt ended are blamed too, where there is room for them. `replacement` is the same decision for nodes blamed later (Slurm refusing them
 //! after the backoff), `resume` the resume args of a restart from the checkpoint found. No
 //! I/O, no clock, no randomness: the jitter's random number is given. The async shell in
 //! `supervisor` (`Run::attempt`, `Run::restart`, `reserve`) only performs the decision:
@@ -31,11 +31,19 @@ pub struct Between {
 /// The stragglers that blamed their node so far (`on_straggler = "replace"`).
 #[derive(Debug, Default)]
 struct SlowRanks {
-    /// Each rank whose node was blamed for its slowness, and that node's host.
-    blamed: Vec<(u32, String)>,
-    /// Ranks named on two hosts: the slowness is the rank's (its share of the work), no
-    /// node's, and blames none from then on.
+    /// Each rank whose node was blamed (and quarantined) for its slowness: the node rank and
+    /// host it held.
+    blamed: Vec<(u32, usize, String)>,
+    /// Ranks slow on a node and again on the one that replaced it: the slowness is the rank's
+    /// (its share of the work), no node's, and blames none from then on.
     follow_rank: Vec<u32>,
+}
+
+/// A straggler's node, which a restart may go on without.
+struct SlowNode {
+    blamed: Blamed,
+    rank: u32,
+    host: String,
 }
 
 /// What the decision depends on besides the attempt: the config's policy, the run's roster as
@@ -45,6 +53,8 @@ pub struct Context<'a> {
     pub rules: &'a RuleTable,
     pub roster: &'a Roster,
     pub unit: f64,
+    /// The stragglers named in the attempt that were still slow when it ended.
+    pub slow: &'a [Straggler],
 }
 
 /// How an attempt ended, as the shell saw it.
@@ -52,15 +62,13 @@ pub enum Ended<'a> {
     Succeeded,
     /// Ctrl-C or SIGTERM before it failed.
     Interrupted,
-    Failed(Box<Failure<'a>>),
+    Failed(Failure<'a>),
 }
 
 /// A failed attempt.
 pub struct Failure<'a> {
     pub verdict: Verdict,
     pub outcomes: &'a [NodeOutcome],
-    /// The ranks named stragglers in the attempt.
-    pub stragglers: &'a [Straggler],
     pub allocation: Allocation,
     /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
     pub interrupted: bool,
@@ -114,33 +122,32 @@ pub enum Replace {
 impl Between {
     /// The decision after attempt `attempt` (0 for the first), which ended as `ended`.
     pub fn after_attempt(&mut self, ctx: &Context, attempt: u32, ended: Ended) -> Decision {
+        let (slow, slow_released) = match ctx.restart.on_straggler {
+            OnStraggler::Replace => self.slow.judge(ctx.slow, ctx.roster),
+            OnStraggler::Report => (Vec::new(), Vec::new()),
+        };
         let failure = match ended {
-            Ended::Succeeded => return done(None, RunStatus::Succeeded, None),
-            Ended::Interrupted => return done(None, RunStatus::Interrupted, None),
-            Ended::Failed(failure) => *failure,
+            Ended::Succeeded => return done(ctx, slow_released, None, RunStatus::Succeeded, None),
+            Ended::Interrupted => return done(ctx, slow_released, None, RunStatus::Interrupted, None),
+            Ended::Failed(failure) => failure,
         };
         match failure.allocation {
             Allocation::Runs => {}
-            Allocation::Interrupted => return done(Some(failure.verdict), RunStatus::Interrupted, None),
+            Allocation::Interrupted => {
+                return done(ctx, slow_released, Some(failure.verdict), RunStatus::Interrupted, None)
+            }
             // No node is judged: none is to blame.
             Allocation::Ended(why) => {
                 let class = FailureClass::Allocation;
                 let verdict =
                     Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
-                return done(Some(verdict), RunStatus::Failed, Some(nothing_left(&why)));
+                let abandoned = Some(nothing_left(&why));
+                return done(ctx, slow_released, Some(verdict), RunStatus::Failed, abandoned);
             }
         }
         let together = blame::lost_together(ctx.restart.heartbeat_timeout, super::attempt::PROBE_WAIT);
         let mut judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together);
-        if ctx.restart.on_straggler == OnStraggler::Replace {
-            let (blamed, released) = self.slow.judge(failure.stragglers, failure.outcomes);
-            for b in blamed {
-                if !judged.blamed.iter().any(|j| j.node_rank == b.node_rank) {
-                    judged.blamed.push(b);
-                }
-            }
-            judged.released.extend(released);
-        }
+        judged.released.extend(slow_released);
         let (roster, released) = release(ctx.roster, judged.released);
         let class = failure.verdict.class;
         let verdict = Some(failure.verdict);
@@ -150,8 +157,9 @@ impl Between {
             match policy::restart_delay(ctx.restart, attempt, class, ctx.unit) {
                 None => Next::Done { status: RunStatus::Failed, abandoned: None },
                 Some(delay) => {
-                    let replace = replacement(roster.as_ref().unwrap_or(ctx.roster), judged.blamed);
-                    Next::Restart { delay, class, replace }
+                    let roster = roster.as_ref().unwrap_or(ctx.roster);
+                    let blamed = self.slow.fit(roster, judged.blamed, slow);
+                    Next::Restart { delay, class, replace: replacement(roster, blamed) }
                 }
             }
         };
@@ -160,47 +168,71 @@ impl Between {
 }
 
 impl SlowRanks {
-    /// The nodes an attempt's stragglers blame, one reason each, and the hosts released: a
-    /// rank named on another host than the one its slowness blamed before (it moved with a
-    /// replacement) carries its slowness with it, as a rank with more of the work does.
-    fn judge(
-        &mut self,
-        named: &[Straggler],
-        outcomes: &[NodeOutcome],
-    ) -> (Vec<Blamed>, Vec<(String, String)>) {
-        let mut blamed: Vec<Blamed> = Vec::new();
+    /// The nodes of the stragglers still slow at an attempt's end (`slow`, of `roster`'s
+    /// active nodes), one per node, and the hosts released: a rank slow again on the node
+    /// that took the place of the one its slowness blamed (same node rank, another host)
+    /// carries its slowness with it, as a rank with more of the work does.
+    fn judge(&mut self, slow: &[Straggler], roster: &Roster) -> (Vec<SlowNode>, Vec<(String, String)>) {
+        let mut nodes: Vec<SlowNode> = Vec::new();
         let mut released = Vec::new();
-        for s in named {
-            let Some(host) = outcomes.iter().find(|o| o.node_rank == s.node_rank).map(|o| &o.host) else {
-                continue;
-            };
+        for s in slow {
+            let host = roster.active_host(s.node_rank);
             if self.follow_rank.contains(&s.rank) {
                 continue;
             }
-            if let Some(i) = self.blamed.iter().position(|(rank, h)| *rank == s.rank && h != host) {
-                let (rank, before) = self.blamed.remove(i);
+            let before = self
+                .blamed
+                .iter()
+                .position(|(rank, node_rank, h)| *rank == s.rank && *node_rank == s.node_rank && h != host);
+            if let Some(i) = before {
+                let (rank, _, before) = self.blamed.remove(i);
                 self.follow_rank.push(rank);
                 let why = format!(
-                    "rank {rank} was a straggler on {before}, then on {host}: the slowness follows the rank, not the node"
+                    "rank {rank} was a straggler on {before}, then on {host} in its place: the slowness follows the rank, not the node"
                 );
                 released.push((before, why));
                 continue;
             }
-            if blamed.iter().any(|b| b.node_rank == s.node_rank) {
+            if nodes.iter().any(|n| n.blamed.node_rank == s.node_rank) {
                 continue;
             }
-            let reason = format!("a straggler: rank {}, busy {:.1} times the median rank", s.rank, s.score);
-            blamed.push(Blamed { node_rank: s.node_rank, reason });
-            if !self.blamed.iter().any(|(rank, h)| *rank == s.rank && h == host) {
-                self.blamed.push((s.rank, host.clone()));
-            }
+            let reason =
+                format!("a straggler: rank {}, {:.1} times as busy as the median rank", s.rank, s.score);
+            let blamed = Blamed { node_rank: s.node_rank, reason };
+            nodes.push(SlowNode { blamed, rank: s.rank, host: host.to_string() });
         }
-        (blamed, released)
+        (nodes, released)
+    }
+
+    /// `blamed` (the attempt's faults) and as many of the `slow` nodes as `roster` has room
+    /// for besides, in order: a straggler never keeps a faulty node from being replaced.
+    /// Those added are remembered, to be released if their slowness follows the rank.
+    fn fit(&mut self, roster: &Roster, mut blamed: Vec<Blamed>, slow: Vec<SlowNode>) -> Vec<Blamed> {
+        for node in slow {
+            if blamed.iter().any(|b| b.node_rank == node.blamed.node_rank) {
+                continue;
+            }
+            blamed.push(node.blamed);
+            if roster.without(&blamed).is_none() {
+                blamed.pop();
+                continue;
+            }
+            self.blamed.push((node.rank, blamed[blamed.len() - 1].node_rank, node.host));
+        }
+        blamed
     }
 }
 
-fn done(verdict: Option<Verdict>, status: RunStatus, abandoned: Option<String>) -> Decision {
-    Decision { verdict, released: Vec::new(), roster: None, next: Next::Done { status, abandoned } }
+/// The run ends: `released` let back in first (see `release`).
+fn done(
+    ctx: &Context,
+    released: Vec<(String, String)>,
+    verdict: Option<Verdict>,
+    status: RunStatus,
+    abandoned: Option<String>,
+) -> Decision {
+    let (roster, released) = release(ctx.roster, released);
+    Decision { verdict, released, roster, next: Next::Done { status, abandoned } }
 }
 
 /// `roster` with `released` let back in, and those that were in its quarantine (a node
@@ -302,28 +334,24 @@ mod tests {
     }
 
     fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
-        Ended::Failed(Box::new(Failure {
-            verdict,
-            outcomes,
-            stragglers: &[],
-            allocation: Allocation::Runs,
-            interrupted: false,
-        }))
+        Ended::Failed(Failure { verdict, outcomes, allocation: Allocation::Runs, interrupted: false })
     }
 
     struct Case {
         restart: Restart,
         rules: RuleTable,
         roster: Roster,
+        slow: Vec<Straggler>,
     }
 
     impl Case {
         fn new(restart: Restart, roster: Roster) -> Case {
-            Case { restart, rules: RuleTable::new(&[]), roster }
+            Case { restart, rules: RuleTable::new(&[]), roster, slow: Vec::new() }
         }
 
         fn ctx(&self) -> Context<'_> {
-            Context { restart: &self.restart, rules: &self.rules, roster: &self.roster, unit: 0.5 }
+            let (restart, rules, roster, slow) = (&self.restart, &self.rules, &self.roster, &self.slow);
+            Context { restart, rules, roster, unit: 0.5, slow }
         }
     }
 
@@ -332,9 +360,9 @@ mod tests {
         let case = Case::new(policy(3), cluster(2, None, None));
         let mut b = Between::default();
         let d = b.after_attempt(&case.ctx(), 0, Ended::Succeeded);
-        assert_eq!(d, done(None, RunStatus::Succeeded, None));
+        assert_eq!(d, ended_as(None, RunStatus::Succeeded, None));
         let d = b.after_attempt(&case.ctx(), 1, Ended::Interrupted);
-        assert_eq!(d, done(None, RunStatus::Interrupted, None));
+        assert_eq!(d, ended_as(None, RunStatus::Interrupted, None));
     }
 
     #[test]
@@ -354,7 +382,7 @@ mod tests {
         assert_eq!(restart(second).0, Duration::from_secs(20));
         // Two restarts used of two: the third failure ends the run, recorded as it failed.
         let third = b.after_attempt(&case.ctx(), 2, failed(comm(), &nodes));
-        assert_eq!(third, done(Some(comm()), RunStatus::Failed, None));
+        assert_eq!(third, ended_as(Some(comm()), RunStatus::Failed, None));
     }
 
     #[test]
@@ -365,8 +393,13 @@ mod tests {
             assert!(!case.restart.on.contains(&class), "{class:?}");
             let v = verdict(class, 0, "n0", 0, NodeExit::ExitCode(1));
             let d = Between::default().after_attempt(&case.ctx(), 0, failed(v.clone(), &nodes));
-            assert_eq!(d, done(Some(v), RunStatus::Failed, None));
+            assert_eq!(d, ended_as(Some(v), RunStatus::Failed, None));
         }
+    }
+
+    /// The decision that ends the run, with nothing released.
+    fn ended_as(verdict: Option<Verdict>, status: RunStatus, abandoned: Option<String>) -> Decision {
+        Decision { verdict, released: Vec::new(), roster: None, next: Next::Done { status, abandoned } }
     }
 
     /// Rank `rank` on node rank `node_rank`, named a straggler.
@@ -374,27 +407,44 @@ mod tests {
         Straggler { rank, node_rank, score: 4.0, since_secs: 20.0 }
     }
 
-    /// Attempt `attempt` of `hosts` (by node rank) failed with a communication error of no
-    /// node's, with `named` stragglers.
+    /// `replace` on `roster` (spares after the first `nnodes`).
+    fn replacing(roster: Roster) -> Case {
+        Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(5) }, roster)
+    }
+
+    /// The attempt on `case.roster` (3 active nodes) failed with a communication error of no
+    /// node's (or a loss, with `lost`), with
+    /// `slow` stragglers still slow at its end, and `lost` nodes lost before the stop.
     fn after_slow(
         b: &mut Between,
-        case: &Case,
+        case: &mut Case,
         attempt: u32,
-        hosts: &[&str],
-        named: &[Straggler],
+        slow: &[Straggler],
+        lost: &[usize],
     ) -> Decision {
-        let nodes: Vec<NodeOutcome> = (hosts.iter().enumerate())
-            .map(|(i, h)| NodeOutcome { host: h.to_string(), ..node(i, NodeExit::Signal(15)) })
+        let nodes: Vec<NodeOutcome> = (0..3)
+            .map(|i| {
+                let exit =
+                    if lost.contains(&i) { NodeExit::Lost("gone".into()) } else { NodeExit::Signal(15) };
+                NodeOutcome { host: case.roster.active_host(i).to_string(), ..node(i, exit) }
+            })
             .collect();
-        let class = FailureClass::Comm;
+        let class = if lost.is_empty() { FailureClass::Comm } else { FailureClass::NodeLost };
         let failure = Failure {
             verdict: Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) },
             outcomes: &nodes,
-            stragglers: named,
             allocation: Allocation::Runs,
             interrupted: false,
         };
-        b.after_attempt(&case.ctx(), attempt, Ended::Failed(Box::new(failure)))
+        case.slow = slow.to_vec();
+        let d = b.after_attempt(&case.ctx(), attempt, Ended::Failed(failure));
+        // The next attempt runs on the roster decided.
+        if let Next::Restart { replace: Replace::With { roster, .. }, .. } = &d.next {
+            case.roster = roster.clone();
+        } else if let Some(roster) = &d.roster {
+            case.roster = roster.clone();
+        }
+        d
     }
 
     fn blamed(d: &Decision) -> Vec<(usize, String)> {
@@ -408,50 +458,87 @@ mod tests {
 
     #[test]
     fn a_straggler_blames_its_node_at_the_restart_only_when_told_to_replace() {
-        let roster = cluster(4, Some(3), None);
         let named = [slow(2, 2), slow(5, 2)];
-        let report = Case::new(policy(3), roster.clone());
-        let d = after_slow(&mut Between::default(), &report, 0, &["n0", "n1", "n2"], &named);
+        let mut report = Case::new(policy(3), cluster(4, Some(3), None));
+        let d = after_slow(&mut Between::default(), &mut report, 0, &named, &[]);
         assert_eq!(blamed(&d), []);
-        let replace = Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(3) }, roster);
-        let d = after_slow(&mut Between::default(), &replace, 0, &["n0", "n1", "n2"], &named);
+        let mut replace = replacing(cluster(4, Some(3), None));
+        let d = after_slow(&mut Between::default(), &mut replace, 0, &named, &[]);
         // Once per node, however many of its ranks were named; the spare n3 takes its place.
-        assert_eq!(blamed(&d), [(2, "a straggler: rank 2, busy 4.0 times the median rank".to_string())]);
-        let Next::Restart { replace: Replace::With { roster, .. }, .. } = &d.next else { panic!("{d:?}") };
-        assert_eq!(roster.quarantined_hosts().map(|(h, _)| h).collect::<Vec<_>>(), ["n2"]);
+        let why = "a straggler: rank 2, 4.0 times as busy as the median rank";
+        assert_eq!(blamed(&d), [(2, why.to_string())]);
+        assert_eq!(replace.roster.quarantined_hosts().map(|(h, _)| h).collect::<Vec<_>>(), ["n2"]);
         // No straggler, no blame.
-        let d = after_slow(&mut Between::default(), &replace, 0, &["n0", "n1", "n2"], &[]);
+        let d = after_slow(&mut Between::default(), &mut replacing(cluster(4, Some(3), None)), 0, &[], &[]);
         assert_eq!(blamed(&d), []);
         // No restart left: nothing is replaced.
-        let last =
+        let mut last =
             Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(0) }, cluster(4, Some(3), None));
-        let d = after_slow(&mut Between::default(), &last, 0, &["n0", "n1", "n2"], &named);
+        let d = after_slow(&mut Between::default(), &mut last, 0, &named, &[]);
         assert!(matches!(d.next, Next::Done { status: RunStatus::Failed, .. }), "{d:?}");
+        // No room: the straggler is named only, and nothing waits for it.
+        let d =
+            after_slow(&mut Between::default(), &mut replacing(cluster(3, Some(3), None)), 0, &named, &[]);
+        assert!(matches!(d.next, Next::Restart { replace: Replace::Nothing, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn a_straggler_never_keeps_a_lost_node_from_its_spare() {
+        // One spare; node 1 lost and node 2 slow: the spare goes to the lost node.
+        let mut case = replacing(cluster(4, Some(3), None));
+        let d = after_slow(&mut Between::default(), &mut case, 0, &[slow(2, 2)], &[1]);
+        let nodes: Vec<usize> = blamed(&d).iter().map(|(n, _)| *n).collect();
+        assert_eq!(nodes, [1], "{d:?}");
+        assert!(matches!(d.next, Next::Restart { replace: Replace::With { .. }, .. }), "{d:?}");
+        // Two spares: both go.
+        let mut case = replacing(cluster(5, Some(3), None));
+        let d = after_slow(&mut Between::default(), &mut case, 0, &[slow(2, 2)], &[1]);
+        assert_eq!(blamed(&d).iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]
     fn a_straggler_that_moves_with_its_rank_releases_the_node_it_blamed() {
-        let case =
-            Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(5) }, cluster(5, Some(3), None));
+        let mut case = replacing(cluster(5, Some(3), None));
         let mut b = Between::default();
-        let d = after_slow(&mut b, &case, 0, &["n0", "n1", "n2"], &[slow(1, 1)]);
+        let d = after_slow(&mut b, &mut case, 0, &[slow(1, 1)], &[]);
         assert_eq!(blamed(&d).len(), 1);
         // n3 took node rank 1, and rank 1 is slow there too: the rank's, not n1's.
-        let case = Case {
-            roster: match d.next {
-                Next::Restart { replace: Replace::With { roster, .. }, .. } => roster,
-                _ => unreachable!(),
-            },
-            ..case
-        };
-        let d = after_slow(&mut b, &case, 1, &["n0", "n3", "n2"], &[slow(1, 1)]);
+        assert_eq!(case.roster.active_host(1), "n3");
+        let d = after_slow(&mut b, &mut case, 1, &[slow(1, 1)], &[]);
         assert_eq!(blamed(&d), []);
-        let why = "rank 1 was a straggler on n1, then on n3: the slowness follows the rank, not the node";
+        let why = "rank 1 was a straggler on n1, then on n3 in its place: the slowness follows the rank, not the node";
         assert_eq!(d.released, [("n1".to_string(), why.to_string())]);
-        assert_eq!(d.roster.unwrap().quarantined_hosts().count(), 0);
+        assert_eq!(case.roster.quarantined_hosts().count(), 0);
         // From then on rank 1's slowness blames no node; another rank's still does.
-        let d = after_slow(&mut b, &case, 2, &["n0", "n3", "n2"], &[slow(1, 1), slow(2, 2)]);
+        let d = after_slow(&mut b, &mut case, 2, &[slow(1, 1), slow(2, 2)], &[]);
         assert_eq!(blamed(&d).iter().map(|(n, _)| *n).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_straggler_slow_again_in_an_attempt_that_succeeds_releases_the_node_too() {
+        let mut case = replacing(cluster(5, Some(3), None));
+        let mut b = Between::default();
+        after_slow(&mut b, &mut case, 0, &[slow(1, 1)], &[]);
+        case.slow = vec![slow(1, 1)];
+        let d = b.after_attempt(&case.ctx(), 1, Ended::Succeeded);
+        assert_eq!(d.released.len(), 1, "{d:?}");
+        assert_eq!(d.roster.unwrap().quarantined_hosts().count(), 0);
+        assert_eq!(d.next, Next::Done { status: RunStatus::Succeeded, abandoned: None });
+    }
+
+    #[test]
+    fn a_node_blamed_for_a_fault_is_not_released_by_a_straggler_that_moves() {
+        // n1 lost (and rank 1 slow on it): blamed for the loss, not recorded for its rank.
+        let mut case = replacing(cluster(5, Some(3), None));
+        let mut b = Between::default();
+        let d = after_slow(&mut b, &mut case, 0, &[slow(1, 1)], &[1]);
+        assert_eq!(blamed(&d).len(), 1);
+        assert!(blamed(&d)[0].1.contains("lost"), "{d:?}");
+        let d = after_slow(&mut b, &mut case, 1, &[slow(1, 1)], &[]);
+        assert_eq!(d.released, []);
+        // ... and rank 1, slow on n3, blames n3 in turn: n1 stays out.
+        assert_eq!(blamed(&d).iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1]);
+        assert_eq!(case.roster.quarantined_hosts().map(|(h, _)| h).collect::<Vec<_>>(), ["n1", "n3"]);
     }
 
     #[test]
@@ -461,25 +548,23 @@ mod tests {
         let ended = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
-            stragglers: &[],
             allocation: Allocation::Ended("allocation 7 was cancelled".into()),
             interrupted: false,
         };
-        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(ended)));
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
         let class = FailureClass::Allocation;
         let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
         let why = "allocation 7 was cancelled; no node is to blame, and no step can start in it any more";
-        assert_eq!(d, done(Some(verdict), RunStatus::Failed, Some(why.into())));
+        assert_eq!(d, ended_as(Some(verdict), RunStatus::Failed, Some(why.into())));
         // Ctrl-C while Slurm was asked: interrupted, the verdict as it was.
         let asked = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
-            stragglers: &[],
             allocation: Allocation::Interrupted,
             interrupted: false,
         };
-        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(asked)));
-        assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
+        assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
     }
 
     #[test]
@@ -489,13 +574,12 @@ mod tests {
         let during = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
-            stragglers: &[],
             allocation: Allocation::Runs,
             interrupted: true,
         };
         let mut b = Between::default();
-        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(Box::new(during)));
-        assert_eq!(d, done(Some(segv("n1")), RunStatus::Interrupted, None));
+        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));
+        assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
         // The failure was judged all the same: n1, the root cause again, is blamed as such.
         let again = b.after_attempt(
             &case.ctx(),

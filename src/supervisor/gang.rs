@@ -75,8 +75,9 @@ pub(super) async fn run_attempt(
     }
     let first_progress = gang.liveness.first_progress();
     let stragglers = gang.watch.named().to_vec();
+    let still_slow = gang.watch.still_slow();
     let (outcome, port) = gang.outcome(machine.ended()).await;
-    AttemptEnd { outcome, port, first_progress, stragglers }
+    AttemptEnd { outcome, port, first_progress, stragglers, still_slow }
 }
 
 /// How an attempt ended, and what it showed on the way.
@@ -85,7 +86,11 @@ pub(super) struct AttemptEnd {
     /// The master port it used.
     pub port: Option<u16>,
     pub first_progress: Option<Duration>,
+    /// The ranks named stragglers, in the order they were.
     pub stragglers: Vec<straggler::Straggler>,
+    /// Those of them still slow in the last round before the attempt ended: a rank slow for
+    /// a while long before (a checkpoint written) is not.
+    pub still_slow: Vec<straggler::Straggler>,
 }
 
 /// This host's 1-minute load and its cores, from /proc/loadavg (Linux); `None` elsewhere.

@@ -186,7 +186,7 @@ impl Run<'_> {
             interfaces: &self.interfaces,
             events: self.events,
         };
-        let gang::AttemptEnd { outcome, port, first_progress, stragglers } =
+        let gang::AttemptEnd { outcome, port, first_progress, stragglers, still_slow } =
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
@@ -197,9 +197,7 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(verdict, o) => {
                 outcomes = o;
-                Ended::Failed(Box::new(
-                    self.failure(fleet, attempt, verdict, &outcomes, &stragglers, interrupts).await,
-                ))
+                Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, interrupts).await)
             }
         };
         let plan = &self.plan;
@@ -208,6 +206,7 @@ impl Run<'_> {
             rules: &plan.patterns.rules,
             roster: &plan.roster,
             unit: rand::random::<f64>(),
+            slow: &still_slow,
         };
         let decision = self.between.after_attempt(&ctx, attempt, ended);
         let millis = duration.as_millis() as u64;
@@ -240,7 +239,6 @@ impl Run<'_> {
         attempt: u32,
         verdict: Verdict,
         outcomes: &'o [NodeOutcome],
-        stragglers: &'o [straggler::Straggler],
         interrupts: &mut Interrupts,
     ) -> Failure<'o> {
         let allocation = match self.allocation_ended(interrupts).await {
@@ -250,7 +248,7 @@ impl Run<'_> {
         };
         let interrupted = allocation == Allocation::Runs
             && interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, outcomes)).await.is_none();
-        Failure { verdict, outcomes, stragglers, allocation, interrupted }
+        Failure { verdict, outcomes, allocation, interrupted }
     }
 
     /// The event of what follows attempt `attempt`: a restart scheduled, or why none is.

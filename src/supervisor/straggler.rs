@@ -97,13 +97,11 @@ impl StragglerWatch {
             if dt >= 1.0 {
                 let per_sec = f64::from(sample.hz) * dt;
                 for (rank, now) in &times {
-                    // A rank whose processes or threads changed (a data loader gone) may count
-                    // less than before: it sits this round out.
-                    let Some(then) = old.get(rank).filter(|t| t.cpu <= now.cpu && t.wait <= now.wait) else {
-                        continue;
-                    };
-                    let cpu = (now.cpu - then.cpu) as f64 / per_sec;
-                    let busy = cpu + (now.wait - then.wait) as f64 / per_sec;
+                    let Some(then) = old.get(rank) else { continue };
+                    // A thread or process that ended (a data loader) took its times with it:
+                    // the rank counts less than it did, this round, rather than none.
+                    let cpu = now.cpu.saturating_sub(then.cpu) as f64 / per_sec;
+                    let busy = cpu + now.wait.saturating_sub(then.wait) as f64 / per_sec;
                     self.shares.insert(*rank, Shares { node_rank, cpu, busy });
                 }
             } else if dt >= 0.0 {
@@ -116,18 +114,19 @@ impl StragglerWatch {
     /// A round is over (`at`: seconds since the attempt started): the ranks named in it.
     pub fn round(&mut self, at: f64) -> Vec<Straggler> {
         let shares = std::mem::take(&mut self.shares);
+        // "In a row": a rank missing from this round (its node answered late) starts over.
+        self.streaks.retain(|rank, _| shares.contains_key(rank));
         if shares.len() < 2 {
             return Vec::new();
         }
+        // The lower median: with two ranks, or two nodes whose ranks are half of them, the
+        // upper one would be a slow rank's own.
         let median = |f: fn(&Shares) -> f64| {
             let mut values: Vec<f64> = shares.values().map(f).collect();
             values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
+            values[(values.len() - 1) / 2]
         };
         let (cpu, busy) = (median(|s| s.cpu), median(|s| s.busy));
-        tracing::debug!("straggler round at {at:.1} s: median cpu {cpu:.3} busy {busy:.3}, {shares:?}");
-        // "In a row": a rank missing from this round (its node answered late) starts over.
-        self.streaks.retain(|rank, _| shares.contains_key(rank));
         let mut named = Vec::new();
         for (rank, s) in shares {
             let Some(score) = [over(s.cpu, cpu), over(s.busy, busy)].into_iter().flatten().reduce(f64::max)
@@ -135,6 +134,9 @@ impl StragglerWatch {
                 self.streaks.remove(&rank);
                 continue;
             };
+            tracing::trace!(
+                "straggler round at {at:.1} s: rank {rank} over, {s:?}; median cpu {cpu:.3}, busy {busy:.3}"
+            );
             let (rounds, since) = self.streaks.entry(rank).or_insert((0, at));
             *rounds += 1;
             if *rounds >= ROUNDS && !self.named.iter().any(|n| n.rank == rank) {
@@ -148,6 +150,11 @@ impl StragglerWatch {
     /// Every rank named in this attempt, in the order they were.
     pub fn named(&self) -> &[Straggler] {
         &self.named
+    }
+
+    /// The ranks named in this attempt that were still over in the last round.
+    pub fn still_slow(&self) -> Vec<Straggler> {
+        self.named.iter().filter(|s| self.streaks.contains_key(&s.rank)).cloned().collect()
     }
 }
 
@@ -230,6 +237,48 @@ mod tests {
     }
 
     #[test]
+    fn two_nodes_name_the_slow_one() {
+        // 2 nodes of 2 ranks, node 1 throttled: half the ranks are slow.
+        let got = watch_times(2, 8, |_, rank| if rank / 2 == 1 { (0.2, 0.8) } else { (0.2, 0.05) });
+        assert_eq!(got.iter().map(|(_, s)| s.rank).collect::<Vec<_>>(), [2, 3]);
+        // 2 ranks in all (1 a node): the slow one against the other.
+        let mut w = StragglerWatch::new();
+        for round in 0..5 {
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.2, busy: 0.25 });
+            w.shares.insert(1, Shares { node_rank: 1, cpu: 0.2, busy: 1.0 });
+            let named = w.round(round as f64);
+            assert_eq!(named.len(), usize::from(round == 2), "round {round}: {named:?}");
+        }
+    }
+
+    #[test]
+    fn still_slow_is_a_named_rank_over_in_the_last_round() {
+        let mut w = StragglerWatch::new();
+        let round = |w: &mut StragglerWatch, slow: f64| {
+            for r in 0..3 {
+                w.shares.insert(r, Shares { node_rank: r as usize, cpu: 0.3, busy: 0.3 });
+            }
+            w.shares.insert(3, Shares { node_rank: 3, cpu: slow, busy: slow });
+            w.round(0.0)
+        };
+        for _ in 0..3 {
+            round(&mut w, 0.9);
+        }
+        assert_eq!(w.named().len(), 1);
+        assert_eq!(w.still_slow().len(), 1);
+        // Its checkpoint written, it keeps pace again: named, no longer slow.
+        round(&mut w, 0.3);
+        assert_eq!((w.named().len(), w.still_slow().len()), (1, 0));
+        // Slow again, then a round that only one node answered in time: the streak of a rank
+        // missing from it ends, though too few ranks answered to judge any.
+        round(&mut w, 0.9);
+        assert_eq!(w.still_slow().len(), 1);
+        w.shares.insert(0, Shares { node_rank: 0, cpu: 0.3, busy: 0.3 });
+        w.round(0.0);
+        assert!(w.still_slow().is_empty(), "{:?}", w.streaks);
+    }
+
+    #[test]
     fn more_work_is_named_on_a_host_where_every_rank_waits_for_a_cpu() {
         // Oversubscribed: every rank is busy most of the time; rank 5 computes twice as much.
         let got = watch_times(4, 8, |_, rank| if rank == 5 { (0.6, 0.4) } else { (0.3, 0.55) });
@@ -292,9 +341,9 @@ mod tests {
         w.sample(0, &s(50.0, 10, 0));
         w.sample(0, &s(55.0, 260, 100));
         assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7 });
-        // A thread gone with its wait: the rank sits the round out.
+        // A thread gone with its wait: what is left counts, none of it below zero.
         w.shares.clear();
         w.sample(0, &s(60.0, 300, 50));
-        assert!(w.shares.is_empty());
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.08, busy: 0.08 });
     }
 }
