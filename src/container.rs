@@ -73,9 +73,10 @@ impl ContainerPlan {
         if self.runtime == ContainerRuntime::Docker || ipc.is_some_and(|mode| mode != "host") {
             words.args(["--shm-size", &self.shm_size]);
         }
-        words.args(["--ulimit", "memlock=-1"]);
+        // Pinned memory for the GPUs' RDMA (NCCL over InfiniBand): a node may refuse to raise
+        // the limit (a root without CAP_SYS_RESOURCE), and gloo on CPUs has no use for it.
         if self.gpus {
-            words.args(["--gpus", "all"]);
+            words.args(["--ulimit", "memlock=-1", "--gpus", "all"]);
         }
         words.arg("-v");
         if workdir.starts_with('/') {
@@ -109,7 +110,16 @@ impl ContainerPlan {
     /// The command the agent runs once the job's process group is gone: a killed runtime
     /// client does not stop its container. Quiet and best effort.
     pub fn remove_command(&self, name: &str) -> String {
-        format!("{} >/dev/null 2>&1 || true", command_line([self.runtime.as_str(), "rm", "-f", name]))
+        let words = self.remove_words().iter().copied().chain([name]);
+        format!("{} >/dev/null 2>&1 || true", command_line(words))
+    }
+
+    /// `RUNTIME rm -f`, at once: podman otherwise gives a running container 10 s to stop.
+    fn remove_words(&self) -> &'static [&'static str] {
+        match self.runtime {
+            ContainerRuntime::Docker => &["docker", "rm", "-f"],
+            ContainerRuntime::Podman => &["podman", "rm", "-f", "-t", "0"],
+        }
     }
 
     /// A shell command that removes every container whose name starts with `prefix` but not
@@ -129,9 +139,10 @@ impl ContainerPlan {
         format!(
             "command -v {rt} >/dev/null 2>&1 || exit 0; \
              names=$({rt} ps -a --filter {filter} --format '{{{{.Names}}}}' 2>/dev/null); \
-             [ -n \"$names\" ] || exit 0; {keep}{rt} rm -f $names >/dev/null 2>&1; \
+             [ -n \"$names\" ] || exit 0; {keep}{rm} $names >/dev/null 2>&1; \
              for n in $names; do echo \"container $n\"; done; exit 0",
-            filter = command_line([format!("name=^{prefix}")])
+            filter = command_line([format!("name=^{prefix}")]),
+            rm = self.remove_words().join(" "),
         )
     }
 }
@@ -236,8 +247,10 @@ mod tests {
         let cpu = ContainerPlan { gpus: false, runtime: ContainerRuntime::Podman, ..docker() };
         let cmd = cpu.run_command("/w", [], "exec true");
         assert!(cmd.starts_with("podman run "), "{cmd}");
-        assert!(!cmd.contains("--gpus"), "{cmd}");
-        assert_eq!(cpu.remove_command("herd-k-r-0-0"), "podman rm -f herd-k-r-0-0 >/dev/null 2>&1 || true");
+        assert!(!cmd.contains("--gpus") && !cmd.contains("--ulimit"), "{cmd}");
+        assert_eq!(cpu.remove_command("herd-k-r-0-0"), "podman rm -f -t 0 herd-k-r-0-0 >/dev/null 2>&1 || true");
+        assert!(cpu.sweep_command("herd-k-", None).contains("podman rm -f -t 0 $names"));
+        assert_eq!(docker().remove_command("n"), "docker rm -f n >/dev/null 2>&1 || true");
         assert!(cpu.sweep_command("herd-k-", None).starts_with("command -v podman "));
         assert!(docker()
             .sweep_command("herd-k-", None)
