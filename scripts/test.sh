@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
-# Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge), creates the cached torch + deepspeed
-# virtualenv, then runs the suite.
+# Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge, podman, runc and
+# debootstrap), creates the cached torch + deepspeed virtualenv and the container image, then
+# runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,11 @@ csh_was=$(readlink /etc/alternatives/csh 2>/dev/null || true)
 # tests/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] && command -v mungekey >/dev/null || missing+=(munge)
+# tests/podman.rs runs the job in containers: rootful podman with runc, and an image made
+# by debootstrap (scripts/container-image.sh).
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || missing+=(runc)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
   apt-get update -qq
@@ -32,6 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 ./scripts/torch-venv.sh >/dev/null
+./scripts/container-image.sh >/dev/null
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests "$@"

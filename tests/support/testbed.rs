@@ -732,13 +732,53 @@ fn passwd_with_root_home(home: &Path) -> String {
 
 /// `sh -c script` on a test host: in network namespace `netns`, with its own UTS namespace
 /// (`hostname`) and PID namespace with its own /proc, like a separate machine (a node's /proc
-/// shows only its own processes), in a process group of its own, which Drop kills whole.
+/// shows only its own processes), in a process group of its own, which Drop kills whole. Its
+/// cgroup hierarchies are mounted as this machine's are (see `cgroup_mounts`).
 pub fn host_command(netns: &str, hostname: &str, script: &str) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", netns, "unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc"])
-        .args(["sh", "-c", &format!("hostname {hostname} && {script}")])
+        .args(["sh", "-c", &format!("hostname {hostname} && {{ {}; }} && {script}", cgroup_mounts())])
         .process_group(0);
     c
+}
+
+/// Shell commands that mount, on a host's own /sys, the cgroup hierarchies this machine has
+/// mounted under /sys/fs/cgroup: `ip netns exec` mounts a fresh /sys for the namespace
+/// (its /sys/class/net is the node's), without them, and a container engine (podman) finds
+/// no cgroup there. The same hierarchies, so a limit set on one shows on the host. Read once,
+/// from /proc/self/mountinfo; `true` when there is none.
+fn cgroup_mounts() -> &'static str {
+    static MOUNTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut script = Vec::new();
+        for line in info.lines() {
+            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some(point) = left.split(' ').nth(4) else { continue };
+            if !(point == "/sys/fs/cgroup" || point.starts_with("/sys/fs/cgroup/")) {
+                continue;
+            }
+            let mut fields = right.split(' ');
+            let (fstype, options) = (fields.next().unwrap_or(""), fields.nth(1).unwrap_or(""));
+            // The hierarchy's own options: its controllers, or its name (with no controller).
+            let own: Vec<&str> = options.split(',').filter(|o| !matches!(*o, "rw" | "ro")).collect();
+            let mount = match fstype {
+                "tmpfs" => "mount -t tmpfs -o mode=755 tmpfs".to_string(),
+                "cgroup2" => "mount -t cgroup2 cgroup2".to_string(),
+                "cgroup" if own.iter().any(|o| o.starts_with("name=")) => {
+                    format!("mount -t cgroup -o none,{} cgroup", own.join(","))
+                }
+                "cgroup" => format!("mount -t cgroup -o {} cgroup", own.join(",")),
+                _ => continue,
+            };
+            script.push(format!("mkdir -p {point} && {mount} {point}"));
+        }
+        if script.is_empty() {
+            "true".to_string()
+        } else {
+            script.join(" && ")
+        }
+    });
+    &MOUNTS
 }
 
 pub fn cleanup_stale() {
