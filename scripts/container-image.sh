@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Readies podman on this machine for the container tests (tests/podman.rs), once, and prints
 # the test image's name:
-# - podman's containers.conf for this kind of machine, unless the file is someone else's:
-#   runc (crun refuses a hybrid cgroup layout), cgroupfs, events in a file, the host's
-#   network, and default ulimits within this machine's hard limits (the engine's own
-#   defaults are above them, and root here may not raise a hard limit);
+# - podman's containers.conf for this kind of machine, unless the file is someone else's
+#   (then it says so, and leaves it): runc (crun refuses a hybrid cgroup layout), cgroupfs,
+#   events in a file, and default ulimits within this machine's hard limits (the engine's
+#   own defaults are above them, and root here may not raise a hard limit);
 # - the image: Debian bookworm (minbase) with python3, made by debootstrap from the mirror
 #   apt uses. Its root file system's tarball is cached outside the repo, as the torch
 #   virtualenv is (about 260 MB; minutes to build), and imported into podman (seconds) when
@@ -20,24 +20,27 @@ ours="# Written by herd's scripts/container-image.sh for its test cluster."
 
 min() { if [ "$1" = unlimited ] || { [ "$2" != unlimited ] && [ "$2" -lt "$1" ]; }; then echo "$2"; else echo "$1"; fi; }
 
-if [ ! -e "$conf" ] || head -1 "$conf" | grep -qxF "$ours"; then
+if [ -e "$conf" ] && ! head -1 "$conf" | grep -qxF "$ours"; then
+  echo "container-image: $conf is not ours; left as it is (podman may need runc and lower ulimits here)" >&2
+else
   nofile_hard=$(min "$(ulimit -Hn)" 1048576)
   nofile_soft=$(min "$(ulimit -Sn)" "$nofile_hard")
   # podman 4.3 starts the runtime with at most 32768 processes, whatever the shell allows.
   nproc=$(min "$(ulimit -Hu)" 32768)
   mkdir -p "$(dirname "$conf")"
-  cat >"$conf.tmp" <<EOF
+  tmp=$(mktemp "$conf.XXXXXX")
+  cat >"$tmp" <<EOF
 $ours
 [containers]
 default_ulimits = ["nofile=$nofile_soft:$nofile_hard", "nproc=$nproc:$nproc"]
-netns = "host"
 
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 EOF
-  mv "$conf.tmp" "$conf"
+  chmod 644 "$tmp"
+  mv "$tmp" "$conf"
 fi
 
 if podman image exists "$IMAGE"; then
@@ -49,17 +52,20 @@ mkdir -p "$cache"
 exec 9>"$tarball.lock"
 flock 9
 if [ ! -f "$tarball" ]; then
-  mirror=$(sed -n 's/^URIs: *\([^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 ~ /debian$/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
+  # The first http(s) Debian archive apt is set up with (a `mirror+file:` list is not one
+  # debootstrap can use), else Debian's own.
+  mirror=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+    awk '($1 == "URIs:" || $1 == "deb") { for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) { sub(/\/$/, "", $i); print $i; exit } }' || true)
   [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
   root=$(mktemp -d "$cache/rootfs.XXXXXX")
-  trap 'rm -rf "$root" "$tarball.tmp"' EXIT
+  # A debootstrap stopped midway may leave its chroot's /proc mounted: unmounted first,
+  # and nothing removed past the cache's own file system.
+  trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null; rm -rf --one-file-system "$root" "$root.log" "$tarball.tmp"' EXIT
   echo "container-image: debootstrap bookworm from $mirror (once; minutes)" >&2
   debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >"$root.log" 2>&1 ||
     { tail -20 "$root.log" >&2; exit 1; }
   tar -C "$root" -cf "$tarball.tmp" .
   mv "$tarball.tmp" "$tarball"
-  rm -f "$root.log"
 fi
 podman import --quiet "$tarball" "$IMAGE" >/dev/null
 echo "$IMAGE"

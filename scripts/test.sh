@@ -26,8 +26,9 @@ csh_was=$(readlink /etc/alternatives/csh 2>/dev/null || true)
 # tests/podman.rs runs the job in containers: rootful podman with runc, and an image made
 # by debootstrap (scripts/container-image.sh).
 command -v podman >/dev/null || missing+=(podman)
-command -v runc >/dev/null || missing+=(runc)
-command -v debootstrap >/dev/null || missing+=(debootstrap)
+[ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit) # --init
+[ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
   apt-get update -qq

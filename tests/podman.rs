@@ -78,14 +78,28 @@ fn started_since(since: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
 }
 
-/// The containers podman knows of, running or not, named as herd names them.
-fn containers() -> Vec<String> {
+/// The containers podman knows of, running or not, of the run `run_id` (herd names them
+/// `herd-<config key>-<run id>-<attempt>-<node rank>`). podman's store is the machine's:
+/// another run's containers, left by a test that failed, are not this one's.
+fn containers(run_id: &str) -> Vec<String> {
     let out = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|n| n.starts_with("herd-"))
-        .map(String::from)
-        .collect()
+    let of_run = |n: &&str| n.starts_with("herd-") && n.contains(&format!("-{run_id}-"));
+    String::from_utf8_lossy(&out.stdout).lines().filter(of_run).map(String::from).collect()
+}
+
+/// The run's id, once herd has made its directory.
+fn run_id(c: &Cluster) -> Option<String> {
+    let dir = std::fs::read_dir(c.logs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())?;
+    Some(dir.file_name()?.to_string_lossy().into_owned())
+}
+
+/// The ranks (torchrun's workers: they have a LOCAL_RANK) of this test's job, on every node.
+fn ranks(c: &Cluster) -> usize {
+    let worker = |pid: &u32| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        env.split(|&b| b == 0).any(|e| e.starts_with(b"LOCAL_RANK="))
+    };
+    c.leftovers("HERD_TEST_MARK", &mark(c)).iter().filter(|(_, pid)| worker(pid)).count()
 }
 
 #[test]
@@ -106,7 +120,7 @@ fn torchrun_runs_in_a_container_on_every_node_and_none_is_left() {
     started.sort();
     let ends: Vec<&str> = started.iter().map(|n| &n[n.len() - 4..]).collect();
     assert_eq!(ends, ["-0-0", "-0-1", "-0-2"], "{started:?}");
-    assert_eq!(containers(), Vec::<String>::new());
+    assert_eq!(containers(&run_id), Vec::<String>::new());
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
 }
 
@@ -115,18 +129,17 @@ fn herd_killed_mid_run_leaves_no_container_and_no_process() {
     let c = Cluster::new(3);
     config(&c, "\"--steps\", \"100000\", \"--sleep\", \"0.2\"");
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    assert!(running.until(LIMIT, || containers().len() == 3), "the containers did not start");
+    let started = |c: &Cluster| run_id(c).is_some_and(|id| containers(&id).len() == 3);
+    assert!(running.until(LIMIT, || started(&c)), "the containers did not start");
+    let run_id = run_id(&c).unwrap();
+    assert!(running.until(LIMIT, || ranks(&c) == 6), "the ranks did not start");
     let mark = mark(&c);
-    assert!(
-        running.until(LIMIT, || c.leftovers("HERD_TEST_MARK", &mark).len() >= 6),
-        "the ranks did not start"
-    );
     running.signal("KILL");
     let _ = running.wait(Duration::from_secs(10));
     // Each agent sees herd's end (its stdin closes), stops the job, then removes the
     // container that the killed client left under conmon.
     let clean = herd::wait_until(Duration::from_secs(60), || {
-        containers().is_empty() && c.leftovers("HERD_TEST_MARK", &mark).is_empty()
+        containers(&run_id).is_empty() && c.leftovers("HERD_TEST_MARK", &mark).is_empty()
     });
-    assert!(clean, "left: {:?} {:?}", containers(), c.leftovers("HERD_TEST_MARK", &mark));
+    assert!(clean, "left: {:?} {:?}", containers(&run_id), c.leftovers("HERD_TEST_MARK", &mark));
 }

@@ -745,10 +745,28 @@ pub fn host_command(netns: &str, hostname: &str, script: &str) -> Command {
 /// Shell commands that mount, on a host's own /sys, the cgroup hierarchies this machine has
 /// mounted under /sys/fs/cgroup: `ip netns exec` mounts a fresh /sys for the namespace
 /// (its /sys/class/net is the node's), without them, and a container engine (podman) finds
-/// no cgroup there. The same hierarchies, so a limit set on one shows on the host. Read once,
-/// from /proc/self/mountinfo; `true` when there is none.
+/// no cgroup there. The same hierarchies with their own options (a cgroup2 mount without
+/// `nsdelegate` would clear it for the whole machine), so a limit set on one shows on the
+/// host. Best effort: a mount refused says so on the host's stderr, and the host starts all
+/// the same (only the container tests need them). Read once, from /proc/self/mountinfo.
 fn cgroup_mounts() -> &'static str {
     static MOUNTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        const CONTROLLERS: [&str; 14] = [
+            "cpu",
+            "cpuacct",
+            "cpuset",
+            "memory",
+            "devices",
+            "freezer",
+            "blkio",
+            "pids",
+            "net_cls",
+            "net_prio",
+            "perf_event",
+            "hugetlb",
+            "rdma",
+            "misc",
+        ];
         let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let mut script = Vec::new();
         for line in info.lines() {
@@ -759,24 +777,30 @@ fn cgroup_mounts() -> &'static str {
             }
             let mut fields = right.split(' ');
             let (fstype, options) = (fields.next().unwrap_or(""), fields.nth(1).unwrap_or(""));
-            // The hierarchy's own options: its controllers, or its name (with no controller).
-            let own: Vec<&str> = options.split(',').filter(|o| !matches!(*o, "rw" | "ro")).collect();
+            // The hierarchy's own options (its controllers, its name, cgroup2's delegation),
+            // not the access mode, nor a release agent, which is the machine's.
+            let own: Vec<&str> = options
+                .split(',')
+                .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent="))
+                .collect();
+            let with = |o: &[&str]| if o.is_empty() { String::new() } else { format!("-o {} ", o.join(",")) };
             let mount = match fstype {
                 "tmpfs" => "mount -t tmpfs -o mode=755 tmpfs".to_string(),
-                "cgroup2" => "mount -t cgroup2 cgroup2".to_string(),
-                "cgroup" if own.iter().any(|o| o.starts_with("name=")) => {
+                "cgroup2" => format!("mount -t cgroup2 {}cgroup2", with(&own)),
+                // A named hierarchy without a controller: `none`, or the mount would ask for
+                // every controller.
+                "cgroup" if !own.iter().any(|o| CONTROLLERS.contains(o)) => {
                     format!("mount -t cgroup -o none,{} cgroup", own.join(","))
                 }
-                "cgroup" => format!("mount -t cgroup -o {} cgroup", own.join(",")),
+                "cgroup" => format!("mount -t cgroup {}cgroup", with(&own)),
                 _ => continue,
             };
-            script.push(format!("mkdir -p {point} && {mount} {point}"));
+            script.push(format!(
+                "{{ mkdir -p {point} && {mount} {point}; }} || echo 'testbed: could not mount {point}' >&2"
+            ));
         }
-        if script.is_empty() {
-            "true".to_string()
-        } else {
-            script.join(" && ")
-        }
+        script.push("true".to_string());
+        script.join("; ")
     });
     &MOUNTS
 }
