@@ -3,8 +3,9 @@
 //! Ctrl-C came while the NCCL dumps were copied) and returns the decision: done, and how, or
 //! a restart after a delay, with the nodes blamed, quarantined and replaced, and those let
 //! back in; with `restart.on_straggler = "replace"`, the nodes of the stragglers still slow
-//! when the attempt ended are blamed too, where there is room for them. `replacement` is the same decision for nodes blamed later (Slurm refusing them
-//! after the backoff), `resume` the resume args of a restart from the checkpoint found. No
+//! when the attempt ended are blamed too, where there is room for them. `replacement` is the
+//! same decision for nodes blamed later (Slurm refusing them after the backoff), `resume`
+//! the resume args of a restart from the checkpoint found. No
 //! I/O, no clock, no randomness: the jitter's random number is given. The async shell in
 //! `supervisor` (`Run::attempt`, `Run::restart`, `reserve`) only performs the decision:
 //! events, the quarantine file, the sleep, the new nodes' connections and checks.
@@ -212,12 +213,13 @@ impl SlowRanks {
             if blamed.iter().any(|b| b.node_rank == node.blamed.node_rank) {
                 continue;
             }
+            let node_rank = node.blamed.node_rank;
             blamed.push(node.blamed);
             if roster.without(&blamed).is_none() {
                 blamed.pop();
                 continue;
             }
-            self.blamed.push((node.rank, blamed[blamed.len() - 1].node_rank, node.host));
+            self.blamed.push((node.rank, node_rank, node.host));
         }
         blamed
     }
@@ -412,9 +414,9 @@ mod tests {
         Case::new(Restart { on_straggler: OnStraggler::Replace, ..policy(5) }, roster)
     }
 
-    /// The attempt on `case.roster` (3 active nodes) failed with a communication error of no
-    /// node's (or a loss, with `lost`), with
-    /// `slow` stragglers still slow at its end, and `lost` nodes lost before the stop.
+    /// The attempt on `case.roster` (3 active nodes) failed: a communication error of no
+    /// node's, or the loss of the `lost` nodes before the stop; `slow` were the stragglers
+    /// still slow at its end. `case.roster` becomes the next attempt's.
     fn after_slow(
         b: &mut Between,
         case: &mut Case,
