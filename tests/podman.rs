@@ -33,7 +33,7 @@ fn venv_mounts(venv: &std::path::Path) -> Vec<String> {
     let home = cfg.lines().find_map(|l| l.strip_prefix("home = ")).expect("home in pyvenv.cfg");
     let prefix = PathBuf::from(home.trim()).parent().unwrap().to_path_buf();
     let mut mounts = vec![format!("{0}:{0}:ro", venv.display())];
-    if !prefix.starts_with("/usr") {
+    if prefix != std::path::Path::new("/usr") {
         mounts.push(format!("{0}:{0}:ro", prefix.display()));
     }
     mounts
