@@ -97,6 +97,16 @@ impl ContainerPlan {
         words.line()
     }
 
+    /// Whether `args` ask the runtime to pull the image (`--pull MODE` or `--pull=MODE`, any
+    /// mode but `never`): a node without it then gets it as the job starts.
+    pub fn pulls(&self) -> bool {
+        self.args.iter().enumerate().any(|(i, a)| match a.strip_prefix("--pull") {
+            Some("") => self.args.get(i + 1).is_some_and(|m| m != "never"),
+            Some(rest) => rest.strip_prefix('=').is_some_and(|m| m != "never"),
+            None => false,
+        })
+    }
+
     /// The IPC mode that `args` choose (`--ipc MODE` or `--ipc=MODE`), which replaces herd's
     /// `--ipc host`.
     fn ipc_in_args(&self) -> Option<&str> {
@@ -124,7 +134,8 @@ impl ContainerPlan {
 
     /// A shell command that removes every container whose name starts with `prefix` but not
     /// with `spare` (see [`name_prefix`]) and prints `container NAME` for each. Does nothing,
-    /// quietly, on a node without the runtime.
+    /// quietly, on a node without the runtime; prints `container-unlisted ERROR` when the
+    /// runtime cannot list its containers (a store one broken container makes unreadable).
     pub fn sweep_command(&self, prefix: &str, spare: Option<&str>) -> String {
         let plain = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
         debug_assert!(plain(prefix) && spare.is_none_or(plain), "{prefix} {spare:?}");
@@ -138,10 +149,14 @@ impl ContainerPlan {
         };
         format!(
             "command -v {rt} >/dev/null 2>&1 || exit 0; \
-             names=$({rt} ps -a --filter {filter} --format '{{{{.Names}}}}' 2>/dev/null); \
+             names=$({rt} {ps} 2>/dev/null) || \
+             {{ echo \"container-unlisted $({rt} {ps} 2>&1 >/dev/null | tail -n 1)\"; exit 0; }}; \
              [ -n \"$names\" ] || exit 0; {keep}{rm} $names >/dev/null 2>&1; \
              for n in $names; do echo \"container $n\"; done; exit 0",
-            filter = command_line([format!("name=^{prefix}")]),
+            ps = format!(
+                "ps -a --filter {} --format '{{{{.Names}}}}'",
+                command_line([format!("name=^{prefix}")])
+            ),
             rm = self.remove_words().join(" "),
         )
     }
@@ -169,6 +184,11 @@ pub fn name_prefix(config_key: &str, run_id: Option<&str>) -> String {
 /// The containers a sweep removed, from its output (other lines are ignored).
 pub fn parse_removed(out: &str) -> Vec<String> {
     out.lines().filter_map(|l| l.strip_prefix("container ")).map(|n| n.trim().to_string()).collect()
+}
+
+/// Why a sweep could not list the node's containers, from its output, if it could not.
+pub fn parse_unlisted(out: &str) -> Option<&str> {
+    out.lines().find_map(|l| l.strip_prefix("container-unlisted ")).map(str::trim)
 }
 
 #[cfg(test)]
@@ -243,12 +263,24 @@ mod tests {
     }
 
     #[test]
+    fn pull_in_args_is_seen_in_either_spelling_and_never_is_no_pull() {
+        let with =
+            |args: &[&str]| ContainerPlan { args: args.iter().map(|a| a.to_string()).collect(), ..docker() };
+        assert!(with(&["--pull", "missing"]).pulls() && with(&["--pull=always"]).pulls());
+        assert!(!with(&["--pull", "never"]).pulls() && !with(&["--pull=never"]).pulls());
+        assert!(!with(&[]).pulls() && !with(&["--pull"]).pulls() && !with(&["--pullx=1"]).pulls());
+    }
+
+    #[test]
     fn no_gpus_on_cpu_and_podman_is_the_runtime_word() {
         let cpu = ContainerPlan { gpus: false, runtime: ContainerRuntime::Podman, ..docker() };
         let cmd = cpu.run_command("/w", [], "exec true");
         assert!(cmd.starts_with("podman run "), "{cmd}");
         assert!(!cmd.contains("--gpus") && !cmd.contains("--ulimit"), "{cmd}");
-        assert_eq!(cpu.remove_command("herd-k-r-0-0"), "podman rm -f -t 0 herd-k-r-0-0 >/dev/null 2>&1 || true");
+        assert_eq!(
+            cpu.remove_command("herd-k-r-0-0"),
+            "podman rm -f -t 0 herd-k-r-0-0 >/dev/null 2>&1 || true"
+        );
         assert!(cpu.sweep_command("herd-k-", None).contains("podman rm -f -t 0 $names"));
         assert_eq!(docker().remove_command("n"), "docker rm -f n >/dev/null 2>&1 || true");
         assert!(cpu.sweep_command("herd-k-", None).starts_with("command -v podman "));
@@ -435,5 +467,23 @@ image = "img"
         let only_now = docker().sweep_command("herd-k-now-", Some("herd-k-now-"));
         let out = Command::new("sh").arg("-c").arg(only_now).env("PATH", &path).output().unwrap();
         assert!(out.stdout.is_empty() && !log.exists(), "{out:?}");
+        // A store the runtime cannot read: the sweep says so, with the runtime's last word.
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'level=error msg=first' >&2\necho 'Error: broken store' >&2\nexit 125\n",
+        )
+        .unwrap();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(docker().sweep_command("herd-k-", None))
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            (parse_unlisted(&out), parse_removed(&out).len()),
+            (Some("Error: broken store"), 0),
+            "{out}"
+        );
     }
 }

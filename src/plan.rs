@@ -727,6 +727,19 @@ impl LaunchPlan {
         let name = container::name(&self.config_key, values.run_id, values.attempt, node.node_rank);
         Some(self.container.as_ref()?.remove_command(&name))
     }
+
+    /// With `[container]`: the doctor's trial on one node, a container started as the node's
+    /// job would start it (herd's options, the mounts, the env's names, `setup`) that checks
+    /// that the launcher, and the Python that a torch launcher's output multiplexer needs, are
+    /// in it. It prints `herd: PROGRAM is not in the container` and exits 127 when one is not.
+    pub fn container_trial(&self, node: &NodePlan) -> Option<String> {
+        const CHECK: &str = "for p do command -v \"$p\" >/dev/null 2>&1 || { echo \"herd: $p is not in the container\" >&2; exit 127; }; done";
+        let container = self.container.as_ref()?;
+        let python = Some(self.python.as_str()).filter(|_| self.launcher != LauncherKind::Command);
+        let check = ["sh", "-c", CHECK, "herd-check", &self.launcher_program].into_iter().chain(python);
+        let inner = remote::setup_and_exec(self.setup.as_deref(), &remote::command_line(check));
+        Some(container.run_command(&self.workdir, node.env.keys().map(String::as_str), &inner))
+    }
 }
 
 impl NodePlan {

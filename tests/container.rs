@@ -32,6 +32,9 @@ ps)
   while [ "$1" != --filter ]; do shift; done
   echo "${2#name=^}old-0-0"
   ;;
+image)
+  echo sha256:0123456789abcdef
+  ;;
 esac
 "#;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::Device;
+use crate::config::{Device, LauncherKind};
 use crate::plan::LaunchPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -255,6 +255,7 @@ fn container_checks(
     fast: bool,
     checks: &mut Vec<Check>,
 ) {
+    let Some(container) = &plan.container else { return };
     match f.get("runtime") {
         Some(path) => checks.push(Check::pass("runtime", path)),
         None => checks.push(Check::fail(
@@ -262,6 +263,44 @@ fn container_checks(
             format!("{runtime} not found on PATH ([container] is set)"),
             format!("install {runtime} on this node, or set container.runtime"),
         )),
+    }
+    let image = &container.image;
+    // What the engines say of an image they do not have (podman, docker).
+    let missing = |error: &str| {
+        let error = error.to_ascii_lowercase();
+        error.contains("image not known")
+            || error.contains("no such image")
+            || error.contains("no such object")
+    };
+    match (f.get("image_id"), f.values.get("image_error")) {
+        (Some(id), _) => checks.push(Check::pass("image", format!("{image} {}", short_id(id)))),
+        // No runtime: its own check says so.
+        (None, None) => {}
+        (None, Some(error)) if !missing(error) => checks.push(Check::fail(
+            "image",
+            format!("{runtime} cannot look at its images: {error}"),
+            format!("run `{runtime} image inspect {image}` as the SSH user on this node: the engine must be usable without a prompt"),
+        )),
+        // `--pull` in args: the user means the nodes to pull it.
+        (None, Some(_)) if container.pulls() => checks.push(Check::warn(
+            "image",
+            format!("{image} is not on this node: it pulls it as the job starts (--pull in container.args)"),
+            format!(
+                "{runtime} pull {image} on every node before the run: a pull makes the first \
+                 attempt slow, and one failed pull fails it"
+            ),
+        )),
+        (None, Some(_)) => checks.push(Check::fail(
+            "image",
+            format!("{image} is not on this node"),
+            format!(
+                "{runtime} pull {image} on every node before the run (or let the nodes pull it as \
+                 the job starts: --pull missing in container.args)"
+            ),
+        )),
+    }
+    if let Some(rc) = f.get("container_rc") {
+        checks.push(trial_check(plan, runtime, rc, f.get("container_out").unwrap_or("")));
     }
     if !fast {
         gpu_check(plan, rank, f, checks);
@@ -271,6 +310,42 @@ fn container_checks(
     if !fast {
         resource_checks(plan, rank, f, checks);
     }
+}
+
+/// An image ID as the engines print it short: its first 12 hex digits.
+fn short_id(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    hex.get(..12).unwrap_or(hex)
+}
+
+/// The doctor's trial container (see `LaunchPlan::container_trial`): it started with herd's
+/// options, and the launcher and Python are in it.
+fn trial_check(plan: &LaunchPlan, runtime: &str, rc: &str, out: &str) -> Check {
+    let programs = match plan.launcher {
+        LauncherKind::Command => plan.launcher_program.clone(),
+        _ => format!("{} and {}", plan.launcher_program, plan.python),
+    };
+    let fix = match rc {
+        "0" => return Check::pass("container", format!("starts; {programs} found in it")),
+        // What the shells in the container say when a program is missing (the trial's own
+        // word, or setup's).
+        "127" => format!(
+            "install {programs} in the image, or make job.setup put {} on PATH in it (a \
+             host directory goes in container.mounts)",
+            if plan.launcher == LauncherKind::Command { "it" } else { "them" }
+        ),
+        // The engine's own failures: its options, its configuration, the image.
+        _ => format!(
+            "`herd plan` shows the node's `{runtime} run` command: try it by hand there; \
+             check container.args and the engine's configuration ({})",
+            match runtime {
+                "docker" => "/etc/docker/daemon.json",
+                _ => "containers.conf: runtime, cgroup_manager, default_ulimits",
+            }
+        ),
+    };
+    let out = if out.is_empty() { String::new() } else { format!(": {out}") };
+    Check::fail("container", format!("{runtime} run exited {rc}{out}"), fix)
 }
 
 /// Without a container: the launcher, torch, the GPUs and NCCL as the job's setup leaves them.
@@ -498,31 +573,41 @@ fn stack_checks(f: &Facts) -> Vec<Check> {
 fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeMap<usize, Check> {
     let keys: &[&str] = if fast { &["python", "torch"] } else { &["python", "torch", "cuda", "nccl"] };
     let mut out = BTreeMap::new();
-    if plan.container.is_some() {
-        // They are the image's, the same on every node.
-        return out;
-    }
     let reachable: Vec<(usize, &Facts)> =
         facts.iter().enumerate().filter(|(_, f)| f.unreachable.is_none()).collect();
+    if let Some(container) = &plan.container {
+        // Python, torch and the rest are the image's: the image must be the same build on
+        // every node, which a tag does not promise.
+        let known = known_values(&reachable, "image_id");
+        let Some((reference, odd)) = odd_values(&known) else { return out };
+        for (rank, id) in &known {
+            let check = match odd.contains(rank) {
+                true => Check::fail(
+                    "image-build",
+                    format!(
+                        "{} is image {}, other nodes have {}: another build of the same name",
+                        container.image,
+                        short_id(id),
+                        short_id(reference)
+                    ),
+                    "pull the same build on every node (name it by digest, IMAGE@sha256:..., to be sure)",
+                ),
+                false => Check::pass("image-build", format!("{} on every node", short_id(reference))),
+            };
+            out.insert(plan.nodes[*rank].node_rank, check);
+        }
+        return out;
+    }
     let mut odd: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     let mut summary = Vec::new();
     for key in keys {
         // Only nodes that know the value take part: a node where `import torch` failed has no
         // CUDA version, and its own check says why.
-        let known: Vec<(usize, &str)> =
-            reachable.iter().filter_map(|(r, f)| Some((*r, f.get(key)?))).collect();
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, v) in &known {
-            *counts.entry(v).or_default() += 1;
-        }
-        // The most common value is the reference; ties go to the smallest rank's.
-        let Some(&max) = counts.values().max() else { continue };
-        let Some(reference) = known.iter().map(|(_, v)| *v).find(|v| counts[v] == max) else { continue };
+        let known = known_values(&reachable, key);
+        let Some((reference, odd_ranks)) = odd_values(&known) else { continue };
         summary.push(format!("{key} {reference}"));
-        for (rank, v) in &known {
-            if *v != reference {
-                odd.entry(*rank).or_default().push(format!("{key} {v}, others {reference}"));
-            }
+        for (rank, v) in known.iter().filter(|(r, _)| odd_ranks.contains(r)) {
+            odd.entry(*rank).or_default().push(format!("{key} {v}, others {reference}"));
         }
     }
     for (rank, _) in &reachable {
@@ -537,6 +622,23 @@ fn version_consistency(plan: &LaunchPlan, facts: &[Facts], fast: bool) -> BTreeM
         out.insert(plan.nodes[*rank].node_rank, check);
     }
     out
+}
+
+/// The nonempty values of fact `key`, by node (in `facts`' order).
+fn known_values<'a>(reachable: &[(usize, &'a Facts)], key: &str) -> Vec<(usize, &'a str)> {
+    reachable.iter().filter_map(|(r, f)| Some((*r, f.get(key).filter(|v| !v.is_empty())?))).collect()
+}
+
+/// The reference among `known` values, the most common (ties go to the first node's), and
+/// the nodes whose value differs from it. `None` when no node knows the value.
+fn odd_values<'a>(known: &[(usize, &'a str)]) -> Option<(&'a str, Vec<usize>)> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, v) in known {
+        *counts.entry(v).or_default() += 1;
+    }
+    let max = *counts.values().max()?;
+    let reference = known.iter().map(|(_, v)| *v).find(|v| counts[v] == max)?;
+    Some((reference, known.iter().filter(|(_, v)| *v != reference).map(|(r, _)| *r).collect()))
 }
 
 /// Each node's clock against the median node's (the launching machine's clock does not
@@ -679,13 +781,90 @@ mod tests {
         assert_eq!(statuses(&without)[1], ("ptrace", Status::Warn), "3: nobody attaches");
     }
 
+    /// The image on each node, the same build everywhere, and the trial container: a node
+    /// without the image, a node with another build of it and a container that does not
+    /// start are each named with their fix.
+    #[test]
+    fn with_a_container_every_node_needs_the_image_the_same_build_and_a_container_that_starts() {
+        let text = "[[nodes]]\nhost = \"n[1-4]\"\n[job]\nscript = \"t.py\"\ndevice = \"cpu\"\n\
+                    [container]\nimage = \"img:1\"\nruntime = \"podman\"\n";
+        let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
+        let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() });
+        let node = |id: &str, trial: Option<(&str, &str)>| {
+            let mut f = facts("2.5.0", 0.0);
+            f.values.insert("runtime".into(), "/usr/bin/podman".into());
+            match id {
+                "" => f.values.insert("image_error".into(), "Error: img:1: image not known".into()),
+                "denied" => f.values.insert(
+                    "image_error".into(),
+                    "permission denied while trying to connect to the Docker daemon socket".into(),
+                ),
+                _ => f.values.insert("image_id".into(), id.into()),
+            };
+            if let Some((rc, out)) = trial {
+                f.values.insert("container_rc".into(), rc.into());
+                f.values.insert("container_out".into(), out.into());
+            }
+            f
+        };
+        let (a, b) = ("sha256:aaaaaaaaaaaa1111", "sha256:bbbbbbbbbbbb2222");
+        let all = [
+            node(a, Some(("0", ""))),
+            node("", None),
+            node(b, Some(("125", "Error: invalid option"))),
+            node(a, Some(("127", "herd: torchrun is not in the container"))),
+        ];
+        let port = PortReach::Skipped("test".into());
+        let nodes = evaluate(&p, &all, &port, false);
+        let check = |rank: usize, name: &str| nodes[rank].checks.iter().find(|c| c.name == name).cloned();
+        assert_eq!(check(0, "image").unwrap().detail, "img:1 aaaaaaaaaaaa");
+        assert_eq!(check(0, "container").unwrap().status, Status::Pass);
+        assert_eq!(check(0, "image-build").unwrap().status, Status::Pass);
+        let missing = check(1, "image").unwrap();
+        assert_eq!((missing.status, missing.detail.as_str()), (Status::Fail, "img:1 is not on this node"));
+        assert!(missing.fix.unwrap().starts_with("podman pull img:1 on every node before the run (or"));
+        assert!(check(1, "container").is_none() && check(1, "image-build").is_none());
+        let odd = check(2, "image-build").unwrap();
+        assert_eq!(odd.status, Status::Fail);
+        assert!(odd.detail.contains("is image bbbbbbbbbbbb, other nodes have aaaaaaaaaaaa"), "{odd:?}");
+        let refused = check(2, "container").unwrap();
+        assert_eq!(refused.detail, "podman run exited 125: Error: invalid option");
+        assert!(refused.fix.unwrap().contains("containers.conf"));
+        let lacking = check(3, "container").unwrap();
+        assert_eq!(lacking.status, Status::Fail);
+        assert!(
+            lacking.fix.as_deref().unwrap().starts_with("install torchrun and python3 in the image"),
+            "{lacking:?}"
+        );
+        // An engine that cannot be used is not a missing image.
+        let denied = evaluate(&p, &[node("denied", None)], &port, true);
+        let check = denied[0].checks.iter().find(|c| c.name == "image").unwrap();
+        assert_eq!(check.status, Status::Fail);
+        assert!(check.detail.starts_with("podman cannot look at its images: permission denied"), "{check:?}");
+        // `--pull` in args: a node without the image pulls it, which is worth a warning.
+        let pulling = {
+            let mut p = p.clone();
+            p.container.as_mut().unwrap().args = vec!["--pull".into(), "missing".into()];
+            p
+        };
+        assert_eq!(status_of(&evaluate(&pulling, &all, &port, false), 1, "image"), Some(Status::Warn));
+        // A fast preflight has no trial, and checks the image all the same.
+        let fast = evaluate(&p, &all, &port, true);
+        assert_eq!(status_of(&fast, 1, "image"), Some(Status::Fail));
+        assert_eq!(status_of(&fast, 2, "image-build"), Some(Status::Fail));
+        // The trial: the job's own `run`, with the launcher and Python looked for in it.
+        let trial = p.container_trial(&p.nodes[0]).unwrap();
+        assert!(trial.starts_with("podman run --rm --init --name \"$HERD_CONTAINER\" "), "{trial}");
+        assert!(trial.contains(" img:1 sh -c ") && trial.contains("herd-check torchrun python3"), "{trial}");
+    }
+
     #[test]
     fn with_a_container_the_node_needs_the_runtime_not_the_launcher() {
         let text = "[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\nsetup = \"pip install -e .\"\n[container]\nimage = \"i\"\nruntime = \"podman\"\n";
         let config = crate::config::parse(Path::new("c.toml"), text).unwrap();
         let p = plan::build(&config, &PlanInputs { cwd: "/w".into(), ..Default::default() });
         // facts.sh's $2 (the runtime) and $4 (the Python that torch is looked for with).
-        let argv = crate::doctor::facts_argv(&p, true, true);
+        let argv = crate::doctor::facts_argv(&p, &p.nodes[0], true, true);
         assert_eq!((argv[5].as_str(), argv[7].as_str()), ("podman", ""), "{:?}", &argv[4..]);
         let mut with = facts("2.5.0", 0.0);
         with.values.insert("runtime".into(), "/usr/bin/podman".into());
@@ -732,7 +911,7 @@ mod tests {
         let plain = build("script = \"./run.sh\"\n");
         assert_eq!(plain.launcher_program, "./run.sh");
         // facts.sh's $4: the Python that torch is looked for with, none.
-        let python = |p: &LaunchPlan| crate::doctor::facts_argv(p, false, true)[7].clone();
+        let python = |p: &LaunchPlan| crate::doctor::facts_argv(p, &p.nodes[0], false, true)[7].clone();
         assert_eq!(python(&plain), "");
         for fast in [true, false] {
             let nodes = evaluate(&plain, &[no_torch.clone(), no_torch.clone()], &port, fast);
@@ -927,7 +1106,7 @@ mod tests {
         let mut live = agent("20000101-000001-live", "sleep 62".into());
         let mut probe = agent(
             crate::doctor::DOCTOR_RUN_ID,
-            format!("sleep 0.3; {}", crate::doctor::facts_command(&p, false)),
+            format!("sleep 0.3; {}", crate::doctor::facts_command(&p, &p.nodes[0], false)),
         );
         let mut out = String::new();
         probe.stdout.take().unwrap().read_to_string(&mut out).unwrap();

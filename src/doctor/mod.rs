@@ -44,17 +44,22 @@ const FACTS_DONE: &str = "herd-facts-done";
 
 /// The command that prints a node's facts (`facts.sh`). `fast` leaves out what costs time
 /// (importing torch).
-pub fn facts_command(plan: &LaunchPlan, fast: bool) -> String {
-    remote::command_line(facts_argv(plan, fast, !fast))
+pub fn facts_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
+    remote::command_line(facts_argv(plan, node, fast, !fast))
 }
 
-/// The argv of `facts.sh` (after `procs.sh`, in `sh`), importing torch when `import_torch` (a
-/// fast probe of a node new to the run). Its arguments are in the order of its header.
-pub(crate) fn facts_argv(plan: &LaunchPlan, fast: bool, import_torch: bool) -> Vec<String> {
-    let (runtime, python) = match &plan.container {
-        // The launcher, Python and torch are in the image: the node needs the runtime.
-        Some(c) => (c.runtime.as_str(), ""),
-        None => ("", if plan.uses_torch { plan.python.as_str() } else { "" }),
+/// The argv of `facts.sh` (after `procs.sh`, in `sh`) on `node`, importing torch when
+/// `import_torch` (a fast probe of a node new to the run). Its arguments are in the order of
+/// its header.
+pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_torch: bool) -> Vec<String> {
+    let (runtime, python, image, trial) = match &plan.container {
+        // The launcher, Python and torch are in the image: the node needs the runtime, the
+        // image, and a container that starts (a full probe only: it takes a second).
+        Some(c) => {
+            let trial = if fast { None } else { plan.container_trial(node) };
+            (c.runtime.as_str(), "", c.image.as_str(), trial.unwrap_or_default())
+        }
+        None => ("", if plan.uses_torch { plan.python.as_str() } else { "" }, "", String::new()),
     };
     let interface = plan.interface.as_deref().filter(|i| *i != "auto").unwrap_or("");
     let port = match plan.master.port {
@@ -72,6 +77,8 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, fast: bool, import_torch: bool) -> V
         interface,
         &crate::marker::Marker::config(&plan.config_key).entry(),
         &port,
+        image,
+        &trial,
     ];
     remote::script_argv(remote::FACTS_SCRIPT, "herd-facts", args)
 }
@@ -86,7 +93,7 @@ fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec
     };
     let secs = secs.as_secs().to_string();
     let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
-    let facts = facts_argv(plan, options.fast, options.imports_torch(node.node_rank));
+    let facts = facts_argv(plan, node, options.fast, options.imports_torch(node.node_rank));
     remote::script_argv(remote::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
@@ -378,6 +385,9 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
     );
     AgentInvocation {
         grace_secs: 1,
+        // A full probe's trial container (see `LaunchPlan::container_trial`), should the probe
+        // be stopped while it runs: its killed client would leave it running.
+        cleanup: if options.fast { None } else { plan.container_cleanup(node, &values) },
         presweep: options.presweep.clone(),
         report_ports: options.test_port
             && plan.master.port == PortSpec::Auto
@@ -670,7 +680,7 @@ mod tests {
         let plan =
             crate::plan::build(&config, &crate::plan::PlanInputs { cwd: "/".into(), ..Default::default() });
         let run = |command: String| std::process::Command::new("sh").arg("-c").arg(command).output().unwrap();
-        let out = run(facts_command(&plan, false));
+        let out = run(facts_command(&plan, &plan.nodes[0], false));
         let (facts, other) = checks::parse_facts(&String::from_utf8_lossy(&out.stdout));
         let fact = |name: &str| facts.get(name).map(String::as_str);
         let python = run("python3 -c 'import platform; print(platform.python_version())'".into());

@@ -14,13 +14,30 @@
 #         $8 the network interface the config names; empty: none
 #         $9 the config's marker entry, whose processes without an agent are leftovers
 #         $10 the fixed master port, whose listeners are counted; empty: none
+#         $11 with $2: the image, whose ID on this node is reported (`image_id`), or why it
+#             could not be (`image_error`: the runtime's last line, a missing image or an
+#             engine that cannot be used)
+#         $12 with $2, `full` only: the trial, a shell command that runs a container as the
+#             job's would (herd's options, the mounts, setup) and checks that the launcher
+#             and Python are in it; run only when the node has the image (a trial must never
+#             start a pull). Reported as `container_rc` and `container_out` (its last line).
 # stdout: `herd-fact NAME=VALUE` lines (the torch import's error too), and whatever else the
 #         commands printed, which the checks keep as other lines.
 mode=$1 runtime=$2 launcher=$3 python=$4 facts_py=$5 import=$6
-master=$7 iface=$8 config_marker=$9 port=${10}
+master=$7 iface=$8 config_marker=$9 port=${10} image=${11-} trial=${12-}
 
+image_id=
 if [ -n "$runtime" ]; then
   echo "herd-fact runtime=$(command -v "$runtime" 2>/dev/null)"
+  if [ -n "$image" ] && command -v "$runtime" >/dev/null 2>&1; then
+    if image_id=$("$runtime" image inspect --format '{{.Id}}' "$image" 2>/dev/null); then
+      image_id=$(printf '%s\n' "$image_id" | head -n 1)
+      echo "herd-fact image_id=$image_id"
+    else
+      image_id=
+      echo "herd-fact image_error=$("$runtime" image inspect "$image" 2>&1 >/dev/null | tail -n 1)"
+    fi
+  fi
 else
   echo "herd-fact launcher=$(command -v "$launcher" 2>/dev/null)"
   [ -z "$python" ] || "$python" -c "$facts_py" "$import" 2>&1
@@ -39,6 +56,12 @@ if [ -n "$iface" ]; then
   if [ -e "/sys/class/net/$iface" ]; then echo herd-fact iface_exists=yes; else echo herd-fact iface_exists=no; fi
 fi
 [ "$mode" = full ] || exit 0
+
+if [ -n "$trial" ] && [ -n "$image_id" ]; then
+  out=$(sh -c "$trial" </dev/null 2>&1)
+  echo "herd-fact container_rc=$?"
+  echo "herd-fact container_out=$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1)"
+fi
 
 if command -v nvidia-smi >/dev/null 2>&1; then
   echo "herd-fact gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"

@@ -65,6 +65,9 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
     if !pids.is_empty() {
         events.push(Event::LeftoversStopped { node_rank, host: host.to_string(), pids });
     }
+    if let Some(error) = container::parse_unlisted(out) {
+        tracing::warn!(node = node_rank, %host, "cannot look for leftover containers: {error}");
+    }
     let names = container::parse_removed(out);
     if !names.is_empty() {
         events.push(Event::ContainersRemoved { node_rank, host: host.to_string(), names });
