@@ -90,7 +90,7 @@ impl Running {
         cond()
     }
 
-    /// Wait for herd to exit, killing it (and failing) after `limit`.
+    /// Wait for herd to exit, killing it (and failing) once `limit` has passed since it started.
     pub fn wait(mut self, limit: Duration) -> Finished {
         let out_reader = self.stdout.take().unwrap();
         let err_reader = self.stderr.take().unwrap();
