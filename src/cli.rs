@@ -136,6 +136,16 @@ pub struct SubmitArgs {
     /// `--sbatch-arg=--gres=gpu:8`); repeat it for more. SBATCH_* variables work too.
     #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
     pub sbatch_arg: Vec<String>,
+    /// How long before the time limit Slurm warns herd (SIGUSR1, `sbatch --signal`): every
+    /// rank then gets `restart.checkpoint_signal` and `restart.checkpoint_grace` to exit.
+    /// Longer than the grace and the teardown, shorter than --time; `0`: no warning.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = humantime::parse_duration)]
+    pub warn_before: std::time::Duration,
+    /// Do not requeue the job when it stops for the time limit or a preemption (by default
+    /// `herd run --requeue`: it goes on in a new allocation, resuming through
+    /// restart.resume_args).
+    #[arg(long)]
+    pub no_requeue: bool,
     /// The herd that runs in the allocation, on a file system every node shares. Default:
     /// this one.
     #[arg(long, value_name = "PATH")]
@@ -212,6 +222,13 @@ pub struct RunArgs {
     /// stderr is not a terminal, with NO_COLOR or TERM=dumb set, and under CI.
     #[arg(long)]
     pub no_progress: bool,
+
+    /// In a Slurm batch job: when the run stops for the time limit's warning (SIGUSR1) or a
+    /// preemption (SIGTERM), requeue the job (`scontrol requeue`) so that it goes on in a new
+    /// allocation. Not when the run ended, failed, or was cancelled (`scancel`). `herd
+    /// submit` passes it unless told `--no-requeue`.
+    #[arg(long)]
+    pub requeue: bool,
 
     /// Extra arguments for the training script, appended to job.args.
     #[arg(last = true, value_name = "ARGS")]

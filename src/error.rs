@@ -18,6 +18,10 @@ pub mod exit {
     pub const START_FAILED: u8 = 4;
     /// herd itself failed (cannot write its log files, no async runtime).
     pub const INTERNAL: u8 = 5;
+    /// Stopped for a time limit's warning (SIGUSR1) or a preemption (SIGTERM in a Slurm job):
+    /// the ranks were told to checkpoint, then every node was stopped. No failure: with
+    /// `--requeue`, the Slurm job was requeued to go on. 75 is EX_TEMPFAIL.
+    pub const PREEMPTED: u8 = 75;
     /// Interrupted by Ctrl-C or SIGTERM; every node was stopped.
     pub const INTERRUPTED: u8 = 130;
     /// stdout was closed by its reader (`herd run | head`): every node was stopped, as for

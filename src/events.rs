@@ -14,6 +14,47 @@ pub enum RunStatus {
     Succeeded,
     Failed,
     Interrupted,
+    /// Stopped for a preemption (SIGTERM to herd in a Slurm job): the ranks were told to
+    /// checkpoint.
+    Preempted,
+    /// Stopped for the time limit's warning (SIGUSR1 to herd): the ranks were told to
+    /// checkpoint.
+    #[serde(rename = "time-limit")]
+    TimeLimit,
+}
+
+impl RunStatus {
+    /// Stopped for a preemption or a time limit: a run to go on in another allocation.
+    pub fn preempted(self) -> bool {
+        matches!(self, RunStatus::Preempted | RunStatus::TimeLimit)
+    }
+}
+
+/// Why herd stops a run that has not failed, so that it goes on elsewhere: what it tells the
+/// ranks (`restart.checkpoint_signal`) and what it says it ended as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preemption {
+    /// SIGUSR1: Slurm's warning before the time limit (`sbatch --signal=B:USR1@SECONDS`).
+    TimeLimit,
+    /// SIGTERM in a Slurm job: a preemption (or `scancel --signal=TERM --batch`).
+    Preempted,
+}
+
+impl Preemption {
+    pub fn status(self) -> RunStatus {
+        match self {
+            Preemption::TimeLimit => RunStatus::TimeLimit,
+            Preemption::Preempted => RunStatus::Preempted,
+        }
+    }
+
+    /// What the teardown says.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Preemption::TimeLimit => "the time limit is near (SIGUSR1)",
+            Preemption::Preempted => "preempted (SIGTERM)",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

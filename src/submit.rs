@@ -29,6 +29,12 @@ pub struct Submission<'a> {
     pub sbatch_args: &'a [String],
     /// Extra arguments for the training script.
     pub extra_args: &'a [String],
+    /// Seconds before the time limit at which Slurm sends herd SIGUSR1 (`--signal=B:USR1@S`):
+    /// the ranks are told to checkpoint. `None`: no warning.
+    pub warning: Option<u64>,
+    /// `--requeue`: the job may be requeued, and herd requeues it when it stops for the time
+    /// limit or a preemption; Slurm's output of each run is appended to the same file.
+    pub requeue: bool,
 }
 
 /// The job name for config `config`: `herd-` and its file stem.
@@ -59,6 +65,13 @@ pub fn script(s: &Submission<'_>) -> String {
             directive(format!("--{option}={v}"));
         }
     }
+    if let Some(secs) = s.warning {
+        directive(format!("--signal=B:USR1@{secs}"));
+    }
+    if s.requeue {
+        directive("--requeue".into());
+        directive("--open-mode=append".into());
+    }
     for arg in s.sbatch_args {
         directive(arg.clone());
     }
@@ -68,13 +81,42 @@ pub fn script(s: &Submission<'_>) -> String {
     );
     let (herd, config) = (path(s.herd), path(s.config));
     let mut line = ShellLine::new();
-    line.args(["exec", herd.as_str(), "run", "--slurm", "--no-progress", "-c", config.as_str()]);
+    line.args(["exec", herd.as_str(), "run", "--slurm", "--no-progress"]);
+    if s.requeue {
+        line.arg("--requeue");
+    }
+    line.args(["-c", config.as_str()]);
     if !s.extra_args.is_empty() {
         line.arg("--").args(s.extra_args);
     }
     let line = line.line();
     t + &line + "\n"
 }
+
+/// A Slurm time limit (`--time`) in seconds: `MINUTES`, `MINUTES:SECONDS`, `HOURS:MINUTES:SECONDS`,
+/// `DAYS-HOURS`, `DAYS-HOURS:MINUTES`, `DAYS-HOURS:MINUTES:SECONDS`. `None` for what is not
+/// one of them (`UNLIMITED` included: no limit to warn before).
+pub fn time_limit_secs(time: &str) -> Option<u64> {
+    let num = |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten();
+    let (days, rest) = match time.split_once('-') {
+        Some((d, rest)) => (Some(num(d)?), rest),
+        None => (None, time),
+    };
+    let parts: Vec<u64> = rest.split(':').map(num).collect::<Option<_>>()?;
+    let secs = match (days, parts.as_slice()) {
+        (None, [m]) => m * 60,
+        (None, [m, s]) => m * 60 + s,
+        (None, [h, m, s]) => h * 3600 + m * 60 + s,
+        (Some(d), [h]) => d * 86400 + h * 3600,
+        (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
+        (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some(secs)
+}
+
+/// The longest warning `sbatch --signal` takes, in seconds.
+pub const MAX_WARNING_SECS: u64 = 65535;
 
 /// sbatch options that would change what the script sets and herd relies on: the node count
 /// the config was checked for (`--ntasks` caps it too), `--no-kill` (a failed node does not
@@ -180,6 +222,8 @@ mod tests {
             logs_dir: Path::new("/p/herd-logs"),
             sbatch_args: &["--exclusive".to_string()],
             extra_args: &args,
+            warning: None,
+            requeue: false,
         };
         assert_eq!(
             script(&s),
@@ -195,6 +239,43 @@ mod tests {
              # Written by `herd submit`: herd runs the config on this allocation's nodes, through srun.\n\
              exec /opt/herd/bin/herd run --slurm --no-progress -c '/p/my cluster.toml' -- --lr '3e-4 x'\n"
         );
+    }
+
+    #[test]
+    fn a_warning_and_requeue_ask_slurm_for_them_and_herd_run_requeues() {
+        let s = Submission {
+            name: "herd-c".into(),
+            nodes: 2,
+            partition: None,
+            time: Some("1"),
+            account: None,
+            herd: Path::new("/h"),
+            config: Path::new("/p/c.toml"),
+            workdir: Path::new("/p"),
+            logs_dir: Path::new("/p/l"),
+            sbatch_args: &[],
+            extra_args: &[],
+            warning: Some(30),
+            requeue: true,
+        };
+        let text = script(&s);
+        for line in ["#SBATCH --time=1\n", "#SBATCH --signal=B:USR1@30\n", "#SBATCH --requeue\n", "#SBATCH --open-mode=append\n"] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        assert!(text.ends_with("exec /h run --slurm --no-progress --requeue -c /p/c.toml\n"), "{text}");
+    }
+
+    #[test]
+    fn slurm_time_limits_in_every_form_and_none_else() {
+        for (t, secs) in [
+            ("1", 60), ("90", 5400), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400), ("1-2", 93600),
+            ("1-2:30", 95400), ("0-0:0:45", 45),
+        ] {
+            assert_eq!(time_limit_secs(t), Some(secs), "{t}");
+        }
+        for bad in ["", "UNLIMITED", "infinite", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:x"] {
+            assert_eq!(time_limit_secs(bad), None, "{bad}");
+        }
     }
 
     #[test]

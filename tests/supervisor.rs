@@ -462,3 +462,48 @@ fn a_silent_node_is_lost_by_heartbeat_and_given_up() {
     assert_eq!(f["root_cause"]["node_rank"], 1, "{f}");
     assert!(f["root_cause"]["lost"].as_str().unwrap().contains("no heartbeat"), "{f}");
 }
+
+/// SIGUSR1 to herd, Slurm's warning before a time limit: every rank gets
+/// `restart.checkpoint_signal` (here USR1; examples/allreduce.py stops after the step it is in,
+/// rank 0 having saved it), the ranks exit on their own within `checkpoint_grace`, and herd
+/// exits 75 with the run recorded as `time-limit`, not as a failure. Nothing is left.
+#[test]
+fn a_time_limit_warning_has_every_rank_checkpoint_and_is_no_failure() {
+    let c = Cluster::new(3);
+    let ckpt = c.tb.dir().join("ckpt");
+    c.write_config(
+        &torchrun(&format!(
+            "\"--steps\", \"100000\", \"--sleep\", \"0.2\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            ckpt.display()
+        )),
+        "[restart]\ncheckpoint_grace = \"60s\"\ngrace_period = \"3s\"\n",
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    assert!(running.until(LIMIT, || ckpt.join("step_3").exists()), "training did not start");
+    running.signal("USR1");
+    let signalled = Instant::now();
+    let out = running.wait(LIMIT);
+    let took = signalled.elapsed();
+    out.assert_code(75);
+    eprintln!("from SIGUSR1 to herd's exit: {took:?}");
+    let checkpointed: Vec<&str> = out.stdout.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
+    assert_eq!(checkpointed.len(), 6, "every rank checkpoints\n{out}");
+    // All at the same step, the one rank 0 saved last.
+    let step = |l: &str| l.split(" checkpointed at step ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let steps: std::collections::BTreeSet<String> = checkpointed.iter().map(|l| step(l)).collect();
+    assert_eq!(steps.len(), 1, "{checkpointed:?}");
+    assert!(ckpt.join(format!("step_{}", steps.first().unwrap())).exists());
+    // The ranks exited on their own: no teardown signal was needed.
+    assert!(took < Duration::from_secs(55), "took {took:?}");
+    let run = only_run_dir(&c.logs());
+    let ev = events(&run);
+    assert!(all(&ev, "attempt_failed").is_empty(), "{ev:?}");
+    let teardown = &all(&ev, "teardown_started")[0];
+    assert!(teardown["reason"].as_str().unwrap().starts_with("the time limit is near (SIGUSR1): SIGUSR1 to every rank"), "{teardown}");
+    assert_eq!(ev.last().unwrap()["status"], "time-limit");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "time-limit", "{summary}");
+    assert!(out.stderr.contains("run stopped for the time limit"), "{out}");
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
+}

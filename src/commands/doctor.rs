@@ -11,6 +11,7 @@ use crate::cli::DoctorArgs;
 use crate::doctor::net::{self, NetReport};
 use crate::error::{exit, Error};
 use crate::plan::LaunchPlan;
+use crate::supervisor::Signal;
 use crate::{doctor, output, supervisor};
 
 /// How long `--deep` may take on the nodes at least: torch's import and the rendezvous,
@@ -108,14 +109,15 @@ async fn measure(
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-    forward_signals(interrupt_tx.clone(), None);
+    forward_signals(interrupt_tx.clone(), None, false);
+    let interrupts = supervisor::Interrupts::new(interrupts);
     let started = std::time::Instant::now();
     let timer = tokio::spawn(async move {
         tokio::time::sleep(limit).await;
         tracing::warn!("the network check took more than {} s: stopping it", limit.as_secs());
-        let _ = interrupt_tx.send(());
+        let _ = interrupt_tx.send(Signal::Interrupt);
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let _ = interrupt_tx.send(());
+        let _ = interrupt_tx.send(Signal::Interrupt);
     });
     let commands = net::commands(plan, port);
     let outcome =

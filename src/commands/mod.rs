@@ -11,6 +11,8 @@ use crate::cli::{Cli, Command, NodeSelection};
 use crate::error::Error;
 use crate::plan::{LaunchPlan, PlanInputs};
 use crate::quarantine::{self, Quarantine};
+use crate::events::Preemption;
+use crate::supervisor::Signal;
 use crate::{config, state, transport};
 
 mod completions;
@@ -206,23 +208,34 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
     }
 }
 
-/// Every SIGINT and SIGTERM becomes one interrupt on `tx`; the supervisor decides what each
-/// means.
+/// Every SIGINT and SIGTERM becomes one request on `tx`; the supervisor decides what each
+/// means. With `checkpoints` (`herd run`): SIGUSR1 is a time limit's warning, and SIGTERM in
+/// a Slurm job (`SLURM_JOB_ID` set) a preemption, each a `Signal::Checkpoint`; otherwise every
+/// signal is an interrupt (and SIGUSR1 is not watched).
 /// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
 /// is over and herd only waits for them.
-fn forward_signals(tx: mpsc::UnboundedSender<()>, hooks: Option<crate::notify::Stopper>) {
+fn forward_signals(tx: mpsc::UnboundedSender<Signal>, hooks: Option<crate::notify::Stopper>, checkpoints: bool) {
     use tokio::signal::unix::{signal, SignalKind};
-    for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
+    let in_slurm = std::env::var_os("SLURM_JOB_ID").is_some_and(|v| !v.is_empty());
+    let mut kinds = vec![(SignalKind::interrupt(), Signal::Interrupt)];
+    kinds.push(match checkpoints && in_slurm {
+        true => (SignalKind::terminate(), Signal::Checkpoint(Preemption::Preempted)),
+        false => (SignalKind::terminate(), Signal::Interrupt),
+    });
+    if checkpoints {
+        kinds.push((SignalKind::user_defined1(), Signal::Checkpoint(Preemption::TimeLimit)));
+    }
+    for (kind, meaning) in kinds {
         let (tx, hooks) = (tx.clone(), hooks.clone());
         match signal(kind) {
             Ok(mut stream) => {
                 tokio::spawn(async move {
                     while stream.recv().await.is_some() {
-                        if let Some(hooks) = &hooks {
+                        if let (Some(hooks), Signal::Interrupt) = (&hooks, meaning) {
                             hooks.stop("herd got a signal");
                         }
                         // The run may be over already (herd waits for hooks): nothing to stop.
-                        let _ = tx.send(());
+                        let _ = tx.send(meaning);
                     }
                 });
             }

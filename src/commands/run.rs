@@ -65,16 +65,37 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     });
 
     let outcome = runtime.block_on(async {
-        forward_signals(interrupt_tx, hooks);
+        forward_signals(interrupt_tx, hooks, true);
+        let interrupts = supervisor::Interrupts::new(interrupts);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
+    if let Ok(o) = &outcome {
+        runtime.block_on(after_preemption(o, args.requeue));
+    }
     // The record is complete before the run_finished hook starts (it may read summary.json).
     write_summary(&run_dir, &run_id, &outcome, started);
     drop(gate);
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
     finish(outcome, &run_dir, report.stdout_closed)
+}
+
+/// A run stopped for a time limit or a preemption in a Slurm job (not a cancelled one: see
+/// `supervisor::run`), with `requeue`: the job is requeued (`scontrol requeue`) to go on in a
+/// new allocation.
+async fn after_preemption(outcome: &RunOutcome, requeue: bool) {
+    if !outcome.status.preempted() || !requeue {
+        return;
+    }
+    let Some(job_id) = crate::transport::slurm::own_job_id() else {
+        tracing::warn!("--requeue: not in a Slurm job (no SLURM_JOB_ID): nothing to requeue");
+        return;
+    };
+    match crate::transport::slurm::requeue(&job_id).await {
+        Ok(()) => eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation"),
+        Err(e) => eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
+    }
 }
 
 /// `[notify]`'s hooks for this run, if the config has any.
@@ -111,6 +132,7 @@ fn finish(outcome: Result<RunOutcome, RunError>, run_dir: &Path, stdout_closed: 
         RunStatus::Interrupted if stdout_closed => exit::STDOUT_CLOSED,
         RunStatus::Interrupted => exit::INTERRUPTED,
         RunStatus::Failed => exit::JOB_FAILED,
+        RunStatus::Preempted | RunStatus::TimeLimit => exit::PREEMPTED,
     })
 }
 

@@ -25,7 +25,8 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
         plan.nodes.iter().map(|n| crate::remote::stacks_command(&plan.config_key, &n.host)).collect();
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-        forward_signals(interrupt_tx, None);
+        forward_signals(interrupt_tx, None, false);
+        let interrupts = supervisor::Interrupts::new(interrupts);
         supervisor::exec::exec(&plan, &new_run_id(), &commands, events_tx, interrupts).await
     });
     let outputs = collector.join().expect("stacks collector panicked");

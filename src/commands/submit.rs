@@ -40,6 +40,8 @@ pub(super) fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         logs_dir: &logs_dir,
         sbatch_args: &args.sbatch_arg,
         extra_args: &args.extra_args,
+        warning: warning_secs(&args)?,
+        requeue: !args.no_requeue,
     });
     if !args.print && !transport::slurm::on_path("sbatch", std::env::var_os("PATH").as_deref()) {
         return Err(Error::Usage(
@@ -75,6 +77,35 @@ fn check_sbatch_values(args: &SubmitArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// `--warn-before` in whole seconds (`None` for 0: no warning), refused when sbatch cannot
+/// take it or it is not shorter than `--time`: the warning would come before the job starts.
+fn warning_secs(args: &SubmitArgs) -> Result<Option<u64>, Error> {
+    let secs = args.warn_before.as_secs();
+    if secs == 0 {
+        return Ok(None);
+    }
+    let shown = humantime::format_duration(std::time::Duration::from_secs(secs));
+    if secs > crate::submit::MAX_WARNING_SECS {
+        return Err(Error::Usage(format!(
+            "--warn-before {shown}: sbatch --signal takes at most {} s",
+            crate::submit::MAX_WARNING_SECS
+        )));
+    }
+    if let Some(time) = &args.time {
+        match crate::submit::time_limit_secs(time) {
+            Some(limit) if secs >= limit => {
+                return Err(Error::Usage(format!(
+                    "--warn-before {shown} is not shorter than --time {time} ({}): the warning would \
+                     come before the job starts; give a shorter --warn-before, or 0 for none",
+                    humantime::format_duration(std::time::Duration::from_secs(limit))
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(Some(secs))
 }
 
 /// How many nodes to allocate: `-N`, or else what the config's plan in the largest allocation

@@ -114,6 +114,8 @@ pub(crate) struct RawRestart {
     pub min_nodes: Option<Spanned<i64>>,
     pub resume_args: Option<Spanned<Vec<String>>>,
     pub on_straggler: Option<Spanned<String>>,
+    pub checkpoint_signal: Option<Spanned<String>>,
+    pub checkpoint_grace: Option<Spanned<DurationText>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -80,6 +80,12 @@ impl Cx<'_> {
             rules,
             min_nodes,
             on_straggler: raw.on_straggler.map(|v| self.on_straggler(v)).transpose()?.unwrap_or_default(),
+            checkpoint_signal: raw
+                .checkpoint_signal
+                .map(|v| self.checkpoint_signal(v))
+                .transpose()?
+                .unwrap_or_default(),
+            checkpoint_grace: duration(&raw.checkpoint_grace, "restart.checkpoint_grace", defaults.checkpoint_grace)?,
         })
     }
 
@@ -102,6 +108,22 @@ impl Cx<'_> {
         Err(match written {
             Some(v) => self.err(v.span(), message),
             None => ConfigError::whole_file(self.path, message),
+        })
+    }
+
+    /// `restart.checkpoint_signal`: one of `CheckpointSignal::ALL`, with or without `SIG`.
+    fn checkpoint_signal(&self, v: Spanned<String>) -> Result<CheckpointSignal> {
+        CheckpointSignal::parse(v.get_ref()).ok_or_else(|| {
+            let all = CheckpointSignal::ALL.map(|c| c.name);
+            self.err(
+                v.span(),
+                format!(
+                    "unknown restart.checkpoint_signal {:?}: expected one of {}",
+                    v.get_ref(),
+                    all.join(", ")
+                ),
+            )
+            .with_help(suggest::help_for(v.get_ref(), all))
         })
     }
 
@@ -177,6 +199,7 @@ impl Cx<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
+    use std::time::Duration;
 
     #[test]
     fn invalid_regexes_are_config_errors() {
@@ -224,6 +247,22 @@ mod tests {
             6,
             15,
             "restart.resume_args: \"--from={latest:ckpt\" has an unclosed or empty {latest:GLOB}",
+        );
+    }
+
+    #[test]
+    fn checkpoint_signal_is_a_known_name_and_the_grace_a_duration() {
+        let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\n");
+        let defaults = parse_ok(&base).restart;
+        assert_eq!((defaults.checkpoint_signal.name, defaults.checkpoint_grace), ("USR1", Duration::from_secs(60)));
+        let set = parse_ok(&format!("{base}checkpoint_signal = \"SIGTERM\"\ncheckpoint_grace = \"2m\"\n")).restart;
+        assert_eq!((set.checkpoint_signal.number, set.checkpoint_grace), (15, Duration::from_secs(120)));
+        assert_eq!(parse_ok(&format!("{base}checkpoint_signal = \"usr2\"\n")).restart.checkpoint_signal.number, 12);
+        assert_err(
+            &format!("{base}checkpoint_signal = \"USR3\"\n"),
+            6,
+            21,
+            "unknown restart.checkpoint_signal \"USR3\": expected one of USR1, USR2, TERM, INT, HUP, CONT",
         );
     }
 

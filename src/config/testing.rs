@@ -97,6 +97,8 @@ progress_pattern = "step \\d+"
 node_wait = "2m"
 heartbeat_timeout = "30s"
 on_straggler = "replace"
+checkpoint_signal = "SIGTERM"
+checkpoint_grace = "90s"
 [[restart.rules]]
 pattern = "my custom error"
 class = "comm"

@@ -221,6 +221,43 @@ pub struct Restart {
     pub min_nodes: Option<usize>,
     /// `restart.on_straggler`: what becomes of a straggler's node.
     pub on_straggler: OnStraggler,
+    /// `restart.checkpoint_signal`: what every rank gets when the run must stop for a time
+    /// limit or a preemption (SIGUSR1 or SIGTERM to herd), so that it writes a checkpoint.
+    pub checkpoint_signal: CheckpointSignal,
+    /// `restart.checkpoint_grace`: how long the ranks have, after it, to exit on their own.
+    pub checkpoint_grace: Duration,
+}
+
+/// A signal a rank may be sent to checkpoint: its name without `SIG` and its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointSignal {
+    pub name: &'static str,
+    pub number: i32,
+}
+
+impl CheckpointSignal {
+    /// The signals a training script may handle to checkpoint (Linux's numbers).
+    pub const ALL: [CheckpointSignal; 6] = [
+        CheckpointSignal { name: "USR1", number: 10 },
+        CheckpointSignal { name: "USR2", number: 12 },
+        CheckpointSignal { name: "TERM", number: 15 },
+        CheckpointSignal { name: "INT", number: 2 },
+        CheckpointSignal { name: "HUP", number: 1 },
+        CheckpointSignal { name: "CONT", number: 18 },
+    ];
+
+    /// `USR1`, `SIGUSR1` or `usr1`.
+    pub fn parse(s: &str) -> Option<CheckpointSignal> {
+        let upper = s.to_ascii_uppercase();
+        let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+        Self::ALL.into_iter().find(|c| c.name == name)
+    }
+}
+
+impl Default for CheckpointSignal {
+    fn default() -> Self {
+        Self::ALL[0]
+    }
 }
 
 /// `restart.on_straggler`: what a straggler named in an attempt (see
@@ -319,6 +356,8 @@ impl Default for Restart {
             resume_args: Vec::new(),
             min_nodes: None,
             on_straggler: OnStraggler::Report,
+            checkpoint_signal: CheckpointSignal::default(),
+            checkpoint_grace: Duration::from_secs(60),
         }
     }
 }

@@ -42,7 +42,7 @@ pub struct Sinks {
     pub mode: Mode,
     /// Told once when stdout is closed under the reporter (`herd run | head`): the reader
     /// is gone, and the run should stop as for Ctrl-C.
-    pub on_stdout_closed: Option<mpsc::UnboundedSender<()>>,
+    pub on_stdout_closed: Option<mpsc::UnboundedSender<crate::supervisor::Signal>>,
     /// The ranks whose lines are shown (`None`: all); the files keep every line.
     pub console: Option<crate::config::RankList>,
     /// `[notify]`: hears of the notable events.
@@ -102,7 +102,7 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
             shared.report.stdout_closed = true;
             shared.screen.status("stdout was closed: stopping the run (the log files keep everything)");
             if let Some(stop) = &on_stdout_closed {
-                let _ = stop.send(());
+                let _ = stop.send(crate::supervisor::Signal::Interrupt);
             }
         }
     }

@@ -63,6 +63,8 @@ pub fn summary(
             let class = match &a.verdict {
                 Some(v) => v.class.as_str(),
                 None if i == last && status == RunStatus::Interrupted => "interrupted",
+                None if i == last && status == RunStatus::Preempted => "preempted",
+                None if i == last && status == RunStatus::TimeLimit => "time-limit",
                 None => "ok",
             };
             let root = a.verdict.as_ref().and_then(|v| v.root_cause.as_ref());

@@ -53,6 +53,12 @@ fn run_line(event: &Event) -> Option<String> {
             RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
+            RunStatus::TimeLimit => {
+                "run stopped for the time limit: the ranks were told to checkpoint; every node stopped".to_string()
+            }
+            RunStatus::Preempted => {
+                "run preempted: the ranks were told to checkpoint; every node stopped".to_string()
+            }
         },
         _ => return None,
     })
@@ -152,6 +158,14 @@ fn roster_line(event: &Event) -> Option<String> {
     })
 }
 
+/// A preempted run's last attempt, in the table of attempts (as summary.json says it).
+fn status_word(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::TimeLimit => "time-limit",
+        _ => "preempted",
+    }
+}
+
 fn plural(n: u32) -> &'static str {
     if n == 1 {
         ""
@@ -212,6 +226,9 @@ pub fn closing(status: RunStatus, attempts: &[AttemptSummary], run_dir: &Path) -
                 ),
                 None if status == RunStatus::Interrupted && a.attempt + 1 == attempts.len() as u32 => {
                     ("interrupted".into(), String::new(), String::new())
+                }
+                None if status.preempted() && a.attempt + 1 == attempts.len() as u32 => {
+                    (status_word(status).into(), String::new(), String::new())
                 }
                 None => ("ok".into(), String::new(), String::new()),
             };

@@ -28,7 +28,8 @@
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
 #        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock`, `sample`
-#        for `herd-agent sample` (below);
+#        for `herd-agent sample` (below), `checkpoint SIG` sends SIG (a name without SIG) to
+#        every rank (`herd_ranks`), or to the job's group where none has a RANK;
 #        EOF means herd is gone:
 #        TERM, grace, KILL. A control line in place of the count (herd stopped the attempt
 #        before it started) ends the agent with `herd-agent exit 143`, having started nothing.
@@ -376,6 +377,25 @@ sample_job() {
   echo "herd-agent sample $up $hz${s% }"
 }
 
+# A time limit or a preemption: SIG to every rank, so that it writes its checkpoint. Not to
+# the launcher (torchrun would die of SIGUSR1, its default action, and leave its workers) nor
+# to herd's output multiplexer: to the ranks alone. A job without ranks (a `command` job)
+# gets it in its group, as it gets `term`.
+checkpoint_job() {
+  case $1 in '' | *[!A-Z0-9]*) return 0 ;; esac
+  sig=$1
+  # shellcheck disable=SC2046 # `PID RANK` pairs, one word each
+  set -- $(herd_ranks $(strays))
+  if [ $# -lt 2 ]; then
+    signal_job "$sig"
+    return 0
+  fi
+  while [ $# -ge 2 ]; do
+    kill "-$sig" "$1" 2>/dev/null
+    shift 2
+  done
+}
+
 (
   while IFS= read -r cmd; do
     case $cmd in
@@ -393,6 +413,7 @@ sample_job() {
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
       sample) sample_job >&4 ;;
+      checkpoint\ *) checkpoint_job "${cmd#checkpoint }" ;;
     esac
   done
   stop_job "$grace"

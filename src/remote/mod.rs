@@ -484,6 +484,9 @@ pub enum Control {
     Clock,
     /// Each rank's busy time (`AgentMessage::Sample`).
     Sample,
+    /// This signal (a name without `SIG`, of `CheckpointSignal::ALL`) to every rank, or to the
+    /// job's process group where it has no rank.
+    Checkpoint(&'static str),
 }
 
 impl Control {
@@ -497,6 +500,9 @@ impl Control {
             Control::Probe => b"probe\n",
             Control::Clock => b"clock\n",
             Control::Sample => b"sample\n",
+            Control::Checkpoint(signal) => {
+                return std::borrow::Cow::Owned(format!("checkpoint {signal}\n").into_bytes())
+            }
         };
         std::borrow::Cow::Borrowed(line)
     }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::config::PortSpec;
+use crate::events::Preemption;
 use crate::outcome::NodeExit;
 use crate::plan::LaunchPlan;
 use crate::port::{self, PortError};
@@ -40,6 +41,8 @@ pub enum Stopping {
     NodeFailed,
     Hang,
     Interrupted,
+    /// A time limit or a preemption: the ranks were told to checkpoint first.
+    Checkpoint,
 }
 
 /// What the attempt's shell saw.
@@ -53,6 +56,10 @@ pub enum Input {
     FatalLine { node_rank: usize, line: String },
     /// Ctrl-C or SIGTERM.
     Interrupt,
+    /// A time limit's warning or a preemption (see `Signal::Checkpoint`).
+    Checkpoint(Preemption),
+    /// The ranks' time to checkpoint and exit is over.
+    TermTimer,
     /// A node's agent answered `probe`.
     ProbeAnswered { node_rank: usize },
     /// The wait for the probe's answers is over.
@@ -106,6 +113,11 @@ pub enum Action {
     Teardown(String),
     /// Send `Input::KillTimer` after this long.
     KillAfter(Duration),
+    /// Every node's ranks get `restart.checkpoint_signal` (the job's process group, where it
+    /// has no rank).
+    SignalRanks,
+    /// Send `Input::TermTimer` after this long.
+    TermAfter(Duration),
     /// Ask every agent for its job's processes and stacks, because of `reason`; send
     /// `Input::ProbeTimedOut` after `PROBE_WAIT`.
     Probe(String),
@@ -131,6 +143,8 @@ pub struct Ended {
     /// No master port could be chosen: nothing started.
     pub no_port: Option<PortError>,
     pub port: Option<u16>,
+    /// A time limit or a preemption came: what the attempt ends as, unless interrupted.
+    pub preempted: Option<Preemption>,
 }
 
 /// A stop that waits for the probe's answers (see `PROBE_WAIT`).
@@ -169,6 +183,8 @@ pub struct Attempt<'a> {
     warned_late: bool,
     /// How much longer than usual herd waits for its nodes now (see `extra_wait`).
     extra: Duration,
+    /// The first time limit or preemption.
+    preempted: Option<Preemption>,
 }
 
 impl<'a> Attempt<'a> {
@@ -191,6 +207,7 @@ impl<'a> Attempt<'a> {
             term_sent: false,
             warned_late: false,
             extra: Duration::ZERO,
+            preempted: None,
         }
     }
 
@@ -222,6 +239,16 @@ impl<'a> Attempt<'a> {
                 self.fail(now, Some(node_rank), reason, false, &mut actions);
             }
             Input::Interrupt => self.interrupt(now, &mut actions),
+            Input::Checkpoint(why) => self.checkpoint(now, why, &mut actions),
+            Input::TermTimer => {
+                // The ranks had their time: what is left is stopped as in any teardown.
+                self.term_sent = true;
+                actions.push(Action::Term { failing: None });
+                if !self.kill_armed {
+                    self.kill_armed = true;
+                    actions.push(Action::KillAfter(self.plan.restart.grace_period));
+                }
+            }
             Input::ProbeAnswered { node_rank } => {
                 self.answered.insert(node_rank);
                 self.end_probe_if_answered(now, &mut actions);
@@ -240,7 +267,7 @@ impl<'a> Attempt<'a> {
     /// Every node has ended: what the attempt leaves for classification.
     pub fn ended(self) -> Ended {
         let (stopping, exits, lost_at) = (self.stopping, self.exits, self.lost_at);
-        Ended { stopping, exits, lost_at, no_port: self.no_port, port: self.port }
+        Ended { stopping, exits, lost_at, no_port: self.no_port, port: self.port, preempted: self.preempted }
     }
 
     fn who(&self, node_rank: usize) -> String {
@@ -299,6 +326,36 @@ impl<'a> Attempt<'a> {
             actions.push(Action::Kill);
         }
         self.stop_all(now, Stopping::Interrupted, None, "interrupted".into(), actions);
+    }
+
+    /// A time limit's warning or a preemption: the run cannot go on in this allocation. If the
+    /// job runs, every rank is told to checkpoint and has `restart.checkpoint_grace` to exit
+    /// (a node that ends meanwhile, whatever its exit, is no failure); then the teardown. A
+    /// stop under way (a failure, a hang) goes on: the attempt still ends as preempted, since
+    /// no restart could follow here. A second one changes nothing; Ctrl-C still kills.
+    fn checkpoint(&mut self, now: Duration, why: Preemption, actions: &mut Vec<Action>) {
+        if self.preempted.is_some() {
+            return;
+        }
+        self.preempted = Some(why);
+        if self.stopping.is_some() || self.probing.is_some() {
+            return;
+        }
+        let restart = &self.plan.restart;
+        if self.port.is_none() {
+            // Nothing started: nothing to checkpoint.
+            self.stop_all(now, Stopping::Checkpoint, None, why.describe().to_string(), actions);
+            return;
+        }
+        self.stopping = Some((Stopping::Checkpoint, now));
+        actions.push(Action::SignalRanks);
+        actions.push(Action::Teardown(format!(
+            "{}: SIG{} to every rank, then up to {} for them to checkpoint and exit",
+            why.describe(),
+            restart.checkpoint_signal.name,
+            humantime::format_duration(restart.checkpoint_grace)
+        )));
+        actions.push(Action::TermAfter(restart.checkpoint_grace));
     }
 
     fn tick(&mut self, now: Duration, mut clock: Clock, actions: &mut Vec<Action>) {
@@ -625,6 +682,59 @@ mod tests {
         let ended = a.ended();
         assert_eq!(ended.stopping, Some((Stopping::NodeFailed, S(6))));
         assert_eq!(ended.exits[2], Some(NodeExit::ExitCode(3)));
+    }
+
+    /// A time limit's warning: the ranks are told to checkpoint and given their grace; the
+    /// nodes that end meanwhile, whatever their exit, are no failure; then the teardown. The
+    /// attempt ends as the time limit, and a second signal changes nothing.
+    #[test]
+    fn a_time_limit_signals_the_ranks_then_tears_down_after_their_grace() {
+        let p = plan("checkpoint_grace = \"30s\"\n");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(10), Input::Checkpoint(Preemption::TimeLimit));
+        assert_eq!(
+            actions,
+            vec![
+                Action::SignalRanks,
+                Action::Teardown(
+                    "the time limit is near (SIGUSR1): SIGUSR1 to every rank, then up to 30s for them to checkpoint and exit"
+                        .into()
+                ),
+                Action::TermAfter(S(30)),
+            ]
+        );
+        assert!(a.decide(S(11), Input::Checkpoint(Preemption::Preempted)).is_empty());
+        assert!(a.decide(S(12), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(0) }).is_empty());
+        assert!(a.decide(S(13), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(10) }).is_empty());
+        assert_eq!(
+            a.decide(S(40), Input::TermTimer),
+            vec![Action::Term { failing: None }, Action::KillAfter(S(7))]
+        );
+        assert_eq!(a.decide(S(47), Input::KillTimer), vec![Action::Kill]);
+        let ended = a.ended();
+        assert_eq!(ended.preempted, Some(Preemption::TimeLimit));
+        assert_eq!(ended.stopping, Some((Stopping::Checkpoint, S(10))));
+    }
+
+    /// A preemption during a failure's teardown: the teardown goes on, and the attempt ends
+    /// as preempted (no restart could follow in this allocation). Before the job started,
+    /// there is nothing to checkpoint: the plain teardown.
+    #[test]
+    fn a_preemption_never_interrupts_a_teardown_and_before_the_start_stops_at_once() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(1), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(1) });
+        assert!(a.decide(S(2), Input::Checkpoint(Preemption::Preempted)).is_empty());
+        assert_eq!(a.ended().preempted, Some(Preemption::Preempted));
+        let mut b = Attempt::new(&p, None, &used);
+        let actions = b.decide(S(1), Input::Checkpoint(Preemption::Preempted));
+        assert_eq!(actions, teardown("preempted (SIGTERM)", None));
+        // Ctrl-C in the checkpoint's grace stops at once.
+        let mut c = Attempt::new(&p, Some(1), &used);
+        c.decide(S(1), Input::Checkpoint(Preemption::TimeLimit));
+        assert_eq!(c.decide(S(2), Input::Interrupt), teardown("interrupted", None));
     }
 
     #[test]

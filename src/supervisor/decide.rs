@@ -63,6 +63,9 @@ pub enum Ended<'a> {
     Succeeded,
     /// Ctrl-C or SIGTERM before it failed.
     Interrupted,
+    /// Stopped for a time limit or a preemption: no failure, and no restart in this
+    /// allocation (see `Signal::Checkpoint`).
+    Preempted(crate::events::Preemption),
     Failed(Failure<'a>),
 }
 
@@ -130,6 +133,7 @@ impl Between {
         let failure = match ended {
             Ended::Succeeded => return done(ctx, slow_released, None, RunStatus::Succeeded, None),
             Ended::Interrupted => return done(ctx, slow_released, None, RunStatus::Interrupted, None),
+            Ended::Preempted(why) => return done(ctx, slow_released, None, why.status(), None),
             Ended::Failed(failure) => failure,
         };
         match failure.allocation {

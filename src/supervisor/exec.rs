@@ -97,7 +97,7 @@ pub async fn exec_with_env(
                     break;
                 }
             },
-            Some(()) = interrupts.recv() => {
+            Some(_) = interrupts.recv() => {
                 interrupted += 1;
                 let stop = if interrupted == 1 { Stop::Term } else { Stop::Kill };
                 for tell in &told {

@@ -16,9 +16,9 @@ use super::node::{self, sleep_until, Liveness, NodeCommand, NodeReport, NodeResu
 use super::preflight::Preflighted;
 use super::straggler::{self, StragglerWatch};
 use super::sweep::Sweep;
-use super::types::{Interrupts, RunError};
+use super::types::{Interrupts, RunError, Signal};
 use crate::classify;
-use crate::events::Event;
+use crate::events::{Event, Preemption};
 use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
@@ -42,6 +42,8 @@ pub(super) enum AttemptOutcome {
     /// The verdict, and what each node left, which may blame some (see `blame`).
     Failed(Verdict, Vec<NodeOutcome>),
     Interrupted,
+    /// Stopped for a time limit or a preemption, the ranks told to checkpoint.
+    Preempted(Preemption),
     /// No master port could be chosen: nothing started.
     NoPort(RunError),
 }
@@ -149,6 +151,8 @@ struct Gang<'a> {
     processes: Vec<Vec<ProcessState>>,
     stacks: Vec<Vec<RankStack>>,
     kill_at: Option<Deadline>,
+    /// When the ranks' time to checkpoint is over (`Action::TermAfter`).
+    term_at: Option<Deadline>,
     probe_at: Option<Deadline>,
     /// When the agents were asked for their stacks (the attempt's age), if they were.
     probed_at: Option<Duration>,
@@ -218,6 +222,7 @@ impl<'a> Gang<'a> {
             processes: plan.nodes.iter().map(|_| Vec::new()).collect(),
             stacks: plan.nodes.iter().map(|_| Vec::new()).collect(),
             kill_at: None,
+            term_at: None,
             probe_at: None,
             probed_at: None,
             tick,
@@ -232,7 +237,7 @@ impl<'a> Gang<'a> {
     /// What happens next; `None` once every node's task has ended.
     async fn next_input(&mut self, machine: &Attempt<'_>, interrupts: &mut Interrupts) -> Option<Input> {
         loop {
-            let (kill_at, probe_at) = (self.kill_at, self.probe_at);
+            let (kill_at, probe_at, term_at) = (self.kill_at, self.probe_at, self.term_at);
             tokio::select! {
                 report = self.reports.recv() => {
                     let Some((node_rank, report)) = report else {
@@ -245,12 +250,17 @@ impl<'a> Gang<'a> {
                     }
                 }
                 got = interrupts.recv(), if self.interrupts_open => match got {
-                    Some(()) => return Some(Input::Interrupt),
+                    Some(Signal::Interrupt) => return Some(Input::Interrupt),
+                    Some(Signal::Checkpoint(why)) => return Some(Input::Checkpoint(why)),
                     None => self.interrupts_open = false,
                 },
                 () = sleep_until(probe_at) => {
                     self.probe_at = None;
                     return Some(Input::ProbeTimedOut);
+                }
+                () = sleep_until(term_at) => {
+                    self.term_at = None;
+                    return Some(Input::TermTimer);
                 }
                 () = sleep_until(kill_at) => {
                     self.kill_at = None;
@@ -372,6 +382,11 @@ impl<'a> Gang<'a> {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
             Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
+            Action::TermAfter(grace) => self.term_at = Some(Deadline::now() + grace),
+            Action::SignalRanks => {
+                let signal = plan.restart.checkpoint_signal;
+                self.tell_all(|_| NodeCommand::Checkpoint(signal));
+            }
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
@@ -398,6 +413,11 @@ impl<'a> Gang<'a> {
         let stop = ended.stopping;
         if matches!(stop, Some((Stopping::Interrupted, _))) {
             return (AttemptOutcome::Interrupted, ended.port);
+        }
+        // Whatever the nodes' exits: they were told to stop, or failed in an allocation that
+        // ends. No failure to judge, and no restart here.
+        if let Some(why) = ended.preempted {
+            return (AttemptOutcome::Preempted(why), ended.port);
         }
         if let Some(error) = ended.no_port {
             return (AttemptOutcome::NoPort(RunError::Port { host: plan.master.host.clone(), error }), None);

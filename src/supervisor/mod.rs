@@ -42,14 +42,14 @@ pub use node::{Stop, READ_SIZE};
 use preflight::Preflighted;
 use reserve::{Settled, Unsettled};
 pub use sweep::kill_leftovers;
-pub use types::{AttemptSummary, Interrupts, RunError, RunOptions, RunOutcome};
+pub use types::{AttemptSummary, Interrupts, RunError, RunOptions, RunOutcome, Signal};
 
 pub async fn run(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
     events: mpsc::Sender<Event>,
-    interrupts: Interrupts,
+    mut interrupts: Interrupts,
 ) -> Result<RunOutcome, RunError> {
     let _ = events.send(run_started(plan, run_id)).await;
     if plan.restart.on_straggler == crate::config::OnStraggler::Replace && !plan.roster.reserve {
@@ -65,10 +65,37 @@ pub async fn run(
         between: decide::Between::default(),
         interfaces: Vec::new(),
     };
-    let status = run.run(interrupts).await?;
+    let status = run.run(&mut interrupts).await?;
+    // A time limit or a preemption is what the run ends as, whatever stopped it after (a
+    // Ctrl-C in the checkpoint's grace, a restart's wait cut short).
+    let status = match (status, interrupts.preempted()) {
+        (RunStatus::Interrupted | RunStatus::Failed, Some(why)) => why.status(),
+        (status, _) => status,
+    };
+    let status = if status.preempted() && cancelled().await { RunStatus::Interrupted } else { status };
     let attempts = run.attempts;
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
     Ok(RunOutcome { status, attempts })
+}
+
+/// Whether the Slurm job herd runs in is cancelled: `scancel` sends SIGTERM too, which is no
+/// preemption. Slurm marks the job first; a job whose state cannot be read is not cancelled.
+async fn cancelled() -> bool {
+    let Some(job_id) = slurm::own_job_id() else { return false };
+    match slurm::job_state(&job_id).await {
+        Ok(Some(state)) => {
+            let cancelled = state.to_ascii_uppercase().starts_with("CANCELLED");
+            if cancelled {
+                tracing::info!("Slurm job {job_id} is {state}: the run was cancelled, not preempted");
+            }
+            cancelled
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}");
+            false
+        }
+    }
 }
 
 fn run_started(plan: &LaunchPlan, run_id: &str) -> Event {
@@ -110,9 +137,9 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    async fn run(&mut self, mut interrupts: Interrupts) -> Result<RunStatus, RunError> {
+    async fn run(&mut self, interrupts: &mut Interrupts) -> Result<RunStatus, RunError> {
         let connected = connect(&self.plan, self.run_id, self.options, self.events);
-        let Some((fleet, early, errors)) = interruptible(&mut interrupts, connected).await else {
+        let Some((fleet, early, errors)) = interruptible(interrupts, connected).await else {
             return Ok(RunStatus::Interrupted);
         };
         // One agent per node: with a preflight, the probe is its first phase (see `connect`).
@@ -133,7 +160,7 @@ impl Run<'_> {
         let jobs = if errors.iter().any(Option::is_some) { Vec::new() } else { jobs };
         let first: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
         let settled = self.settle(fleet, errors, probes, 0, false, &first);
-        let Some(settled) = interruptible(&mut interrupts, settled).await else {
+        let Some(settled) = interruptible(interrupts, settled).await else {
             return Ok(RunStatus::Interrupted);
         };
         let Settled { mut fleet, mut checked, replanned, agents } = match settled {
@@ -151,7 +178,7 @@ impl Run<'_> {
         loop {
             let early = std::mem::take(&mut jobs);
             let next =
-                self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, &mut interrupts).await;
+                self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, interrupts).await;
             let (delay, replace) = match next {
                 Ok(Next::Restart { delay, replace, .. }) => (delay, replace),
                 Ok(Next::Done { status, .. }) => {
@@ -161,7 +188,7 @@ impl Run<'_> {
                 Err(e) => return Err(close_with(fleet, e).await),
             };
             attempt += 1;
-            (fleet, checked) = match self.restart(fleet, delay, replace, attempt, &mut interrupts).await {
+            (fleet, checked) = match self.restart(fleet, delay, replace, attempt, interrupts).await {
                 Ok(ready) => ready,
                 Err(status) => return Ok(status),
             };
@@ -194,6 +221,7 @@ impl Run<'_> {
         let ended = match outcome {
             AttemptOutcome::Succeeded => Ended::Succeeded,
             AttemptOutcome::Interrupted => Ended::Interrupted,
+            AttemptOutcome::Preempted(why) => Ended::Preempted(why),
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(verdict, o) => {
                 outcomes = o;
@@ -738,15 +766,14 @@ async fn interruptible<T>(interrupts: &mut Interrupts, work: impl Future<Output 
 mod tests {
     use super::*;
 
-    /// A checkpoint's name may hold a newline: it stays one name, never split into a name
-    /// of the attacker's choice (`evil`), nor shifted by what a login's init prints.
     /// Ctrl-C or SIGTERM ends the wait for Slurm's word on the allocation at once, however
     /// long slurmctld takes (here: never answers).
     #[tokio::test]
     async fn an_interrupt_ends_the_allocation_check_at_once() {
         let ask = |_: String| std::future::pending::<Result<Option<String>, TransportError>>();
-        let (tx, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
-        tx.send(()).unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut interrupts = Interrupts::new(rx);
+        tx.send(Signal::Interrupt).unwrap();
         let started = Instant::now();
         let asked = interruptible(&mut interrupts, allocation_state("7", ask)).await;
         assert_eq!(asked, None);

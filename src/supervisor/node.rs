@@ -11,6 +11,7 @@ use regex::Regex;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
+use crate::config::CheckpointSignal;
 use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
@@ -49,6 +50,8 @@ pub enum NodeCommand {
     Probe,
     /// Each rank's busy time (answered as `NodeReport::Sample`), for stragglers.
     Sample,
+    /// This signal to every rank, to checkpoint (a time limit or a preemption).
+    Checkpoint(CheckpointSignal),
 }
 
 /// What one node tells the supervisor, with its node rank: its one report channel up.
@@ -363,6 +366,9 @@ impl Controller {
                     // Before the env, there is no job to sample.
                     Some(NodeCommand::Sample) if !env_sent => {}
                     Some(NodeCommand::Sample) => self.send(Control::Sample).await,
+                    // Before the env, no rank runs: the stop that follows is all there is.
+                    Some(NodeCommand::Checkpoint(_)) if !env_sent => {}
+                    Some(NodeCommand::Checkpoint(signal)) => self.send(Control::Checkpoint(signal.name)).await,
                     Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
                             waited = kill_wait;

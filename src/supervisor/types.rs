@@ -3,7 +3,7 @@
 use tokio::sync::mpsc;
 
 use crate::doctor;
-use crate::events::RunStatus;
+use crate::events::{Preemption, RunStatus};
 use crate::fleet::ConnectError;
 use crate::outcome::Verdict;
 use crate::port::PortError;
@@ -60,6 +60,41 @@ pub struct RunOutcome {
     pub attempts: Vec<AttemptSummary>,
 }
 
-/// Requests from outside the run: each one is a Ctrl-C / SIGTERM. The first stops the job
-/// gracefully, the second kills it.
-pub type Interrupts = mpsc::UnboundedReceiver<()>;
+/// A request from outside the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Ctrl-C, SIGTERM outside Slurm, or stdout closed: the first stops the job gracefully,
+    /// the second kills it.
+    Interrupt,
+    /// A time limit's warning or a preemption: every rank is told to checkpoint
+    /// (`restart.checkpoint_signal`), then has `restart.checkpoint_grace` to exit.
+    Checkpoint(Preemption),
+}
+
+/// The run's requests from outside (`Signal`), and the first preemption among them, which
+/// is what the run ends as, whatever stopped it after.
+#[derive(Debug)]
+pub struct Interrupts {
+    rx: mpsc::UnboundedReceiver<Signal>,
+    preempted: Option<Preemption>,
+}
+
+impl Interrupts {
+    pub fn new(rx: mpsc::UnboundedReceiver<Signal>) -> Interrupts {
+        Interrupts { rx, preempted: None }
+    }
+
+    /// The next request; `None` once no sender is left. Cancel-safe, as the channel's.
+    pub async fn recv(&mut self) -> Option<Signal> {
+        let got = self.rx.recv().await;
+        if let Some(Signal::Checkpoint(p)) = got {
+            self.preempted.get_or_insert(p);
+        }
+        got
+    }
+
+    /// The first preemption received, if any.
+    pub fn preempted(&self) -> Option<Preemption> {
+        self.preempted
+    }
+}

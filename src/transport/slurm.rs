@@ -233,6 +233,27 @@ pub async fn job_state(job_id: &str) -> Result<Option<String>, TransportError> {
     Ok(stdout.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string))
 }
 
+/// The Slurm job this herd runs in (`SLURM_JOB_ID`), if any.
+pub fn own_job_id() -> Option<String> {
+    std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty())
+}
+
+/// `scontrol requeue JOB_ID`: the job goes back to the queue, and its batch script runs again
+/// in a new allocation (`SLURM_RESTART_COUNT` counts the times).
+pub async fn requeue(job_id: &str) -> Result<(), TransportError> {
+    let out = Command::new("scontrol")
+        .args(["requeue", job_id])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| TransportError::Slurm(format!("cannot run scontrol: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(TransportError::Slurm(format!("scontrol requeue {job_id}: {}", stderr.trim())))
+}
+
 /// Why the allocation `job_id` can run nothing any more, from its state (see [`job_state`]):
 /// `None` while it holds its nodes (running, suspended, ...) or in a state herd does not know.
 pub fn allocation_ended(job_id: &str, state: Option<&str>) -> Option<String> {
