@@ -97,7 +97,9 @@ pub fn script(s: &Submission<'_>) -> String {
 /// `DAYS-HOURS`, `DAYS-HOURS:MINUTES`, `DAYS-HOURS:MINUTES:SECONDS`. `None` for what is not
 /// one of them (`UNLIMITED` included: no limit to warn before).
 pub fn time_limit_secs(time: &str) -> Option<u64> {
-    let num = |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten();
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten()
+    };
     let (days, rest) = match time.split_once('-') {
         Some((d, rest)) => (Some(num(d)?), rest),
         None => (None, time),
@@ -259,7 +261,12 @@ mod tests {
             requeue: true,
         };
         let text = script(&s);
-        for line in ["#SBATCH --time=1\n", "#SBATCH --signal=B:USR1@30\n", "#SBATCH --requeue\n", "#SBATCH --open-mode=append\n"] {
+        for line in [
+            "#SBATCH --time=1\n",
+            "#SBATCH --signal=B:USR1@30\n",
+            "#SBATCH --requeue\n",
+            "#SBATCH --open-mode=append\n",
+        ] {
             assert!(text.contains(line), "{line} missing from {text}");
         }
         assert!(text.ends_with("exec /h run --slurm --no-progress --requeue -c /p/c.toml\n"), "{text}");
@@ -268,8 +275,14 @@ mod tests {
     #[test]
     fn slurm_time_limits_in_every_form_and_none_else() {
         for (t, secs) in [
-            ("1", 60), ("90", 5400), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400), ("1-2", 93600),
-            ("1-2:30", 95400), ("0-0:0:45", 45),
+            ("1", 60),
+            ("90", 5400),
+            ("1:30", 90),
+            ("2:00:00", 7200),
+            ("1-0", 86400),
+            ("1-2", 93600),
+            ("1-2:30", 95400),
+            ("0-0:0:45", 45),
         ] {
             assert_eq!(time_limit_secs(t), Some(secs), "{t}");
         }
@@ -281,8 +294,23 @@ mod tests {
     #[test]
     fn sbatch_args_that_change_what_herd_sets_are_refused_abbreviated_or_not() {
         for bad in [
-            "--nodes=1", "-N1", "-N", "--nod=1", "--ntasks=1", "-n1", "--no-kill=off", "-k", "--chdir=/x",
-            "-D/x", "--output=o", "--out=o", "-eerr", "--error=e", "--array=0-3", "-a1", "--wrap=x",
+            "--nodes=1",
+            "-N1",
+            "-N",
+            "--nod=1",
+            "--ntasks=1",
+            "-n1",
+            "--no-kill=off",
+            "-k",
+            "--chdir=/x",
+            "-D/x",
+            "--output=o",
+            "--out=o",
+            "-eerr",
+            "--error=e",
+            "--array=0-3",
+            "-a1",
+            "--wrap=x",
         ] {
             let why = refused_sbatch_arg(bad).unwrap_or_else(|| panic!("{bad} accepted"));
             assert!(why.starts_with("herd submit sets -"), "{bad}: {why}");
@@ -290,8 +318,16 @@ mod tests {
         assert!(refused_sbatch_arg("--nodes=2").unwrap().ends_with("give the node count with -N"));
         assert!(refused_sbatch_arg("hetjob").unwrap().contains("not an sbatch option"));
         for good in [
-            "--exclusive", "--gres=gpu:8", "--nodelist=n[1-2]", "--ntasks-per-node=1", "-Jname", "--qos=hi",
-            "--mem=0", "-C", "--constraint=a100", "--reservation=r",
+            "--exclusive",
+            "--gres=gpu:8",
+            "--nodelist=n[1-2]",
+            "--ntasks-per-node=1",
+            "-Jname",
+            "--qos=hi",
+            "--mem=0",
+            "-C",
+            "--constraint=a100",
+            "--reservation=r",
         ] {
             assert_eq!(refused_sbatch_arg(good), None, "{good}");
         }

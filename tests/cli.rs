@@ -877,10 +877,24 @@ fn submit_prints_its_script_and_refuses_bad_input() {
         "#SBATCH --no-kill",
         "#SBATCH --partition=gpu",
         &format!("#SBATCH --chdir=\"{}\"", std::fs::canonicalize(dir.path()).unwrap().display()),
-        &format!("run --slurm --no-progress -c {} -- --lr 3e-4", config.display()),
+        "#SBATCH --signal=B:USR1@180",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        &format!("run --slurm --no-progress --requeue -c {} -- --lr 3e-4", config.display()),
     ] {
         assert!(printed.stdout.lines().any(|l| l.ends_with(line) || l == line), "{line}\n{printed}");
     }
+    // No warning, no requeue: neither is asked for.
+    let plain = herd::run(dir.path(), &["submit", "--print", "--warn-before", "0", "--no-requeue"], LIMIT);
+    plain.assert_code(0);
+    assert!(!plain.stdout.contains("--signal") && !plain.stdout.contains("requeue"), "{plain}");
+    // A warning that would come before the job starts.
+    let early = herd::run(dir.path(), &["submit", "--print", "-t", "2", "--warn-before", "3m"], LIMIT);
+    early.assert_code(2);
+    assert!(early.stderr.contains("--warn-before 3m is not shorter than --time 2 (2m)"), "{early}");
+    let early = herd::run(dir.path(), &["submit", "--print", "-t", "1-0", "--warn-before", "20h"], LIMIT);
+    early.assert_code(2);
+    assert!(early.stderr.contains("sbatch --signal takes at most 65535 s"), "{early}");
     let small = herd::run(dir.path(), &["submit", "--print", "-N", "2"], LIMIT);
     small.assert_code(2);
     assert!(
@@ -904,6 +918,18 @@ fn submit_prints_its_script_and_refuses_bad_input() {
         let want = format!("--sbatch-arg {arg:?}: herd submit sets {option} itself");
         assert!(bad.stderr.contains(&want), "{want}\n{bad}");
     }
+    // A checkpoint signal that does not exist: the file and line are named.
+    write(
+        dir.path(),
+        "[job]\nscript = \"train.py\"\nnnodes = 4\n[restart]\ncheckpoint_signal = \"SIGUSR3\"\n",
+    );
+    let bad = herd::run(dir.path(), &["submit", "--print"], LIMIT);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("cluster.toml:5:21"), "{bad}");
+    assert!(
+        bad.stderr.contains("unknown restart.checkpoint_signal \"SIGUSR3\": expected one of USR1, USR2"),
+        "{bad}"
+    );
     write(dir.path(), "[job]\nscript = \"train.py\"\n");
     let how_many = herd::run(dir.path(), &["submit", "--print"], LIMIT);
     how_many.assert_code(2);

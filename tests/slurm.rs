@@ -574,7 +574,11 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
     let gone = wait_until(Duration::from_secs(60), || s.leftovers().is_empty());
     assert!(gone, "left 60 s after SIGKILL of herd: {:?}", s.leftovers());
     assert!(wait_until(Duration::from_secs(60), || s.slurm.steps().is_empty()), "{:?}", s.slurm.steps());
-    assert!(wait_until(Duration::from_secs(60), || herd_sruns(&s.slurm).is_empty()), "srun left: {:?}", herd_sruns(&s.slurm));
+    assert!(
+        wait_until(Duration::from_secs(60), || herd_sruns(&s.slurm).is_empty()),
+        "srun left: {:?}",
+        herd_sruns(&s.slurm)
+    );
     let _ = running.wait(Duration::from_secs(10));
 
     // torchrun, one rank per node, with node 5 cut off for good once it trains. Its ranks
@@ -617,8 +621,11 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
     let run = &run;
     let ev = events(run);
     let q = all(&ev, "node_quarantined");
-    let said: Vec<String> =
-        ev.iter().filter(|e| e["event"] != "node_started").map(|e| e.to_string().chars().take(300).collect()).collect();
+    let said: Vec<String> = ev
+        .iter()
+        .filter(|e| e["event"] != "node_started")
+        .map(|e| e.to_string().chars().take(300).collect())
+        .collect();
     assert_eq!(q.len(), 1, "{said:#?}");
     assert_eq!(q[0]["host"], "node5");
     let promoted = all(&ev, "spare_promoted");
@@ -635,4 +642,201 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
     assert!(no_steps, "steps left: {:?}", s.slurm.steps());
     assert!(herd_sruns(&s.slurm).is_empty(), "srun left: {:?}", herd_sruns(&s.slurm));
     s.slurm.release(&alloc[1].1);
+}
+
+/// Issue 29's chain, by the warning herd gets before a time limit: `herd submit` asks for it
+/// and for a requeueable job; Slurm's warning (sent here at once, as the time limit's would be:
+/// `scancel --signal=USR1 --batch`) has every rank checkpoint and exit, herd requeues the job,
+/// and the requeued job's run resumes from the newest checkpoint and completes. Its record
+/// names the run before it.
+#[test]
+fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion() {
+    let s = SlurmCluster::new(3);
+    let ckpt = s.dir().join("ckpt");
+    s.torchrun_on(
+        &format!(
+            "\"--steps\", \"30\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            ckpt.display()
+        ),
+        "nnodes = 3",
+        &format!("[restart]\nresume_args = [\"--resume\", \"{{latest:{}/step_*}}\"]\n", ckpt.display()),
+    );
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let printed =
+        herd::run_with(s.dir(), &["submit", "--print", "-t", "10", "--warn-before", "30s"], &env, LIMIT);
+    printed.assert_code(0);
+    for line in
+        ["#SBATCH --signal=B:USR1@30\n", "#SBATCH --requeue\n", " run --slurm --no-progress --requeue -c "]
+    {
+        assert!(printed.stdout.contains(line), "{line:?} missing\n{printed}");
+    }
+    let submitted = herd::run_with(s.dir(), &["submit", "-t", "10", "--warn-before", "30s"], &env, LIMIT);
+    submitted.assert_code(0);
+    let id = submitted
+        .stdout
+        .strip_prefix("submitted job ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("no job id\n{submitted}"))
+        .to_string();
+    assert!(
+        wait_until(LIMIT, || ckpt.join("step_3").exists()),
+        "training did not start: {:?}",
+        s.slurm.steps()
+    );
+    let warned = s.slurm.command("scancel").args(["--signal=USR1", "--batch", &id]).output().unwrap();
+    assert!(warned.status.success(), "{}", String::from_utf8_lossy(&warned.stderr));
+    let done = wait_until(LIMIT * 2, || {
+        let out = s.slurm.command("squeue").args(["--noheader", "--jobs", &id]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    });
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    // The first run: every rank checkpointed at one step, the run stopped for the time limit
+    // and requeued its job.
+    let checkpointed: Vec<&str> = output.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
+    assert_eq!(checkpointed.len(), 6, "{output}");
+    let step: u32 = checkpointed[0]
+        .split(" checkpointed at step ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
+    // The second: it resumed after that step, and completed.
+    let resumed = format!("resumes from {}/step_{step} at step {}", ckpt.display(), step + 1);
+    assert_eq!(output.lines().filter(|l| l.contains(&resumed)).count(), 6, "{resumed:?}\n{output}");
+    for r in 0..6 {
+        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
+        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
+    }
+    let mut runs: Vec<String> = std::fs::read_dir(s.c.logs())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let read = |run: &str, file: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(s.c.logs().join(run).join(file)).unwrap()).unwrap()
+    };
+    assert_eq!(read(&runs[0], "summary.json")["status"], "time-limit");
+    let second = read(&runs[1], "summary.json");
+    assert_eq!(second["status"], "succeeded");
+    assert_eq!(second["lineage"]["previous_run"], runs[0].as_str(), "{second}");
+    let about = read(&runs[1], "herd.json");
+    assert_eq!(
+        (about["previous_run"].as_str(), about["slurm"]["restart_count"].as_u64()),
+        (Some(runs[0].as_str()), Some(1))
+    );
+    let lineage = second["lineage"]["effective_seconds"].as_f64().unwrap();
+    assert!(lineage > second["effective_seconds"].as_f64().unwrap(), "{second}");
+    // What the requeue cost (BENCHMARKS.md): from the first run's end to the second's start,
+    // Slurm's hold of a requeued job (cred_expire) most of it.
+    let at = |v: &Value| humantime::parse_rfc3339(v.as_str().unwrap()).unwrap();
+    let first_end = at(&read(&runs[0], "summary.json")["ended"]);
+    let ev = events(&s.c.logs().join(&runs[1]));
+    let started = at(&all(&ev, "attempt_started")[0]["ts"]);
+    eprintln!(
+        "requeue: the first run's end to the second's attempt 0: {:?}",
+        started.duration_since(first_end)
+    );
+}
+
+/// The job id `herd submit` printed.
+fn submitted_id(out: &herd::Finished) -> String {
+    out.stdout
+        .strip_prefix("submitted job ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("no job id\n{out}"))
+        .to_string()
+}
+
+/// A preemption (SIGTERM to the batch step alone: `scancel --signal=TERM --batch`) has every
+/// rank checkpoint, and the run ends as `preempted` (here with `--no-requeue`: not requeued).
+/// A plain `scancel` is no preemption, though it sends SIGTERM too: the run ends as
+/// interrupted, the job is not requeued, and nothing is left.
+#[test]
+fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() {
+    let s = SlurmCluster::new(3);
+    let ckpt = s.dir().join("ckpt");
+    s.torchrun_on(
+        &format!(
+            "\"--steps\", \"100000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            ckpt.display()
+        ),
+        "nnodes = 3",
+        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n", mark(&s.c)),
+    );
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let gone = |id: &str| {
+        wait_until(LIMIT, || {
+            let out = s.slurm.command("squeue").args(["--noheader", "--jobs", id]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        })
+    };
+    let status = |id: &str| -> (String, String) {
+        let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+        let mut runs: Vec<_> =
+            std::fs::read_dir(s.c.logs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
+        runs.sort_by_key(|e| e.file_name());
+        let summary =
+            std::fs::read_to_string(runs.last().unwrap().path().join("summary.json")).unwrap_or_default();
+        let summary: Value = serde_json::from_str(&summary).unwrap_or_default();
+        (summary["status"].as_str().unwrap_or_default().to_string(), output)
+    };
+
+    let id = submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "10", "--no-requeue"], &env, LIMIT));
+    assert!(
+        wait_until(LIMIT, || ckpt.join("step_3").exists()),
+        "training did not start: {:?}",
+        s.slurm.steps()
+    );
+    let term = s.slurm.command("scancel").args(["--signal=TERM", "--batch", &id]).output().unwrap();
+    assert!(term.status.success(), "{}", String::from_utf8_lossy(&term.stderr));
+    assert!(gone(&id), "job {id} still there");
+    let (status_1, output) = status(&id);
+    assert_eq!(status_1, "preempted", "{output}");
+    assert_eq!(output.lines().filter(|l| l.contains(" checkpointed at step ")).count(), 6, "{output}");
+    assert!(output.contains("run preempted: the ranks were told to checkpoint"), "{output}");
+    assert!(!output.contains("requeued"), "{output}");
+
+    std::fs::remove_dir_all(&ckpt).unwrap();
+    let id = submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "10"], &env, LIMIT));
+    assert!(
+        wait_until(LIMIT, || ckpt.join("step_3").exists()),
+        "training did not start: {:?}",
+        s.slurm.steps()
+    );
+    let cancel = s.slurm.command("scancel").arg(&id).output().unwrap();
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    if !gone(&id) {
+        let out = s
+            .slurm
+            .command("squeue")
+            .args(["--states", "all", "--jobs", &id, "-o", "%T %r"])
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(s.dir().join("slurm/slurmctld.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let output = status(&id).1;
+        let herd: Vec<&str> = output.lines().filter(|l| !l.contains("] step ")).rev().take(30).collect();
+        panic!("job {id} still there: {}\n{herd:#?}\n{tail:#?}", String::from_utf8_lossy(&out.stdout));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let out =
+        s.slurm.command("squeue").args(["--noheader", "--states", "all", "--jobs", &id]).output().unwrap();
+    let state = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!state.contains("PENDING") && !state.contains("RUNNING"), "requeued: {state}");
+    let (status_2, output) = status(&id);
+    assert!(!output.contains("requeued"), "{output}");
+    // Slurm may stop herd before it writes its summary (KillWait); if it wrote one, it is no
+    // preemption.
+    assert!(status_2.is_empty() || status_2 == "interrupted", "{status_2}\n{output}");
+    assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
 }

@@ -486,10 +486,12 @@ fn a_time_limit_warning_has_every_rank_checkpoint_and_is_no_failure() {
     let took = signalled.elapsed();
     out.assert_code(75);
     eprintln!("from SIGUSR1 to herd's exit: {took:?}");
-    let checkpointed: Vec<&str> = out.stdout.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
+    let checkpointed: Vec<&str> =
+        out.stdout.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
     assert_eq!(checkpointed.len(), 6, "every rank checkpoints\n{out}");
     // All at the same step, the one rank 0 saved last.
-    let step = |l: &str| l.split(" checkpointed at step ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let step =
+        |l: &str| l.split(" checkpointed at step ").nth(1).unwrap().split(' ').next().unwrap().to_string();
     let steps: std::collections::BTreeSet<String> = checkpointed.iter().map(|l| step(l)).collect();
     assert_eq!(steps.len(), 1, "{checkpointed:?}");
     assert!(ckpt.join(format!("step_{}", steps.first().unwrap())).exists());
@@ -499,9 +501,16 @@ fn a_time_limit_warning_has_every_rank_checkpoint_and_is_no_failure() {
     let ev = events(&run);
     assert!(all(&ev, "attempt_failed").is_empty(), "{ev:?}");
     let teardown = &all(&ev, "teardown_started")[0];
-    assert!(teardown["reason"].as_str().unwrap().starts_with("the time limit is near (SIGUSR1): SIGUSR1 to every rank"), "{teardown}");
+    assert!(
+        teardown["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the time limit is near (SIGUSR1): SIGUSR1 to every rank"),
+        "{teardown}"
+    );
     assert_eq!(ev.last().unwrap()["status"], "time-limit");
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["status"], "time-limit", "{summary}");
     assert!(out.stderr.contains("run stopped for the time limit"), "{out}");
     let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());

@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 
 use crate::cli::{Cli, Command, NodeSelection};
 use crate::error::Error;
+use crate::events::Preemption;
 use crate::plan::{LaunchPlan, PlanInputs};
 use crate::quarantine::{self, Quarantine};
-use crate::events::Preemption;
 use crate::supervisor::Signal;
 use crate::{config, state, transport};
 
@@ -214,7 +214,11 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
 /// signal is an interrupt (and SIGUSR1 is not watched).
 /// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
 /// is over and herd only waits for them.
-fn forward_signals(tx: mpsc::UnboundedSender<Signal>, hooks: Option<crate::notify::Stopper>, checkpoints: bool) {
+fn forward_signals(
+    tx: mpsc::UnboundedSender<Signal>,
+    hooks: Option<crate::notify::Stopper>,
+    checkpoints: bool,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let in_slurm = std::env::var_os("SLURM_JOB_ID").is_some_and(|v| !v.is_empty());
     let mut kinds = vec![(SignalKind::interrupt(), Signal::Interrupt)];

@@ -141,7 +141,10 @@ fn finish(outcome: Result<RunOutcome, RunError>, run_dir: &Path, stdout_closed: 
 fn write_summary(run_dir: &Path, run_id: &str, outcome: &Result<RunOutcome, RunError>, started: SystemTime) {
     let now = SystemTime::now();
     let summary = match outcome {
-        Ok(o) => output::record::summary(run_id, o.status, &o.attempts, started, now),
+        Ok(o) => output::record::with_lineage(
+            output::record::summary(run_id, o.status, &o.attempts, started, now),
+            run_dir,
+        ),
         Err(e) => {
             let mut summary = output::record::summary(run_id, RunStatus::Failed, &[], started, now);
             summary["not_started"] = serde_json::Value::String(e.to_string());

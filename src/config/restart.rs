@@ -85,7 +85,11 @@ impl Cx<'_> {
                 .map(|v| self.checkpoint_signal(v))
                 .transpose()?
                 .unwrap_or_default(),
-            checkpoint_grace: duration(&raw.checkpoint_grace, "restart.checkpoint_grace", defaults.checkpoint_grace)?,
+            checkpoint_grace: duration(
+                &raw.checkpoint_grace,
+                "restart.checkpoint_grace",
+                defaults.checkpoint_grace,
+            )?,
         })
     }
 
@@ -254,10 +258,17 @@ mod tests {
     fn checkpoint_signal_is_a_known_name_and_the_grace_a_duration() {
         let base = format!("[[nodes]]\nhost = \"a\"\n{JOB}[restart]\n");
         let defaults = parse_ok(&base).restart;
-        assert_eq!((defaults.checkpoint_signal.name, defaults.checkpoint_grace), ("USR1", Duration::from_secs(60)));
-        let set = parse_ok(&format!("{base}checkpoint_signal = \"SIGTERM\"\ncheckpoint_grace = \"2m\"\n")).restart;
+        assert_eq!(
+            (defaults.checkpoint_signal.name, defaults.checkpoint_grace),
+            ("USR1", Duration::from_secs(60))
+        );
+        let set =
+            parse_ok(&format!("{base}checkpoint_signal = \"SIGTERM\"\ncheckpoint_grace = \"2m\"\n")).restart;
         assert_eq!((set.checkpoint_signal.number, set.checkpoint_grace), (15, Duration::from_secs(120)));
-        assert_eq!(parse_ok(&format!("{base}checkpoint_signal = \"usr2\"\n")).restart.checkpoint_signal.number, 12);
+        assert_eq!(
+            parse_ok(&format!("{base}checkpoint_signal = \"usr2\"\n")).restart.checkpoint_signal.number,
+            12
+        );
         assert_err(
             &format!("{base}checkpoint_signal = \"USR3\"\n"),
             6,

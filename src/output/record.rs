@@ -22,12 +22,56 @@ pub fn write_start(
 ) -> io::Result<()> {
     std::fs::copy(config_file, run_dir.join("config.toml"))?;
     std::fs::write(run_dir.join("plan.json"), super::plan_view::json(plan))?;
+    let slurm = crate::transport::slurm::own_job_id()
+        .map(|job_id| json!({ "job_id": job_id, "restart_count": crate::transport::slurm::restart_count() }));
+    let previous = match (&slurm, run_dir.parent(), run_dir.file_name()) {
+        (Some(s), Some(logs), Some(this)) => {
+            previous_run(logs, s["job_id"].as_str().unwrap_or_default(), &this.to_string_lossy())
+        }
+        _ => None,
+    };
     let about = json!({
         "herd_version": env!("CARGO_PKG_VERSION"),
         "launch_dir": launch_dir.display().to_string(),
         "git": git_state(launch_dir),
+        "slurm": slurm,
+        "previous_run": previous,
     });
     std::fs::write(run_dir.join("herd.json"), pretty(&about))
+}
+
+/// The run before this one in the lineage of Slurm job `job_id`: of the runs in `logs` whose
+/// herd.json names that job, the newest before `this` (run ids sort by their start).
+pub fn previous_run(logs: &Path, job_id: &str, this: &str) -> Option<String> {
+    let mut runs: Vec<String> = std::fs::read_dir(logs)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.as_str() < this)
+        .filter(|name| {
+            let about = std::fs::read_to_string(logs.join(name).join("herd.json")).unwrap_or_default();
+            serde_json::from_str::<Value>(&about).is_ok_and(|v| v["slurm"]["job_id"] == job_id)
+        })
+        .collect();
+    runs.sort();
+    runs.pop()
+}
+
+/// `summary`, with the lineage's share: this run's effective seconds added to the previous
+/// run's lineage total (read from its summary.json), and the previous run named.
+pub fn with_lineage(mut summary: Value, run_dir: &Path) -> Value {
+    let about = std::fs::read_to_string(run_dir.join("herd.json")).unwrap_or_default();
+    let previous =
+        serde_json::from_str::<Value>(&about).ok().and_then(|v| v["previous_run"].as_str().map(String::from));
+    let own = summary["effective_seconds"].as_f64().unwrap_or(0.0);
+    let before = previous
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(run_dir.parent()?.join(p).join("summary.json")).ok())
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|s| s["lineage"]["effective_seconds"].as_f64().or(s["effective_seconds"].as_f64()))
+        .unwrap_or(0.0);
+    summary["lineage"] = json!({ "previous_run": previous, "effective_seconds": own + before });
+    summary
 }
 
 /// The launch directory's commit and whether its tracked files differ from it; `null` when it

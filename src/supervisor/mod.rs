@@ -72,19 +72,22 @@ pub async fn run(
         (RunStatus::Interrupted | RunStatus::Failed, Some(why)) => why.status(),
         (status, _) => status,
     };
-    let status = if status.preempted() && cancelled().await { RunStatus::Interrupted } else { status };
+    let status = match interrupts.preempted() {
+        Some(why) if status.preempted() && cancelled(why).await => RunStatus::Interrupted,
+        _ => status,
+    };
     let attempts = run.attempts;
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
     Ok(RunOutcome { status, attempts })
 }
 
-/// Whether the Slurm job herd runs in is cancelled: `scancel` sends SIGTERM too, which is no
-/// preemption. Slurm marks the job first; a job whose state cannot be read is not cancelled.
-async fn cancelled() -> bool {
+/// Whether the Slurm job herd runs in was cancelled (see `slurm::cancelled`): `scancel` sends
+/// SIGTERM too, which is no preemption. A job whose state cannot be read is not cancelled.
+async fn cancelled(why: crate::events::Preemption) -> bool {
     let Some(job_id) = slurm::own_job_id() else { return false };
-    match slurm::job_state(&job_id).await {
+    match slurm::scontrol_job_state(&job_id).await {
         Ok(Some(state)) => {
-            let cancelled = state.to_ascii_uppercase().starts_with("CANCELLED");
+            let cancelled = slurm::cancelled(why, &state);
             if cancelled {
                 tracing::info!("Slurm job {job_id} is {state}: the run was cancelled, not preempted");
             }
@@ -174,6 +177,13 @@ impl Run<'_> {
             (false, true) => agents,
             (false, false) => jobs,
         };
+        // A Slurm job requeued after a time limit or a preemption goes on from its newest
+        // checkpoint: the first attempt resumes, as a restart does. The first agents, started
+        // with the plan before it, are not used.
+        if slurm::restart_count() > 0 && !self.plan.restart.resume_args.is_empty() {
+            self.resume(&fleet, 0).await;
+            jobs = Vec::new();
+        }
         let mut attempt = 0;
         loop {
             let early = std::mem::take(&mut jobs);

@@ -238,6 +238,46 @@ pub fn own_job_id() -> Option<String> {
     std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty())
 }
 
+/// Job `job_id`'s `JobState` as `scontrol show job` says it (`RUNNING`, `COMPLETING`,
+/// `CANCELLED`, ...): squeue lists nothing for a cancelled job that is still completing.
+pub async fn scontrol_job_state(job_id: &str) -> Result<Option<String>, TransportError> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "--oneliner", job_id])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| TransportError::Slurm(format!("cannot run scontrol: {e}")))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(TransportError::Slurm(format!("scontrol show job {job_id}: {}", stderr.trim())));
+    }
+    Ok(parse_job_state(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The `JobState=` of `scontrol show job --oneliner`'s line.
+pub fn parse_job_state(line: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| w.strip_prefix("JobState=")).map(str::to_string)
+}
+
+/// Whether a job that sent herd `why` was cancelled (`scancel` sends SIGTERM too) rather than
+/// warned or preempted, from its `JobState`: cancelled, or, for a SIGTERM, already completing
+/// (a preemption, or `scancel --signal=TERM --batch`, leaves the job running while herd stops;
+/// `scancel` marks it done at once). A job at its time limit completes too, after its warning:
+/// that one is no cancel.
+pub fn cancelled(why: crate::events::Preemption, state: &str) -> bool {
+    match state.trim().to_ascii_uppercase().as_str() {
+        "CANCELLED" => true,
+        "COMPLETING" => why == crate::events::Preemption::Preempted,
+        _ => false,
+    }
+}
+
+/// How many times Slurm has requeued the job herd runs in (`SLURM_RESTART_COUNT`; 0 when it
+/// has not, or outside Slurm).
+pub fn restart_count() -> u32 {
+    std::env::var("SLURM_RESTART_COUNT").ok().and_then(|c| c.trim().parse().ok()).unwrap_or(0)
+}
+
 /// `scontrol requeue JOB_ID`: the job goes back to the queue, and its batch script runs again
 /// in a new allocation (`SLURM_RESTART_COUNT` counts the times).
 pub async fn requeue(job_id: &str) -> Result<(), TransportError> {
@@ -318,6 +358,19 @@ pub async fn cancel_steps(job_id: &str, name: &str, prefix: bool) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `scancel` marks the job done at once (squeue then lists nothing while it completes);
+    /// a preemption's SIGTERM finds it running, and a time limit's warning came first.
+    #[test]
+    fn a_cancelled_job_is_told_from_a_preempted_or_timed_out_one() {
+        use crate::events::Preemption::{Preempted, TimeLimit};
+        let line = "JobId=1 JobName=job.sh UserId=root(0) JobState=COMPLETING Reason=None Requeue=1\n";
+        assert_eq!(parse_job_state(line).as_deref(), Some("COMPLETING"));
+        assert_eq!(parse_job_state("JobId=1 Partition=x"), None);
+        assert!(cancelled(Preempted, "COMPLETING") && cancelled(TimeLimit, "CANCELLED"));
+        assert!(!cancelled(Preempted, "RUNNING") && !cancelled(TimeLimit, "COMPLETING"));
+        assert!(!cancelled(Preempted, "PREEMPTED") && !cancelled(TimeLimit, "TIMEOUT"));
+    }
 
     fn target() -> SlurmTarget {
         SlurmTarget {

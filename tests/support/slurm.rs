@@ -40,9 +40,11 @@ impl Slurm {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let socket = dir.join("munge.sock");
         let d = dir.display();
+        // cred_expire: a requeued job waits this long before it may start again (Slurm's
+        // default is 120 s); long enough still for a step's launch on a loaded machine.
         let mut conf = format!(
             "ClusterName=herdt{k}\nSlurmctldHost=ctl({addr})\nSlurmctldPort={port}\nSlurmdPort=6818\n\
-             AuthType=auth/munge\nAuthInfo=socket={sock}\nCredType=cred/munge\n\
+             AuthType=auth/munge\nAuthInfo=socket={sock},cred_expire=30\nCredType=cred/munge\n\
              SlurmUser=root\nSlurmdUser=root\nStateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool-%n\n\
              SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd-%n.pid\n\
              SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd-%n.log\n\
