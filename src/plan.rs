@@ -734,7 +734,10 @@ impl LaunchPlan {
     /// in it. It prints `herd: PROGRAM is not in the container` and exits 127 when one is not.
     pub fn container_trial(&self, node: &NodePlan) -> Option<String> {
         const CHECK: &str = "for p do command -v \"$p\" >/dev/null 2>&1 || { echo \"herd: $p is not in the container\" >&2; exit 127; }; done";
-        let container = self.container.as_ref()?;
+        // Never a pull, whatever `args` ask (the last --pull wins): the doctor looks at the
+        // image the node has.
+        let mut container = self.container.clone()?;
+        container.args.push("--pull=never".into());
         let python = Some(self.python.as_str()).filter(|_| self.launcher != LauncherKind::Command);
         let check = ["sh", "-c", CHECK, "herd-check", &self.launcher_program].into_iter().chain(python);
         let inner = remote::setup_and_exec(self.setup.as_deref(), &remote::command_line(check));

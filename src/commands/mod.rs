@@ -210,8 +210,9 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
 
 /// Every SIGINT and SIGTERM becomes one request on `tx`; the supervisor decides what each
 /// means. With `checkpoints` (`herd run`): SIGUSR1 is a time limit's warning, and SIGTERM in
-/// a Slurm job (`SLURM_JOB_ID` set) a preemption, each a `Signal::Checkpoint`; otherwise every
-/// signal is an interrupt (and SIGUSR1 is not watched).
+/// a Slurm job (`SLURM_JOB_ID` set) a preemption, each a `Signal::Checkpoint`, unless Slurm
+/// says the job is done already when it comes (`scancel` sends SIGTERM too: see
+/// `slurm::cancelled`); otherwise every signal is an interrupt (and SIGUSR1 is not watched).
 /// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
 /// is over and herd only waits for them.
 fn forward_signals(
@@ -235,15 +236,45 @@ fn forward_signals(
             Ok(mut stream) => {
                 tokio::spawn(async move {
                     while stream.recv().await.is_some() {
-                        if let (Some(hooks), Signal::Interrupt) = (&hooks, meaning) {
+                        if let Some(hooks) = &hooks {
                             hooks.stop("herd got a signal");
                         }
+                        let meaning = match meaning {
+                            Signal::Checkpoint(why) if cancelled_now(why).await => Signal::Interrupt,
+                            other => other,
+                        };
                         // The run may be over already (herd waits for hooks): nothing to stop.
                         let _ = tx.send(meaning);
                     }
                 });
             }
             Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
+        }
+    }
+}
+
+/// Whether the Slurm job herd runs in is done already as `why` arrives (see
+/// `slurm::cancelled`): a cancel, not a preemption. Slurm's answer is awaited for a few
+/// seconds at most; without one, it is a preemption.
+async fn cancelled_now(why: Preemption) -> bool {
+    let Some(job_id) = transport::slurm::own_job_id() else { return false };
+    let asked = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        transport::slurm::scontrol_job_state(&job_id),
+    );
+    match asked.await {
+        Ok(Ok(Some(state))) if transport::slurm::cancelled(why, &state) => {
+            tracing::info!("Slurm job {job_id} is {state}: cancelled, not preempted: the run stops as interrupted");
+            true
+        }
+        Ok(Ok(_)) => false,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}: taken as a preemption");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("Slurm did not say job {job_id}'s state within 5 s: taken as a preemption");
+            false
         }
     }
 }

@@ -70,14 +70,15 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
     });
-    if let Ok(o) = &outcome {
-        runtime.block_on(after_preemption(o, args.requeue));
-    }
     // The record is complete before the run_finished hook starts (it may read summary.json).
     write_summary(&run_dir, &run_id, &outcome, started);
     drop(gate);
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
+    // Last: Slurm stops this batch step once the job is requeued.
+    if let Ok(o) = &outcome {
+        runtime.block_on(after_preemption(o, args.requeue));
+    }
     finish(outcome, &run_dir, report.stdout_closed)
 }
 

@@ -24,9 +24,11 @@ pub fn write_start(
     std::fs::write(run_dir.join("plan.json"), super::plan_view::json(plan))?;
     let slurm = crate::transport::slurm::own_job_id()
         .map(|job_id| json!({ "job_id": job_id, "restart_count": crate::transport::slurm::restart_count() }));
+    let restarts = crate::transport::slurm::restart_count();
     let previous = match (&slurm, run_dir.parent(), run_dir.file_name()) {
-        (Some(s), Some(logs), Some(this)) => {
-            previous_run(logs, s["job_id"].as_str().unwrap_or_default(), &this.to_string_lossy())
+        (Some(s), Some(logs), Some(this)) if restarts > 0 => {
+            let job_id = s["job_id"].as_str().unwrap_or_default();
+            previous_run(logs, &this.to_string_lossy(), &plan.config_key, job_id, restarts)
         }
         _ => None,
     };
@@ -40,17 +42,30 @@ pub fn write_start(
     std::fs::write(run_dir.join("herd.json"), pretty(&about))
 }
 
-/// The run before this one in the lineage of Slurm job `job_id`: of the runs in `logs` whose
-/// herd.json names that job, the newest before `this` (run ids sort by their start).
-pub fn previous_run(logs: &Path, job_id: &str, this: &str) -> Option<String> {
+/// The run before `this` in the lineage of Slurm job `job_id`, requeued `restarts` times: of
+/// the runs in `logs` of the same config (`config_key`) whose herd.json names that job at a
+/// lower restart count, the newest (run ids sort by their start).
+pub fn previous_run(
+    logs: &Path,
+    this: &str,
+    config_key: &str,
+    job_id: &str,
+    restarts: u32,
+) -> Option<String> {
+    let of = |name: &str, file: &str| std::fs::read_to_string(logs.join(name).join(file)).unwrap_or_default();
     let mut runs: Vec<String> = std::fs::read_dir(logs)
         .ok()?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|name| name.as_str() < this)
         .filter(|name| {
-            let about = std::fs::read_to_string(logs.join(name).join("herd.json")).unwrap_or_default();
-            serde_json::from_str::<Value>(&about).is_ok_and(|v| v["slurm"]["job_id"] == job_id)
+            let about = serde_json::from_str::<Value>(&of(name, "herd.json")).unwrap_or_default();
+            let started = of(name, "events.jsonl");
+            let started =
+                serde_json::from_str::<Value>(started.lines().next().unwrap_or_default()).unwrap_or_default();
+            about["slurm"]["job_id"] == job_id
+                && about["slurm"]["restart_count"].as_u64().is_some_and(|c| c < u64::from(restarts))
+                && started["config_key"] == config_key
         })
         .collect();
     runs.sort();

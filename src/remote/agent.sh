@@ -29,7 +29,8 @@
 #        launcher (the group's leader) once every other job process is gone; `probe` asks for
 #        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock`, `sample`
 #        for `herd-agent sample` (below), `checkpoint SIG` sends SIG (a name without SIG) to
-#        every rank (`herd_ranks`), or to the job's group where none has a RANK;
+#        every rank (`herd_ranks`), `checkpoint SIG group` too, or to the job's group where
+#        none has a RANK (a `command` job);
 #        EOF means herd is gone:
 #        TERM, grace, KILL. A control line in place of the count (herd stopped the attempt
 #        before it started) ends the agent with `herd-agent exit 143`, having started nothing.
@@ -379,15 +380,17 @@ sample_job() {
 
 # A time limit or a preemption: SIG to every rank, so that it writes its checkpoint. Not to
 # the launcher (torchrun would die of SIGUSR1, its default action, and leave its workers) nor
-# to herd's output multiplexer: to the ranks alone. A job without ranks (a `command` job)
-# gets it in its group, as it gets `term`.
+# to herd's output multiplexer: to the ranks alone, and to nothing when none is found (none
+# started yet, or their environment cannot be read). With `group` (a `command` job), a job
+# without ranks gets it in its group, as it gets `term`.
 checkpoint_job() {
-  case $1 in '' | *[!A-Z0-9]*) return 0 ;; esac
-  sig=$1
+  sig=${1%% *}
+  case $sig in '' | *[!A-Z0-9]*) return 0 ;; esac
+  case $1 in *" group") whole=1 ;; *) whole= ;; esac
   # shellcheck disable=SC2046 # `PID RANK` pairs, one word each
   set -- $(herd_ranks $(strays))
   if [ $# -lt 2 ]; then
-    signal_job "$sig"
+    [ -z "$whole" ] || signal_job "$sig"
     return 0
   fi
   while [ $# -ge 2 ]; do

@@ -484,9 +484,9 @@ pub enum Control {
     Clock,
     /// Each rank's busy time (`AgentMessage::Sample`).
     Sample,
-    /// This signal (a name without `SIG`, of `CheckpointSignal::ALL`) to every rank, or to the
-    /// job's process group where it has no rank.
-    Checkpoint(&'static str),
+    /// This signal (a name without `SIG`, of `CheckpointSignal::ALL`) to every rank; with
+    /// `true` (a `command` job), to the job's process group where it has no rank.
+    Checkpoint(&'static str, bool),
 }
 
 impl Control {
@@ -500,8 +500,9 @@ impl Control {
             Control::Probe => b"probe\n",
             Control::Clock => b"clock\n",
             Control::Sample => b"sample\n",
-            Control::Checkpoint(signal) => {
-                return std::borrow::Cow::Owned(format!("checkpoint {signal}\n").into_bytes())
+            Control::Checkpoint(signal, group) => {
+                let group = if *group { " group" } else { "" };
+                return std::borrow::Cow::Owned(format!("checkpoint {signal}{group}\n").into_bytes());
             }
         };
         std::borrow::Cow::Borrowed(line)

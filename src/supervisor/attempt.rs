@@ -240,8 +240,10 @@ impl<'a> Attempt<'a> {
             }
             Input::Interrupt => self.interrupt(now, &mut actions),
             Input::Checkpoint(why) => self.checkpoint(now, why, &mut actions),
+            // The ranks had their time: what is left is stopped as in any teardown (unless a
+            // stop came meanwhile and took the attempt over).
+            Input::TermTimer if self.term_sent => {}
             Input::TermTimer => {
-                // The ranks had their time: what is left is stopped as in any teardown.
                 self.term_sent = true;
                 actions.push(Action::Term { failing: None });
                 if !self.kill_armed {
@@ -421,7 +423,12 @@ impl<'a> Attempt<'a> {
         actions: &mut Vec<Action>,
     ) {
         if self.stopping.is_some() {
-            if kill {
+            // In a checkpoint's grace no stop was sent yet: a node silent meanwhile (its agent
+            // late under the checkpoint's writes, or lost) must not cut every other rank's save
+            // short. The grace's end stops them all, it included.
+            let checkpointing =
+                self.stopping.is_some_and(|(why, _)| why == Stopping::Checkpoint) && !self.term_sent;
+            if kill && !checkpointing {
                 actions.push(Action::Kill);
             }
             return;
@@ -707,6 +714,9 @@ mod tests {
         assert!(a.decide(S(11), Input::Checkpoint(Preemption::Preempted)).is_empty());
         assert!(a.decide(S(12), Input::NodeEnded { node_rank: 0, exit: NodeExit::ExitCode(0) }).is_empty());
         assert!(a.decide(S(13), Input::NodeEnded { node_rank: 1, exit: NodeExit::Signal(10) }).is_empty());
+        // A node silent in the grace kills nobody's checkpoint.
+        let silent = Clock { heard: vec![Some(S(1)), Some(S(1)), Some(S(30))], ..Clock::default() };
+        assert!(!a.decide(S(38), Input::Tick(silent)).contains(&Action::Kill));
         assert_eq!(
             a.decide(S(40), Input::TermTimer),
             vec![Action::Term { failing: None }, Action::KillAfter(S(7))]
@@ -731,10 +741,11 @@ mod tests {
         let mut b = Attempt::new(&p, None, &used);
         let actions = b.decide(S(1), Input::Checkpoint(Preemption::Preempted));
         assert_eq!(actions, teardown("preempted (SIGTERM)", None));
-        // Ctrl-C in the checkpoint's grace stops at once.
+        // Ctrl-C in the checkpoint's grace stops at once; the grace's end then adds nothing.
         let mut c = Attempt::new(&p, Some(1), &used);
         c.decide(S(1), Input::Checkpoint(Preemption::TimeLimit));
         assert_eq!(c.decide(S(2), Input::Interrupt), teardown("interrupted", None));
+        assert!(c.decide(S(61), Input::TermTimer).is_empty());
     }
 
     #[test]

@@ -385,7 +385,8 @@ impl<'a> Gang<'a> {
             Action::TermAfter(grace) => self.term_at = Some(Deadline::now() + grace),
             Action::SignalRanks => {
                 let signal = plan.restart.checkpoint_signal;
-                self.tell_all(|_| NodeCommand::Checkpoint(signal));
+                let group = plan.launcher == crate::config::LauncherKind::Command;
+                self.tell_all(|_| NodeCommand::Checkpoint(signal, group));
             }
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
@@ -414,9 +415,10 @@ impl<'a> Gang<'a> {
         if matches!(stop, Some((Stopping::Interrupted, _))) {
             return (AttemptOutcome::Interrupted, ended.port);
         }
-        // Whatever the nodes' exits: they were told to stop, or failed in an allocation that
-        // ends. No failure to judge, and no restart here.
-        if let Some(why) = ended.preempted {
+        // The preemption stopped the attempt: whatever the nodes' exits, they were told to
+        // stop. A failure that was being stopped already is judged as ever (the run then ends
+        // as preempted only if that failure would have been restarted: see `Run::attempt`).
+        if let (Some(why), Some((Stopping::Checkpoint, _))) = (ended.preempted, stop) {
             return (AttemptOutcome::Preempted(why), ended.port);
         }
         if let Some(error) = ended.no_port {

@@ -66,39 +66,15 @@ pub async fn run(
         interfaces: Vec::new(),
     };
     let status = run.run(&mut interrupts).await?;
-    // A time limit or a preemption is what the run ends as, whatever stopped it after (a
-    // Ctrl-C in the checkpoint's grace, a restart's wait cut short).
+    // A wait cut short by a time limit or a preemption (the connections, a restart's
+    // backoff): the run ends as that, not as interrupted.
     let status = match (status, interrupts.preempted()) {
-        (RunStatus::Interrupted | RunStatus::Failed, Some(why)) => why.status(),
+        (RunStatus::Interrupted, Some(why)) => why.status(),
         (status, _) => status,
-    };
-    let status = match interrupts.preempted() {
-        Some(why) if status.preempted() && cancelled(why).await => RunStatus::Interrupted,
-        _ => status,
     };
     let attempts = run.attempts;
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
     Ok(RunOutcome { status, attempts })
-}
-
-/// Whether the Slurm job herd runs in was cancelled (see `slurm::cancelled`): `scancel` sends
-/// SIGTERM too, which is no preemption. A job whose state cannot be read is not cancelled.
-async fn cancelled(why: crate::events::Preemption) -> bool {
-    let Some(job_id) = slurm::own_job_id() else { return false };
-    match slurm::scontrol_job_state(&job_id).await {
-        Ok(Some(state)) => {
-            let cancelled = slurm::cancelled(why, &state);
-            if cancelled {
-                tracing::info!("Slurm job {job_id} is {state}: the run was cancelled, not preempted");
-            }
-            cancelled
-        }
-        Ok(None) => false,
-        Err(e) => {
-            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}");
-            false
-        }
-    }
 }
 
 fn run_started(plan: &LaunchPlan, run_id: &str) -> Event {
@@ -246,7 +222,13 @@ impl Run<'_> {
             unit: rand::random::<f64>(),
             slow: &still_slow,
         };
-        let decision = self.between.after_attempt(&ctx, attempt, ended);
+        let mut decision = self.between.after_attempt(&ctx, attempt, ended);
+        // A failure while the allocation ends for a time limit or a preemption: a restart
+        // could only start to be stopped; it happens in the next allocation instead. A failure
+        // that would not be restarted ends the run as failed, and is not requeued.
+        if let (Some(why), Next::Restart { .. }) = (interrupts.preempted(), &decision.next) {
+            decision.next = Next::Done { status: why.status(), abandoned: None };
+        }
         let millis = duration.as_millis() as u64;
         let summary = move |verdict| AttemptSummary {
             attempt,

@@ -50,8 +50,9 @@ pub enum NodeCommand {
     Probe,
     /// Each rank's busy time (answered as `NodeReport::Sample`), for stragglers.
     Sample,
-    /// This signal to every rank, to checkpoint (a time limit or a preemption).
-    Checkpoint(CheckpointSignal),
+    /// This signal to every rank, to checkpoint (a time limit or a preemption); with `true`
+    /// (a `command` job), to the job's group where it has no rank.
+    Checkpoint(CheckpointSignal, bool),
 }
 
 /// What one node tells the supervisor, with its node rank: its one report channel up.
@@ -367,8 +368,10 @@ impl Controller {
                     Some(NodeCommand::Sample) if !env_sent => {}
                     Some(NodeCommand::Sample) => self.send(Control::Sample).await,
                     // Before the env, no rank runs: the stop that follows is all there is.
-                    Some(NodeCommand::Checkpoint(_)) if !env_sent => {}
-                    Some(NodeCommand::Checkpoint(signal)) => self.send(Control::Checkpoint(signal.name)).await,
+                    Some(NodeCommand::Checkpoint(..)) if !env_sent => {}
+                    Some(NodeCommand::Checkpoint(signal, group)) => {
+                        self.send(Control::Checkpoint(signal.name, group)).await
+                    }
                     Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
                             waited = kill_wait;

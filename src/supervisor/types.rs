@@ -71,30 +71,36 @@ pub enum Signal {
     Checkpoint(Preemption),
 }
 
-/// The run's requests from outside (`Signal`), and the first preemption among them, which
-/// is what the run ends as, whatever stopped it after.
+/// The run's requests from outside (`Signal`): whether an interrupt came, and the first
+/// preemption. A run with a preemption and no interrupt ends as preempted (and may be
+/// requeued); an interrupt, before or after, means someone stopped it.
 #[derive(Debug)]
 pub struct Interrupts {
     rx: mpsc::UnboundedReceiver<Signal>,
     preempted: Option<Preemption>,
+    interrupted: bool,
 }
 
 impl Interrupts {
     pub fn new(rx: mpsc::UnboundedReceiver<Signal>) -> Interrupts {
-        Interrupts { rx, preempted: None }
+        Interrupts { rx, preempted: None, interrupted: false }
     }
 
     /// The next request; `None` once no sender is left. Cancel-safe, as the channel's.
     pub async fn recv(&mut self) -> Option<Signal> {
         let got = self.rx.recv().await;
-        if let Some(Signal::Checkpoint(p)) = got {
-            self.preempted.get_or_insert(p);
+        match got {
+            Some(Signal::Checkpoint(p)) => {
+                self.preempted.get_or_insert(p);
+            }
+            Some(Signal::Interrupt) => self.interrupted = true,
+            None => {}
         }
         got
     }
 
-    /// The first preemption received, if any.
+    /// The first preemption received, unless an interrupt came too.
     pub fn preempted(&self) -> Option<Preemption> {
-        self.preempted
+        self.preempted.filter(|_| !self.interrupted)
     }
 }

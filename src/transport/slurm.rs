@@ -244,6 +244,7 @@ pub async fn scontrol_job_state(job_id: &str) -> Result<Option<String>, Transpor
     let out = Command::new("scontrol")
         .args(["show", "job", "--oneliner", job_id])
         .stdin(Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| TransportError::Slurm(format!("cannot run scontrol: {e}")))?;
@@ -259,11 +260,11 @@ pub fn parse_job_state(line: &str) -> Option<String> {
     line.split_whitespace().find_map(|w| w.strip_prefix("JobState=")).map(str::to_string)
 }
 
-/// Whether a job that sent herd `why` was cancelled (`scancel` sends SIGTERM too) rather than
-/// warned or preempted, from its `JobState`: cancelled, or, for a SIGTERM, already completing
-/// (a preemption, or `scancel --signal=TERM --batch`, leaves the job running while herd stops;
-/// `scancel` marks it done at once). A job at its time limit completes too, after its warning:
-/// that one is no cancel.
+/// Whether a job that sends herd `why` was cancelled (`scancel` sends SIGTERM too) rather than
+/// warned or preempted, from its `JobState` as the signal arrives: cancelled, or, for a
+/// SIGTERM, already completing (`scancel` marks the job done at once; a preemption's grace, or
+/// `scancel --signal=TERM --batch`, leaves it running). A warning (SIGUSR1) is never a
+/// cancel.
 pub fn cancelled(why: crate::events::Preemption, state: &str) -> bool {
     match state.trim().to_ascii_uppercase().as_str() {
         "CANCELLED" => true,
@@ -281,11 +282,11 @@ pub fn restart_count() -> u32 {
 /// `scontrol requeue JOB_ID`: the job goes back to the queue, and its batch script runs again
 /// in a new allocation (`SLURM_RESTART_COUNT` counts the times).
 pub async fn requeue(job_id: &str) -> Result<(), TransportError> {
-    let out = Command::new("scontrol")
-        .args(["requeue", job_id])
-        .stdin(Stdio::null())
-        .output()
+    let run =
+        Command::new("scontrol").args(["requeue", job_id]).stdin(Stdio::null()).kill_on_drop(true).output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
         .await
+        .map_err(|_| TransportError::Slurm("scontrol requeue: no answer within 60 s".into()))?
         .map_err(|e| TransportError::Slurm(format!("cannot run scontrol: {e}")))?;
     if out.status.success() {
         return Ok(());
