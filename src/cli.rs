@@ -283,6 +283,11 @@ pub struct LogsArgs {
     /// Only lines matching this regular expression.
     #[arg(long, value_name = "RE")]
     pub grep: Option<String>,
+
+    /// The run and the runs before it in its Slurm job's lineage (a job requeued after a
+    /// time limit or a preemption: each run's record names the one before), oldest first.
+    #[arg(long, conflicts_with = "attempt")]
+    pub lineage: bool,
 }
 
 #[derive(Debug, Args)]

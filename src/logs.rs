@@ -151,6 +151,28 @@ fn up_to(what: &str, last: u64) -> String {
     }
 }
 
+/// The run a run's record names as the one before it in its Slurm job's lineage (herd.json's
+/// `previous_run`), if any.
+pub fn previous_run(run: &RunInfo) -> Option<String> {
+    let about = std::fs::read_to_string(run.dir.join("herd.json")).ok()?;
+    let about: serde_json::Value = serde_json::from_str(&about).ok()?;
+    about["previous_run"].as_str().map(str::to_string)
+}
+
+/// `run` and the runs before it in its lineage, oldest first: each one's `previous_run`, as
+/// long as it is among `runs` (and never twice).
+pub fn lineage<'a>(runs: &'a [RunInfo], run: &'a RunInfo) -> Vec<&'a RunInfo> {
+    let mut chain = vec![run];
+    while let Some(prev) = previous_run(chain[chain.len() - 1]) {
+        match runs.iter().find(|r| r.id == prev) {
+            Some(r) if !chain.iter().any(|c| c.id == r.id) => chain.push(r),
+            _ => break,
+        }
+    }
+    chain.reverse();
+    chain
+}
+
 /// The run asked for (a run id or a unique prefix of one), or the latest.
 pub fn pick_run<'a>(runs: &'a [RunInfo], wanted: Option<&str>) -> Result<&'a RunInfo, LookupError> {
     let Some(wanted) = wanted else {
@@ -402,6 +424,32 @@ mod tests {
 
     /// Attempt 0 on a, b, c with one rank each; attempt 1 with spare d (3 ranks) for b;
     /// attempt 2 shrunk to a, d.
+    /// A lineage follows each run's record back, stops at a run that is not among the runs
+    /// (or at a loop), and reads oldest first.
+    #[test]
+    fn a_lineage_follows_previous_run_back_and_reads_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |id: &str, previous: Option<&str>| {
+            let d = dir.path().join(id);
+            std::fs::create_dir_all(&d).unwrap();
+            let about = serde_json::json!({ "previous_run": previous });
+            std::fs::write(d.join("herd.json"), about.to_string()).unwrap();
+            RunInfo { dir: d, ..run(id) }
+        };
+        let runs = [
+            at("r1", Some("r0-gone")),
+            at("r2", Some("r1")),
+            at("r3", None),
+            at("r4", Some("r2")),
+            at("r5", Some("r5")),
+        ];
+        let ids = |chain: Vec<&RunInfo>| chain.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(lineage(&runs, &runs[3])), ["r1", "r2", "r4"]);
+        assert_eq!(ids(lineage(&runs, &runs[2])), ["r3"]);
+        assert_eq!(ids(lineage(&runs, &runs[4])), ["r5"]);
+        assert_eq!(previous_run(&runs[1]).as_deref(), Some("r1"));
+    }
+
     fn changing() -> RunInfo {
         RunInfo {
             id: "x".into(),

@@ -376,6 +376,14 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
     let refused = check_of(&json, 0, "container");
     let detail = refused["detail"].as_str().unwrap_or_default();
     assert!(detail.starts_with("podman run exited 125: "), "{detail}\n{out}");
+    // No trial container is left (`--rm`), nor a pull started for node 1.
+    let all = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
+    let left: Vec<String> = String::from_utf8_lossy(&all.stdout)
+        .lines()
+        .filter(|n| n.contains("-doctor-"))
+        .map(String::from)
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
     assert!(refused["fix"].as_str().unwrap_or_default().contains("container.args"), "{refused}");
     assert_eq!(
         failures(&json),

@@ -735,6 +735,17 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
     );
     let lineage = second["lineage"]["effective_seconds"].as_f64().unwrap();
     assert!(lineage > second["effective_seconds"].as_f64().unwrap(), "{second}");
+    // herd logs follows the lineage: rank 5's lines of both runs, the older first.
+    let logs = herd::run(s.dir(), &["logs", "--lineage", "--rank", "5"], LIMIT);
+    logs.assert_code(0);
+    let heads: Vec<&str> = logs.stdout.lines().filter(|l| l.starts_with("== run ")).collect();
+    assert_eq!(heads, [format!("== run {} ==", runs[0]), format!("== run {} ==", runs[1])], "{logs}");
+    assert!(
+        logs.stdout.contains(" checkpointed at step ") && logs.stdout.contains("result rank=5"),
+        "{logs}"
+    );
+    let list = herd::run(s.dir(), &["logs", "--list"], LIMIT);
+    assert!(list.stdout.contains(&format!("  after {}", runs[0])), "{list}");
     // What the requeue cost (BENCHMARKS.md): from the first run's end to the second's start,
     // Slurm's hold of a requeued job (cred_expire) most of it.
     let at = |v: &Value| humantime::parse_rfc3339(v.as_str().unwrap()).unwrap();
@@ -759,7 +770,7 @@ fn submitted_id(out: &herd::Finished) -> String {
 /// A preemption (SIGTERM to the batch step alone: `scancel --signal=TERM --batch`) has every
 /// rank checkpoint, and the run ends as `preempted` (here with `--no-requeue`: not requeued).
 /// A plain `scancel` is no preemption, though it sends SIGTERM too: the run ends as
-/// interrupted, the job is not requeued, and nothing is left.
+/// interrupted, the job is not requeued, and nothing is left. Nor is a run that failed.
 #[test]
 fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() {
     let s = SlurmCluster::new(3);
@@ -804,7 +815,7 @@ fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() 
     assert_eq!(status_1, "preempted", "{output}");
     assert_eq!(output.lines().filter(|l| l.contains(" checkpointed at step ")).count(), 6, "{output}");
     assert!(output.contains("run preempted: the ranks were told to checkpoint"), "{output}");
-    assert!(!output.contains("requeued"), "{output}");
+    assert!(!output.contains("requeue"), "{output}");
 
     std::fs::remove_dir_all(&ckpt).unwrap();
     let id = submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "10"], &env, LIMIT));
@@ -834,9 +845,21 @@ fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() 
     let state = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(!state.contains("PENDING") && !state.contains("RUNNING"), "requeued: {state}");
     let (status_2, output) = status(&id);
-    assert!(!output.contains("requeued"), "{output}");
+    assert!(!output.contains("requeue"), "{output}");
     // Slurm may stop herd before it writes its summary (KillWait); if it wrote one, it is no
     // preemption.
     assert!(status_2.is_empty() || status_2 == "interrupted", "{status_2}\n{output}");
     assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
+
+    // A run that fails is not requeued, however requeueable its job.
+    s.torchrun_on(
+        "\"--steps\", \"3\", \"--die-rank\", \"1\", \"--fault-step\", \"0\"",
+        "nnodes = 3",
+        &format!("[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\nmax_restarts = 0\n", mark(&s.c)),
+    );
+    let id = submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "10"], &env, LIMIT));
+    assert!(gone(&id), "job {id} still there");
+    let (status_3, output) = status(&id);
+    assert_eq!(status_3, "failed", "{output}");
+    assert!(!output.contains("requeue"), "{output}");
 }

@@ -22,37 +22,61 @@ pub(super) fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let printed = if args.list {
         runs.iter()
-            .try_for_each(|r| writeln!(out, "{}  {} attempt(s)  {}", r.id, r.attempts.len(), r.dir.display()))
+            .try_for_each(|r| {
+                let after = logs::previous_run(r).map(|p| format!("  after {p}")).unwrap_or_default();
+                writeln!(out, "{}  {} attempt(s)  {}{after}", r.id, r.attempts.len(), r.dir.display())
+            })
+            .map_err(Printed::Io)
     } else {
         let usage = |e: logs::LookupError| Error::Usage(format!("{e} (under {})", dir.display()));
         let run = logs::pick_run(&runs, args.run.as_deref()).map_err(usage)?;
-        let usage = |e: logs::LookupError| Error::Usage(e.to_string());
-        let mut selection = logs::Selection::default();
-        if let Some(node) = &args.node {
-            logs::pick_node(run, node, &mut selection).map_err(usage)?;
-        }
-        if let Some(rank) = args.rank {
-            logs::pick_rank(run, rank, &mut selection).map_err(usage)?;
-        }
-        if let Some(attempt) = args.attempt {
-            if !run.attempts.contains(&attempt) {
-                return Err(Error::Usage(format!("run {} has no attempt {attempt}", run.id)));
+        let chain = if args.lineage { logs::lineage(&runs, run) } else { vec![run] };
+        chain.iter().try_for_each(|run| {
+            if args.lineage {
+                writeln!(out, "== run {} ==", run.id).map_err(Printed::Io)?;
             }
-            selection.attempts.push(attempt);
-        }
-        if let Some(re) = &args.grep {
-            let re = regex::bytes::Regex::new(re).map_err(|e| Error::Usage(format!("--grep: {e}")))?;
-            selection.grep = Some(re);
-        }
-        // Each attempt's own nodes and ranks: the world may have changed between attempts.
-        let attempts = logs::per_attempt(run, &selection).map_err(usage)?;
-        let color = output::mode::Surroundings::detect(false, true).color();
-        logs::print(run, &selection, &attempts, color, &mut out)
+            print_run(run, &args, &mut out)
+        })
     };
-    match printed.and_then(|_| out.flush()) {
-        // `herd logs | head` is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
-        Err(e) => Err(Error::io("cannot print the logs")(e)),
+    match printed.and_then(|()| out.flush().map_err(Printed::Io)) {
         Ok(()) => Ok(exit::OK),
+        // `herd logs | head` is not an error.
+        Err(Printed::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
+        Err(Printed::Io(e)) => Err(Error::io("cannot print the logs")(e)),
+        Err(Printed::Usage(e)) => Err(e),
     }
+}
+
+/// Why printing a run stopped: the output failed, or the run has no such node, rank or
+/// attempt.
+enum Printed {
+    Io(std::io::Error),
+    Usage(Error),
+}
+
+/// One run's lines, as `args` select them: the node, rank and attempt picked in this run's
+/// own world (it may have changed between attempts, and between the runs of a lineage).
+fn print_run(run: &logs::RunInfo, args: &LogsArgs, out: &mut impl std::io::Write) -> Result<(), Printed> {
+    let usage = |e: logs::LookupError| Printed::Usage(Error::Usage(e.to_string()));
+    let mut selection = logs::Selection::default();
+    if let Some(node) = &args.node {
+        logs::pick_node(run, node, &mut selection).map_err(usage)?;
+    }
+    if let Some(rank) = args.rank {
+        logs::pick_rank(run, rank, &mut selection).map_err(usage)?;
+    }
+    if let Some(attempt) = args.attempt {
+        if !run.attempts.contains(&attempt) {
+            return Err(Printed::Usage(Error::Usage(format!("run {} has no attempt {attempt}", run.id))));
+        }
+        selection.attempts.push(attempt);
+    }
+    if let Some(re) = &args.grep {
+        let re =
+            regex::bytes::Regex::new(re).map_err(|e| Printed::Usage(Error::Usage(format!("--grep: {e}"))))?;
+        selection.grep = Some(re);
+    }
+    let attempts = logs::per_attempt(run, &selection).map_err(usage)?;
+    let color = output::mode::Surroundings::detect(false, true).color();
+    logs::print(run, &selection, &attempts, color, out).map_err(Printed::Io)
 }
