@@ -409,6 +409,24 @@ fn a_node_cut_off_for_good_is_lost_and_replaced_by_the_allocations_spare() {
     s.slurm.release(&alloc[1].1);
 }
 
+/// The job id `herd submit` printed.
+fn submitted_id(out: &herd::Finished) -> String {
+    out.assert_code(0);
+    out.stdout
+        .strip_prefix("submitted job ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("no job id\n{out}"))
+        .to_string()
+}
+
+/// Whether Slurm's queue no longer lists job `id` within `limit`: it ran and was not requeued.
+fn job_gone(slurm: &Slurm, id: &str, limit: Duration) -> bool {
+    wait_until(limit, || {
+        let out = slurm.command("squeue").args(["--noheader", "--jobs", id]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    })
+}
+
 #[test]
 fn herd_submit_runs_the_job_through_sbatch_to_completion() {
     let s = SlurmCluster::new(3);
@@ -420,17 +438,8 @@ fn herd_submit_runs_the_job_through_sbatch_to_completion() {
     printed.assert_code(0);
     assert!(printed.stdout.contains("#SBATCH --nodes=3\n"), "{printed}");
     let submitted = herd::run_with(s.dir(), &["submit", "-t", "10", "--sbatch-arg=--exclusive"], &env, LIMIT);
-    submitted.assert_code(0);
-    let id = submitted
-        .stdout
-        .strip_prefix("submitted job ")
-        .and_then(|rest| rest.split(':').next())
-        .unwrap_or_else(|| panic!("no job id\n{submitted}"))
-        .to_string();
-    let done = wait_until(LIMIT, || {
-        let out = s.slurm.command("squeue").args(["--noheader", "--jobs", &id]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().is_empty()
-    });
+    let id = submitted_id(&submitted);
+    let done = job_gone(&s.slurm, &id, LIMIT);
     assert!(done, "job {id} still queued or running: {:?}", s.slurm.steps());
     let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap();
     for r in 0..6 {
@@ -672,13 +681,7 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
         assert!(printed.stdout.contains(line), "{line:?} missing\n{printed}");
     }
     let submitted = herd::run_with(s.dir(), &["submit", "-t", "10", "--warn-before", "30s"], &env, LIMIT);
-    submitted.assert_code(0);
-    let id = submitted
-        .stdout
-        .strip_prefix("submitted job ")
-        .and_then(|rest| rest.split(':').next())
-        .unwrap_or_else(|| panic!("no job id\n{submitted}"))
-        .to_string();
+    let id = submitted_id(&submitted);
     assert!(
         wait_until(LIMIT, || ckpt.join("step_3").exists()),
         "training did not start: {:?}",
@@ -686,10 +689,7 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
     );
     let warned = s.slurm.command("scancel").args(["--signal=USR1", "--batch", &id]).output().unwrap();
     assert!(warned.status.success(), "{}", String::from_utf8_lossy(&warned.stderr));
-    let done = wait_until(LIMIT * 2, || {
-        let out = s.slurm.command("squeue").args(["--noheader", "--jobs", &id]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().is_empty()
-    });
+    let done = job_gone(&s.slurm, &id, LIMIT * 2);
     let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
     assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
     // The first run: every rank checkpointed at one step, the run stopped for the time limit
@@ -758,15 +758,6 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
     );
 }
 
-/// The job id `herd submit` printed.
-fn submitted_id(out: &herd::Finished) -> String {
-    out.stdout
-        .strip_prefix("submitted job ")
-        .and_then(|rest| rest.split(':').next())
-        .unwrap_or_else(|| panic!("no job id\n{out}"))
-        .to_string()
-}
-
 /// A preemption (SIGTERM to the batch step alone: `scancel --signal=TERM --batch`) has every
 /// rank checkpoint, and the run ends as `preempted` (here with `--no-requeue`: not requeued).
 /// A plain `scancel` is no preemption, though it sends SIGTERM too: the run ends as
@@ -785,12 +776,7 @@ fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() 
     );
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
-    let gone = |id: &str| {
-        wait_until(LIMIT, || {
-            let out = s.slurm.command("squeue").args(["--noheader", "--jobs", id]).output().unwrap();
-            String::from_utf8_lossy(&out.stdout).trim().is_empty()
-        })
-    };
+    let gone = |id: &str| job_gone(&s.slurm, id, LIMIT);
     let status = |id: &str| -> (String, String) {
         let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
         let mut runs: Vec<_> =
