@@ -163,8 +163,7 @@ impl Run<'_> {
         let mut attempt = 0;
         loop {
             let early = std::mem::take(&mut jobs);
-            let next =
-                self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, interrupts).await;
+            let next = self.attempt(&fleet, attempt, std::mem::take(&mut checked), early, interrupts).await;
             let (delay, replace) = match next {
                 Ok(Next::Restart { delay, replace, .. }) => (delay, replace),
                 Ok(Next::Done { status, .. }) => {
@@ -757,6 +756,32 @@ async fn interruptible<T>(interrupts: &mut Interrupts, work: impl Future<Output 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A preemption is what a run ends as only when no interrupt came, before or after it:
+    /// someone who stopped the run is never requeued.
+    #[tokio::test]
+    async fn an_interrupt_before_or_after_a_preemption_wins() {
+        use crate::events::Preemption::TimeLimit;
+        for signals in [
+            vec![Signal::Checkpoint(TimeLimit), Signal::Interrupt],
+            vec![Signal::Interrupt, Signal::Checkpoint(TimeLimit)],
+        ] {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut interrupts = Interrupts::new(rx);
+            for s in &signals {
+                tx.send(*s).unwrap();
+                interrupts.recv().await;
+            }
+            assert_eq!(interrupts.preempted(), None, "{signals:?}");
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut interrupts = Interrupts::new(rx);
+        tx.send(Signal::Checkpoint(TimeLimit)).unwrap();
+        tx.send(Signal::Checkpoint(crate::events::Preemption::Preempted)).unwrap();
+        interrupts.recv().await;
+        interrupts.recv().await;
+        assert_eq!(interrupts.preempted(), Some(TimeLimit), "the first one counts");
+    }
 
     /// Ctrl-C or SIGTERM ends the wait for Slurm's word on the allocation at once, however
     /// long slurmctld takes (here: never answers).
