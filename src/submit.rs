@@ -123,11 +123,13 @@ pub const MAX_WARNING_SECS: u64 = 65535;
 /// sbatch options that would change what the script sets and herd relies on: the node count
 /// the config was checked for (`--ntasks` caps it too), `--no-kill` (a failed node does not
 /// end the allocation), the directory herd starts in, where Slurm's output goes (herd names
-/// the file), and one herd per config (`--array` would start several, `--wrap` none).
+/// the file, appended to across requeues), one herd per config (`--array` would start
+/// several, `--wrap` none), and the time limit, its warning and the requeue, which herd
+/// submit's own options give (it checks the warning against the time limit).
 #[rustfmt::skip]
-const REFUSED_SBATCH_OPTIONS: [&str; 15] = [
+const REFUSED_SBATCH_OPTIONS: [&str; 21] = [
     "-N", "--nodes", "-n", "--ntasks", "-k", "--no-kill", "-D", "--chdir", "-o", "--output", "-e", "--error",
-    "-a", "--array", "--wrap",
+    "-a", "--array", "--wrap", "-t", "--time", "--signal", "--requeue", "--no-requeue", "--open-mode",
 ];
 
 /// Why `arg` cannot be a `--sbatch-arg`, if it cannot: it is not an option (a bare word such
@@ -139,12 +141,15 @@ pub fn refused_sbatch_arg(arg: &str) -> Option<String> {
     let option = crate::config::refused_option(arg, &REFUSED_SBATCH_OPTIONS)?;
     let instead = match option {
         "-N" | "--nodes" | "-n" | "--ntasks" => ": give the node count with -N",
+        "-t" | "--time" => ": give the time limit with -t (herd checks --warn-before against it)",
+        "--signal" => ": give the time limit's warning with --warn-before",
+        "--requeue" | "--no-requeue" => ": the job is requeueable unless --no-requeue is given",
         _ => "",
     };
     Some(format!(
         "herd submit sets {option} itself, and a later #SBATCH line would undo it (herd relies on \
-         the node count it checked the config for, --no-kill, the directory, its output file and \
-         one herd per job){instead}"
+         the node count it checked the config for, --no-kill, the directory, its output file, \
+         one herd per job, and the time limit, warning and requeue it checked){instead}"
     ))
 }
 
@@ -311,12 +316,21 @@ mod tests {
             "--array=0-3",
             "-a1",
             "--wrap=x",
+            "-t10",
+            "--time=1:00:00",
+            "--ti=5",
+            "--signal=B:USR1@60",
+            "--requeue",
+            "--no-requeue",
+            "--open-mode=truncate",
         ] {
             let why = refused_sbatch_arg(bad).unwrap_or_else(|| panic!("{bad} accepted"));
             assert!(why.starts_with("herd submit sets -"), "{bad}: {why}");
         }
         assert!(refused_sbatch_arg("--nodes=2").unwrap().ends_with("give the node count with -N"));
         assert!(refused_sbatch_arg("hetjob").unwrap().contains("not an sbatch option"));
+        assert!(refused_sbatch_arg("--time=5").unwrap().ends_with("herd checks --warn-before against it)"));
+        assert!(refused_sbatch_arg("--signal=USR1@9").unwrap().ends_with("with --warn-before"));
         for good in [
             "--exclusive",
             "--gres=gpu:8",
@@ -328,6 +342,8 @@ mod tests {
             "-C",
             "--constraint=a100",
             "--reservation=r",
+            "--time-min=30",
+            "--tmp=10G",
         ] {
             assert_eq!(refused_sbatch_arg(good), None, "{good}");
         }

@@ -892,6 +892,18 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let early = herd::run(dir.path(), &["submit", "--print", "-t", "2", "--warn-before", "3m"], LIMIT);
     early.assert_code(2);
     assert!(early.stderr.contains("--warn-before 3m is not shorter than --time 2 (2m)"), "{early}");
+    // A warning shorter than the checkpoint grace (60 s) and the teardown (5 s) together: a
+    // warning, and the script.
+    let short = herd::run(dir.path(), &["submit", "--print", "-t", "10", "--warn-before", "45s"], LIMIT);
+    short.assert_code(0);
+    assert!(short.stdout.contains("#SBATCH --signal=B:USR1@45\n"), "{short}");
+    assert!(
+        short.stderr.contains("--warn-before 45 s is shorter than restart.checkpoint_grace (1m)"),
+        "{short}"
+    );
+    let timed = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--time=10"], LIMIT);
+    timed.assert_code(2);
+    assert!(timed.stderr.contains("give the time limit with -t"), "{timed}");
     let early = herd::run(dir.path(), &["submit", "--print", "-t", "1-0", "--warn-before", "20h"], LIMIT);
     early.assert_code(2);
     assert!(early.stderr.contains("sbatch --signal takes at most 65535 s"), "{early}");

@@ -28,6 +28,10 @@ pub(super) fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
             return Err(Error::Usage(format!("{what} {}: not a path for sbatch: {why}", p.display())));
         }
     }
+    let warning = warning_secs(&args)?;
+    if let Some(short) = warning.and_then(|secs| short_warning(secs, &plan)) {
+        tracing::warn!("{short}");
+    }
     let script = crate::submit::script(&crate::submit::Submission {
         name: crate::submit::job_name(&config_file),
         nodes,
@@ -40,7 +44,7 @@ pub(super) fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
         logs_dir: &logs_dir,
         sbatch_args: &args.sbatch_arg,
         extra_args: &args.extra_args,
-        warning: warning_secs(&args)?,
+        warning,
         requeue: !args.no_requeue,
     });
     if !args.print && !transport::slurm::on_path("sbatch", std::env::var_os("PATH").as_deref()) {
@@ -106,6 +110,22 @@ fn warning_secs(args: &SubmitArgs) -> Result<Option<u64>, Error> {
         }
     }
     Ok(Some(secs))
+}
+
+/// What is wrong with a warning `secs` before the time limit, if it is shorter than what
+/// herd may take after it: the ranks' `restart.checkpoint_grace`, then the teardown's
+/// `restart.grace_period`. Slurm ends the job at the limit, whatever is still saving.
+fn short_warning(secs: u64, plan: &LaunchPlan) -> Option<String> {
+    let needs = plan.restart.checkpoint_grace.as_secs() + plan.timing.grace_secs;
+    (secs < needs).then(|| {
+        format!(
+            "--warn-before {secs} s is shorter than restart.checkpoint_grace ({}) and restart.grace_period \
+             ({} s) together: ranks still saving at the time limit are killed; give --warn-before {} s or more",
+            humantime::format_duration(plan.restart.checkpoint_grace),
+            plan.timing.grace_secs,
+            needs + 30
+        )
+    })
 }
 
 /// How many nodes to allocate: `-N`, or else what the config's plan in the largest allocation
