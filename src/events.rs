@@ -17,8 +17,8 @@ pub enum RunStatus {
     /// Stopped for a preemption (SIGTERM to herd in a Slurm job): the ranks were told to
     /// checkpoint.
     Preempted,
-    /// Stopped for the time limit's warning (SIGUSR1 to herd): the ranks were told to
-    /// checkpoint.
+    /// Stopped for the time limit's warning (SIGUSR1 to herd), or the time limit itself: the
+    /// ranks were told to checkpoint.
     #[serde(rename = "time-limit")]
     TimeLimit,
 }
@@ -38,12 +38,15 @@ pub enum Preemption {
     TimeLimit,
     /// SIGTERM in a Slurm job: a preemption (or `scancel --signal=TERM --batch`).
     Preempted,
+    /// SIGTERM in a Slurm job at the time limit itself, no warning having come early enough:
+    /// Slurm kills what is left after its KillWait.
+    OutOfTime,
 }
 
 impl Preemption {
     pub fn status(self) -> RunStatus {
         match self {
-            Preemption::TimeLimit => RunStatus::TimeLimit,
+            Preemption::TimeLimit | Preemption::OutOfTime => RunStatus::TimeLimit,
             Preemption::Preempted => RunStatus::Preempted,
         }
     }
@@ -53,6 +56,7 @@ impl Preemption {
         match self {
             Preemption::TimeLimit => "the time limit is near (SIGUSR1)",
             Preemption::Preempted => "preempted (SIGTERM)",
+            Preemption::OutOfTime => "the time limit is here (SIGTERM)",
         }
     }
 }

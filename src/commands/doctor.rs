@@ -109,7 +109,7 @@ async fn measure(
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-    forward_signals(interrupt_tx.clone(), None, false);
+    forward_signals(interrupt_tx.clone(), None, None);
     let interrupts = supervisor::Interrupts::new(interrupts);
     let started = std::time::Instant::now();
     let timer = tokio::spawn(async move {

@@ -4,6 +4,8 @@
 //! directory, the per-config lock), its async runtime and its signals.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
@@ -13,6 +15,7 @@ use crate::events::Preemption;
 use crate::plan::{LaunchPlan, PlanInputs};
 use crate::quarantine::{self, Quarantine};
 use crate::supervisor::Signal;
+use crate::transport::slurm::Arrival;
 use crate::{config, state, transport};
 
 mod completions;
@@ -212,26 +215,28 @@ fn lock_config(plan: &LaunchPlan) -> Result<std::fs::File, Error> {
 /// means. With `checkpoints` (`herd run`): SIGUSR1 is a time limit's warning, and SIGTERM in
 /// a Slurm job (`SLURM_JOB_ID` set) a preemption, each a `Signal::Checkpoint`, unless Slurm
 /// says the job is done already when it comes (`scancel` sends SIGTERM too: see
-/// `slurm::cancelled`); otherwise every signal is an interrupt (and SIGUSR1 is not watched).
-/// `hooks`: the notify hooks running or waiting are killed at each signal, also once the run
-/// is over and herd only waits for them.
+/// `slurm::arrival`). A SIGTERM that is the time limit itself (no warning came) is one too,
+/// and the job is requeued at once (if `checkpoints` says so): Slurm kills what is left after
+/// its KillWait. Without `checkpoints`, every signal is an interrupt (and SIGUSR1 is not
+/// watched). `hooks`: the notify hooks running or waiting are killed at each signal, also once
+/// the run is over and herd only waits for them.
 fn forward_signals(
     tx: mpsc::UnboundedSender<Signal>,
     hooks: Option<crate::notify::Stopper>,
-    checkpoints: bool,
+    checkpoints: Option<Requeue>,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let in_slurm = std::env::var_os("SLURM_JOB_ID").is_some_and(|v| !v.is_empty());
     let mut kinds = vec![(SignalKind::interrupt(), Signal::Interrupt)];
-    kinds.push(match checkpoints && in_slurm {
+    kinds.push(match checkpoints.is_some() && in_slurm {
         true => (SignalKind::terminate(), Signal::Checkpoint(Preemption::Preempted)),
         false => (SignalKind::terminate(), Signal::Interrupt),
     });
-    if checkpoints {
+    if checkpoints.is_some() {
         kinds.push((SignalKind::user_defined1(), Signal::Checkpoint(Preemption::TimeLimit)));
     }
     for (kind, meaning) in kinds {
-        let (tx, hooks) = (tx.clone(), hooks.clone());
+        let (tx, hooks, requeue) = (tx.clone(), hooks.clone(), checkpoints.clone());
         match signal(kind) {
             Ok(mut stream) => {
                 tokio::spawn(async move {
@@ -240,7 +245,20 @@ fn forward_signals(
                             hooks.stop("herd got a signal");
                         }
                         let meaning = match meaning {
-                            Signal::Checkpoint(why) if cancelled_now(why).await => Signal::Interrupt,
+                            Signal::Checkpoint(why) => match arrival(why).await {
+                                Arrival::Cancelled => Signal::Interrupt,
+                                Arrival::Checkpoint(why) => Signal::Checkpoint(why),
+                                Arrival::OutOfTime => {
+                                    eprintln!(
+                                        "herd: the Slurm job is at its time limit, with no warning early enough before it \
+                                         (herd submit --warn-before): the ranks have until Slurm's KillWait to checkpoint"
+                                    );
+                                    if let Some(requeue) = &requeue {
+                                        requeue.now().await;
+                                    }
+                                    Signal::Checkpoint(Preemption::OutOfTime)
+                                }
+                            },
                             other => other,
                         };
                         // The run may be over already (herd waits for hooks): nothing to stop.
@@ -253,28 +271,68 @@ fn forward_signals(
     }
 }
 
-/// Whether the Slurm job herd runs in is done already as `why` arrives (see
-/// `slurm::cancelled`): a cancel, not a preemption. Slurm's answer is awaited for a few
-/// seconds at most; without one, it is a preemption.
-async fn cancelled_now(why: Preemption) -> bool {
-    let Some(job_id) = transport::slurm::own_job_id() else { return false };
+/// What the Slurm job herd runs in is as `why` arrives (see `slurm::arrival`). Slurm's answer
+/// is awaited for a few seconds at most; without one, it is what `why` says.
+async fn arrival(why: Preemption) -> Arrival {
+    let Some(job_id) = transport::slurm::own_job_id() else { return Arrival::Checkpoint(why) };
     let asked = tokio::time::timeout(
         std::time::Duration::from_secs(5),
         transport::slurm::scontrol_job_state(&job_id),
     );
+    let taken = match why {
+        Preemption::TimeLimit => "a time limit's warning",
+        Preemption::Preempted => "a preemption",
+        Preemption::OutOfTime => "the time limit",
+    };
     match asked.await {
-        Ok(Ok(Some(state))) if transport::slurm::cancelled(why, &state) => {
-            tracing::info!("Slurm job {job_id} is {state}: cancelled, not preempted: the run stops as interrupted");
-            true
+        Ok(Ok(Some(now))) => {
+            let arrival = transport::slurm::arrival(why, &now);
+            if arrival == Arrival::Cancelled {
+                tracing::info!(
+                    "Slurm job {job_id} is {}: cancelled, not preempted: the run stops as interrupted",
+                    now.state
+                );
+            }
+            arrival
         }
-        Ok(Ok(_)) => false,
+        Ok(Ok(None)) => Arrival::Checkpoint(why),
         Ok(Err(e)) => {
-            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}: taken as a preemption");
-            false
+            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}: taken as {taken}");
+            Arrival::Checkpoint(why)
         }
         Err(_) => {
-            tracing::warn!("Slurm did not say job {job_id}'s state within 5 s: taken as a preemption");
-            false
+            tracing::warn!("Slurm did not say job {job_id}'s state within 5 s: taken as {taken}");
+            Arrival::Checkpoint(why)
+        }
+    }
+}
+
+/// `herd run`'s requeue of the Slurm job it runs in (`--requeue`): at most once, whether
+/// after the run stopped for a time limit or a preemption, or at once when the time limit
+/// itself came with no warning. Off, it only notes that the run was not requeued.
+#[derive(Clone)]
+pub struct Requeue {
+    on: bool,
+    done: Arc<AtomicBool>,
+}
+
+impl Requeue {
+    pub fn new(on: bool) -> Requeue {
+        Requeue { on, done: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// `scontrol requeue` of the job, the first time only; what came of it on stderr.
+    pub async fn now(&self) {
+        if !self.on || self.done.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Some(job_id) = transport::slurm::own_job_id() else {
+            tracing::warn!("--requeue: not in a Slurm job (no SLURM_JOB_ID): nothing to requeue");
+            return;
+        };
+        match transport::slurm::requeue(&job_id).await {
+            Ok(()) => eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation"),
+            Err(e) => eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
         }
     }
 }

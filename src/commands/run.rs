@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
-use super::{forward_signals, load_plan, lock_config, new_run_id, runtime, Active, EVENT_QUEUE};
+use super::{forward_signals, load_plan, lock_config, new_run_id, runtime, Active, Requeue, EVENT_QUEUE};
 use crate::cli::RunArgs;
 use crate::error::{exit, Error};
 use crate::events::RunStatus;
@@ -64,8 +64,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         output::report(files, events_rx, sinks)
     });
 
+    let requeue = Requeue::new(args.requeue);
     let outcome = runtime.block_on(async {
-        forward_signals(interrupt_tx, hooks, true);
+        forward_signals(interrupt_tx, hooks, Some(requeue.clone()));
         let interrupts = supervisor::Interrupts::new(interrupts);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
@@ -76,27 +77,12 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
     // Last: Slurm stops this batch step once the job is requeued.
-    if let Ok(o) = &outcome {
-        runtime.block_on(after_preemption(o, args.requeue));
+    // A run stopped for a time limit or a preemption in a Slurm job (not a cancelled one: see
+    // `supervisor::run`) goes on in a new allocation.
+    if outcome.as_ref().is_ok_and(|o| o.status.preempted()) {
+        runtime.block_on(requeue.now());
     }
     finish(outcome, &run_dir, report.stdout_closed)
-}
-
-/// A run stopped for a time limit or a preemption in a Slurm job (not a cancelled one: see
-/// `supervisor::run`), with `requeue`: the job is requeued (`scontrol requeue`) to go on in a
-/// new allocation.
-async fn after_preemption(outcome: &RunOutcome, requeue: bool) {
-    if !outcome.status.preempted() || !requeue {
-        return;
-    }
-    let Some(job_id) = crate::transport::slurm::own_job_id() else {
-        tracing::warn!("--requeue: not in a Slurm job (no SLURM_JOB_ID): nothing to requeue");
-        return;
-    };
-    match crate::transport::slurm::requeue(&job_id).await {
-        Ok(()) => eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation"),
-        Err(e) => eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
-    }
 }
 
 /// `[notify]`'s hooks for this run, if the config has any.

@@ -238,9 +238,9 @@ pub fn own_job_id() -> Option<String> {
     std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty())
 }
 
-/// Job `job_id`'s `JobState` as `scontrol show job` says it (`RUNNING`, `COMPLETING`,
-/// `CANCELLED`, ...): squeue lists nothing for a cancelled job that is still completing.
-pub async fn scontrol_job_state(job_id: &str) -> Result<Option<String>, TransportError> {
+/// Job `job_id`'s state as `scontrol show job` says it (squeue lists nothing for a cancelled
+/// job that is still completing).
+pub async fn scontrol_job_state(job_id: &str) -> Result<Option<JobNow>, TransportError> {
     let out = Command::new("scontrol")
         .args(["show", "job", "--oneliner", job_id])
         .stdin(Stdio::null())
@@ -252,24 +252,50 @@ pub async fn scontrol_job_state(job_id: &str) -> Result<Option<String>, Transpor
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(TransportError::Slurm(format!("scontrol show job {job_id}: {}", stderr.trim())));
     }
-    Ok(parse_job_state(&String::from_utf8_lossy(&out.stdout)))
+    Ok(parse_job_now(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// The `JobState=` of `scontrol show job --oneliner`'s line.
-pub fn parse_job_state(line: &str) -> Option<String> {
-    line.split_whitespace().find_map(|w| w.strip_prefix("JobState=")).map(str::to_string)
+/// A job's `JobState` (`RUNNING`, `COMPLETING`, `CANCELLED`, ...) and `Reason` (`None`,
+/// `TimeLimit`, ...), as `scontrol show job` says them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobNow {
+    pub state: String,
+    pub reason: String,
 }
 
-/// Whether a job that sends herd `why` was cancelled (`scancel` sends SIGTERM too) rather than
-/// warned or preempted, from its `JobState` as the signal arrives: cancelled, or, for a
-/// SIGTERM, already completing (`scancel` marks the job done at once; a preemption's grace, or
-/// `scancel --signal=TERM --batch`, leaves it running). A warning (SIGUSR1) is never a
-/// cancel.
-pub fn cancelled(why: crate::events::Preemption, state: &str) -> bool {
-    match state.trim().to_ascii_uppercase().as_str() {
-        "CANCELLED" => true,
-        "COMPLETING" => why == crate::events::Preemption::Preempted,
-        _ => false,
+/// The `JobState=` and `Reason=` of `scontrol show job --oneliner`'s line.
+pub fn parse_job_now(line: &str) -> Option<JobNow> {
+    let field = |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_string);
+    Some(JobNow { state: field("JobState=")?, reason: field("Reason=").unwrap_or_default() })
+}
+
+/// What a signal Slurm sent herd's batch step means, from the job's state as it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// A cancel (`scancel` sends SIGTERM too): no checkpoint, no requeue.
+    Cancelled,
+    /// A warning or a preemption: the ranks checkpoint, the job goes on.
+    Checkpoint(crate::events::Preemption),
+    /// The time limit itself, with no warning early enough: the job is ending, and Slurm
+    /// kills what is left after its KillWait. The ranks checkpoint if they can; a requeue
+    /// must not wait for them.
+    OutOfTime,
+}
+
+/// What signal `why` (SIGUSR1: a warning; SIGTERM: a preemption) means for a job that is
+/// `now` as it arrives. `scancel` marks the job done at once: cancelled, or, for a SIGTERM,
+/// completing with no reason. A time limit's SIGTERM finds it completing for `TimeLimit` (or
+/// timed out). A preemption's grace, or `scancel --signal=TERM --batch`, leaves it running.
+/// A warning is never a cancel.
+pub fn arrival(why: crate::events::Preemption, now: &JobNow) -> Arrival {
+    use crate::events::Preemption::Preempted;
+    let timed_out = now.reason.eq_ignore_ascii_case("TimeLimit");
+    match now.state.trim().to_ascii_uppercase().as_str() {
+        "CANCELLED" => Arrival::Cancelled,
+        "TIMEOUT" => Arrival::OutOfTime,
+        "COMPLETING" if timed_out => Arrival::OutOfTime,
+        "COMPLETING" if why == Preempted => Arrival::Cancelled,
+        _ => Arrival::Checkpoint(why),
     }
 }
 
@@ -361,16 +387,26 @@ mod tests {
     use super::*;
 
     /// `scancel` marks the job done at once (squeue then lists nothing while it completes);
-    /// a preemption's SIGTERM finds it running, and a time limit's warning came first.
+    /// a preemption's SIGTERM finds it running, and a time limit's warning came first. A time
+    /// limit reached with no warning is completing for `TimeLimit` (as a real slurmctld says).
     #[test]
     fn a_cancelled_job_is_told_from_a_preempted_or_timed_out_one() {
         use crate::events::Preemption::{Preempted, TimeLimit};
         let line = "JobId=1 JobName=job.sh UserId=root(0) JobState=COMPLETING Reason=None Requeue=1\n";
-        assert_eq!(parse_job_state(line).as_deref(), Some("COMPLETING"));
-        assert_eq!(parse_job_state("JobId=1 Partition=x"), None);
-        assert!(cancelled(Preempted, "COMPLETING") && cancelled(TimeLimit, "CANCELLED"));
-        assert!(!cancelled(Preempted, "RUNNING") && !cancelled(TimeLimit, "COMPLETING"));
-        assert!(!cancelled(Preempted, "PREEMPTED") && !cancelled(TimeLimit, "TIMEOUT"));
+        let now = |state: &str, reason: &str| JobNow { state: state.into(), reason: reason.into() };
+        assert_eq!(parse_job_now(line), Some(now("COMPLETING", "None")));
+        assert_eq!(parse_job_now("JobId=1 Partition=x"), None);
+        let line = "JobId=7 JobState=COMPLETING Reason=TimeLimit Dependency=(null) Restarts=0";
+        assert_eq!(parse_job_now(line), Some(now("COMPLETING", "TimeLimit")));
+
+        assert_eq!(arrival(Preempted, &now("COMPLETING", "None")), Arrival::Cancelled);
+        assert_eq!(arrival(TimeLimit, &now("CANCELLED", "None")), Arrival::Cancelled);
+        assert_eq!(arrival(Preempted, &now("RUNNING", "None")), Arrival::Checkpoint(Preempted));
+        assert_eq!(arrival(TimeLimit, &now("COMPLETING", "None")), Arrival::Checkpoint(TimeLimit));
+        assert_eq!(arrival(Preempted, &now("PREEMPTED", "None")), Arrival::Checkpoint(Preempted));
+        assert_eq!(arrival(Preempted, &now("COMPLETING", "TimeLimit")), Arrival::OutOfTime);
+        assert_eq!(arrival(Preempted, &now("TIMEOUT", "TimeLimit")), Arrival::OutOfTime);
+        assert_eq!(arrival(TimeLimit, &now("TIMEOUT", "None")), Arrival::OutOfTime);
     }
 
     fn target() -> SlurmTarget {
