@@ -653,43 +653,44 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
     s.slurm.release(&alloc[1].1);
 }
 
-/// Issue 29's chain, by the warning herd gets before a time limit: `herd submit` asks for it
-/// and for a requeueable job; Slurm's warning (sent here at once, as the time limit's would be:
-/// `scancel --signal=USR1 --batch`) has every rank checkpoint and exit, herd requeues the job,
-/// and the requeued job's run resumes from the newest checkpoint and completes. Its record
-/// names the run before it.
+/// Issue 29's chain, by a real time limit: `herd submit -t 2 --warn-before 30s` asks for
+/// Slurm's warning and for a requeueable job. Slurm sends the warning 30 to 60 s before the
+/// limit (it looks at time limits every 30 s), so 60 to 90 s into the job: every rank
+/// checkpoints and exits, herd requeues the job, and the requeued job's run resumes from the
+/// newest checkpoint and completes. Its record names the run before it. (`-t 1` would warn
+/// 0 to 30 s into the job: before torch is imported, often, with nothing to save.)
 #[test]
 fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion() {
     let s = SlurmCluster::new(3);
     let ckpt = s.dir().join("ckpt");
+    // 1000 steps of 0.3 s outlast the allocation; resumed, the ranks train at full speed (the
+    // last `--sleep` counts), done long before the next allocation's warning.
     s.torchrun_on(
         &format!(
-            "\"--steps\", \"30\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
             ckpt.display()
         ),
         "nnodes = 3",
-        &format!("[restart]\nresume_args = [\"--resume\", \"{{latest:{}/step_*}}\"]\n", ckpt.display()),
+        &format!(
+            "[restart]\ncheckpoint_grace = \"15s\"\n\
+             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
+            ckpt.display()
+        ),
     );
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
     let printed =
-        herd::run_with(s.dir(), &["submit", "--print", "-t", "10", "--warn-before", "30s"], &env, LIMIT);
+        herd::run_with(s.dir(), &["submit", "--print", "-t", "2", "--warn-before", "30s"], &env, LIMIT);
     printed.assert_code(0);
     for line in
         ["#SBATCH --signal=B:USR1@30\n", "#SBATCH --requeue\n", " run --slurm --no-progress --requeue -c "]
     {
         assert!(printed.stdout.contains(line), "{line:?} missing\n{printed}");
     }
-    let submitted = herd::run_with(s.dir(), &["submit", "-t", "10", "--warn-before", "30s"], &env, LIMIT);
+    let submitted = herd::run_with(s.dir(), &["submit", "-t", "2", "--warn-before", "30s"], &env, LIMIT);
     let id = submitted_id(&submitted);
-    assert!(
-        wait_until(LIMIT, || ckpt.join("step_3").exists()),
-        "training did not start: {:?}",
-        s.slurm.steps()
-    );
-    let warned = s.slurm.command("scancel").args(["--signal=USR1", "--batch", &id]).output().unwrap();
-    assert!(warned.status.success(), "{}", String::from_utf8_lossy(&warned.stderr));
-    let done = job_gone(&s.slurm, &id, LIMIT * 2);
+    // The limit is 120 s; the requeued job waits 30 s or more to start again.
+    let done = job_gone(&s.slurm, &id, Duration::from_secs(420));
     let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
     assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
     // The first run: every rank checkpointed at one step, the run stopped for the time limit
@@ -756,6 +757,64 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
         "requeue: the first run's end to the second's attempt 0: {:?}",
         started.duration_since(first_end)
     );
+}
+
+/// A time limit with no warning before it (`herd submit -t 1 --warn-before 0`): Slurm sends
+/// SIGTERM to every process of the job at the limit and SIGKILL after its KillWait (5 s
+/// here). herd reads the job's state (completing, for `TimeLimit`): no cancel; it requeues the
+/// job at once, and the ranks checkpoint on that SIGTERM if they can. The requeued job resumes
+/// from the newest checkpoint and completes.
+#[test]
+fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
+    let s = SlurmCluster::new(2);
+    let ckpt = s.dir().join("ckpt");
+    s.torchrun_on(
+        &format!(
+            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGTERM\"",
+            ckpt.display()
+        ),
+        "nnodes = 2",
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\ncheckpoint_signal = \"TERM\"\ncheckpoint_grace = \"4s\"\n\
+             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
+            mark(&s.c),
+            ckpt.display()
+        ),
+    );
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let id =
+        submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "1", "--warn-before", "0"], &env, LIMIT));
+    // The limit is 60 s (Slurm looks every 30 s); the requeued job waits 30 s or more.
+    let done = job_gone(&s.slurm, &id, Duration::from_secs(360));
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    assert!(
+        output.contains("herd: the Slurm job is at its time limit, with no warning early enough"),
+        "{output}"
+    );
+    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
+    assert!(output.contains("herd: stopping every node: the time limit is here (SIGTERM)"), "{output}");
+    let resumed = |l: &&str| l.contains("] rank ") && l.contains(" resumes from ");
+    assert_eq!(output.lines().filter(resumed).count(), 4, "{output}");
+    for r in 0..4 {
+        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
+        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
+    }
+    let mut runs: Vec<_> =
+        std::fs::read_dir(s.c.logs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
+    runs.sort_by_key(|e| e.file_name());
+    assert_eq!(runs.len(), 2, "{output}");
+    let read = |i: usize| -> Value {
+        let text = std::fs::read_to_string(runs[i].path().join("summary.json")).unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or_default()
+    };
+    // Slurm may kill herd before it writes its summary (KillWait): if it wrote one, it says
+    // time-limit.
+    let first = read(0);
+    assert!(first.is_null() || first["status"] == "time-limit", "{first}\n{output}");
+    assert_eq!(read(1)["status"], "succeeded", "{output}");
+    assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
 }
 
 /// A preemption (SIGTERM to the batch step alone: `scancel --signal=TERM --batch`) has every

@@ -41,7 +41,8 @@ impl Slurm {
         let socket = dir.join("munge.sock");
         let d = dir.display();
         // cred_expire: a requeued job waits this long before it may start again (Slurm's
-        // default is 120 s); long enough still for a step's launch on a loaded machine.
+        // default is 120 s); long enough still for a step's launch on a loaded machine. Then it
+        // waits for the scheduler's next pass over pending jobs: sched_interval, 60 s by default.
         let mut conf = format!(
             "ClusterName=herdt{k}\nSlurmctldHost=ctl({addr})\nSlurmctldPort={port}\nSlurmdPort=6818\n\
              AuthType=auth/munge\nAuthInfo=socket={sock},cred_expire=30\nCredType=cred/munge\n\
@@ -51,6 +52,7 @@ impl Slurm {
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSwitchType=switch/none\nMpiDefault=none\n\
              SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
              ReturnToService=2\nSlurmdTimeout=30\nInactiveLimit=0\nKillWait=5\nMessageTimeout=30\n\
+             SchedulerParameters=sched_interval=5\n\
              JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n",
             k = tb.k(),
             addr = ctl.addr,
