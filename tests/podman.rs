@@ -76,9 +76,13 @@ fn config(c: &Cluster, args: &str) {
     config_with(c, args, "", "");
 }
 
-/// `config`, with `container` lines added to `[container]` and `more` (tables) after it.
+/// `config`, with `container` lines added to `[container]` and `more` (tables) after it. The
+/// containers see the testbed's `shared` directory (see [`shared`]) at the same path.
 fn config_with(c: &Cluster, args: &str, container: &str, more: &str) {
-    let mounts: Vec<String> = venv_mounts(&c.venv).iter().map(|m| format!("{m:?}")).collect();
+    let shared = shared(c);
+    let mut mounts = venv_mounts(&c.venv);
+    mounts.push(format!("{0}:{0}", shared.display()));
+    let mounts: Vec<String> = mounts.iter().map(|m| format!("{m:?}")).collect();
     c.write_config(
         &format!(
             "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 2\nargs = [{args}]"
@@ -90,6 +94,13 @@ fn config_with(c: &Cluster, args: &str, container: &str, more: &str) {
             mounts.join(", ")
         ),
     );
+}
+
+/// A directory of the testbed that every container sees.
+fn shared(c: &Cluster) -> PathBuf {
+    let dir = c.tb.dir().join("shared");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
@@ -218,6 +229,40 @@ fn a_killed_rank_restarts_the_job_in_new_containers() {
     assert_eq!(failed[0]["root_cause"]["rank"], 3, "{:?}", failed[0]);
     let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
     assert_eq!(attempts_started(&since, &run_id), ["0-0", "0-1", "0-2", "1-0", "1-1", "1-2"]);
+    assert_eq!(containers(&run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+}
+
+/// A time limit's warning (SIGUSR1 to herd) reaches the ranks in their containers (not
+/// torchrun, which it would kill): each one checkpoints and exits, the run ends as
+/// `time-limit` (75), and no container or process is left.
+#[test]
+fn a_time_limit_warning_reaches_the_ranks_in_their_containers() {
+    let (c, _sweeper) = cluster(2);
+    let ckpt = shared(&c).join("ckpt");
+    config(
+        &c,
+        &format!(
+            "\"--steps\", \"100000\", \"--sleep\", \"0.2\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            ckpt.display()
+        ),
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    // Past its first steps, every rank has its handler installed.
+    assert!(running.until(LIMIT, || ckpt.join("step_3").exists()), "the ranks did not train");
+    let run_id = run_id(&c).unwrap();
+    assert_eq!(containers(&run_id).len(), 2);
+    running.signal("USR1");
+    let out = running.wait(LIMIT);
+    out.assert_code(75);
+    let saved: Vec<&str> = out.stdout.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
+    assert_eq!(saved.len(), 4, "{out}");
+    let step = saved[0].split(" checkpointed at step ").nth(1).unwrap().split(' ').next().unwrap();
+    assert!(ckpt.join(format!("step_{step}")).exists(), "{saved:?}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(only_run_dir(&c.logs()).join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["status"], "time-limit", "{summary}");
     assert_eq!(containers(&run_id), Vec::<String>::new());
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
 }
