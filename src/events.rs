@@ -55,7 +55,7 @@ impl Preemption {
     pub fn describe(self) -> &'static str {
         match self {
             Preemption::TimeLimit => "the time limit is near (SIGUSR1)",
-            Preemption::Preempted => "preempted (SIGTERM)",
+            Preemption::Preempted => "preempted",
             Preemption::OutOfTime => "the time limit is here (SIGTERM)",
         }
     }

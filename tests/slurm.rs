@@ -817,6 +817,68 @@ fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
     assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
 }
 
+/// A site's preemption, as the test Slurm has it (`PreemptMode=CANCEL`, `GraceTime=30`,
+/// `preempt_send_user_signal`): a job in the `urgent` partition needs the nodes, and Slurm
+/// sends herd's job its warning signal at once. herd asks Slurm, sees a preemption (a
+/// `PreemptTime`), has every rank checkpoint, ends the run as `preempted` and requeues the
+/// job, which waits for the urgent one, then resumes and completes.
+#[test]
+fn a_sites_preemption_checkpoints_requeues_and_the_job_resumes_after_the_urgent_job() {
+    let s = SlurmCluster::new(2);
+    let ckpt = s.dir().join("ckpt");
+    s.torchrun_on(
+        &format!(
+            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            ckpt.display()
+        ),
+        "nnodes = 2",
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\ncheckpoint_grace = \"15s\"\n\
+             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
+            mark(&s.c),
+            ckpt.display()
+        ),
+    );
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let submit = ["submit", "-t", "10", "--sbatch-arg=--exclusive"];
+    let id = submitted_id(&herd::run_with(s.dir(), &submit, &env, LIMIT));
+    assert!(
+        wait_until(LIMIT, || ckpt.join("step_3").exists()),
+        "training did not start: {:?}",
+        s.slurm.steps()
+    );
+    let urgent = s
+        .slurm
+        .command("sbatch")
+        .args(["-p", "urgent", "-N", "2", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 5"])
+        .output()
+        .unwrap();
+    assert!(urgent.status.success(), "{}", String::from_utf8_lossy(&urgent.stderr));
+    let done = job_gone(&s.slurm, &id, Duration::from_secs(300));
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    assert!(output.contains("herd: stopping every node: preempted: "), "{output}");
+    assert_eq!(output.lines().filter(|l| l.contains(" checkpointed at step ")).count(), 4, "{output}");
+    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
+    let resumed = |l: &&str| l.contains("] rank ") && l.contains(" resumes from ");
+    assert_eq!(output.lines().filter(resumed).count(), 4, "{output}");
+    for r in 0..4 {
+        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
+        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
+    }
+    let mut runs: Vec<_> =
+        std::fs::read_dir(s.c.logs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
+    runs.sort_by_key(|e| e.file_name());
+    assert_eq!(runs.len(), 2, "{output}");
+    let status = |i: usize| -> Value {
+        let text = std::fs::read_to_string(runs[i].path().join("summary.json")).unwrap_or_default();
+        serde_json::from_str::<Value>(&text).unwrap_or_default()["status"].clone()
+    };
+    assert_eq!((status(0), status(1)), ("preempted".into(), "succeeded".into()), "{output}");
+    assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
+}
+
 /// A preemption (SIGTERM to the batch step alone: `scancel --signal=TERM --batch`) has every
 /// rank checkpoint, and the run ends as `preempted` (here with `--no-requeue`: not requeued).
 /// A plain `scancel` is no preemption, though it sends SIGTERM too: the run ends as

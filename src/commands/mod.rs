@@ -248,15 +248,12 @@ fn forward_signals(
                             Signal::Checkpoint(why) => match arrival(why).await {
                                 Arrival::Cancelled => Signal::Interrupt,
                                 Arrival::Checkpoint(why) => Signal::Checkpoint(why),
-                                Arrival::OutOfTime => {
-                                    eprintln!(
-                                        "herd: the Slurm job is at its time limit, with no warning early enough before it \
-                                         (herd submit --warn-before): the ranks have until Slurm's KillWait to checkpoint"
-                                    );
+                                Arrival::Ending(why) => {
+                                    eprintln!("herd: {}", ending(why));
                                     if let Some(requeue) = &requeue {
                                         requeue.now().await;
                                     }
-                                    Signal::Checkpoint(Preemption::OutOfTime)
+                                    Signal::Checkpoint(why)
                                 }
                             },
                             other => other,
@@ -267,6 +264,19 @@ fn forward_signals(
                 });
             }
             Err(e) => tracing::warn!("cannot watch signal {kind:?}: {e}"),
+        }
+    }
+}
+
+/// What herd says of a Slurm job that is ending as a signal comes (`Arrival::Ending`).
+fn ending(why: Preemption) -> &'static str {
+    match why {
+        Preemption::Preempted => {
+            "the Slurm job's preemption grace is over: the ranks have until Slurm's KillWait to checkpoint"
+        }
+        _ => {
+            "the Slurm job is at its time limit, with no warning early enough before it \
+             (herd submit --warn-before): the ranks have until Slurm's KillWait to checkpoint"
         }
     }
 }

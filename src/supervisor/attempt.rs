@@ -740,7 +740,7 @@ mod tests {
         assert_eq!(a.ended().preempted, Some(Preemption::Preempted));
         let mut b = Attempt::new(&p, None, &used);
         let actions = b.decide(S(1), Input::Checkpoint(Preemption::Preempted));
-        assert_eq!(actions, teardown("preempted (SIGTERM)", None));
+        assert_eq!(actions, teardown("preempted", None));
         // Ctrl-C in the checkpoint's grace stops at once; the grace's end then adds nothing.
         let mut c = Attempt::new(&p, Some(1), &used);
         c.decide(S(1), Input::Checkpoint(Preemption::TimeLimit));

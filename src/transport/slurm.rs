@@ -255,18 +255,21 @@ pub async fn scontrol_job_state(job_id: &str) -> Result<Option<JobNow>, Transpor
     Ok(parse_job_now(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// A job's `JobState` (`RUNNING`, `COMPLETING`, `CANCELLED`, ...) and `Reason` (`None`,
-/// `TimeLimit`, ...), as `scontrol show job` says them.
+/// A job's `JobState` (`RUNNING`, `COMPLETING`, `CANCELLED`, ...), `Reason` (`None`,
+/// `TimeLimit`, ...), and whether it was preempted (a `PreemptTime`), as `scontrol show job`
+/// says them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobNow {
     pub state: String,
     pub reason: String,
+    pub preempted: bool,
 }
 
-/// The `JobState=` and `Reason=` of `scontrol show job --oneliner`'s line.
+/// The `JobState=`, `Reason=` and `PreemptTime=` of `scontrol show job --oneliner`'s line.
 pub fn parse_job_now(line: &str) -> Option<JobNow> {
     let field = |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_string);
-    Some(JobNow { state: field("JobState=")?, reason: field("Reason=").unwrap_or_default() })
+    let preempted = field("PreemptTime=").is_some_and(|t| !matches!(t.as_str(), "None" | "Unknown" | ""));
+    Some(JobNow { state: field("JobState=")?, reason: field("Reason=").unwrap_or_default(), preempted })
 }
 
 /// What a signal Slurm sent herd's batch step means, from the job's state as it arrives.
@@ -274,27 +277,31 @@ pub fn parse_job_now(line: &str) -> Option<JobNow> {
 pub enum Arrival {
     /// A cancel (`scancel` sends SIGTERM too): no checkpoint, no requeue.
     Cancelled,
-    /// A warning or a preemption: the ranks checkpoint, the job goes on.
+    /// A warning or a preemption's grace: the ranks checkpoint, the job goes on.
     Checkpoint(crate::events::Preemption),
-    /// The time limit itself, with no warning early enough: the job is ending, and Slurm
-    /// kills what is left after its KillWait. The ranks checkpoint if they can; a requeue
-    /// must not wait for them.
-    OutOfTime,
+    /// The job is ending already: its time limit itself, with no warning early enough
+    /// (`OutOfTime`), or the end of a preemption's grace (`Preempted`). Slurm kills what is
+    /// left after its KillWait: the ranks checkpoint if they can; a requeue must not wait.
+    Ending(crate::events::Preemption),
 }
 
 /// What signal `why` (SIGUSR1: a warning; SIGTERM: a preemption) means for a job that is
 /// `now` as it arrives. `scancel` marks the job done at once: cancelled, or, for a SIGTERM,
 /// completing with no reason. A time limit's SIGTERM finds it completing for `TimeLimit` (or
-/// timed out). A preemption's grace, or `scancel --signal=TERM --batch`, leaves it running.
-/// A warning is never a cancel.
+/// timed out). A preemption (`PreemptTime` set) is one whatever the signal: a site's
+/// `preempt_send_user_signal` sends the job's warning signal at once, and its grace's end a
+/// SIGTERM to a completing job. `scancel --signal=TERM --batch` leaves the job running. A
+/// warning is never a cancel.
 pub fn arrival(why: crate::events::Preemption, now: &JobNow) -> Arrival {
-    use crate::events::Preemption::Preempted;
+    use crate::events::Preemption::{OutOfTime, Preempted};
     let timed_out = now.reason.eq_ignore_ascii_case("TimeLimit");
     match now.state.trim().to_ascii_uppercase().as_str() {
         "CANCELLED" => Arrival::Cancelled,
-        "TIMEOUT" => Arrival::OutOfTime,
-        "COMPLETING" if timed_out => Arrival::OutOfTime,
+        "TIMEOUT" => Arrival::Ending(OutOfTime),
+        "COMPLETING" if timed_out => Arrival::Ending(OutOfTime),
+        "COMPLETING" | "PREEMPTED" if now.preempted => Arrival::Ending(Preempted),
         "COMPLETING" if why == Preempted => Arrival::Cancelled,
+        _ if now.preempted => Arrival::Checkpoint(Preempted),
         _ => Arrival::Checkpoint(why),
     }
 }
@@ -391,12 +398,17 @@ mod tests {
     /// limit reached with no warning is completing for `TimeLimit` (as a real slurmctld says).
     #[test]
     fn a_cancelled_job_is_told_from_a_preempted_or_timed_out_one() {
-        use crate::events::Preemption::{Preempted, TimeLimit};
+        use crate::events::Preemption::{OutOfTime, Preempted, TimeLimit};
         let line = "JobId=1 JobName=job.sh UserId=root(0) JobState=COMPLETING Reason=None Requeue=1\n";
-        let now = |state: &str, reason: &str| JobNow { state: state.into(), reason: reason.into() };
+        let now = |state: &str, reason: &str| JobNow {
+            state: state.into(),
+            reason: reason.into(),
+            preempted: false,
+        };
         assert_eq!(parse_job_now(line), Some(now("COMPLETING", "None")));
         assert_eq!(parse_job_now("JobId=1 Partition=x"), None);
-        let line = "JobId=7 JobState=COMPLETING Reason=TimeLimit Dependency=(null) Restarts=0";
+        let line =
+            "JobId=7 JobState=COMPLETING Reason=TimeLimit Dependency=(null) Restarts=0 PreemptTime=None";
         assert_eq!(parse_job_now(line), Some(now("COMPLETING", "TimeLimit")));
 
         assert_eq!(arrival(Preempted, &now("COMPLETING", "None")), Arrival::Cancelled);
@@ -404,9 +416,27 @@ mod tests {
         assert_eq!(arrival(Preempted, &now("RUNNING", "None")), Arrival::Checkpoint(Preempted));
         assert_eq!(arrival(TimeLimit, &now("COMPLETING", "None")), Arrival::Checkpoint(TimeLimit));
         assert_eq!(arrival(Preempted, &now("PREEMPTED", "None")), Arrival::Checkpoint(Preempted));
-        assert_eq!(arrival(Preempted, &now("COMPLETING", "TimeLimit")), Arrival::OutOfTime);
-        assert_eq!(arrival(Preempted, &now("TIMEOUT", "TimeLimit")), Arrival::OutOfTime);
-        assert_eq!(arrival(TimeLimit, &now("TIMEOUT", "None")), Arrival::OutOfTime);
+        assert_eq!(arrival(Preempted, &now("COMPLETING", "TimeLimit")), Arrival::Ending(OutOfTime));
+        assert_eq!(arrival(Preempted, &now("TIMEOUT", "TimeLimit")), Arrival::Ending(OutOfTime));
+        assert_eq!(arrival(TimeLimit, &now("TIMEOUT", "None")), Arrival::Ending(OutOfTime));
+    }
+
+    /// A site's preemption with a grace (`GraceTime`, `preempt_send_user_signal`), as a real
+    /// slurmctld shows it: the job's warning signal while it runs with a `PreemptTime`, then,
+    /// at the grace's end, SIGTERM to the completing job.
+    #[test]
+    fn a_sites_preemption_is_told_by_its_preempt_time() {
+        use crate::events::Preemption::{Preempted, TimeLimit};
+        let line = "JobId=1 JobState=RUNNING Reason=None EndTime=2026-12-03T18:01:05 PreemptTime=2026-12-03T18:00:35";
+        let graced = parse_job_now(line).unwrap();
+        assert!(graced.preempted);
+        assert_eq!(arrival(TimeLimit, &graced), Arrival::Checkpoint(Preempted));
+        assert_eq!(arrival(Preempted, &graced), Arrival::Checkpoint(Preempted));
+        let line = "JobId=1 JobState=COMPLETING Reason=None PreemptTime=2026-12-03T18:01:12";
+        let ended = parse_job_now(line).unwrap();
+        assert_eq!(arrival(Preempted, &ended), Arrival::Ending(Preempted));
+        let unknown = parse_job_now("JobId=1 JobState=RUNNING Reason=None PreemptTime=Unknown").unwrap();
+        assert!(!unknown.preempted);
     }
 
     fn target() -> SlurmTarget {

@@ -65,8 +65,14 @@ impl Slurm {
                 n.hostname, n.addr
             );
         }
-        conf +=
-            &format!("PartitionName=herd Nodes={} Default=YES MaxTime=INFINITE State=UP\n", nodes.join(","));
+        // A job in `urgent` preempts one in `herd` (the default): SIGTERM (and SIGCONT) to the
+        // job, then GraceTime seconds before Slurm kills it.
+        conf += "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\nSlurmctldParameters=preempt_send_user_signal\n";
+        conf += &format!(
+            "PartitionName=herd Nodes={n} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=30\n\
+             PartitionName=urgent Nodes={n} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF\n",
+            n = nodes.join(",")
+        );
         let conf_path = dir.join("slurm.conf");
         fs::write(&conf_path, conf).unwrap();
         fs::write(dir.join("cgroup.conf"), "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n")
