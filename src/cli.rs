@@ -133,7 +133,9 @@ pub struct SubmitArgs {
     #[arg(short = 'A', long)]
     pub account: Option<String>,
     /// One more sbatch option, as one word (`--sbatch-arg=--exclusive`,
-    /// `--sbatch-arg=--gres=gpu:8`); repeat it for more. SBATCH_* variables work too.
+    /// `--sbatch-arg=--gres=gpu:8`); repeat it for more. Not one herd submit sets (the node
+    /// count, the time limit, its warning, the requeue: give them with its own options).
+    /// SBATCH_* variables work too, and override the script's lines.
     #[arg(long, value_name = "OPTION", allow_hyphen_values = true)]
     pub sbatch_arg: Vec<String>,
     /// How long before the time limit Slurm warns herd (SIGUSR1, `sbatch --signal`): every
