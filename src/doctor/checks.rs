@@ -1105,7 +1105,7 @@ mod tests {
         // A live run of the config, under its agent.
         let mut live = agent("20000101-000001-live", "sleep 62".into());
         let mut probe = agent(
-            crate::doctor::DOCTOR_RUN_ID,
+            crate::doctor::doctor_run_id(),
             format!("sleep 0.3; {}", crate::doctor::facts_command(&p, &p.nodes[0], false)),
         );
         let mut out = String::new();

@@ -33,8 +33,13 @@ fn probe_limit(plan: &LaunchPlan) -> Duration {
 }
 /// How long a worker may take to connect to the master's listener, which is up by then.
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
-/// The run id the doctor's probes carry in their marker, so sweeps of real runs skip them.
-pub const DOCTOR_RUN_ID: &str = "doctor";
+/// The run id the doctor's probes carry in their marker and their trial container's name:
+/// `doctor-` and a random part, the same for the whole process, so that two doctors of one
+/// config on a node neither collide on the trial's name nor remove each other's.
+pub fn doctor_run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| format!("doctor-{:04x}", rand::random::<u16>()))
+}
 /// What the master's probe prints once its test listener is up, or when it cannot listen
 /// (see `port_test.py`).
 const LISTENING: &str = "herd-listening";
@@ -376,7 +381,7 @@ impl Report {
 
 /// The agent of one node's probe.
 pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> AgentInvocation {
-    let values = AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: 0, interfaces: &[] };
+    let values = AttemptValues { run_id: doctor_run_id(), attempt: 0, master_port: 0, interfaces: &[] };
     // With [container], setup is for inside the image: the probes run on the node itself.
     let job = remote::job_snippet(
         &plan.workdir,
@@ -565,7 +570,7 @@ impl<'p> Probes<'p> {
     fn send_env(&mut self, rank: usize, port: u16) {
         if let Some(tx) = self.envs[rank].take() {
             let values =
-                AttemptValues { run_id: DOCTOR_RUN_ID, attempt: 0, master_port: port, interfaces: &[] };
+                AttemptValues { run_id: doctor_run_id(), attempt: 0, master_port: port, interfaces: &[] };
             let _ = tx.send(self.plan.nodes[rank].env_block(&values));
         }
     }
