@@ -245,15 +245,24 @@ fn forward_signals(
                             hooks.stop("herd got a signal");
                         }
                         let meaning = match meaning {
+                            // Once herd has requeued its job, Slurm ends this allocation with
+                            // a SIGTERM of its own: no one stopped the run.
+                            Signal::Checkpoint(_) if requeue.as_ref().is_some_and(Requeue::done) => {
+                                tracing::debug!("a signal after herd requeued its Slurm job: ignored");
+                                continue;
+                            }
                             Signal::Checkpoint(why) => match arrival(why).await {
                                 Arrival::Cancelled => Signal::Interrupt,
                                 Arrival::Checkpoint(why) => Signal::Checkpoint(why),
                                 Arrival::Ending(why) => {
                                     eprintln!("herd: {}", ending(why));
+                                    // The ranks are told first; the requeue must not wait for
+                                    // them, and only a run still going is requeued.
+                                    let _ = tx.send(Signal::Checkpoint(why));
                                     if let Some(requeue) = &requeue {
-                                        requeue.now().await;
+                                        requeue.early().await;
                                     }
-                                    Signal::Checkpoint(why)
+                                    continue;
                                 }
                             },
                             other => other,
@@ -272,11 +281,13 @@ fn forward_signals(
 fn ending(why: Preemption) -> &'static str {
     match why {
         Preemption::Preempted => {
-            "the Slurm job's preemption grace is over: the ranks have until Slurm's KillWait to checkpoint"
+            "the Slurm job's preemption grace is over: Slurm has sent SIGTERM to every process of \
+             the job and kills what is left after its KillWait (ranks that save on SIGTERM save now)"
         }
         _ => {
             "the Slurm job is at its time limit, with no warning early enough before it \
-             (herd submit --warn-before): the ranks have until Slurm's KillWait to checkpoint"
+             (herd submit --warn-before): Slurm has sent SIGTERM to every process of the job and \
+             kills what is left after its KillWait (ranks that save on SIGTERM save now)"
         }
     }
 }
@@ -317,23 +328,57 @@ async fn arrival(why: Preemption) -> Arrival {
     }
 }
 
-/// `herd run`'s requeue of the Slurm job it runs in (`--requeue`): at most once, whether
-/// after the run stopped for a time limit or a preemption, or at once when the time limit
-/// itself came with no warning. Off, it only notes that the run was not requeued.
+/// `herd run`'s requeue of the Slurm job it runs in (`--requeue`), at most once: after the
+/// run stopped for a time limit or a preemption ([`Requeue::now`]), or, when the job is
+/// ending already (the time limit itself, a preemption's grace over), at once while the run
+/// still goes ([`Requeue::early`]): Slurm kills what is left, herd included, after its
+/// KillWait. Off, it does nothing.
 #[derive(Clone)]
 pub struct Requeue {
     on: bool,
-    done: Arc<AtomicBool>,
+    state: Arc<tokio::sync::Mutex<RequeueState>>,
+    requeued: Arc<AtomicBool>,
+}
+
+struct RequeueState {
+    /// The run has not ended: an early requeue may still be made.
+    live: bool,
 }
 
 impl Requeue {
     pub fn new(on: bool) -> Requeue {
-        Requeue { on, done: Arc::new(AtomicBool::new(false)) }
+        let state = Arc::new(tokio::sync::Mutex::new(RequeueState { live: true }));
+        Requeue { on, state, requeued: Arc::new(AtomicBool::new(false)) }
     }
 
-    /// `scontrol requeue` of the job, the first time only; what came of it on stderr.
+    /// Whether herd has requeued its job.
+    pub fn done(&self) -> bool {
+        self.requeued.load(Ordering::SeqCst)
+    }
+
+    /// The requeue of a job that is ending, if the run still goes.
+    pub async fn early(&self) {
+        let state = self.state.lock().await;
+        if state.live {
+            self.requeue().await;
+        }
+    }
+
+    /// The run is over: no early requeue from now on, and one under way is waited for.
+    pub async fn run_over(&self) {
+        self.state.lock().await.live = false;
+    }
+
+    /// The requeue of a run that stopped for a time limit or a preemption.
     pub async fn now(&self) {
-        if !self.on || self.done.swap(true, Ordering::SeqCst) {
+        let _state = self.state.lock().await;
+        self.requeue().await;
+    }
+
+    /// `scontrol requeue` of the job, unless it was requeued already; what came of it on
+    /// stderr. A requeue that failed may be tried again.
+    async fn requeue(&self) {
+        if !self.on || self.done() {
             return;
         }
         let Some(job_id) = transport::slurm::own_job_id() else {
@@ -341,9 +386,17 @@ impl Requeue {
             return;
         };
         match transport::slurm::requeue(&job_id).await {
-            Ok(()) => eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation"),
-            Err(e) => eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
+            Ok(transport::slurm::Requeued::Now) => {
+                eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation")
+            }
+            Ok(transport::slurm::Requeued::Already) => {
+                eprintln!(
+                    "herd: Slurm job {job_id} is requeued already (by Slurm): it goes on in a new allocation"
+                )
+            }
+            Err(e) => return eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
         }
+        self.requeued.store(true, Ordering::SeqCst);
     }
 }
 

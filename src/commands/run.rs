@@ -69,7 +69,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         forward_signals(interrupt_tx, hooks, Some(requeue.clone()));
         let interrupts = supervisor::Interrupts::new(interrupts);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
-        supervisor::run(&plan, &run_id, options, events_tx, interrupts).await
+        let outcome = supervisor::run(&plan, &run_id, options, events_tx, interrupts).await;
+        requeue.run_over().await;
+        outcome
     });
     // The record is complete before the run_finished hook starts (it may read summary.json).
     write_summary(&run_dir, &run_id, &outcome, started);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::straggler::Straggler;
 use crate::classify::{hint, RuleTable};
 use crate::config::{OnStraggler, Restart};
-use crate::events::RunStatus;
+use crate::events::{Preemption, RunStatus};
 use crate::outcome::{FailureClass, NodeOutcome, Verdict};
 use crate::plan::Resume;
 use crate::roster::{Blamed, Change, Roster};
@@ -65,7 +65,7 @@ pub enum Ended<'a> {
     Interrupted,
     /// Stopped for a time limit or a preemption: no failure, and no restart in this
     /// allocation (see `Signal::Checkpoint`).
-    Preempted(crate::events::Preemption),
+    Preempted(Preemption),
     Failed(Failure<'a>),
 }
 
@@ -83,10 +83,26 @@ pub struct Failure<'a> {
 pub enum Allocation {
     /// It still runs, the run is not in one (SSH), or Slurm could not say.
     Runs,
-    /// It has ended, and why: every node's end follows from it.
-    Ended(String),
+    /// It has ended: every node's end follows from it.
+    Ended(AllocationEnd),
     /// Ctrl-C or SIGTERM came while Slurm was asked.
     Interrupted,
+}
+
+/// Why Slurm ended the run's allocation, and whether for its time limit or a preemption:
+/// the run then ends as `time-limit` or `preempted` (to go on in another allocation), not as
+/// failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationEnd {
+    pub why: String,
+    pub preemption: Option<Preemption>,
+}
+
+impl AllocationEnd {
+    /// What the run ends as.
+    pub fn status(&self) -> RunStatus {
+        self.preemption.map_or(RunStatus::Failed, Preemption::status)
+    }
 }
 
 /// What comes after an attempt.
@@ -142,12 +158,12 @@ impl Between {
                 return done(ctx, slow_released, Some(failure.verdict), RunStatus::Interrupted, None)
             }
             // No node is judged: none is to blame.
-            Allocation::Ended(why) => {
+            Allocation::Ended(ended) => {
                 let class = FailureClass::Allocation;
                 let verdict =
                     Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
-                let abandoned = Some(nothing_left(&why));
-                return done(ctx, slow_released, Some(verdict), RunStatus::Failed, abandoned);
+                let abandoned = Some(nothing_left(&ended.why));
+                return done(ctx, slow_released, Some(verdict), ended.status(), abandoned);
             }
         }
         let together = blame::lost_together(ctx.restart.heartbeat_timeout, super::attempt::PROBE_WAIT);
@@ -554,14 +570,33 @@ mod tests {
         let ended = Failure {
             verdict: segv("n1"),
             outcomes: &nodes,
-            allocation: Allocation::Ended("allocation 7 was cancelled".into()),
+            allocation: Allocation::Ended(AllocationEnd {
+                why: "allocation 7 was cancelled".into(),
+                preemption: None,
+            }),
             interrupted: false,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
         let class = FailureClass::Allocation;
         let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
         let why = "allocation 7 was cancelled; no node is to blame, and no step can start in it any more";
-        assert_eq!(d, ended_as(Some(verdict), RunStatus::Failed, Some(why.into())));
+        assert_eq!(d, ended_as(Some(verdict.clone()), RunStatus::Failed, Some(why.into())));
+        // Its time limit, or a preemption: no failure, a run to go on in another allocation.
+        for (preemption, status) in
+            [(Preemption::OutOfTime, RunStatus::TimeLimit), (Preemption::Preempted, RunStatus::Preempted)]
+        {
+            let ended = Failure {
+                verdict: segv("n1"),
+                outcomes: &nodes,
+                allocation: Allocation::Ended(AllocationEnd {
+                    why: "allocation 7 was cancelled".into(),
+                    preemption: Some(preemption),
+                }),
+                interrupted: false,
+            };
+            let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
+            assert_eq!(d, ended_as(Some(verdict.clone()), status, Some(why.into())));
+        }
         // Ctrl-C while Slurm was asked: interrupted, the verdict as it was.
         let asked = Failure {
             verdict: segv("n1"),

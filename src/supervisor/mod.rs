@@ -31,7 +31,7 @@ use crate::blame;
 use crate::config::PortSpec;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{stdout_if_ok, ConnectError, EarlyAgents, Fleet};
-use crate::outcome::{NodeExit, NodeOutcome, Verdict};
+use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
 use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
@@ -225,8 +225,17 @@ impl Run<'_> {
         // A failure while the allocation ends for a time limit or a preemption: a restart
         // could only start to be stopped; it happens in the next allocation instead. A failure
         // that would not be restarted ends the run as failed, and is not requeued.
-        if let (Some(why), Next::Restart { .. }) = (interrupts.preempted(), &decision.next) {
-            decision.next = Next::Done { status: why.status(), abandoned: None };
+        // An allocation Slurm ended under a run told to stop for its time limit or a
+        // preemption ended for that.
+        if let Some(why) = interrupts.preempted() {
+            let allocation = decision.verdict.as_ref().is_some_and(|v| v.class == FailureClass::Allocation);
+            match &mut decision.next {
+                Next::Restart { .. } => decision.next = Next::Done { status: why.status(), abandoned: None },
+                Next::Done { status, .. } if allocation && *status == RunStatus::Failed => {
+                    *status = why.status()
+                }
+                Next::Done { .. } => {}
+            }
         }
         let millis = duration.as_millis() as u64;
         let summary = move |verdict| AttemptSummary {
@@ -325,9 +334,10 @@ impl Run<'_> {
         let Some(ended) = self.allocation_ended(interrupts).await else {
             return Err(RunStatus::Interrupted);
         };
-        let reason = decide::abandoned(reason, ended.as_deref());
+        let status = ended.as_ref().map_or(RunStatus::Failed, decide::AllocationEnd::status);
+        let reason = decide::abandoned(reason, ended.as_ref().map(|e| e.why.as_str()));
         let _ = self.events.send(Event::RestartAbandoned { reason }).await;
-        Err(RunStatus::Failed)
+        Err(status)
     }
 
     /// `restart`'s work, which an interrupt cancels: the backoff, the nodes Slurm now refuses
@@ -371,7 +381,7 @@ impl Run<'_> {
     /// `squeue` when an attempt failed or a restart could not start. `Some(None)` over SSH,
     /// while the allocation runs, or when Slurm cannot say (the failure is then judged as
     /// ever); `None` when Ctrl-C or SIGTERM came first, which ends the wait at once.
-    async fn allocation_ended(&self, interrupts: &mut Interrupts) -> Option<Option<String>> {
+    async fn allocation_ended(&self, interrupts: &mut Interrupts) -> Option<Option<decide::AllocationEnd>> {
         let Some(job_id) = self.plan.nodes.iter().find_map(|n| match &n.transport {
             plan::Transport::Slurm(t) => Some(t.job_id.clone()),
             _ => None,
@@ -639,9 +649,9 @@ impl Run<'_> {
     }
 }
 
-/// Why allocation `job_id` has ended, from `ask` ([`slurm::job_state`]): `None` while it runs
-/// or when Slurm cannot say.
-async fn allocation_state<F, Fut>(job_id: &str, ask: F) -> Option<String>
+/// Why allocation `job_id` has ended, from `ask` ([`slurm::job_state`]), and whether for its
+/// time limit or a preemption: `None` while it runs or when Slurm cannot say.
+async fn allocation_state<F, Fut>(job_id: &str, ask: F) -> Option<decide::AllocationEnd>
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<Option<String>, TransportError>>,
@@ -656,7 +666,11 @@ where
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                 continue;
             }
-            Ok(Ok(state)) => return slurm::allocation_ended(job_id, state.as_deref()),
+            Ok(Ok(state)) => {
+                let preemption = slurm::ended_by(state.as_deref());
+                let why = slurm::allocation_ended(job_id, state.as_deref())?;
+                return Some(decide::AllocationEnd { why, preemption });
+            }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
         };
@@ -802,7 +816,8 @@ mod tests {
             async move { Ok(state) }
         };
         let ended = allocation_state("7", ask).await.unwrap();
-        assert!(ended.contains("cancelled"), "{ended}");
+        assert!(ended.why.contains("cancelled"), "{ended:?}");
+        assert_eq!(ended.preemption, None);
     }
 
     #[test]

@@ -256,20 +256,41 @@ pub async fn scontrol_job_state(job_id: &str) -> Result<Option<JobNow>, Transpor
 }
 
 /// A job's `JobState` (`RUNNING`, `COMPLETING`, `CANCELLED`, ...), `Reason` (`None`,
-/// `TimeLimit`, ...), and whether it was preempted (a `PreemptTime`), as `scontrol show job`
-/// says them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `TimeLimit`, ...), `PreemptTime` (when it was preempted, if it was) and `EndTime`, as
+/// `scontrol show job` says them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct JobNow {
     pub state: String,
     pub reason: String,
-    pub preempted: bool,
+    pub preempt_time: Option<String>,
+    pub end_time: String,
 }
 
-/// The `JobState=`, `Reason=` and `PreemptTime=` of `scontrol show job --oneliner`'s line.
+impl JobNow {
+    /// Slurm has preempted the job (its grace may still run).
+    pub fn preempted(&self) -> bool {
+        self.preempt_time.is_some()
+    }
+
+    /// A preemption's grace is over: slurmctld then stamps the job's `PreemptTime` and
+    /// `EndTime` both with the moment it kills it. A job `scancel`led during the grace ends
+    /// later than it was preempted.
+    pub fn grace_over(&self) -> bool {
+        self.preempt_time.as_deref() == Some(self.end_time.as_str())
+    }
+}
+
+/// The `JobState=`, `Reason=`, `PreemptTime=` and `EndTime=` of `scontrol show job
+/// --oneliner`'s line.
 pub fn parse_job_now(line: &str) -> Option<JobNow> {
     let field = |name: &str| line.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_string);
-    let preempted = field("PreemptTime=").is_some_and(|t| !matches!(t.as_str(), "None" | "Unknown" | ""));
-    Some(JobNow { state: field("JobState=")?, reason: field("Reason=").unwrap_or_default(), preempted })
+    let preempt_time = field("PreemptTime=").filter(|t| !matches!(t.as_str(), "None" | "Unknown" | ""));
+    Some(JobNow {
+        state: field("JobState=")?,
+        reason: field("Reason=").unwrap_or_default(),
+        preempt_time,
+        end_time: field("EndTime=").unwrap_or_default(),
+    })
 }
 
 /// What a signal Slurm sent herd's batch step means, from the job's state as it arrives.
@@ -290,8 +311,9 @@ pub enum Arrival {
 /// completing with no reason. A time limit's SIGTERM finds it completing for `TimeLimit` (or
 /// timed out). A preemption (`PreemptTime` set) is one whatever the signal: a site's
 /// `preempt_send_user_signal` sends the job's warning signal at once, and its grace's end a
-/// SIGTERM to a completing job. `scancel --signal=TERM --batch` leaves the job running. A
-/// warning is never a cancel.
+/// SIGTERM to a completing job (see [`JobNow::grace_over`]: a cancel during the grace is
+/// still a cancel). `scancel --signal=TERM --batch` leaves the job running. A warning is
+/// never a cancel.
 pub fn arrival(why: crate::events::Preemption, now: &JobNow) -> Arrival {
     use crate::events::Preemption::{OutOfTime, Preempted};
     let timed_out = now.reason.eq_ignore_ascii_case("TimeLimit");
@@ -299,9 +321,9 @@ pub fn arrival(why: crate::events::Preemption, now: &JobNow) -> Arrival {
         "CANCELLED" => Arrival::Cancelled,
         "TIMEOUT" => Arrival::Ending(OutOfTime),
         "COMPLETING" if timed_out => Arrival::Ending(OutOfTime),
-        "COMPLETING" | "PREEMPTED" if now.preempted => Arrival::Ending(Preempted),
+        "COMPLETING" | "PREEMPTED" if now.grace_over() => Arrival::Ending(Preempted),
         "COMPLETING" if why == Preempted => Arrival::Cancelled,
-        _ if now.preempted => Arrival::Checkpoint(Preempted),
+        _ if now.preempted() => Arrival::Checkpoint(Preempted),
         _ => Arrival::Checkpoint(why),
     }
 }
@@ -312,20 +334,38 @@ pub fn restart_count() -> u32 {
     std::env::var("SLURM_RESTART_COUNT").ok().and_then(|c| c.trim().parse().ok()).unwrap_or(0)
 }
 
+/// What came of a requeue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeued {
+    /// herd's `scontrol requeue` did it.
+    Now,
+    /// Slurm had requeued the job already (a site's `PreemptMode=REQUEUE`).
+    Already,
+}
+
 /// `scontrol requeue JOB_ID`: the job goes back to the queue, and its batch script runs again
 /// in a new allocation (`SLURM_RESTART_COUNT` counts the times).
-pub async fn requeue(job_id: &str) -> Result<(), TransportError> {
+pub async fn requeue(job_id: &str) -> Result<Requeued, TransportError> {
     let run =
         Command::new("scontrol").args(["requeue", job_id]).stdin(Stdio::null()).kill_on_drop(true).output();
     let out = tokio::time::timeout(std::time::Duration::from_secs(60), run)
         .await
         .map_err(|_| TransportError::Slurm("scontrol requeue: no answer within 60 s".into()))?
         .map_err(|e| TransportError::Slurm(format!("cannot run scontrol: {e}")))?;
-    if out.status.success() {
-        return Ok(());
-    }
     let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return Ok(Requeued::Now);
+    }
+    if requeued_already(&stderr) {
+        return Ok(Requeued::Already);
+    }
     Err(TransportError::Slurm(format!("scontrol requeue {job_id}: {}", stderr.trim())))
+}
+
+/// Whether `scontrol requeue`'s error says the job is back in the queue already (Slurm's
+/// `Job is pending execution`).
+pub fn requeued_already(stderr: &str) -> bool {
+    stderr.to_ascii_lowercase().contains("job is pending execution")
 }
 
 /// Why the allocation `job_id` can run nothing any more, from its state (see [`job_state`]):
@@ -350,6 +390,16 @@ pub fn allocation_ended(job_id: &str, state: Option<&str>) -> Option<String> {
         _ => return None,
     };
     Some(format!("the Slurm allocation {job_id} ended ({state}): {why}"))
+}
+
+/// Whether an allocation that ended as `state` ended for its time limit or a preemption: a
+/// run that goes on in another allocation, not a failed one.
+pub fn ended_by(state: Option<&str>) -> Option<crate::events::Preemption> {
+    match state?.trim().to_ascii_uppercase().as_str() {
+        "TIMEOUT" => Some(crate::events::Preemption::OutOfTime),
+        "PREEMPTED" => Some(crate::events::Preemption::Preempted),
+        _ => None,
+    }
 }
 
 /// The step ids (`JOB.STEP`) in `squeue --steps --noheader --format "%i %j"` output whose name
@@ -403,13 +453,19 @@ mod tests {
         let now = |state: &str, reason: &str| JobNow {
             state: state.into(),
             reason: reason.into(),
-            preempted: false,
+            ..JobNow::default()
         };
         assert_eq!(parse_job_now(line), Some(now("COMPLETING", "None")));
         assert_eq!(parse_job_now("JobId=1 Partition=x"), None);
         let line =
             "JobId=7 JobState=COMPLETING Reason=TimeLimit Dependency=(null) Restarts=0 PreemptTime=None";
         assert_eq!(parse_job_now(line), Some(now("COMPLETING", "TimeLimit")));
+        let line = "JobId=7 JobState=RUNNING Reason=None EndTime=2026-12-03T18:01:05 PreemptTime=2026-12-03T18:00:35";
+        let graced = parse_job_now(line).unwrap();
+        assert_eq!(
+            (graced.preempt_time.as_deref(), graced.end_time.as_str()),
+            (Some("2026-12-03T18:00:35"), "2026-12-03T18:01:05")
+        );
 
         assert_eq!(arrival(Preempted, &now("COMPLETING", "None")), Arrival::Cancelled);
         assert_eq!(arrival(TimeLimit, &now("CANCELLED", "None")), Arrival::Cancelled);
@@ -423,20 +479,30 @@ mod tests {
 
     /// A site's preemption with a grace (`GraceTime`, `preempt_send_user_signal`), as a real
     /// slurmctld shows it: the job's warning signal while it runs with a `PreemptTime`, then,
-    /// at the grace's end, SIGTERM to the completing job.
+    /// at the grace's end, SIGTERM to the completing job, `PreemptTime` and `EndTime` both the
+    /// moment of the kill. A cancel during the grace ends the job later than its preemption.
     #[test]
     fn a_sites_preemption_is_told_by_its_preempt_time() {
         use crate::events::Preemption::{Preempted, TimeLimit};
         let line = "JobId=1 JobState=RUNNING Reason=None EndTime=2026-12-03T18:01:05 PreemptTime=2026-12-03T18:00:35";
         let graced = parse_job_now(line).unwrap();
-        assert!(graced.preempted);
+        assert!(graced.preempted() && !graced.grace_over());
         assert_eq!(arrival(TimeLimit, &graced), Arrival::Checkpoint(Preempted));
         assert_eq!(arrival(Preempted, &graced), Arrival::Checkpoint(Preempted));
-        let line = "JobId=1 JobState=COMPLETING Reason=None PreemptTime=2026-12-03T18:01:12";
+        let line = "JobId=1 JobState=COMPLETING Reason=None EndTime=2026-12-03T18:01:12 PreemptTime=2026-12-03T18:01:12";
         let ended = parse_job_now(line).unwrap();
         assert_eq!(arrival(Preempted, &ended), Arrival::Ending(Preempted));
+        let line = "JobId=1 JobState=COMPLETING Reason=None EndTime=2026-12-03T18:00:50 PreemptTime=2026-12-03T18:00:35";
+        let cancelled = parse_job_now(line).unwrap();
+        assert_eq!(arrival(Preempted, &cancelled), Arrival::Cancelled);
         let unknown = parse_job_now("JobId=1 JobState=RUNNING Reason=None PreemptTime=Unknown").unwrap();
-        assert!(!unknown.preempted);
+        assert!(!unknown.preempted());
+    }
+
+    #[test]
+    fn a_job_slurm_requeued_itself_is_no_failed_requeue() {
+        assert!(requeued_already("scontrol: error: Job is pending execution for job 42\n"));
+        assert!(!requeued_already("scontrol: error: Invalid job id specified"));
     }
 
     fn target() -> SlurmTarget {
@@ -507,6 +573,12 @@ mod tests {
             Some("the Slurm allocation 42 ended (CANCELLED): cancelled (scancel, or an administrator)")
         );
         assert!(allocation_ended("42", Some("TIMEOUT")).unwrap().ends_with("it reached its time limit"));
+        use crate::events::Preemption::{OutOfTime, Preempted};
+        assert_eq!(ended_by(Some("TIMEOUT\n")), Some(OutOfTime));
+        assert_eq!(ended_by(Some("PREEMPTED")), Some(Preempted));
+        for other in [None, Some("CANCELLED"), Some("COMPLETED"), Some("NODE_FAIL"), Some("RUNNING")] {
+            assert_eq!(ended_by(other), None, "{other:?}");
+        }
         for ended in ["COMPLETED", "COMPLETING", "FAILED", "NODE_FAIL", "PREEMPTED", "DEADLINE"] {
             let why = allocation_ended("7", Some(ended)).unwrap_or_else(|| panic!("{ended}"));
             assert!(why.starts_with(&format!("the Slurm allocation 7 ended ({ended}): ")), "{why}");
