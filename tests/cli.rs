@@ -898,9 +898,12 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     short.assert_code(0);
     assert!(short.stdout.contains("#SBATCH --signal=B:USR1@45\n"), "{short}");
     assert!(
-        short.stderr.contains("--warn-before 45 s is shorter than restart.checkpoint_grace (1m)"),
+        short.stderr.contains("--warn-before 45 s is shorter than restart.checkpoint_grace (60 s)"),
         "{short}"
     );
+    let env = herd::run_with(dir.path(), &["submit", "--print"], &[("SBATCH_TIMELIMIT", "5")], LIMIT);
+    env.assert_code(0);
+    assert!(env.stderr.contains("SBATCH_TIMELIMIT is set: sbatch lets it override"), "{env}");
     let timed = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--time=10"], LIMIT);
     timed.assert_code(2);
     assert!(timed.stderr.contains("give the time limit with -t"), "{timed}");

@@ -32,6 +32,12 @@ pub(super) fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
     if let Some(short) = warning.and_then(|secs| short_warning(secs, &plan)) {
         tracing::warn!("{short}");
     }
+    for var in OVERRIDING_VARS.iter().filter(|v| std::env::var_os(v).is_some()) {
+        tracing::warn!(
+            "{var} is set: sbatch lets it override the script's own line, and what herd submit checked \
+             (the time limit, its warning, the requeue) may not hold; unset it"
+        );
+    }
     let script = crate::submit::script(&crate::submit::Submission {
         name: crate::submit::job_name(&config_file),
         nodes,
@@ -112,6 +118,16 @@ fn warning_secs(args: &SubmitArgs) -> Result<Option<u64>, Error> {
     Ok(Some(secs))
 }
 
+/// sbatch's input variables that override a line herd submit writes and relies on.
+const OVERRIDING_VARS: [&str; 6] = [
+    "SBATCH_TIMELIMIT",
+    "SBATCH_SIGNAL",
+    "SBATCH_REQUEUE",
+    "SBATCH_NO_REQUEUE",
+    "SBATCH_OPEN_MODE",
+    "SBATCH_NO_KILL",
+];
+
 /// What is wrong with a warning `secs` before the time limit, if it is shorter than what
 /// herd may take after it: the ranks' `restart.checkpoint_grace`, then the teardown's
 /// `restart.grace_period`. Slurm ends the job at the limit, whatever is still saving.
@@ -119,11 +135,12 @@ fn short_warning(secs: u64, plan: &LaunchPlan) -> Option<String> {
     let needs = plan.restart.checkpoint_grace.as_secs() + plan.timing.grace_secs;
     (secs < needs).then(|| {
         format!(
-            "--warn-before {secs} s is shorter than restart.checkpoint_grace ({}) and restart.grace_period \
-             ({} s) together: ranks still saving at the time limit are killed; give --warn-before {} s or more",
-            humantime::format_duration(plan.restart.checkpoint_grace),
+            "--warn-before {secs} s is shorter than restart.checkpoint_grace ({} s) and restart.grace_period \
+             ({} s) together: ranks still saving at the time limit are killed; give --warn-before {} s or more \
+             (Slurm may send the warning up to 30 s early, never late)",
+            plan.restart.checkpoint_grace.as_secs(),
             plan.timing.grace_secs,
-            needs + 30
+            needs
         )
     })
 }
