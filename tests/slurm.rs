@@ -663,11 +663,12 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
 fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion() {
     let s = SlurmCluster::new(3);
     let ckpt = s.dir().join("ckpt");
-    // 1000 steps of 0.3 s outlast the allocation; resumed, the ranks train at full speed (the
-    // last `--sleep` counts), done long before the next allocation's warning.
+    // 400 steps of 0.3 s outlast the warning, 90 s into the job at the latest; resumed, the
+    // ranks train at full speed (the last `--sleep` counts), done long before the next
+    // allocation's warning, 60 s into it at the earliest.
     s.torchrun_on(
         &format!(
-            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
+            "\"--steps\", \"400\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
             ckpt.display()
         ),
         "nnodes = 3",
@@ -754,23 +755,24 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
     let ev = events(&s.c.logs().join(&runs[1]));
     let started = at(&all(&ev, "attempt_started")[0]["ts"]);
     eprintln!(
-        "requeue: the first run's end to the second's attempt 0: {:?}",
-        started.duration_since(first_end)
+        "requeue: the first run's end to the second's attempt 0: {:?}, then its first step after {} s",
+        started.duration_since(first_end),
+        second["attempts"][0]["progress_after_seconds"]
     );
 }
 
 /// A time limit with no warning before it (`herd submit -t 1 --warn-before 0`): Slurm sends
 /// SIGTERM to every process of the job at the limit and SIGKILL after its KillWait (5 s
 /// here). herd reads the job's state (completing, for `TimeLimit`): no cancel; it requeues the
-/// job at once, and the ranks checkpoint on that SIGTERM if they can. The requeued job resumes
-/// from the newest checkpoint and completes.
+/// job at once, and the ranks checkpoint on that SIGTERM (Slurm's, which reaches them, and
+/// herd's). The requeued job resumes from the newest checkpoint and completes.
 #[test]
 fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
     let s = SlurmCluster::new(2);
     let ckpt = s.dir().join("ckpt");
     s.torchrun_on(
         &format!(
-            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGTERM\"",
+            "\"--steps\", \"400\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGTERM\"",
             ckpt.display()
         ),
         "nnodes = 2",
@@ -794,7 +796,8 @@ fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
         "{output}"
     );
     assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
-    assert!(output.contains("herd: stopping every node: the time limit is here (SIGTERM)"), "{output}");
+    // Whether herd told the ranks before they saw Slurm's SIGTERM end torchrun is a race; its
+    // run ends as time-limit either way (if Slurm let it write its summary).
     let resumed = |l: &&str| l.contains("] rank ") && l.contains(" resumes from ");
     assert_eq!(output.lines().filter(resumed).count(), 4, "{output}");
     for r in 0..4 {
