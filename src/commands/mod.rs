@@ -296,10 +296,7 @@ fn ending(why: Preemption) -> &'static str {
 /// is awaited for a few seconds at most; without one, it is what `why` says.
 async fn arrival(why: Preemption) -> Arrival {
     let Some(job_id) = transport::slurm::own_job_id() else { return Arrival::Checkpoint(why) };
-    let asked = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        transport::slurm::scontrol_job_state(&job_id),
-    );
+    let asked = tokio::time::timeout(STATE_QUERY, transport::slurm::scontrol_job_state(&job_id));
     let taken = match why {
         Preemption::TimeLimit => "a time limit's warning",
         Preemption::Preempted => "a preemption",
@@ -331,52 +328,50 @@ async fn arrival(why: Preemption) -> Arrival {
 /// `herd run`'s requeue of the Slurm job it runs in (`--requeue`), at most once: after the
 /// run stopped for a time limit or a preemption ([`Requeue::now`]), or, when the job is
 /// ending already (the time limit itself, a preemption's grace over), at once while the run
-/// still goes ([`Requeue::early`]): Slurm kills what is left, herd included, after its
-/// KillWait. Off, it does nothing.
+/// has not decided its end ([`Requeue::early`]): Slurm kills what is left, herd included,
+/// after its KillWait. Never a job Slurm says was cancelled. Off, it does nothing.
 #[derive(Clone)]
 pub struct Requeue {
     on: bool,
-    state: Arc<tokio::sync::Mutex<RequeueState>>,
+    end: crate::supervisor::RunEnd,
+    /// Held through a requeue, so that the run's end waits for one under way.
+    busy: Arc<tokio::sync::Mutex<()>>,
+    /// Set as a requeue starts (cleared if it fails): the signals it brings are Slurm's.
     requeued: Arc<AtomicBool>,
 }
 
-struct RequeueState {
-    /// The run has not ended: an early requeue may still be made.
-    live: bool,
-}
-
 impl Requeue {
-    pub fn new(on: bool) -> Requeue {
-        let state = Arc::new(tokio::sync::Mutex::new(RequeueState { live: true }));
-        Requeue { on, state, requeued: Arc::new(AtomicBool::new(false)) }
+    pub fn new(on: bool, end: crate::supervisor::RunEnd) -> Requeue {
+        let busy = Arc::new(tokio::sync::Mutex::new(()));
+        Requeue { on, end, busy, requeued: Arc::new(AtomicBool::new(false)) }
     }
 
-    /// Whether herd has requeued its job.
+    /// Whether herd has requeued its job, or is requeuing it.
     pub fn done(&self) -> bool {
         self.requeued.load(Ordering::SeqCst)
     }
 
-    /// The requeue of a job that is ending, if the run still goes.
+    /// The requeue of a job that is ending, if the run has not decided its end.
     pub async fn early(&self) {
-        let state = self.state.lock().await;
-        if state.live {
+        let _busy = self.busy.lock().await;
+        if !self.end.decided() {
             self.requeue().await;
         }
     }
 
-    /// The run is over: no early requeue from now on, and one under way is waited for.
-    pub async fn run_over(&self) {
-        self.state.lock().await.live = false;
-    }
-
     /// The requeue of a run that stopped for a time limit or a preemption.
     pub async fn now(&self) {
-        let _state = self.state.lock().await;
+        let _busy = self.busy.lock().await;
         self.requeue().await;
     }
 
-    /// `scontrol requeue` of the job, unless it was requeued already; what came of it on
-    /// stderr. A requeue that failed may be tried again.
+    /// Waits for a requeue under way, if any: herd's exit would cut it short.
+    pub async fn settle(&self) {
+        let _busy = self.busy.lock().await;
+    }
+
+    /// `scontrol requeue` of the job, unless it was requeued already or Slurm says it was
+    /// cancelled; what came of it on stderr. A requeue that failed may be tried again.
     async fn requeue(&self) {
         if !self.on || self.done() {
             return;
@@ -385,6 +380,15 @@ impl Requeue {
             tracing::warn!("--requeue: not in a Slurm job (no SLURM_JOB_ID): nothing to requeue");
             return;
         };
+        // A SIGTERM taken as a preemption because Slurm did not answer in time may have been
+        // a cancel: asked again, a cancelled job stays cancelled.
+        let state = tokio::time::timeout(STATE_QUERY, transport::slurm::scontrol_job_state(&job_id)).await;
+        if let Ok(Ok(Some(now))) = state {
+            if transport::slurm::arrival(Preemption::Preempted, &now) == Arrival::Cancelled {
+                return eprintln!("herd: Slurm job {job_id} was cancelled ({}): not requeued", now.state);
+            }
+        }
+        self.requeued.store(true, Ordering::SeqCst);
         match transport::slurm::requeue(&job_id).await {
             Ok(transport::slurm::Requeued::Now) => {
                 eprintln!("herd: requeued Slurm job {job_id}: it goes on in a new allocation")
@@ -394,11 +398,16 @@ impl Requeue {
                     "herd: Slurm job {job_id} is requeued already (by Slurm): it goes on in a new allocation"
                 )
             }
-            Err(e) => return eprintln!("herd: could not requeue Slurm job {job_id}: {e}"),
+            Err(e) => {
+                self.requeued.store(false, Ordering::SeqCst);
+                eprintln!("herd: could not requeue Slurm job {job_id}: {e}")
+            }
         }
-        self.requeued.store(true, Ordering::SeqCst);
     }
 }
+
+/// How long Slurm may take to say a job's state as a signal comes, or before a requeue.
+const STATE_QUERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Sortable by start time, unique enough for two runs started in the same second.
 fn new_run_id() -> String {

@@ -64,14 +64,13 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         output::report(files, events_rx, sinks)
     });
 
-    let requeue = Requeue::new(args.requeue);
+    let end = supervisor::RunEnd::default();
+    let requeue = Requeue::new(args.requeue, end.clone());
     let outcome = runtime.block_on(async {
         forward_signals(interrupt_tx, hooks, Some(requeue.clone()));
         let interrupts = supervisor::Interrupts::new(interrupts);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
-        let outcome = supervisor::run(&plan, &run_id, options, events_tx, interrupts).await;
-        requeue.run_over().await;
-        outcome
+        supervisor::run(&plan, &run_id, options, events_tx, interrupts, end).await
     });
     // The record is complete before the run_finished hook starts (it may read summary.json).
     write_summary(&run_dir, &run_id, &outcome, started);
@@ -83,6 +82,8 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     // `supervisor::run`) goes on in a new allocation.
     if outcome.as_ref().is_ok_and(|o| o.status.preempted()) {
         runtime.block_on(requeue.now());
+    } else {
+        runtime.block_on(requeue.settle());
     }
     finish(outcome, &run_dir, report.stdout_closed)
 }

@@ -42,14 +42,17 @@ pub use node::{Stop, READ_SIZE};
 use preflight::Preflighted;
 use reserve::{Settled, Unsettled};
 pub use sweep::kill_leftovers;
-pub use types::{AttemptSummary, Interrupts, RunError, RunOptions, RunOutcome, Signal};
+pub use types::{AttemptSummary, Interrupts, RunEnd, RunError, RunOptions, RunOutcome, Signal};
 
+/// The run of `plan`: its attempts, each failure judged and maybe restarted, until it ends.
+/// `end` is told as soon as the end is decided, before the last teardown.
 pub async fn run(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
     events: mpsc::Sender<Event>,
     mut interrupts: Interrupts,
+    end: RunEnd,
 ) -> Result<RunOutcome, RunError> {
     let _ = events.send(run_started(plan, run_id)).await;
     if plan.restart.on_straggler == crate::config::OnStraggler::Replace && !plan.roster.reserve {
@@ -64,8 +67,11 @@ pub async fn run(
         used_ports: BTreeSet::new(),
         between: decide::Between::default(),
         interfaces: Vec::new(),
+        end: end.clone(),
     };
-    let status = run.run(&mut interrupts).await?;
+    let status = run.run(&mut interrupts).await;
+    end.decide();
+    let status = status?;
     // A wait cut short by a time limit or a preemption (the connections, a restart's
     // backoff): the run ends as that, not as interrupted.
     let status = match (status, interrupts.preempted()) {
@@ -113,6 +119,7 @@ struct Run<'a> {
     /// Per node rank, its interface to the master (`rendezvous.interface = "auto"`), as the
     /// last preflight found them.
     interfaces: Vec<String>,
+    end: RunEnd,
 }
 
 impl Run<'_> {
@@ -167,6 +174,7 @@ impl Run<'_> {
             let (delay, replace) = match next {
                 Ok(Next::Restart { delay, replace, .. }) => (delay, replace),
                 Ok(Next::Done { status, .. }) => {
+                    self.end.decide();
                     fleet.close().await;
                     return Ok(status);
                 }

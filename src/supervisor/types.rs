@@ -71,6 +71,22 @@ pub enum Signal {
     Checkpoint(Preemption),
 }
 
+/// Whether the run has decided how it ends (before its last teardown), for what reacts to
+/// signals outside the supervisor: a Slurm job that is ending is requeued at once only while
+/// its run has not (see `commands::Requeue`).
+#[derive(Debug, Clone, Default)]
+pub struct RunEnd(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl RunEnd {
+    pub fn decided(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(super) fn decide(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The run's requests from outside (`Signal`): whether an interrupt came, and the first
 /// preemption. A run with a preemption and no interrupt ends as preempted (and may be
 /// requeued); an interrupt, before or after, means someone stopped it.
