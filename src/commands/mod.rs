@@ -296,14 +296,13 @@ fn ending(why: Preemption) -> &'static str {
 /// is awaited for a few seconds at most; without one, it is what `why` says.
 async fn arrival(why: Preemption) -> Arrival {
     let Some(job_id) = transport::slurm::own_job_id() else { return Arrival::Checkpoint(why) };
-    let asked = tokio::time::timeout(STATE_QUERY, transport::slurm::scontrol_job_state(&job_id));
     let taken = match why {
         Preemption::TimeLimit => "a time limit's warning",
         Preemption::Preempted => "a preemption",
         Preemption::OutOfTime => "the time limit",
     };
-    match asked.await {
-        Ok(Ok(Some(now))) => {
+    match job_now(&job_id).await {
+        Ok(Some(now)) => {
             let arrival = transport::slurm::arrival(why, &now);
             if arrival == Arrival::Cancelled {
                 tracing::info!(
@@ -313,15 +312,20 @@ async fn arrival(why: Preemption) -> Arrival {
             }
             arrival
         }
-        Ok(Ok(None)) => Arrival::Checkpoint(why),
-        Ok(Err(e)) => {
-            tracing::warn!("cannot ask Slurm for job {job_id}'s state: {e}: taken as {taken}");
+        Ok(None) => Arrival::Checkpoint(why),
+        Err(e) => {
+            tracing::warn!("{e}: taken as {taken}");
             Arrival::Checkpoint(why)
         }
-        Err(_) => {
-            tracing::warn!("Slurm did not say job {job_id}'s state within 5 s: taken as {taken}");
-            Arrival::Checkpoint(why)
-        }
+    }
+}
+
+/// Job `job_id`'s state as Slurm says it within `STATE_QUERY`, or why it did not.
+async fn job_now(job_id: &str) -> Result<Option<transport::slurm::JobNow>, String> {
+    match tokio::time::timeout(STATE_QUERY, transport::slurm::scontrol_job_state(job_id)).await {
+        Ok(Ok(now)) => Ok(now),
+        Ok(Err(e)) => Err(format!("cannot ask Slurm for job {job_id}'s state: {e}")),
+        Err(_) => Err(format!("Slurm did not say job {job_id}'s state within {} s", STATE_QUERY.as_secs())),
     }
 }
 
@@ -382,8 +386,7 @@ impl Requeue {
         };
         // A SIGTERM taken as a preemption because Slurm did not answer in time may have been
         // a cancel: asked again, a cancelled job stays cancelled.
-        let state = tokio::time::timeout(STATE_QUERY, transport::slurm::scontrol_job_state(&job_id)).await;
-        if let Ok(Ok(Some(now))) = state {
+        if let Ok(Some(now)) = job_now(&job_id).await {
             if transport::slurm::arrival(Preemption::Preempted, &now) == Arrival::Cancelled {
                 return eprintln!("herd: Slurm job {job_id} was cancelled ({}): not requeued", now.state);
             }
