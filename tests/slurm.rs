@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -653,6 +653,58 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
     s.slurm.release(&alloc[1].1);
 }
 
+/// A torchrun job of 2 ranks per node on `nodes` nodes, for `herd submit`: `steps` steps of
+/// 0.3 s, rank 0 saving each in the returned directory, every rank ending after the step in
+/// which it got SIG`signal`. A resumed run (`resume_args`: the newest checkpoint) trains at
+/// full speed: the last `--sleep` counts. `restart`: more `[restart]` lines.
+fn resumable_job(s: &SlurmCluster, nodes: usize, steps: u32, signal: &str, restart: &str) -> PathBuf {
+    let ckpt = s.dir().join("ckpt");
+    s.torchrun_on(
+        &format!(
+            "\"--steps\", \"{steps}\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIG{signal}\"",
+            ckpt.display()
+        ),
+        &format!("nnodes = {nodes}"),
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\n{restart}\
+             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
+            mark(&s.c),
+            ckpt.display()
+        ),
+    );
+    ckpt
+}
+
+/// Once job `id` has left the queue (within `limit`, asserted): Slurm's output of its batch
+/// step, and the run directories of its runs, the oldest first (two: it was requeued once).
+fn requeued_once(s: &SlurmCluster, id: &str, limit: Duration) -> (String, Vec<PathBuf>) {
+    let done = job_gone(&s.slurm, id, limit);
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
+    let mut runs: Vec<PathBuf> =
+        std::fs::read_dir(s.c.logs()).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    runs.sort();
+    assert_eq!(runs.len(), 2, "{runs:?}\n{output}");
+    (output, runs)
+}
+
+/// That every one of `ranks` ranks resumed (`resumed`: from where) and completed once.
+fn assert_resumed_to_completion(output: &str, ranks: usize, resumed: &str) {
+    let resumes = |l: &&str| l.contains("] rank ") && l.contains(resumed);
+    assert_eq!(output.lines().filter(resumes).count(), ranks, "{resumed:?}\n{output}");
+    for r in 0..ranks {
+        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
+        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
+    }
+}
+
+/// `summary.json` (or another file) of a run, `null` if it is missing or torn.
+fn run_file(run: &Path, file: &str) -> Value {
+    let text = std::fs::read_to_string(run.join(file)).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
 /// Issue 29's chain, by a real time limit: `herd submit -t 2 --warn-before 30s` asks for
 /// Slurm's warning and for a requeueable job. Slurm sends the warning 30 to 60 s before the
 /// limit (it looks at time limits every 30 s), so 60 to 90 s into the job: every rank
@@ -662,22 +714,9 @@ fn at_32_nodes_each_attempt_is_one_step_and_a_node_lost_for_good_is_replaced() {
 #[test]
 fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion() {
     let s = SlurmCluster::new(3);
-    let ckpt = s.dir().join("ckpt");
     // 400 steps of 0.3 s outlast the warning, 90 s into the job at the latest; resumed, the
-    // ranks train at full speed (the last `--sleep` counts), done long before the next
-    // allocation's warning, 60 s into it at the earliest.
-    s.torchrun_on(
-        &format!(
-            "\"--steps\", \"400\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
-            ckpt.display()
-        ),
-        "nnodes = 3",
-        &format!(
-            "[restart]\ncheckpoint_grace = \"15s\"\n\
-             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
-            ckpt.display()
-        ),
-    );
+    // ranks are done long before the next allocation's warning, 60 s into it at the earliest.
+    let ckpt = resumable_job(&s, 3, 400, "USR1", "checkpoint_grace = \"15s\"\n");
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
     let printed =
@@ -691,9 +730,7 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
     let submitted = herd::run_with(s.dir(), &["submit", "-t", "2", "--warn-before", "30s"], &env, LIMIT);
     let id = submitted_id(&submitted);
     // The limit is 120 s; the requeued job waits 30 s or more to start again.
-    let done = job_gone(&s.slurm, &id, Duration::from_secs(420));
-    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
-    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    let (output, runs) = requeued_once(&s, &id, Duration::from_secs(420));
     // The first run: every rank checkpointed at one step, the run stopped for the time limit
     // and requeued its job.
     let checkpointed: Vec<&str> = output.lines().filter(|l| l.contains(" checkpointed at step ")).collect();
@@ -707,25 +744,15 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
         .unwrap()
         .parse()
         .unwrap();
-    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
     // The second: it resumed after that step, and completed.
-    let resumed = format!("resumes from {}/step_{step} at step {}", ckpt.display(), step + 1);
-    assert_eq!(output.lines().filter(|l| l.contains(&resumed)).count(), 6, "{resumed:?}\n{output}");
-    for r in 0..6 {
-        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
-        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
-    }
-    let mut runs: Vec<String> = std::fs::read_dir(s.c.logs())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    runs.sort();
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    let read = |run: &str, file: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(s.c.logs().join(run).join(file)).unwrap()).unwrap()
-    };
+    assert_resumed_to_completion(
+        &output,
+        6,
+        &format!("resumes from {}/step_{step} at step {}", ckpt.display(), step + 1),
+    );
+    let name = |run: &Path| run.file_name().unwrap().to_string_lossy().into_owned();
+    let runs: Vec<String> = runs.iter().map(|r| name(r)).collect();
+    let read = |run: &str, file: &str| run_file(&s.c.logs().join(run), file);
     assert_eq!(read(&runs[0], "summary.json")["status"], "time-limit");
     let second = read(&runs[1], "summary.json");
     assert_eq!(second["status"], "succeeded");
@@ -769,54 +796,25 @@ fn a_time_limit_warning_checkpoints_requeues_and_the_job_resumes_to_completion()
 #[test]
 fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
     let s = SlurmCluster::new(2);
-    let ckpt = s.dir().join("ckpt");
-    s.torchrun_on(
-        &format!(
-            "\"--steps\", \"400\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGTERM\"",
-            ckpt.display()
-        ),
-        "nnodes = 2",
-        &format!(
-            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\ncheckpoint_signal = \"TERM\"\ncheckpoint_grace = \"4s\"\n\
-             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
-            mark(&s.c),
-            ckpt.display()
-        ),
-    );
+    resumable_job(&s, 2, 400, "TERM", "checkpoint_signal = \"TERM\"\ncheckpoint_grace = \"4s\"\n");
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
     let id =
         submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "1", "--warn-before", "0"], &env, LIMIT));
     // The limit is 60 s (Slurm looks every 30 s); the requeued job waits 30 s or more.
-    let done = job_gone(&s.slurm, &id, Duration::from_secs(360));
-    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
-    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    let (output, runs) = requeued_once(&s, &id, Duration::from_secs(360));
     assert!(
         output.contains("herd: the Slurm job is at its time limit, with no warning early enough"),
         "{output}"
     );
-    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
     // Whether herd told the ranks before they saw Slurm's SIGTERM end torchrun is a race; its
     // run ends as time-limit either way (if Slurm let it write its summary).
-    let resumed = |l: &&str| l.contains("] rank ") && l.contains(" resumes from ");
-    assert_eq!(output.lines().filter(resumed).count(), 4, "{output}");
-    for r in 0..4 {
-        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
-        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
-    }
-    let mut runs: Vec<_> =
-        std::fs::read_dir(s.c.logs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
-    runs.sort_by_key(|e| e.file_name());
-    assert_eq!(runs.len(), 2, "{output}");
-    let read = |i: usize| -> Value {
-        let text = std::fs::read_to_string(runs[i].path().join("summary.json")).unwrap_or_default();
-        serde_json::from_str(&text).unwrap_or_default()
-    };
+    assert_resumed_to_completion(&output, 4, " resumes from ");
     // Slurm may kill herd before it writes its summary (KillWait): if it wrote one, it says
     // time-limit.
-    let first = read(0);
+    let first = run_file(&runs[0], "summary.json");
     assert!(first.is_null() || first["status"] == "time-limit", "{first}\n{output}");
-    assert_eq!(read(1)["status"], "succeeded", "{output}");
+    assert_eq!(run_file(&runs[1], "summary.json")["status"], "succeeded", "{output}");
     assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
 }
 
@@ -828,20 +826,7 @@ fn a_time_limit_with_no_warning_requeues_at_once_and_the_job_resumes() {
 #[test]
 fn a_sites_preemption_checkpoints_requeues_and_the_job_resumes_after_the_urgent_job() {
     let s = SlurmCluster::new(2);
-    let ckpt = s.dir().join("ckpt");
-    s.torchrun_on(
-        &format!(
-            "\"--steps\", \"1000\", \"--sleep\", \"0.3\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
-            ckpt.display()
-        ),
-        "nnodes = 2",
-        &format!(
-            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\ncheckpoint_grace = \"15s\"\n\
-             resume_args = [\"--resume\", \"{{latest:{}/step_*}}\", \"--sleep\", \"0\"]\n",
-            mark(&s.c),
-            ckpt.display()
-        ),
-    );
+    let ckpt = resumable_job(&s, 2, 1000, "USR1", "checkpoint_grace = \"15s\"\n");
     let conf = s.slurm.conf().display().to_string();
     let env = [("SLURM_CONF", conf.as_str())];
     let submit = ["submit", "-t", "10", "--sbatch-arg=--exclusive"];
@@ -858,26 +843,11 @@ fn a_sites_preemption_checkpoints_requeues_and_the_job_resumes_after_the_urgent_
         .output()
         .unwrap();
     assert!(urgent.status.success(), "{}", String::from_utf8_lossy(&urgent.stderr));
-    let done = job_gone(&s.slurm, &id, Duration::from_secs(300));
-    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
-    assert!(done, "job {id} still queued or running: {:?}\n{output}", s.slurm.steps());
+    let (output, runs) = requeued_once(&s, &id, Duration::from_secs(300));
     assert!(output.contains("herd: stopping every node: preempted: "), "{output}");
     assert_eq!(output.lines().filter(|l| l.contains(" checkpointed at step ")).count(), 4, "{output}");
-    assert!(output.contains(&format!("herd: requeued Slurm job {id}")), "{output}");
-    let resumed = |l: &&str| l.contains("] rank ") && l.contains(" resumes from ");
-    assert_eq!(output.lines().filter(resumed).count(), 4, "{output}");
-    for r in 0..4 {
-        let ok = |l: &&str| l.contains(&format!("result rank={r} ")) && l.ends_with(" ok");
-        assert_eq!(output.lines().filter(ok).count(), 1, "rank {r}\n{output}");
-    }
-    let mut runs: Vec<_> =
-        std::fs::read_dir(s.c.logs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
-    runs.sort_by_key(|e| e.file_name());
-    assert_eq!(runs.len(), 2, "{output}");
-    let status = |i: usize| -> Value {
-        let text = std::fs::read_to_string(runs[i].path().join("summary.json")).unwrap_or_default();
-        serde_json::from_str::<Value>(&text).unwrap_or_default()["status"].clone()
-    };
+    assert_resumed_to_completion(&output, 4, " resumes from ");
+    let status = |i: usize| run_file(&runs[i], "summary.json")["status"].clone();
     assert_eq!((status(0), status(1)), ("preempted".into(), "succeeded".into()), "{output}");
     assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
 }
