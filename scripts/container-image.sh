@@ -59,8 +59,16 @@ if [ ! -f "$tarball" ]; then
   [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
   root=$(mktemp -d "$cache/rootfs.XXXXXX")
   # A debootstrap stopped midway may leave its chroot's /proc mounted: unmounted first,
-  # and nothing removed past the cache's own file system.
-  trap 'umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null; rm -rf --one-file-system "$root" "$root.log" "$tarball.tmp"' EXIT
+  # and nothing removed past the cache's own file system. The trap runs under errexit, and
+  # umount fails where nothing is mounted (the usual case): that must not end the trap
+  # before the rm, nor turn a finished image into exit 1.
+  cleanup() {
+    local status=$?
+    umount -R "$root/proc" "$root/sys" "$root/dev" 2>/dev/null || true
+    rm -rf --one-file-system "$root" "$root.log" "$tarball.tmp" || true
+    exit "$status"
+  }
+  trap cleanup EXIT
   echo "container-image: debootstrap bookworm from $mirror (once; minutes)" >&2
   debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >"$root.log" 2>&1 ||
     { tail -20 "$root.log" >&2; exit 1; }
