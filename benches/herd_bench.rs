@@ -124,10 +124,12 @@ fn checkpoint() {
             "\"--steps\", \"100000\", \"--sleep\", \"0.2\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
             ckpt.display()
         );
-        let config = torch_config(&tb, dir.path(), &venv, &args, &mark, "[restart]\ncheckpoint_grace = \"60s\"\n");
+        let config =
+            torch_config(&tb, dir.path(), &venv, &args, &mark, "[restart]\ncheckpoint_grace = \"60s\"\n");
         let config = config.display().to_string();
         let mut herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
-        let started = poll_until(Duration::from_secs(120), Duration::from_millis(50), || ckpt.join("step_2").exists());
+        let started =
+            poll_until(Duration::from_secs(120), Duration::from_millis(50), || ckpt.join("step_2").exists());
         if started.is_none() {
             println!("run {rep}: training did not start");
             let _ = Command::new("kill").args(["-INT", &herd.pid().to_string()]).status();
@@ -137,7 +139,9 @@ fn checkpoint() {
         }
         let signalled = Instant::now();
         let _ = Command::new("kill").args(["-USR1", &herd.pid().to_string()]).status();
-        let gone = poll_until(Duration::from_secs(120), Duration::from_millis(10), || workers(&mark, None).is_empty());
+        let gone = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
+            workers(&mark, None).is_empty()
+        });
         let exited = poll_until(Duration::from_secs(120), Duration::from_millis(10), || herd.try_done());
         let m = herd.finish();
         kill_marked(&mark);
@@ -151,7 +155,9 @@ fn checkpoint() {
     println!("\n### A time limit's warning: torchrun 3 nodes x 2, SIGUSR1 to herd ({} runs)\n", rows.len());
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- checkpoint`\n");
     println!("| from SIGUSR1 to herd | median s | spread s |\n|---|---|---|");
-    for (i, what) in ["every rank exited (checkpoint written)", "herd exited (75), every node stopped"].iter().enumerate() {
+    for (i, what) in
+        ["every rank exited (checkpoint written)", "herd exited (75), every node stopped"].iter().enumerate()
+    {
         let (m, s, _) = fmt_stat(&rows.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
         println!("| {what} | {m} | {s} |");
     }
@@ -164,7 +170,8 @@ fn checkpoint() {
 fn container() {
     let reps = runs(5);
     let venv = herd_support::torch_venv();
-    let out = Command::new(format!("{}/scripts/container-image.sh", env!("CARGO_MANIFEST_DIR"))).output().unwrap();
+    let out =
+        Command::new(format!("{}/scripts/container-image.sh", env!("CARGO_MANIFEST_DIR"))).output().unwrap();
     assert!(out.status.success(), "container-image.sh: {}", String::from_utf8_lossy(&out.stderr));
     let image = String::from_utf8(out.stdout).unwrap().trim().to_string();
     // The venv, and the Python it links to unless it is the image's own /usr.
@@ -179,7 +186,10 @@ fn container() {
         ("without a container", String::new()),
         (
             "podman",
-            format!("[container]\nruntime = \"podman\"\nimage = \"{image}\"\nmounts = [{}]\n", mounts.join(", ")),
+            format!(
+                "[container]\nruntime = \"podman\"\nimage = \"{image}\"\nmounts = [{}]\n",
+                mounts.join(", ")
+            ),
         ),
     ];
     let tb = Testbed::new(3);
@@ -206,7 +216,11 @@ fn container() {
             // A CPU job, as the test cluster's: with GPUs herd would pass `--ulimit memlock=-1`,
             // which replaces podman's default ulimits (docs/guide/containers.md).
             let text = std::fs::read_to_string(&config).unwrap();
-            std::fs::write(&config, text.replacen("nproc_per_node = 2\n", "nproc_per_node = 2\ndevice = \"cpu\"\n", 1)).unwrap();
+            std::fs::write(
+                &config,
+                text.replacen("nproc_per_node = 2\n", "nproc_per_node = 2\ndevice = \"cpu\"\n", 1),
+            )
+            .unwrap();
             let config = config.display().to_string();
             let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
             let first = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
@@ -246,9 +260,14 @@ fn container() {
         }
     }
     let left = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
-    println!("\n### A container per attempt: torchrun 3 nodes x 2, podman, --no-preflight ({} runs each)\n", rows[0].len());
+    println!(
+        "\n### A container per attempt: torchrun 3 nodes x 2, podman, --no-preflight ({} runs each)\n",
+        rows[0].len()
+    );
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- container`\n");
-    println!("| per attempt | without a container: median s | spread s | podman: median s | spread s | ratio |");
+    println!(
+        "| per attempt | without a container: median s | spread s | podman: median s | spread s | ratio |"
+    );
     println!("|---|---|---|---|---|---|");
     for (i, what) in [
         "herd's start to the first worker",
@@ -928,7 +947,8 @@ fn slow_logins() {
     println!("\n### Logins and shell inits per node ({n} nodes; min-max over the nodes)\n");
     println!("| command | logins per node | shell inits per node |");
     println!("|---|---|---|");
-    let counts = |tb: &Testbed| -> Vec<(usize, usize)> { (0..n).map(|i| (tb.logins(i), tb.shell_inits(i))).collect() };
+    let counts =
+        |tb: &Testbed| -> Vec<(usize, usize)> { (0..n).map(|i| (tb.logins(i), tb.shell_inits(i))).collect() };
     let mut commands: Vec<(String, Command)> = Vec::new();
     for args in [&["run", "--no-preflight"][..], &["run"], &["doctor"], &["exec", "--", "true"], &["kill"]] {
         let mut c = Command::new(HERD);
@@ -936,7 +956,8 @@ fn slow_logins() {
         commands.push((format!("herd {}", args.join(" ")), c));
     }
     let mut pdsh = Command::new("pdsh");
-    pdsh.args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"]).env("PDSH_SSH_ARGS_APPEND", &ssh_append);
+    pdsh.args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"])
+        .env("PDSH_SSH_ARGS_APPEND", &ssh_append);
     commands.push(("pdsh true".into(), pdsh));
     for (name, mut cmd) in commands {
         let before = counts(&tb);
@@ -948,10 +969,15 @@ fn slow_logins() {
             eprintln!("{name}: {status}\n{}", tail(&said, 30));
         }
         let after = counts(&tb);
-        let delta: Vec<(usize, usize)> = before.iter().zip(&after).map(|(b, a)| (a.0 - b.0, a.1 - b.1)).collect();
+        let delta: Vec<(usize, usize)> =
+            before.iter().zip(&after).map(|(b, a)| (a.0 - b.0, a.1 - b.1)).collect();
         let range = |f: fn(&(usize, usize)) -> usize| {
             let (lo, hi) = (delta.iter().map(f).min().unwrap(), delta.iter().map(f).max().unwrap());
-            if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
         };
         let note = if status.success() { String::new() } else { format!(" ({status})") };
         println!("| {name}{note} | {} | {} |", range(|d| d.0), range(|d| d.1));
@@ -993,7 +1019,8 @@ fn kill_rank_and_time(mark: &str, cap: Duration) -> Option<Duration> {
     while killed.elapsed() < cap {
         let pids = herd_support::processes_with_env_prefix(mark);
         for p in pids.iter().filter(|_| trace) {
-            let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ");
+            let cmd =
+                std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " ");
             seen.insert(*p, (cmd.chars().take(90).collect(), killed.elapsed()));
         }
         if pids.is_empty() {
@@ -1027,7 +1054,8 @@ fn teardown() {
         // herd, max_restarts = 0, so the gang stays down. Its processes are found by a mark of
         // this bench's own, not by HERD_MARKER: other herd runs (tests) may share the machine.
         // The baseline binary, when given, runs first on odd runs and second on even ones.
-        let mut binaries: Vec<(&Path, &mut Vec<Duration>, &str)> = vec![(Path::new(HERD), &mut herd_t, "herd")];
+        let mut binaries: Vec<(&Path, &mut Vec<Duration>, &str)> =
+            vec![(Path::new(HERD), &mut herd_t, "herd")];
         if let Some(b) = &baseline {
             binaries.insert(rep % 2, (b.as_path(), &mut baseline_t, "base"));
         }
@@ -1195,7 +1223,8 @@ impl Tracked {
         let cg = PathBuf::from(format!("/sys/fs/cgroup/cpuacct/herd-bench-{}-{n}", std::process::id()));
         let cgroup = std::fs::create_dir(&cg).is_ok().then_some(cg);
         let mut cmd = Command::new("sh");
-        let join = cgroup.as_ref().map(|c| format!("echo $$ > {}/cgroup.procs; ", c.display())).unwrap_or_default();
+        let join =
+            cgroup.as_ref().map(|c| format!("echo $$ > {}/cgroup.procs; ", c.display())).unwrap_or_default();
         cmd.arg("-c").arg(format!("{join}exec \"$@\"")).arg("sh");
         // A profiler in front of herd, e.g. BENCH_HERD_WRAP="perf record -g -o /tmp/herd.perf".
         if let (true, Ok(wrap)) = (program == HERD, std::env::var("BENCH_HERD_WRAP")) {
@@ -1361,7 +1390,13 @@ fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &str, e
 }
 
 /// The shell loop: `ssh nodeN torchrun --node-rank N ...` for every node, in parallel.
-fn torch_shell_loop(tb: &Testbed, venv: &Path, args: &str, mark: &str, port: u16) -> Vec<std::process::Child> {
+fn torch_shell_loop(
+    tb: &Testbed,
+    venv: &Path,
+    args: &str,
+    mark: &str,
+    port: u16,
+) -> Vec<std::process::Child> {
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     hosts
         .iter()
@@ -1407,7 +1442,9 @@ fn run_events(logs: &Path) -> Vec<serde_json::Value> {
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .filter_map(|run| std::fs::read_to_string(run.path().join("events.jsonl")).ok())
-        .flat_map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<serde_json::Value>>())
+        .flat_map(|t| {
+            t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<serde_json::Value>>()
+        })
         .collect()
 }
 
@@ -1465,7 +1502,9 @@ fn first_rank() {
                 let timeline = &mut timelines[usize::from(preflight)];
                 *timeline = timeline_rows(&run_events(&dir.path().join("logs")), spawned);
                 timeline.retain(|r| {
-                    !r.contains("node_exited") && !r.contains("attempt_succeeded") && !r.contains("run_finished")
+                    !r.contains("node_exited")
+                        && !r.contains("attempt_succeeded")
+                        && !r.contains("run_finished")
                 });
                 if let Some((l, w)) = first {
                     timeline.push(format!("| +{l:.2} s | first torchrun process exists |"));
@@ -1501,7 +1540,10 @@ fn first_rank() {
         println!("\n{missing} run(s) never showed a worker within {} s.", limit.as_secs());
     }
     for (name, timeline) in names[1..].iter().zip(&timelines) {
-        println!("\nThe last `{name}`'s events, from its start:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+        println!(
+            "\nThe last `{name}`'s events, from its start:\n\n| time | event |\n|---|---|\n{}",
+            timeline.join("\n")
+        );
     }
 }
 
@@ -1551,14 +1593,7 @@ fn partition() {
     let mut timeline = Vec::new();
     for rep in 0..reps {
         let mark = format!("BENCH_MARK=part-herd-{rep}-{}", std::process::id());
-        let config = torch_config(
-            &tb,
-            dir.path(),
-            &venv,
-            TRAIN_ON,
-            &mark,
-            "[restart]\nmax_restarts = 0\n",
-        );
+        let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, "[restart]\nmax_restarts = 0\n");
         let config = config.display().to_string();
         let mut herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
         training(&mark);
@@ -1627,7 +1662,10 @@ fn partition() {
             CAP.as_secs()
         );
     }
-    println!("\nherd's events in the last run, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    println!(
+        "\nherd's events in the last run, from the cut:\n\n| time | event |\n|---|---|\n{}",
+        timeline.join("\n")
+    );
 }
 
 /// Scenario 5: a worker SIGKILLed during training, max_restarts = 1, backoff 1 s; from the
@@ -1668,7 +1706,8 @@ fn restart() {
         })
         .expect("training did not start");
         std::thread::sleep(Duration::from_secs(2));
-        let victim = workers(&mark, Some("RANK=3")).into_iter().find(|p| environ_has(*p, "LOCAL_RANK=1")).unwrap();
+        let victim =
+            workers(&mark, Some("RANK=3")).into_iter().find(|p| environ_has(*p, "LOCAL_RANK=1")).unwrap();
         let killed_wall = std::time::SystemTime::now();
         let killed = Instant::now();
         let _ = Command::new("kill").args(["-9", &victim.to_string()]).status();
@@ -1695,7 +1734,10 @@ fn restart() {
     println!("\n### Restart latency: torchrun 3 nodes x 2, rank 3 SIGKILLed, backoff 1 s (+-20 %), to attempt 1's six workers running ({} runs)\n", rows[0].len());
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- restart`\n");
     let names: Vec<&str> = binaries.iter().map(|b| b.0).collect();
-    println!("| from the kill | {} |", names.iter().map(|n| format!("{n}: median s | spread s")).collect::<Vec<_>>().join(" | "));
+    println!(
+        "| from the kill | {} |",
+        names.iter().map(|n| format!("{n}: median s | spread s")).collect::<Vec<_>>().join(" | ")
+    );
     println!("|---|{}", "---|---|".repeat(names.len()));
     for (i, what) in [
         "to attempt 1's workers all running",
@@ -1716,7 +1758,10 @@ fn restart() {
             .collect();
         println!("| {what} | {} |", cells.join(" | "));
     }
-    println!("\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    println!(
+        "\nThe last run's events, from the kill:\n\n| time | event |\n|---|---|\n{}",
+        timeline.join("\n")
+    );
 }
 
 /// Scenario 9: a node's link cut for good during training, torchrun 3 nodes x 2 plus one
@@ -1731,12 +1776,15 @@ fn spare() {
     let dir = tempfile::tempdir().unwrap();
     let spare_host = tb.nodes()[3].addr.clone();
     // One restart: the one measured. Stopping the job afterwards ends the run.
-    let restart = "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
+    let restart =
+        "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n\
                    heartbeat_timeout = \"6s\"\nnode_wait = \"30s\"\n";
     // herd started, and training under way; `None` (herd stopped) when it did not start.
     let train = |args: &[&str], mark: &str| {
         let mut herd = Tracked::spawn(HERD, args, Stdio::null());
-        let up = poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, None).len() >= 6);
+        let up = poll_until(Duration::from_secs(120), Duration::from_millis(100), || {
+            workers(mark, None).len() >= 6
+        });
         std::thread::sleep(Duration::from_secs(2));
         if up.is_none() {
             herd.kill();
@@ -1749,7 +1797,9 @@ fn spare() {
     // A link brought back up: wait until the node answers again before the next run.
     let heal = || {
         tb.link_up(2);
-        poll_until(Duration::from_secs(60), Duration::from_millis(200), || tb.ssh(2, "true").status.success());
+        poll_until(Duration::from_secs(60), Duration::from_millis(200), || {
+            tb.ssh(2, "true").status.success()
+        });
     };
     // [to first worker, to all six, backoff, attempt_started -> six workers, cut -> failed]
     let mut with_spare: Vec<[f64; 5]> = Vec::new();
@@ -1758,7 +1808,9 @@ fn spare() {
     for rep in 0..reps {
         let mark = format!("BENCH_MARK=spare-{rep}-{}", std::process::id());
         let config = torch_config(&tb, dir.path(), &venv, TRAIN_ON, &mark, restart);
-        let text = std::fs::read_to_string(&config).unwrap().replace("nproc_per_node = 2", "nproc_per_node = 2\nnnodes = 3");
+        let text = std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("nproc_per_node = 2", "nproc_per_node = 2\nnnodes = 3");
         std::fs::write(&config, text).unwrap();
         let config = config.display().to_string();
         let Some(herd) = train(&["run", "-c", &config], &mark) else {
@@ -1788,7 +1840,13 @@ fn spare() {
         let delay = backoff_drawn(&ev);
         let all_s = (all - cut).as_secs_f64();
         let failed = event_time(&ev, "attempt_failed", 0).map_or(f64::NAN, |t| since(t, cut_wall));
-        with_spare.push([(first - cut).as_secs_f64(), all_s, delay, all_s - since(started, cut_wall), failed]);
+        with_spare.push([
+            (first - cut).as_secs_f64(),
+            all_s,
+            delay,
+            all_s - since(started, cut_wall),
+            failed,
+        ]);
         println!("run {rep}: cut to all six on the spare {all_s:.2} s");
         if rep + 1 == reps {
             timeline = timeline_rows(&ev, cut_wall);
@@ -1833,7 +1891,10 @@ fn spare() {
     let goal: Vec<f64> = with_spare.iter().map(|r| (6.0 + r[2] + 3.0 + r[3]) - r[1]).collect();
     let (m, s, _) = fmt_stat(&goal, 2);
     println!("| goal margin: heartbeat 6 s + backoff + 3 s + torchrun start-up, minus the time to all six (> 0 meets it) | {m} | {s} |");
-    println!("\nThe last run with a spare, from the cut:\n\n| time | event |\n|---|---|\n{}", timeline.join("\n"));
+    println!(
+        "\nThe last run with a spare, from the cut:\n\n| time | event |\n|---|---|\n{}",
+        timeline.join("\n")
+    );
 }
 
 /// Scenario 10: every rank's stack when a job hangs. N nodes x R ranks, each rank a Python
@@ -1853,8 +1914,11 @@ fn stacks() {
         .split(',')
         .filter_map(|s| s.split_once('x').and_then(|(n, r)| Some((n.parse().ok()?, r.parse().ok()?))))
         .collect();
-    let spies: Vec<String> =
-        std::env::var("BENCH_STACKS_SPY").unwrap_or_else(|_| "real".into()).split(',').map(String::from).collect();
+    let spies: Vec<String> = std::env::var("BENCH_STACKS_SPY")
+        .unwrap_or_else(|_| "real".into())
+        .split(',')
+        .map(String::from)
+        .collect();
     let venv = herd_support::torch_venv();
     let most = sizes.iter().map(|s| s.0).max().unwrap_or(1);
     let tb = Testbed::new(most);
@@ -1892,13 +1956,17 @@ fn stacks() {
             let herd = Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], Stdio::null());
             let _ = herd.finish();
             let ev = run_events(&dir.path().join("logs"));
-            let (Some(started), Some(teardown)) = (event_time(&ev, "attempt_started", 0), event_time(&ev, "teardown_started", 0)) else {
+            let (Some(started), Some(teardown)) =
+                (event_time(&ev, "attempt_started", 0), event_time(&ev, "teardown_started", 0))
+            else {
                 println!("a run did not hang as planned");
                 continue;
             };
             took.push(since(teardown, started) - HANG as f64);
             if let Some(s) = ev.iter().find(|e| e["event"] == "stacks_summarized") {
-                got += s["groups"].as_array().map_or(0, |g| g.iter().map(|g| g["ranks"].as_array().map_or(0, Vec::len)).sum());
+                got += s["groups"]
+                    .as_array()
+                    .map_or(0, |g| g.iter().map(|g| g["ranks"].as_array().map_or(0, Vec::len)).sum());
                 groups = s["groups"].as_array().map_or(0, Vec::len).to_string();
             }
         }
@@ -1924,7 +1992,18 @@ fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<S
             let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
             let dt = t.duration_since(from).ok()?.as_secs_f64();
             let mut detail = e["event"].as_str()?.to_string();
-            for key in ["node_rank", "host", "millis", "attempt", "exit_code", "signal", "lost", "reason", "class", "delay_ms"] {
+            for key in [
+                "node_rank",
+                "host",
+                "millis",
+                "attempt",
+                "exit_code",
+                "signal",
+                "lost",
+                "reason",
+                "class",
+                "delay_ms",
+            ] {
                 if let Some(v) = e.get(key) {
                     detail.push_str(&format!(" {key}={v}"));
                 }
@@ -1971,7 +2050,8 @@ fn logs() {
 /// Scenario 6 at the given sizes (`(nodes, lines)`); returns how many lines herd lost, on
 /// stdout and in the node logs together. Without pdsh installed, it is left out.
 pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
-    let have_pdsh = Command::new("pdsh").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    let have_pdsh =
+        Command::new("pdsh").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
     if !have_pdsh {
         println!("pdsh is not installed (apt-get install -y pdsh): left out");
     }
@@ -2066,11 +2146,13 @@ pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
             } else {
                 (
                     fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0,
-                    fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0,
+                    fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1)
+                        .0,
                 )
             };
             let lost_out: usize = res[i].iter().map(|r| r.1).sum();
-            let lost_logs = if i == 2 { res[i].iter().map(|r| r.2).sum::<usize>().to_string() } else { "-".into() };
+            let lost_logs =
+                if i == 2 { res[i].iter().map(|r| r.2).sum::<usize>().to_string() } else { "-".into() };
             println!(
                 "| {n} x {lines} | {name} | {m} | {s} | {:.2} | {tree} | {own} | {rss} | {lost_out} / {lost_logs} |",
                 v / pdsh_rate
@@ -2137,7 +2219,8 @@ fn fixture_line(payload: &[u8]) -> Option<(usize, usize)> {
     let (a, r, b, _l, c, i) = (w.next()?, w.next()?, w.next()?, w.next()?, w.next()?, w.next()?);
     let xs = w.next().unwrap_or("");
     let (r, i): (usize, usize) = (r.parse().ok()?, i.parse().ok()?);
-    let ok = a == "rank" && b == "local" && c == "line" && xs.len() == i % 64 && xs.bytes().all(|x| x == b'x');
+    let ok =
+        a == "rank" && b == "local" && c == "line" && xs.len() == i % 64 && xs.bytes().all(|x| x == b'x');
     // `line 0 ` ends in a space: splitn leaves "" for the x's, which is right.
     ok.then_some((r, i))
 }
@@ -2195,7 +2278,10 @@ fn show_malformed(count: usize, line: &[u8]) {
 
 /// `rank R done`, the fixture's last line (on stderr).
 fn done_line(payload: &[u8]) -> bool {
-    payload.strip_prefix(b"rank ").and_then(|p| p.strip_suffix(b" done")).is_some_and(|r| r.iter().all(u8::is_ascii_digit))
+    payload
+        .strip_prefix(b"rank ")
+        .and_then(|p| p.strip_suffix(b" done"))
+        .is_some_and(|r| r.iter().all(u8::is_ascii_digit))
 }
 
 /// herd's prefix: `[r13 host] ` for rank 13, `[2 host] ` for node 2's launcher.
@@ -2289,7 +2375,11 @@ fn ranks() {
                 let out = std::fs::File::create(&out_path).unwrap();
                 let _ = std::fs::remove_dir_all(dir.path().join("logs"));
                 let t = if i == 0 {
-                    Tracked::spawn("pdsh", &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &remote], out.into())
+                    Tracked::spawn(
+                        "pdsh",
+                        &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &remote],
+                        out.into(),
+                    )
                 } else {
                     Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into())
                 };
@@ -2311,7 +2401,8 @@ fn ranks() {
                     let mut all = RankCheck::default();
                     for r in 0..ranks {
                         let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
-                        let mut c = check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
+                        let mut c =
+                            check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
                         // Each file holds one rank: what it lacks is the rank's own lines.
                         c.lost = c.lost.saturating_sub((ranks - 1) * lines);
                         all.add(c);
@@ -2324,7 +2415,9 @@ fn ranks() {
             }
         }
         let total = (n * per * lines) as f64;
-        let rate = |ms: &[(Measured, RankCheck, RankCheck)]| -> Vec<f64> { ms.iter().map(|r| total / r.0.wall.as_secs_f64()).collect() };
+        let rate = |ms: &[(Measured, RankCheck, RankCheck)]| -> Vec<f64> {
+            ms.iter().map(|r| total / r.0.wall.as_secs_f64()).collect()
+        };
         let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
         let sum = |cs: &mut dyn Iterator<Item = RankCheck>| {
             let mut t = RankCheck::default();
@@ -2334,7 +2427,8 @@ fn ranks() {
         for (i, name) in names.iter().enumerate() {
             let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
             let own = fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0;
-            let rss = fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0;
+            let rss =
+                fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0;
             let files = if i == 1 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
             println!(
                 "| {n} x {per} x {lines} | {} | {name} | {m} | {s} | {:.2} | {own} | {rss} | {} | {files} |",
@@ -2408,7 +2502,8 @@ fn idle() {
     for (i, name) in names.iter().enumerate() {
         let cols: Vec<String> = (0..5)
             .map(|c| {
-                let (m, s, _) = fmt_stat(&res[i].iter().map(|r| r[c]).collect::<Vec<_>>(), if c == 4 { 1 } else { 2 });
+                let (m, s, _) =
+                    fmt_stat(&res[i].iter().map(|r| r[c]).collect::<Vec<_>>(), if c == 4 { 1 } else { 2 });
                 format!("{m} ({s})")
             })
             .collect();

@@ -74,7 +74,9 @@ impl Error {
             | Error::TooFewNodes(_)
             | Error::LineTooLong(_) => exit::CONFIG,
             // Reaching every node over SSH is the first preflight check.
-            Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) | Error::Slurm(_) => exit::PREFLIGHT,
+            Error::Start(RunError::Preflight(_) | RunError::Connect { .. }) | Error::Slurm(_) => {
+                exit::PREFLIGHT
+            }
             Error::Start(_) | Error::Busy(_) => exit::START_FAILED,
             Error::Io { .. } => exit::INTERNAL,
         }

@@ -4,10 +4,10 @@
 //! `supervisor` (connects through `transport`, runs the `remote` agent on every node, emits
 //! `events`) → `output` (prefixed lines, log files, events.jsonl, summary).
 
-pub mod commands;
 pub mod blame;
 pub mod classify;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod container;
 pub mod doctor;

@@ -371,7 +371,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (got, gone) = (dir.path().join("got"), dir.path().join("gate-gone"));
         // It reports whether the gate (here: a file the test leaves after dropping it) was gone.
-        let command = format!("cat > {}.tmp; test -e {} > /dev/null && mv {g}.tmp {g}", got.display(), gone.display(), g = got.display());
+        let command = format!(
+            "cat > {}.tmp; test -e {} > /dev/null && mv {g}.tmp {g}",
+            got.display(),
+            gone.display(),
+            g = got.display()
+        );
         let mut n = Notifier::new(notify(command, 600_000), run_info());
         let gate = n.gate();
         n.send(b"{\"ts\":\"t\",\"event\":\"run_finished\",\"status\":\"succeeded\"}\n".to_vec());

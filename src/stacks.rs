@@ -89,7 +89,9 @@ fn library(file: &str) -> bool {
 /// Whether a rank waits in a collective: its innermost frame is torch.distributed's (or
 /// DeepSpeed's communication layer's).
 fn in_collective(frames: &[Frame]) -> bool {
-    frames.first().is_some_and(|f| f.file.contains("/torch/distributed/") || f.file.contains("/deepspeed/comm/"))
+    frames
+        .first()
+        .is_some_and(|f| f.file.contains("/torch/distributed/") || f.file.contains("/deepspeed/comm/"))
 }
 
 /// Where a rank is (see the module's words); paths under `workdir` are shown relative to it.

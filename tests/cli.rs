@@ -950,3 +950,37 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     how_many.assert_code(2);
     assert!(how_many.stderr.contains("how many nodes? Give -N, or set [job] nnodes"), "{how_many}");
 }
+
+/// A reader that closes stdout before herd writes (`herd plan | head -1`) is no panic and no
+/// failure: every subcommand that prints to stdout without a cluster exits 0, with nothing on
+/// stderr but what it says anyway. The read end is closed before herd starts, so every write
+/// meets EPIPE.
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), GOOD);
+    let cases: &[&[&str]] = &[
+        &["plan"],
+        &["plan", "--json"],
+        &["nodes"],
+        &["man"],
+        &["completions", "bash"],
+        &["--help"],
+        &["plan", "--help"],
+        &["--version"],
+    ];
+    for args in cases {
+        let mut child = std::process::Command::new(support::herd::HERD)
+            .args(*args)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "herd {args:?} panicked on a closed stdout:\n{stderr}");
+        assert_eq!(out.status.code(), Some(0), "herd {args:?} on a closed stdout:\n{stderr}");
+    }
+}

@@ -74,7 +74,8 @@ fn ctrl_c_stops_the_command_on_every_node() {
         &["exec", "--", "export HERD_EXEC_TEST=1; sleep 300 & sleep 300; echo never"],
         &[],
     );
-    let started = wait_until(LIMIT, || (0..2).all(|n| c.tb.processes_with_env(n, "HERD_EXEC_TEST", "1").len() >= 2));
+    let started =
+        wait_until(LIMIT, || (0..2).all(|n| c.tb.processes_with_env(n, "HERD_EXEC_TEST", "1").len() >= 2));
     assert!(started, "the command did not start on both nodes");
     running.signal("INT");
     let out = running.wait(LIMIT);

@@ -123,7 +123,9 @@ fn per_node_costs_at_16_and_64_nodes() {
     eprintln!("|---|---|---|---|---|---|---|");
     for n in [16, 64] {
         let tb = testbed_of(n);
-        for args in [&["run"][..], &["run", "--no-preflight"], &["exec", "--", "true"], &["doctor"], &["kill"]] {
+        for args in
+            [&["run"][..], &["run", "--no-preflight"], &["exec", "--", "true"], &["doctor"], &["kill"]]
+        {
             let (out, p) = herd_at_1024(tb.dir(), args);
             out.assert_code(0);
             eprintln!(

@@ -266,7 +266,8 @@ fn a_signal_ends_a_hanging_notify_hook_and_herd_exits_with_the_runs_code() {
     let out = running.wait(2 * LIMIT);
     out.assert_code(0);
     assert!(out.stderr.contains("herd got a signal: killed (run_finished)"), "{out}");
-    let left = herd::wait_until(Duration::from_secs(10), || processes_with_argv(&["sleep", "617"]).is_empty());
+    let left =
+        herd::wait_until(Duration::from_secs(10), || processes_with_argv(&["sleep", "617"]).is_empty());
     assert!(left, "the hook's processes outlived herd");
 }
 
@@ -287,7 +288,8 @@ fn the_run_finished_hook_finds_the_summary_in_its_run_dir() {
     std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     let out = herd::start(dir.path(), &["run", "--no-preflight"], &[]).wait(2 * LIMIT);
     out.assert_code(0);
-    let summary = std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("no summary for the hook: {e}\n{out}"));
+    let summary =
+        std::fs::read_to_string(&copied).unwrap_or_else(|e| panic!("no summary for the hook: {e}\n{out}"));
     let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
     assert_eq!(summary["status"], "succeeded", "{summary}");
     let run = herd::only_run_dir(&dir.path().join("herd-logs"));

@@ -76,11 +76,11 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
         }
     };
     if args.json {
-        print!("{}", output::doctor_view::json(&report.nodes, network.as_ref(), args.deep));
+        super::out(&output::doctor_view::json(&report.nodes, network.as_ref(), args.deep))?;
     } else {
-        print!("{}", output::doctor_view::text(&report.nodes, false));
+        super::out(&output::doctor_view::text(&report.nodes, false))?;
         if let Some(network) = &network {
-            print!("{}", output::doctor_view::net_text(network, &hosts));
+            super::out(&output::doctor_view::net_text(network, &hosts))?;
         }
     }
     if interrupted {

@@ -23,26 +23,38 @@ pub(super) fn kill_command(config: &Path, slurm: bool) -> Result<u8, Error> {
             .map_err(|e| Error::Slurm(format!("herd kill: {e}")))?;
         if !steps.is_empty() {
             stopped += steps.len();
-            println!("job {}: cancelled {} step(s): {}", t.job_id, steps.len(), steps.join(" "));
+            super::out(&format!(
+                "job {}: cancelled {} step(s): {}\n",
+                t.job_id,
+                steps.len(),
+                steps.join(" ")
+            ))?;
         }
     }
     let events = runtime.block_on(supervisor::kill_leftovers(&plan))?;
     for event in &events {
         if let Event::LeftoversStopped { node_rank, host, pids } = event {
             stopped += pids.len();
-            println!("node {node_rank} ({host}): stopped {} process(es): {pids:?}", pids.len());
+            super::out(&format!(
+                "node {node_rank} ({host}): stopped {} process(es): {pids:?}\n",
+                pids.len()
+            ))?;
         }
         if let Event::ContainersRemoved { node_rank, host, names } = event {
             stopped += names.len();
-            println!("node {node_rank} ({host}): removed {} container(s): {}", names.len(), names.join(" "));
+            super::out(&format!(
+                "node {node_rank} ({host}): removed {} container(s): {}\n",
+                names.len(),
+                names.join(" ")
+            ))?;
         }
     }
     if stopped == 0 {
-        println!(
-            "nothing left of earlier runs of {} on its {} nodes",
+        super::out(&format!(
+            "nothing left of earlier runs of {} on its {} nodes\n",
             plan.config_path.display(),
             plan.nnodes()
-        );
+        ))?;
     }
     Ok(exit::OK)
 }

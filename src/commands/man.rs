@@ -18,8 +18,7 @@ pub(super) fn man_command(out_dir: Option<&Path>) -> Result<u8, Error> {
         None => {
             let mut out = Vec::new();
             clap_mangen::Man::new(cmd).render(&mut out).map_err(Error::io("cannot render the man page"))?;
-            use std::io::Write;
-            std::io::stdout().write_all(&out).map_err(Error::io("cannot print the man page"))?;
+            super::out(&String::from_utf8_lossy(&out))?;
         }
     }
     Ok(exit::OK)

@@ -413,6 +413,17 @@ impl Requeue {
 const STATE_QUERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Sortable by start time, unique enough for two runs started in the same second.
+/// `text` on stdout, whole. A reader that went away (`herd plan | head -1`) is no error: what
+/// it wanted it read, and the command's own exit code stands, as for `herd logs`.
+fn out(text: &str) -> Result<(), Error> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::io("cannot write to stdout")(e)),
+        _ => Ok(()),
+    }
+}
+
 fn new_run_id() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();

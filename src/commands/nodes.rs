@@ -58,7 +58,7 @@ pub(super) fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
     } else {
         output::plan_view::nodes_text(next, &kept_out)
     };
-    print!("{text}");
+    super::out(&text)?;
     Ok(exit::OK)
 }
 

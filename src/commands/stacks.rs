@@ -44,8 +44,9 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
         return Ok(exit::JOB_FAILED);
     }
     stacks.sort_by_key(|(_, s)| s.rank);
-    print!("{}", output::summary::stacks_text(&stacks, &hosts));
+    let text = output::summary::stacks_text(&stacks, &hosts);
     let all: Vec<crate::stacks::RankStack> = stacks.into_iter().map(|(_, s)| s).collect();
-    println!("{}", crate::stacks::summarize(&all, &plan.workdir, crate::stacks::Taken::Live).words());
+    let summary = crate::stacks::summarize(&all, &plan.workdir, crate::stacks::Taken::Live).words();
+    super::out(&format!("{text}{summary}\n"))?;
     Ok(exit::OK)
 }

@@ -62,11 +62,11 @@ pub(super) fn submit_command(args: SubmitArgs) -> Result<u8, Error> {
     // printed script handed to sbatch by hand.
     std::fs::create_dir_all(&logs_dir).map_err(Error::io(format!("cannot create {}", logs_dir.display())))?;
     if args.print {
-        print!("{script}");
+        super::out(&script)?;
         return Ok(exit::OK);
     }
     let id = crate::submit::sbatch(&script).map_err(Error::Slurm)?;
-    print_submitted(&id, nodes, &config_file, &logs_dir, path);
+    super::out(&submitted(&id, nodes, &config_file, &logs_dir, path))?;
     Ok(exit::OK)
 }
 
@@ -183,12 +183,13 @@ fn herd_executable(given: Option<&Path>) -> Result<PathBuf, Error> {
 }
 
 /// What was submitted, and where to follow it.
-fn print_submitted(id: &str, nodes: usize, config_file: &Path, logs_dir: &Path, path: &Path) {
-    println!("submitted job {id}: herd run --slurm -c {} on {nodes} node(s)", config_file.display());
-    println!("  Slurm's output: {}/slurm-{id}.out", logs_dir.display());
-    println!(
-        "  follow it:      tail -f {}/slurm-{id}.out   (once it runs: squeue -j {id})",
-        logs_dir.display()
-    );
-    println!("  read it back:   herd logs -c {}", path.display());
+fn submitted(id: &str, nodes: usize, config_file: &Path, logs_dir: &Path, path: &Path) -> String {
+    let (logs, config) = (logs_dir.display(), path.display());
+    format!(
+        "submitted job {id}: herd run --slurm -c {} on {nodes} node(s)\n\
+         \x20 Slurm's output: {logs}/slurm-{id}.out\n\
+         \x20 follow it:      tail -f {logs}/slurm-{id}.out   (once it runs: squeue -j {id})\n\
+         \x20 read it back:   herd logs -c {config}\n",
+        config_file.display()
+    )
 }

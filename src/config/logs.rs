@@ -45,7 +45,8 @@ mod tests {
     #[test]
     fn a_relative_logs_dir_is_the_config_files_not_the_working_directorys() {
         let nodes = "[[nodes]]\nhost = \"n1\"\n";
-        let dir = |path: &str, logs: &str| parse(Path::new(path), &format!("{nodes}{JOB}{logs}")).unwrap().logs.dir;
+        let dir =
+            |path: &str, logs: &str| parse(Path::new(path), &format!("{nodes}{JOB}{logs}")).unwrap().logs.dir;
         // `herd nodes -c ../proj/c.toml` must read the quarantine that `herd run -c c.toml` in
         // proj wrote.
         assert_eq!(dir("../proj/c.toml", ""), Path::new("../proj/herd-logs"));

@@ -3,8 +3,8 @@
 //! a process; the supervisor never prints.
 
 pub mod board;
-mod detached;
 mod console;
+mod detached;
 pub mod doctor_view;
 pub mod exec_view;
 pub mod files;

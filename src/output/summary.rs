@@ -54,7 +54,8 @@ fn run_line(event: &Event) -> Option<String> {
             RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
             RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
             RunStatus::TimeLimit => {
-                "run stopped for the time limit: the ranks were told to checkpoint; every node stopped".to_string()
+                "run stopped for the time limit: the ranks were told to checkpoint; every node stopped"
+                    .to_string()
             }
             RunStatus::Preempted => {
                 "run preempted: the ranks were told to checkpoint; every node stopped".to_string()

@@ -1333,7 +1333,10 @@ mod tests {
         let calls = dir.path().join("calls");
         for tool in ["grep", "tr", "sort"] {
             let path = dir.path().join(tool);
-            let body = format!("#!/bin/sh\necho {tool} >> {}\nexec /usr/bin/{tool} \"$@\"\n", quote(calls.to_str().unwrap()));
+            let body = format!(
+                "#!/bin/sh\necho {tool} >> {}\nexec /usr/bin/{tool} \"$@\"\n",
+                quote(calls.to_str().unwrap())
+            );
             std::fs::write(&path, body).unwrap();
             std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         }
@@ -1365,7 +1368,11 @@ mod tests {
         // A pipeline's tools start in any order.
         let mut looks: Vec<&str> = looks.lines().collect();
         looks.sort();
-        assert_eq!(looks, ["grep", "grep", "grep", "sort", "tr", "tr"], "one look each: marked, live agents, markers");
+        assert_eq!(
+            looks,
+            ["grep", "grep", "grep", "sort", "tr", "tr"],
+            "one look each: marked, live agents, markers"
+        );
     }
 
     /// The multiplexer ends as soon as its launcher does, with its status, even while what the
@@ -1377,7 +1384,8 @@ mod tests {
         let py = "/usr/bin/python3";
         let time = |args: &[&str]| {
             let start = std::time::Instant::now();
-            let status = Command::new(py).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
+            let status =
+                Command::new(py).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
             (start.elapsed(), status.code())
         };
         let mut extra: Vec<std::time::Duration> = (0..7)
@@ -1568,7 +1576,12 @@ mod tests {
         for shell in login_shells() {
             let out = Command::new(shell).arg("-c").arg(&line).output().unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(out.stdout == s.as_bytes(), "{shell}: {} bytes out of {}: {stderr}", out.stdout.len(), s.len());
+            assert!(
+                out.stdout == s.as_bytes(),
+                "{shell}: {} bytes out of {}: {stderr}",
+                out.stdout.len(),
+                s.len()
+            );
         }
     }
 
@@ -1807,7 +1820,8 @@ mod tests {
         // Backslashes as printed (dash's echo would have read `\c`); a line past 4000 bytes cut
         // there, one write beside the heartbeat's.
         let long = format!("Fact({:?})", "x".repeat(4000));
-        let mut expected = [marked.as_str(), "Fact(\"a\\\\cb\")", "Fact(\"oops\")", "Fact(\"partial\")", &long];
+        let mut expected =
+            [marked.as_str(), "Fact(\"a\\\\cb\")", "Fact(\"oops\")", "Fact(\"partial\")", &long];
         expected.sort();
         assert_eq!(facts, expected);
         let pid: i32 = std::fs::read_to_string(&lingering).unwrap().trim().parse().unwrap();

@@ -36,7 +36,8 @@ const RUN_ID: &str = "20260101-000000-0000";
 pub fn check_run(plan: &LaunchPlan) -> Result<(), LineTooLong> {
     check(plan, |node| {
         let presweep = Some(Sweep::Config { spare_run: Some(RUN_ID) }.body(plan));
-        let preflight = ProbeOptions { fast: true, test_port: true, presweep, import_torch: vec![node.node_rank] };
+        let preflight =
+            ProbeOptions { fast: true, test_port: true, presweep, import_torch: vec![node.node_rank] };
         let sweep = Sweep::Restart { run_id: RUN_ID, attempt: 99 };
         vec![
             ("its preflight", doctor::probe_invocation(plan, node, &preflight).remote_command()),
