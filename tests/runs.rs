@@ -150,7 +150,7 @@ fn a_suspended_herd_does_not_blame_its_nodes() {
     let text = "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
         [job]\nlauncher = \"command\"\nscript = \"sh\"\n\
         args = [\"-c\", 'i=0; while [ $i -lt 24 ]; do echo \"beat $i\"; i=$((i + 1)); sleep 0.5; done']\n\
-        [restart]\nmax_restarts = 0\nheartbeat_timeout = \"2s\"\n";
+        [restart]\nmax_restarts = 0\nheartbeat_timeout = \"3s\"\n";
     std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     let running = herd::start(dir.path(), &["run", "--no-preflight"], &[]);
     wait_started(&dir.path().join("herd-logs"));

@@ -241,6 +241,25 @@ impl Cx<'_> {
         Ok(d)
     }
 
+    /// A duration no shorter than `floor`, `why` saying what the floor is for: a timeout
+    /// below it is no setting but a failure of every attempt.
+    pub(super) fn duration_at_least(
+        &self,
+        v: &Spanned<DurationText>,
+        what: &str,
+        floor: Duration,
+        why: &str,
+    ) -> Result<Duration> {
+        let d = self.duration(v, what)?;
+        if d < floor {
+            let (text, floor) = (&v.get_ref().0, humantime::format_duration(floor));
+            return Err(
+                self.err(v.span(), format!("{what} must be at least {floor} ({why}), found {text:?}"))
+            );
+        }
+        Ok(d)
+    }
+
     pub(super) fn positive_duration(&self, v: &Spanned<DurationText>, what: &str) -> Result<Duration> {
         let d = self.duration(v, what)?;
         if d.is_zero() {

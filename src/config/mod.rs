@@ -419,6 +419,25 @@ mod tests {
             21,
             "restart.heartbeat_timeout must be at most 1h, found \"1000000000h\"",
         );
+        // "1ms" was taken, and every attempt then failed in 0.7 s; "0s" was refused.
+        for short in ["1ms", "0s", "2s 999ms"] {
+            assert_err(
+                &format!("{base}[restart]\nheartbeat_timeout = \"{short}\"\n"),
+                6,
+                21,
+                &format!(
+                    "restart.heartbeat_timeout must be at least 3s (three of the agent's heartbeats, which \
+                     come at most once a second), found \"{short}\""
+                ),
+            );
+        }
+        assert_eq!(
+            parse_ok(&format!("{base}[restart]\nheartbeat_timeout = \"3s\"\n"))
+                .restart
+                .heartbeat_timeout
+                .as_secs(),
+            3
+        );
         assert_err(
             &format!("{base}[restart]\nnode_wait = \"30days\"\n"),
             6,

@@ -74,7 +74,12 @@ impl Cx<'_> {
             progress_pattern,
             node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
             heartbeat_timeout: match &raw.heartbeat_timeout {
-                Some(d) => self.positive_duration(d, "restart.heartbeat_timeout")?,
+                Some(d) => self.duration_at_least(
+                    d,
+                    "restart.heartbeat_timeout",
+                    crate::policy::MIN_HEARTBEAT_TIMEOUT,
+                    "three of the agent's heartbeats, which come at most once a second",
+                )?,
                 None => defaults.heartbeat_timeout,
             },
             rules,
