@@ -907,6 +907,10 @@ fn submit_prints_its_script_and_refuses_bad_input() {
     let timed = herd::run(dir.path(), &["submit", "--print", "--sbatch-arg=--time=10"], LIMIT);
     timed.assert_code(2);
     assert!(timed.stderr.contains("give the time limit with -t"), "{timed}");
+    // Under a second, sbatch would get no warning at all: refused, not dropped.
+    let tiny = herd::run(dir.path(), &["submit", "--print", "-t", "10", "--warn-before", "999ms"], LIMIT);
+    tiny.assert_code(2);
+    assert!(tiny.stderr.contains("--warn-before 999ms: sbatch --signal counts whole seconds"), "{tiny}");
     let early = herd::run(dir.path(), &["submit", "--print", "-t", "1-0", "--warn-before", "20h"], LIMIT);
     early.assert_code(2);
     assert!(early.stderr.contains("sbatch --signal takes at most 65535 s"), "{early}");

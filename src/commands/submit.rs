@@ -90,11 +90,18 @@ fn check_sbatch_values(args: &SubmitArgs) -> Result<(), Error> {
 }
 
 /// `--warn-before` in whole seconds (`None` for 0: no warning), refused when sbatch cannot
-/// take it or it is not shorter than `--time`: the warning would come before the job starts.
+/// take it (under a second, which it would drop without a word, or past its bound) or it is
+/// not shorter than `--time`: the warning would come before the job starts.
 fn warning_secs(args: &SubmitArgs) -> Result<Option<u64>, Error> {
     let secs = args.warn_before.as_secs();
-    if secs == 0 {
+    if args.warn_before.is_zero() {
         return Ok(None);
+    }
+    if secs == 0 {
+        return Err(Error::Usage(format!(
+            "--warn-before {}: sbatch --signal counts whole seconds; give 1s or more, or 0 for no warning",
+            humantime::format_duration(args.warn_before)
+        )));
     }
     let shown = humantime::format_duration(std::time::Duration::from_secs(secs));
     if secs > crate::submit::MAX_WARNING_SECS {
