@@ -778,6 +778,22 @@ fn herd_nodes_with_slurm_lists_the_allocations_nodes_and_releases_outside_one() 
     assert!(released.stdout.contains("quarantined: none"), "{released}");
     assert!(!std::fs::read_to_string(&file).unwrap().contains("\"n2\""));
 
+    // A config with no nodes of its own, used only with `herd run --slurm`: the same, with a
+    // word on `--slurm` (it once said "no nodes: add at least one [[nodes]] table").
+    write(dir.path(), job);
+    std::fs::write(&file, format!(r#"{{"nodes":[{entry}]}}"#)).unwrap();
+    let outside = herd::run(dir.path(), &["nodes"], LIMIT);
+    outside.assert_code(0);
+    assert!(outside.stdout.starts_with("active: unknown outside a Slurm allocation"), "{outside}");
+    assert!(outside.stdout.contains("n2"), "{outside}");
+    assert!(outside.stderr.contains("has no nodes of its own: read as a config for Slurm"), "{outside}");
+    assert!(outside.stderr.contains("`herd nodes --slurm`"), "{outside}");
+    let wrong = herd::run(dir.path(), &["nodes", "--release", "n9"], LIMIT);
+    wrong.assert_code(2);
+    assert!(wrong.stderr.contains("--release n9: n9 is not quarantined (only n2 are)"), "{wrong}");
+    herd::run(dir.path(), &["nodes", "--release", "n2"], LIMIT).assert_code(0);
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("\"n2\""));
+
     // An SSH config run with --slurm: `herd nodes --slurm` lists the allocation's nodes.
     write(dir.path(), &format!("[[nodes]]\nhost = \"a,b,c\"\n{job}"));
     let nodes = herd::run_with(dir.path(), &["nodes", "--slurm"], &inside, LIMIT);

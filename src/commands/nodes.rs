@@ -11,11 +11,22 @@ pub(super) fn nodes_command(args: NodesArgs) -> Result<u8, Error> {
     let config = &args.config.config;
     let selection = NodeSelection { slurm: args.slurm, ..NodeSelection::default() };
     // A config for Slurm outside its allocation has no nodes here, but its quarantine file is
-    // where it always is: it can be read, and nodes released.
+    // where it always is: it can be read, and nodes released. So can that of a config with no
+    // nodes of its own, used only with `--slurm` (read as `herd logs` reads it); if it is not
+    // that either, the first error is the one shown.
     let (plan, outside) = match load_plan(config, &selection, &[], Active::All) {
         Ok(plan) => (plan, false),
         Err(e) if outside_allocation(&e) => {
             (plan_in_allocation(config, config::MAX_NODES, &[]).map_err(|_| e)?, true)
+        }
+        Err(e) if !args.slurm => {
+            let plan = plan_in_allocation(config, config::MAX_NODES, &[]).map_err(|_| e)?;
+            eprintln!(
+                "herd: {} has no nodes of its own: read as a config for Slurm; inside its allocation, \
+                 `herd nodes --slurm` shows the nodes a run would use",
+                config.display()
+            );
+            (plan, true)
         }
         Err(e) => return Err(e),
     };
