@@ -300,3 +300,20 @@ fn the_run_finished_hook_finds_the_summary_in_its_run_dir() {
     assert_eq!(head, &finished[..finished.len() - 1], "the event's own line first");
     assert!(tail.starts_with(",\"run_id\":"), "{line}");
 }
+
+/// A `command` job's failure takes the stacks of what still runs, but its processes are the
+/// user's own and not Python: no stacks line that only counts ranks "without a stack".
+#[test]
+fn a_command_jobs_failure_has_no_stacks_line_of_missing_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[[nodes]]\nhost = \"localhost\"\n[[nodes]]\nhost = \"127.0.0.1\"\n\
+        [job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+        args = [\"-c\", 'if [ \"$NODE_RANK\" = 1 ]; then sleep 1; exit 3; fi; sleep 60']\n\
+        [restart]\nmax_restarts = 0\ngrace_period = \"1s\"\n";
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let out = herd::run(dir.path(), &["run", "--no-preflight"], LIMIT);
+    out.assert_code(1);
+    assert!(out.stderr.contains("taking the stacks of the ranks still running"), "{out}");
+    assert!(!out.stderr.contains("without a stack"), "{out}");
+    assert!(!out.stderr.contains("every rank's stack"), "{out}");
+}

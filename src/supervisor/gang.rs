@@ -446,7 +446,7 @@ impl<'a> Gang<'a> {
         // A failure's stacks are those of the ranks that outlived it: the root cause is the
         // failure, not an odd one among them.
         let stacks = match self.probed_at {
-            Some(at) => Some(self.report_stacks(&outcomes, at, trigger == Trigger::Hang).await),
+            Some(at) => self.report_stacks(&outcomes, at, trigger == Trigger::Hang).await,
             None => None,
         };
         let outcome = match classify::classify_with(&outcomes, trigger, &plan.patterns.rules, stacks.as_ref())
@@ -472,13 +472,23 @@ impl Gang<'_> {
         outcomes: &[NodeOutcome],
         probed_at: Duration,
         culprit: bool,
-    ) -> stacks::Summary {
+    ) -> Option<stacks::Summary> {
         let (plan, events) = (self.ctx.plan, self.ctx.events);
+        // A `command` job's processes are the user's own, Python or not: a stack is news
+        // only where py-spy found one, and the ranks without one are no ranks of Python (at
+        // 200 nodes, "200 without a stack" was all the line said).
+        let python_ranks = plan.launcher != crate::config::LauncherKind::Command;
         let mut all = Vec::new();
         for n in outcomes {
             let mut got = n.stacks.clone();
+            if !python_ranks {
+                got.retain(|s| s.dump.is_ok());
+                if got.is_empty() {
+                    continue;
+                }
+            }
             let answered = !n.processes.is_empty() || !n.stacks.is_empty();
-            for rank in plan.nodes[n.node_rank].global_ranks() {
+            for rank in plan.nodes[n.node_rank].global_ranks().filter(|_| python_ranks) {
                 if got.iter().any(|s| s.rank == rank) {
                     continue;
                 }
@@ -501,12 +511,15 @@ impl Gang<'_> {
             let _ = events.send(collected).await;
             all.extend(got);
         }
+        if all.is_empty() && !python_ranks {
+            return None;
+        }
         let mut summary = stacks::summarize(&all, &plan.workdir, stacks::Taken::Stalled);
         if !culprit {
             summary.culprit = None;
         }
         let _ =
             events.send(Event::StacksSummarized { attempt: self.attempt, summary: summary.clone() }).await;
-        summary
+        Some(summary)
     }
 }
