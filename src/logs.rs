@@ -331,30 +331,34 @@ pub fn print(
         }
         let (hosts, nprocs) = run.nodes_of(attempt);
         let prefixes = crate::output::prefix::prefixes(hosts, color);
+        let mut rank_prefixes = crate::output::prefix::RankPrefixes::new(hosts.to_vec(), color);
+        rank_prefixes.set_ranks(nprocs);
         for &node in nodes.iter().filter(|&&n| n < hosts.len()) {
-            let mut prefix = &prefixes[node];
-            let mut path = node_log_path(&run.dir, attempt, node, &hosts[node]);
-            let rank_prefix;
-            if let Some(rank) = sel.rank {
-                let own = crate::output::files::rank_log_path(&run.dir, attempt, rank);
-                if own.is_file() {
-                    let mut p = crate::output::prefix::RankPrefixes::new(hosts.to_vec(), color);
-                    p.set_ranks(nprocs);
-                    rank_prefix = p.get(rank, node).to_vec();
-                    (path, prefix) = (own, &rank_prefix);
+            let first: u32 = nprocs.iter().take(node).sum();
+            let node_ranks = first..first + nprocs.get(node).copied().unwrap_or(0);
+            // `--rank R`: that rank's own log where it has one. Otherwise the node's log, its
+            // lines told apart by the ranks' logs.
+            let (path, ranks) = match sel.rank {
+                Some(rank) if rank_log(&run.dir, attempt, rank).is_file() => {
+                    (rank_log(&run.dir, attempt, rank), vec![rank])
+                }
+                _ => (node_log_path(&run.dir, attempt, node, &hosts[node]), node_ranks.collect()),
+            };
+            let Some(file) = open_log(&path)? else { continue };
+            let mut own = Vec::new();
+            for rank in ranks {
+                if let Some(f) = open_log(&rank_log(&run.dir, attempt, rank))? {
+                    own.push((rank, io::BufReader::new(f)));
                 }
             }
-            let file = match std::fs::File::open(&path) {
-                Ok(f) => f,
-                // A node that never started in that attempt has no log.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
-            };
-            for line in io::BufReader::new(file).split(b'\n') {
-                let line = line?;
+            for line in Attributed::new(io::BufReader::new(file), own) {
+                let (rank, line) = line?;
                 let text = line.strip_suffix(b"\r").unwrap_or(&line);
                 if sel.grep.as_ref().is_none_or(|re| re.is_match(text)) {
-                    out.write_all(prefix)?;
+                    out.write_all(match rank {
+                        Some(rank) => rank_prefixes.get(rank, node),
+                        None => &prefixes[node],
+                    })?;
                     out.write_all(&line)?;
                     out.write_all(b"\n")?;
                 }
@@ -364,8 +368,114 @@ pub fn print(
     Ok(())
 }
 
+use crate::output::files::rank_log_path as rank_log;
+
+/// A log, or `None` where there is none (a node that never started in that attempt, a rank
+/// that printed nothing).
+fn open_log(path: &Path) -> io::Result<Option<std::fs::File>> {
+    match std::fs::File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    }
+}
+
+/// A node log's lines, each with the rank that printed it (`None`: the launcher's own), as
+/// the live run prefixed them. The node log holds every line of the node in the order they
+/// came; each rank's log holds that rank's lines in the same order, so it is a subsequence
+/// of the node's: a line is the rank's whose next unclaimed line it is. Where two ranks' next
+/// lines are the same, the one whose following line also comes next is taken (else the
+/// lower rank): the text is the same either way. Lines are streamed, a few held per rank.
+pub struct Attributed<R> {
+    node: std::io::Split<R>,
+    /// Each rank's log, with its next two lines once read.
+    ranks: Vec<(u32, std::io::Split<R>, std::collections::VecDeque<Vec<u8>>)>,
+    /// The node log's next line, read ahead to settle a tie.
+    ahead: Option<Vec<u8>>,
+}
+
+impl<R: io::BufRead> Attributed<R> {
+    pub fn new(node: R, ranks: Vec<(u32, R)>) -> Attributed<R> {
+        let ranks = ranks.into_iter().map(|(r, f)| (r, f.split(b'\n'), Default::default())).collect();
+        Attributed { node: node.split(b'\n'), ranks, ahead: None }
+    }
+
+    fn fill(&mut self, want: usize) -> io::Result<()> {
+        for (_, lines, next) in &mut self.ranks {
+            while next.len() < want {
+                match lines.next() {
+                    Some(line) => next.push_back(line?),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn next_line(&mut self) -> io::Result<Option<(Option<u32>, Vec<u8>)>> {
+        let Some(line) = self.ahead.take().map(Ok).or_else(|| self.node.next()).transpose()? else {
+            return Ok(None);
+        };
+        self.fill(1)?;
+        let heads: Vec<usize> =
+            (0..self.ranks.len()).filter(|&i| self.ranks[i].2.front() == Some(&line)).collect();
+        let pick = match heads[..] {
+            [] => None,
+            [one] => Some(one),
+            [first, ..] => {
+                self.fill(2)?;
+                self.ahead = self.node.next().transpose()?;
+                let follows = |i: &&usize| {
+                    self.ranks[**i].2.get(1).is_some() && self.ranks[**i].2.get(1) == self.ahead.as_ref()
+                };
+                Some(*heads.iter().find(follows).unwrap_or(&first))
+            }
+        };
+        Ok(Some(match pick {
+            Some(i) => {
+                self.ranks[i].2.pop_front();
+                (Some(self.ranks[i].0), line)
+            }
+            None => (None, line),
+        }))
+    }
+}
+
+impl<R: io::BufRead> Iterator for Attributed<R> {
+    type Item = io::Result<(Option<u32>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_line().transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_node_logs_lines_are_told_apart_by_its_ranks_logs() {
+        let attribute = |node: &str, ranks: &[(u32, &str)]| -> Vec<(Option<u32>, String)> {
+            let ranks = ranks.iter().map(|(r, t)| (*r, t.as_bytes())).collect();
+            super::Attributed::new(node.as_bytes(), ranks)
+                .map(|l| l.map(|(r, t)| (r, String::from_utf8(t).unwrap())))
+                .collect::<std::io::Result<_>>()
+                .unwrap()
+        };
+        let l = |r: Option<u32>, t: &str| (r, t.to_string());
+        // The launcher's own lines, and two ranks' lines interleaved.
+        assert_eq!(
+            attribute("start\nr0 a\nr1 a\nr0 b\nend\n", &[(0, "r0 a\nr0 b\n"), (1, "r1 a\n")]),
+            [l(None, "start"), l(Some(0), "r0 a"), l(Some(1), "r1 a"), l(Some(0), "r0 b"), l(None, "end")]
+        );
+        // Two ranks print the same line; the one whose next line follows is the one.
+        assert_eq!(
+            attribute("same\nonly 1\nsame\n", &[(0, "same\n"), (1, "same\nonly 1\n")]),
+            [l(Some(1), "same"), l(Some(1), "only 1"), l(Some(0), "same")]
+        );
+        // A launcher line alike a rank's that comes before the rank's own.
+        assert_eq!(attribute("x\nx\n", &[(3, "x\n")]), [l(Some(3), "x"), l(None, "x")]);
+        // No rank logs (a command job): every line the node's.
+        assert_eq!(attribute("a\nb", &[]), [l(None, "a"), l(None, "b")]);
+    }
+
     use super::*;
 
     fn run(id: &str) -> RunInfo {

@@ -200,7 +200,8 @@ fn logs_follow_each_attempts_own_world() {
     write_config(dir.path(), r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK""#);
     herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
     let run = herd::only_run_dir(&dir.path().join("logs"));
-    // Attempt 1: node 1 runs 2 ranks (ranks 1-2). Attempt 2: node 0 alone.
+    // Attempt 1: node 1 runs 2 ranks (ranks 1-2), whose lines carry their ranks' prefixes
+    // as they did live. Attempt 2: node 0 alone.
     let changed = |attempt: u32, hosts: &str, nprocs: &str| {
         format!(
             "{{\"event\":\"world_changed\",\"attempt\":{attempt},\"nnodes\":2,\"world_size\":3,\
@@ -213,7 +214,8 @@ fn logs_follow_each_attempts_own_world() {
     events.write_all(changed(2, r#""localhost""#, "1").as_bytes()).unwrap();
     for (attempt, file, text) in [
         (1, "node0-localhost.log", "a1 n0\n"),
-        (1, "node1-127.0.0.1.log", "a1 n1\n"),
+        (1, "node1-127.0.0.1.log", "a1 n1\na1 rank 2\na1 rank 1\n"),
+        (1, "rank1.log", "a1 rank 1\n"),
         (1, "rank2.log", "a1 rank 2\n"),
         (2, "node0-localhost.log", "a2 n0\n"),
     ] {
@@ -238,7 +240,8 @@ fn logs_follow_each_attempts_own_world() {
     out.assert_code(0);
     assert_eq!(
         out.stdout,
-        "==> attempt 0 <==\n[1 127.0.0.1] attempt 0 node 1\n==> attempt 1 <==\n[1 127.0.0.1] a1 n1\n",
+        "==> attempt 0 <==\n[1 127.0.0.1] attempt 0 node 1\n==> attempt 1 <==\n[1 127.0.0.1] a1 n1\n\
+         [r2 127.0.0.1] a1 rank 2\n[r1 127.0.0.1] a1 rank 1\n",
         "{out}"
     );
 }
