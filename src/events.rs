@@ -136,6 +136,12 @@ pub enum Event {
         attempt: u32,
         reason: String,
     },
+    /// A time limit or a preemption: every rank of the running job was sent `signal`
+    /// (`restart.checkpoint_signal`) to checkpoint and exit.
+    CheckpointRequested {
+        attempt: u32,
+        signal: String,
+    },
     AttemptFailed {
         attempt: u32,
         millis: u64,

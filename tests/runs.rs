@@ -317,3 +317,50 @@ fn a_command_jobs_failure_has_no_stacks_line_of_missing_ranks() {
     assert!(!out.stderr.contains("without a stack"), "{out}");
     assert!(!out.stderr.contains("every rank's stack"), "{out}");
 }
+
+/// A time limit's warning (SIGUSR1) tells the ranks of a running job to checkpoint, and the
+/// last line says so; one that comes during the preflight, before any rank runs, tells no
+/// rank, and the last line does not claim it did.
+#[test]
+fn the_time_limits_last_line_says_checkpoint_only_when_the_ranks_were_told() {
+    let logs_have = |dir: &Path, what: &str| {
+        let what = what.to_string();
+        let logs = dir.join("herd-logs");
+        herd::wait_until(Duration::from_secs(30), move || {
+            let Ok(mut runs) = std::fs::read_dir(&logs) else { return false };
+            let Some(Ok(run)) = runs.next() else { return false };
+            std::fs::read_to_string(run.path().join("events.jsonl")).is_ok_and(|t| t.contains(&what))
+        })
+    };
+    for (setup, told) in [("sleep 3", false), ("true", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let text = format!(
+            "[[nodes]]\nhost = \"localhost\"\n[job]\nlauncher = \"command\"\nscript = \"sh\"\n\
+             args = [\"-c\", 'trap \"exit 0\" USR1; touch {}; sleep 30 & wait']\nsetup = \"{setup}\"\n\
+             [restart]\ncheckpoint_signal = \"USR1\"\n",
+            ready.display()
+        );
+        std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+        let running = herd::start(dir.path(), &["run"], &[]);
+        if told {
+            assert!(herd::wait_until(Duration::from_secs(30), || ready.exists()), "the job never started");
+        } else {
+            assert!(logs_have(dir.path(), "preflight_started"), "no preflight");
+        }
+        running.signal("USR1");
+        let out = running.wait(LIMIT);
+        out.assert_code(75);
+        let events = herd::event_names(&herd::events(&herd::only_run_dir(&dir.path().join("herd-logs"))));
+        assert_eq!(events.iter().any(|e| e == "checkpoint_requested"), told, "{events:?}\n{out}");
+        if told {
+            assert!(
+                out.stderr.contains("run stopped for the time limit: the ranks were told to checkpoint"),
+                "{out}"
+            );
+        } else {
+            assert!(out.stderr.contains("run stopped for the time limit; every node stopped"), "{out}");
+            assert!(!out.stderr.contains("told to checkpoint"), "{out}");
+        }
+    }
+}

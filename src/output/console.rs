@@ -29,6 +29,8 @@ pub struct Console {
     run_dir: PathBuf,
     /// The job's processes that could not be stopped, so far.
     unstopped: usize,
+    /// The ranks were told to checkpoint (a time limit, a preemption).
+    checkpointed: bool,
     /// The files' error has been told.
     warned: bool,
 }
@@ -50,6 +52,7 @@ impl Console {
             hidden_tails: HashMap::new(),
             run_dir,
             unstopped: 0,
+            checkpointed: false,
             warned: false,
         }
     }
@@ -103,14 +106,19 @@ impl Console {
     }
 
     fn status(&mut self, event: &Event, shared: &mut Shared) {
-        if let Event::ProcessesUnstopped { pids, .. } = event {
-            self.unstopped += pids.len();
+        match event {
+            Event::ProcessesUnstopped { pids, .. } => self.unstopped += pids.len(),
+            Event::CheckpointRequested { .. } => self.checkpointed = true,
+            _ => {}
         }
         let unstopped = self.unstopped;
         let line = match event {
             Event::RunFinished { status: RunStatus::Interrupted, .. } if unstopped > 0 => Some(format!(
                 "run interrupted; {unstopped} process(es) of the job could not be stopped (see above)"
             )),
+            Event::RunFinished { status, attempts } => {
+                Some(summary::finished_line(*status, *attempts, self.checkpointed))
+            }
             _ => summary::status_line(event),
         };
         if let Some(line) = line {

@@ -49,20 +49,23 @@ fn run_line(event: &Event) -> Option<String> {
         Event::Resuming { attempt, from: None, args } if args.is_empty() => {
             format!("attempt {attempt} starts afresh: no checkpoint matches restart.resume_args")
         }
-        Event::RunFinished { status, attempts } => match status {
-            RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(*attempts)),
-            RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(*attempts)),
-            RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
-            RunStatus::TimeLimit => {
-                "run stopped for the time limit: the ranks were told to checkpoint; every node stopped"
-                    .to_string()
-            }
-            RunStatus::Preempted => {
-                "run preempted: the ranks were told to checkpoint; every node stopped".to_string()
-            }
-        },
+        Event::RunFinished { status, attempts } => finished_line(*status, *attempts, false),
         _ => return None,
     })
+}
+
+/// The run's last line. `checkpointed`: the ranks were sent the checkpoint signal (an
+/// `Event::CheckpointRequested`); a time limit that came during the preflight, or an
+/// allocation that ended under the run, sent none.
+pub fn finished_line(status: RunStatus, attempts: u32, checkpointed: bool) -> String {
+    let told = if checkpointed { ": the ranks were told to checkpoint" } else { "" };
+    match status {
+        RunStatus::Succeeded => format!("run succeeded ({attempts} attempt{})", plural(attempts)),
+        RunStatus::Failed => format!("run failed ({attempts} attempt{})", plural(attempts)),
+        RunStatus::Interrupted => "run interrupted; every node stopped".to_string(),
+        RunStatus::TimeLimit => format!("run stopped for the time limit{told}; every node stopped"),
+        RunStatus::Preempted => format!("run preempted{told}; every node stopped"),
+    }
 }
 
 /// One node's trouble, and what herd cleaned up on it.

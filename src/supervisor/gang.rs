@@ -387,6 +387,8 @@ impl<'a> Gang<'a> {
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
                 self.tell_all(|_| NodeCommand::Checkpoint(signal, group));
+                let signal = format!("SIG{}", signal.name);
+                let _ = events.send(Event::CheckpointRequested { attempt: self.attempt, signal }).await;
             }
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
