@@ -210,6 +210,19 @@ impl Fault {
         same_rank && self.class == other.class && self.exit == other.exit && self.line == other.line
     }
 
+    /// Another rank, failed the same way: class, exit and a root-cause line alike.
+    fn alike_on_another_rank(&self, other: &Fault) -> bool {
+        let another = match (self.rank, other.rank) {
+            (Some(a), Some(b)) => a != b,
+            _ => self.local_rank != other.local_rank,
+        };
+        another
+            && self.line.is_some()
+            && self.class == other.class
+            && self.exit == other.exit
+            && self.line == other.line
+    }
+
     fn words(&self) -> String {
         let who = match (self.rank, self.local_rank) {
             (Some(rank), _) => format!("rank {rank}"),
@@ -261,7 +274,18 @@ impl History {
             }
         }
         let rank_fault = fault.as_ref().is_some_and(|(_, f)| self.follows(f));
-        let previous = self.last.as_ref().map(|(host, class, _)| (host.as_str(), *class));
+        // Two ranks of one host that fail alike (gloo's abort at exit from a script without
+        // destroy_process_group, on rank 5 and then rank 4) show the program's fault twice,
+        // not the host's: no repetition that blames it.
+        let alike_on_two_ranks = match (&fault, &self.last) {
+            (Some((host, f)), Some((last_host, _, Some(last)))) => {
+                host == last_host && f.alike_on_another_rank(last)
+            }
+            _ => false,
+        };
+        let previous = (self.last.as_ref())
+            .filter(|_| !alike_on_two_ranks)
+            .map(|(host, class, _)| (host.as_str(), *class));
         let (blamed, for_fault) = blame(verdict, nodes, rules, previous, together, rank_fault);
         let mut released = Vec::new();
         if let Some((host, f)) = &fault {
@@ -525,6 +549,29 @@ mod tests {
         let moved = h.judge(&on("n3", &illegal("0x2", "gpu-03")), &nodes, &rules, TOGETHER);
         assert_eq!(moved.released.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["n0"]);
         assert_eq!(gist("[rank0]: OSError: [Errno 5] on host-a", "host-a"), "OSError: [Errno #] on #");
+    }
+
+    /// Ranks 5 and then 4 of one node abort at exit alike (gloo's `terminate called without an
+    /// active exception` from a script that forgets destroy_process_group): the program's fault
+    /// on two ranks, not the host's. Another error on the other rank still counts.
+    #[test]
+    fn the_same_fault_on_two_ranks_of_one_host_does_not_blame_it() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(2, NodeExit::Signal(6), &[])];
+        let on = |rank: u32, line: &str| {
+            let mut v = verdict(FailureClass::Crash, Some((2, Some(rank), NodeExit::Signal(6))));
+            v.root_cause.as_mut().unwrap().line = Some(line.into());
+            v
+        };
+        let abort = |rank: u32, pid: u32| {
+            format!("[rank{rank}]: terminate called without an active exception (pid {pid})")
+        };
+        let mut h = History::default();
+        h.judge(&on(5, &abort(5, 4711)), &nodes, &rules, TOGETHER);
+        assert_eq!(h.judge(&on(4, &abort(4, 4802)), &nodes, &rules, TOGETHER), Judged::default());
+        let other =
+            h.judge(&on(5, "RuntimeError: CUDA error: unspecified launch failure"), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&other.blamed), [(2, "the root cause of two attempts in a row")]);
     }
 
     #[test]
