@@ -183,6 +183,8 @@ pub struct Attempt<'a> {
     warned_late: bool,
     /// How much longer than usual herd waits for its nodes now (see `extra_wait`).
     extra: Duration,
+    /// The longest wait was granted for this host's overload, and holds while it lasts.
+    overload_held: bool,
     /// The first time limit or preemption.
     preempted: Option<Preemption>,
 }
@@ -207,6 +209,7 @@ impl<'a> Attempt<'a> {
             term_sent: false,
             warned_late: false,
             extra: Duration::ZERO,
+            overload_held: false,
             preempted: None,
         }
     }
@@ -391,9 +394,21 @@ impl<'a> Attempt<'a> {
             .filter(|r| self.exits[*r].is_none() && !self.silent.contains_key(r))
             .collect();
         let silences: Vec<Duration> = running.iter().filter_map(|r| clock.heard[*r]).collect();
-        let extra = extra_wait(self.plan, &silences, clock.load);
-        self.extra = extra;
         let timeout = self.plan.restart.heartbeat_timeout;
+        let mut extra = extra_wait(self.plan, &silences, clock.load);
+        // An overloaded host holds every node's heartbeats unread, whichever of them came in
+        // last: once herd has waited the longest for that, it keeps that wait (and its word
+        // in the warning) while the host stays overloaded. Under a load of 353 on 2 cores, the
+        // others' heartbeats read, one node's alone looked late 14 s after the warning, and a
+        // healthy node was quarantined.
+        let overloaded = clock.load.is_some_and(|l| l.overloaded());
+        if overloaded && extra == timeout * LATE_CAP_TIMEOUTS {
+            self.overload_held = true;
+        }
+        if overloaded && self.overload_held {
+            extra = timeout * LATE_CAP_TIMEOUTS;
+        }
+        self.extra = extra;
         let past_timeout = silences.iter().filter(|s| **s >= timeout).count();
         if extra > Duration::ZERO && past_timeout > 0 && !self.warned_late {
             self.warned_late = true;
@@ -1010,6 +1025,34 @@ mod tests {
         // The fleet fine again, one node silent on its own: judged at the timeout.
         let actions = a.decide(S(50), tick([Some(1), Some(15), Some(2)], 0, 250));
         assert_eq!(actions, vec![Action::Probe("node 1 (n2) is silent: no heartbeat".into())]);
+    }
+
+    /// The host overloaded (load 353 on 2 cores): herd warns that it waits the longest, and
+    /// keeps to it while the load lasts, though the other nodes' heartbeats are read and one
+    /// node's alone looks late (it was judged silent 14 s after the warning, and quarantined).
+    /// Once the load is gone, a node silent on its own is judged at the timeout again.
+    #[test]
+    fn an_overloaded_hosts_longest_wait_holds_while_the_load_lasts() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        let actions = a.decide(S(30), loaded([Some(16), Some(9), Some(2)], 353.0));
+        let [Action::LateHeartbeats(warning)] = &actions[..] else { panic!("{actions:?}") };
+        assert!(warning.contains("before 1m"), "{warning}");
+        assert!(a.decide(S(44), loaded([Some(30), Some(1), Some(1)], 353.0)).is_empty());
+        assert!(a.decide(S(70), loaded([Some(56), Some(1), Some(2)], 300.0)).is_empty());
+        let actions = a.decide(S(75), loaded([Some(60), Some(1), Some(2)], 300.0));
+        assert!(
+            actions.iter().any(|x| matches!(x, Action::Probe(r) if r.contains("node 0 (n1) is silent"))),
+            "{actions:?}"
+        );
+        let mut b = Attempt::new(&p, Some(1), &used);
+        b.decide(S(30), loaded([Some(16), Some(9), Some(2)], 353.0));
+        let actions = b.decide(S(44), loaded([Some(16), Some(1), Some(1)], 1.0));
+        assert!(
+            actions.iter().any(|x| matches!(x, Action::Probe(r) if r.contains("node 0 (n1) is silent"))),
+            "{actions:?}"
+        );
     }
 
     #[test]

@@ -181,6 +181,17 @@ impl Liveness {
         self.last_heard_ms[rank].store(self.now_ms(), Ordering::Relaxed);
     }
 
+    /// The node's job printed: it came over the agent's own channel, so the node is alive
+    /// however late its heartbeat is (a loaded host reads them late). Not before the agent
+    /// first spoke: a login shell's banner is no agent, whose start `ssh.login_timeout` waits
+    /// for.
+    fn output(&self, rank: usize) {
+        let heard = &self.last_heard_ms[rank];
+        if self.has_heard(rank) {
+            heard.fetch_max(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
     pub fn since_progress(&self) -> Duration {
         Duration::from_millis(self.now_ms().saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)))
     }
@@ -619,6 +630,9 @@ async fn pass_on(
         if progressed {
             liveness.progress();
         }
+        if !lines.is_empty() {
+            liveness.output(rank);
+        }
         if let Some(watch) = fatal.as_ref() {
             if let Some(line) = lines.iter().find(|l| watch.pattern.is_match(l.text)) {
                 let _ = watch.report.send((rank, NodeReport::Fatal(text(line))));
@@ -731,5 +745,19 @@ mod tests {
         l.forgive();
         assert!(l.since_heard(1) < Duration::from_millis(30));
         assert_eq!(l.since_heard(0), Duration::ZERO);
+    }
+
+    /// The job's output proves the node alive as a heartbeat does, once its agent spoke (a
+    /// login banner before it is no agent's).
+    #[test]
+    fn a_nodes_output_counts_as_hearing_from_it_once_its_agent_spoke() {
+        let l = Liveness::new(2);
+        l.output(0);
+        assert!(!l.has_heard(0), "a login banner is no agent");
+        l.heard(1);
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(l.since_heard(1) >= Duration::from_millis(40));
+        l.output(1);
+        assert!(l.since_heard(1) < Duration::from_millis(40));
     }
 }
