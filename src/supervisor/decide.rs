@@ -91,17 +91,23 @@ pub enum Allocation {
 
 /// Why Slurm ended the run's allocation, and whether for its time limit or a preemption:
 /// the run then ends as `time-limit` or `preempted` (to go on in another allocation), not as
-/// failed.
+/// failed; or by a cancel (`scancel` of the job under `salloc`), which is the user's stop:
+/// interrupted, as a batch job's cancel is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocationEnd {
     pub why: String,
     pub preemption: Option<Preemption>,
+    pub cancelled: bool,
 }
 
 impl AllocationEnd {
     /// What the run ends as.
     pub fn status(&self) -> RunStatus {
-        self.preemption.map_or(RunStatus::Failed, Preemption::status)
+        match self.preemption {
+            Some(why) => why.status(),
+            None if self.cancelled => RunStatus::Interrupted,
+            None => RunStatus::Failed,
+        }
     }
 }
 
@@ -573,6 +579,7 @@ mod tests {
             allocation: Allocation::Ended(AllocationEnd {
                 why: "allocation 7 was cancelled".into(),
                 preemption: None,
+                cancelled: false,
             }),
             interrupted: false,
         };
@@ -581,6 +588,20 @@ mod tests {
         let verdict = Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) };
         let why = "allocation 7 was cancelled; no node is to blame, and no step can start in it any more";
         assert_eq!(d, ended_as(Some(verdict.clone()), RunStatus::Failed, Some(why.into())));
+        // Cancelled (scancel under salloc): the user's stop, as a batch job's cancel is (130),
+        // not a failed run (1).
+        let cancelled = Failure {
+            verdict: segv("n1"),
+            outcomes: &nodes,
+            allocation: Allocation::Ended(AllocationEnd {
+                why: "allocation 7 was cancelled".into(),
+                preemption: None,
+                cancelled: true,
+            }),
+            interrupted: false,
+        };
+        let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(cancelled));
+        assert_eq!(d, ended_as(Some(verdict.clone()), RunStatus::Interrupted, Some(why.into())));
         // Its time limit, or a preemption: no failure, a run to go on in another allocation.
         for (preemption, status) in
             [(Preemption::OutOfTime, RunStatus::TimeLimit), (Preemption::Preempted, RunStatus::Preempted)]
@@ -591,6 +612,7 @@ mod tests {
                 allocation: Allocation::Ended(AllocationEnd {
                     why: "allocation 7 was cancelled".into(),
                     preemption: Some(preemption),
+                    cancelled: false,
                 }),
                 interrupted: false,
             };

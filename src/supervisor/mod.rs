@@ -676,8 +676,9 @@ where
             }
             Ok(Ok(state)) => {
                 let preemption = slurm::ended_by(state.as_deref());
+                let cancelled = state.as_deref().is_some_and(|s| s.trim().eq_ignore_ascii_case("CANCELLED"));
                 let why = slurm::allocation_ended(job_id, state.as_deref())?;
-                return Some(decide::AllocationEnd { why, preemption });
+                return Some(decide::AllocationEnd { why, preemption, cancelled });
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {} s", ALLOCATION_QUERY.as_secs()),
