@@ -56,6 +56,10 @@ pub struct Context<'a> {
     pub unit: f64,
     /// The stragglers named in the attempt that were still slow when it ended.
     pub slow: &'a [Straggler],
+    /// Every straggler named in the attempt, slow to its end or not: a rank slow again on the
+    /// host that took its node's place shows that its slowness follows it, even where it
+    /// passed before the attempt ended (a checkpoint's write on rank 0).
+    pub named: &'a [Straggler],
 }
 
 /// How an attempt ended, as the shell saw it.
@@ -149,7 +153,7 @@ impl Between {
     /// The decision after attempt `attempt` (0 for the first), which ended as `ended`.
     pub fn after_attempt(&mut self, ctx: &Context, attempt: u32, ended: Ended) -> Decision {
         let (slow, slow_released) = match ctx.restart.on_straggler {
-            OnStraggler::Replace => self.slow.judge(ctx.slow, ctx.roster),
+            OnStraggler::Replace => self.slow.judge(ctx.slow, ctx.named, ctx.roster),
             OnStraggler::Report => (Vec::new(), Vec::new()),
         };
         let failure = match ended {
@@ -199,10 +203,17 @@ impl SlowRanks {
     /// active nodes), one per node, and the hosts released: a rank slow again on the node
     /// that took the place of the one its slowness blamed (same node rank, another host)
     /// carries its slowness with it, as a rank with more of the work does.
-    fn judge(&mut self, slow: &[Straggler], roster: &Roster) -> (Vec<SlowNode>, Vec<(String, String)>) {
+    /// `named`: every straggler of the attempt, which may show a rank slow again though it
+    /// was no longer slow at the end.
+    fn judge(
+        &mut self,
+        slow: &[Straggler],
+        named: &[Straggler],
+        roster: &Roster,
+    ) -> (Vec<SlowNode>, Vec<(String, String)>) {
         let mut nodes: Vec<SlowNode> = Vec::new();
         let mut released = Vec::new();
-        for s in slow {
+        for s in named.iter().chain(slow) {
             let host = roster.active_host(s.node_rank);
             if self.follow_rank.contains(&s.rank) {
                 continue;
@@ -220,7 +231,8 @@ impl SlowRanks {
                 released.push((before, why));
                 continue;
             }
-            if nodes.iter().any(|n| n.blamed.node_rank == s.node_rank) {
+            // Only a rank still slow at the end costs its node.
+            if !slow.contains(s) || nodes.iter().any(|n| n.blamed.node_rank == s.node_rank) {
                 continue;
             }
             let reason =
@@ -370,16 +382,17 @@ mod tests {
         rules: RuleTable,
         roster: Roster,
         slow: Vec<Straggler>,
+        named: Vec<Straggler>,
     }
 
     impl Case {
         fn new(restart: Restart, roster: Roster) -> Case {
-            Case { restart, rules: RuleTable::new(&[]), roster, slow: Vec::new() }
+            Case { restart, rules: RuleTable::new(&[]), roster, slow: Vec::new(), named: Vec::new() }
         }
 
         fn ctx(&self) -> Context<'_> {
             let (restart, rules, roster, slow) = (&self.restart, &self.rules, &self.roster, &self.slow);
-            Context { restart, rules, roster, unit: 0.5, slow }
+            Context { restart, rules, roster, unit: 0.5, slow, named: &self.named }
         }
     }
 
@@ -552,6 +565,27 @@ mod tests {
         assert_eq!(d.released.len(), 1, "{d:?}");
         assert_eq!(d.roster.unwrap().quarantined_hosts().count(), 0);
         assert_eq!(d.next, Next::Done { status: RunStatus::Succeeded, abandoned: None });
+    }
+
+    /// Rank 0 computes for 40 s as a checkpoint write does, and rank 3 fails meanwhile: rank 0's
+    /// node is replaced. In the next attempt rank 0 is slow the same way on the spare, and
+    /// fast again by the end, which succeeds: the slowness followed the rank, and its first
+    /// node is released (it stayed quarantined).
+    #[test]
+    fn a_straggler_slow_again_only_for_a_while_releases_the_node_it_blamed() {
+        let mut case = replacing(cluster(5, Some(3), None));
+        let mut b = Between::default();
+        after_slow(&mut b, &mut case, 0, &[slow(0, 0)], &[]);
+        assert_eq!(case.roster.quarantined_hosts().map(|(h, _)| h).collect::<Vec<_>>(), ["n0"]);
+        (case.slow, case.named) = (Vec::new(), vec![slow(0, 0)]);
+        let d = b.after_attempt(&case.ctx(), 1, Ended::Succeeded);
+        assert_eq!(d.released.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["n0"], "{d:?}");
+        assert_eq!(d.roster.unwrap().quarantined_hosts().count(), 0);
+        // A straggler named once but fast again by the end blames no node.
+        let mut case = replacing(cluster(5, Some(3), None));
+        case.named = vec![slow(2, 2)];
+        let d = after_slow(&mut Between::default(), &mut case, 0, &[], &[]);
+        assert_eq!(blamed(&d), []);
     }
 
     #[test]

@@ -228,6 +228,7 @@ impl Run<'_> {
             roster: &plan.roster,
             unit: rand::random::<f64>(),
             slow: &still_slow,
+            named: &stragglers,
         };
         let mut decision = self.between.after_attempt(&ctx, attempt, ended);
         // A failure while the allocation ends for a time limit or a preemption: a restart
