@@ -412,7 +412,6 @@ impl Requeue {
 /// How long Slurm may take to say a job's state as a signal comes, or before a requeue.
 const STATE_QUERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sortable by start time, unique enough for two runs started in the same second.
 /// `text` on stdout, whole. A reader that went away (`herd plan | head -1`) is no error: what
 /// it wanted it read, and the command's own exit code stands, as for `herd logs`.
 fn out(text: &str) -> Result<(), Error> {
@@ -424,6 +423,7 @@ fn out(text: &str) -> Result<(), Error> {
     }
 }
 
+/// Sortable by start time, unique enough for two runs started in the same second.
 fn new_run_id() -> String {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
