@@ -2,7 +2,8 @@
 //!
 //! A node is blamed when
 //! - it was lost (its SSH connection, or its heartbeat) before herd stopped anything, while
-//!   most nodes were not: when most are lost at once, the fault is more likely herd's own
+//!   most nodes were not, and not judged silent while herd had warned that heartbeats were
+//!   late on many nodes at once (its own host overloaded: see `NodeOutcome::late_fleet`): when most are lost at once, the fault is more likely herd's own
 //!   network than every node's. Nodes seen lost within `lost_together` of the first are lost
 //!   at once, even those seen after the stop was requested (during the probe that delays it):
 //!   one cut reaches each connection's keepalives and heartbeat at a slightly different time.
@@ -121,7 +122,9 @@ fn lost(verdict: &Verdict, nodes: &[NodeOutcome], together: Duration) -> Vec<Bla
     if !minority(lost_at_once(&own, nodes, together), nodes.len()) {
         return Vec::new();
     }
+    // A silence judged while herd itself said the whole fleet was late is the fleet's.
     (own.iter())
+        .filter(|n| !n.late_fleet)
         .filter_map(|n| match &n.exit {
             NodeExit::Lost(why) => {
                 Some(Blamed { node_rank: n.node_rank, reason: format!("node-lost: {why}") })
@@ -342,6 +345,7 @@ mod tests {
             ended_at: Duration::from_secs(1),
             stop_requested_at: None,
             lost_at: None,
+            late_fleet: false,
             lines: lines.iter().map(|t| TimedLine { at: Duration::ZERO, text: t.to_string() }).collect(),
             processes: Vec::new(),
             stacks: Vec::new(),
@@ -410,6 +414,17 @@ mod tests {
             stop_requested_at: stop.map(ms),
             ..node(node_rank, NodeExit::Lost("the ssh connection to the node was lost".into()), &[])
         };
+        // A node judged silent after herd warned of late heartbeats fleet-wide (a loaded host):
+        // no blame; the same silence alone blames it.
+        let nodes =
+            [node(0, NodeExit::Signal(15), &[]), lost(1, 30_000, None), node(2, NodeExit::Signal(15), &[])];
+        let v = verdict(FailureClass::NodeLost, Some((1, None, NodeExit::Lost("no heartbeat".into()))));
+        assert_eq!(
+            reasons(&blame(&v, &nodes, &rules, None)),
+            [(1, "node-lost: the ssh connection to the node was lost")]
+        );
+        let late = [nodes[0].clone(), NodeOutcome { late_fleet: true, ..nodes[1].clone() }, nodes[2].clone()];
+        assert_eq!(blame(&v, &late, &rules, None), []);
         // A partition: node 2's loss was seen first and started the stacks probe, which dates
         // the stop at it; nodes 0 and 1 were seen lost 1 ms later, during the probe.
         let cut = [lost(0, 30_001, Some(30_000)), lost(1, 30_001, Some(30_000)), lost(2, 30_000, None)];

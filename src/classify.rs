@@ -631,6 +631,7 @@ mod tests {
             ended_at: Duration::from_millis(ended_ms),
             stop_requested_at: stop_ms.map(Duration::from_millis),
             lost_at: None,
+            late_fleet: false,
             processes: Vec::new(),
             stacks: Vec::new(),
             lines: text

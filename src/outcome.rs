@@ -151,6 +151,10 @@ pub struct NodeOutcome {
     /// When herd saw it lost (its silence judged, its connection gone), if it was: a silent
     /// node ends only once herd stops waiting for it.
     pub lost_at: Option<Duration>,
+    /// Its silence was judged while heartbeats were late on many nodes at once, which herd
+    /// had warned of: the fleet's lateness (herd's own host overloaded), no evidence against
+    /// this node. A node truly gone is blamed at the restart, when it cannot be connected.
+    pub late_fleet: bool,
     /// Its last lines.
     pub lines: Vec<TimedLine>,
     /// Its job's processes as its agent saw them when herd probed the nodes, on a hang or

@@ -142,6 +142,9 @@ pub struct Ended {
     pub lost_at: Vec<Option<Duration>>,
     /// No master port could be chosen: nothing started.
     pub no_port: Option<PortError>,
+    /// The nodes judged silent after herd warned that heartbeats were late on many nodes
+    /// at once (see `NodeOutcome::late_fleet`).
+    pub late_fleet: BTreeSet<usize>,
     pub port: Option<u16>,
     /// A time limit or a preemption came: what the attempt ends as, unless interrupted.
     pub preempted: Option<Preemption>,
@@ -185,6 +188,8 @@ pub struct Attempt<'a> {
     extra: Duration,
     /// The longest wait was granted for this host's overload, and holds while it lasts.
     overload_held: bool,
+    /// Nodes judged silent after the late heartbeats were warned of.
+    late_fleet: BTreeSet<usize>,
     /// The first time limit or preemption.
     preempted: Option<Preemption>,
 }
@@ -210,6 +215,7 @@ impl<'a> Attempt<'a> {
             warned_late: false,
             extra: Duration::ZERO,
             overload_held: false,
+            late_fleet: BTreeSet::new(),
             preempted: None,
         }
     }
@@ -272,7 +278,15 @@ impl<'a> Attempt<'a> {
     /// Every node has ended: what the attempt leaves for classification.
     pub fn ended(self) -> Ended {
         let (stopping, exits, lost_at) = (self.stopping, self.exits, self.lost_at);
-        Ended { stopping, exits, lost_at, no_port: self.no_port, port: self.port, preempted: self.preempted }
+        Ended {
+            stopping,
+            exits,
+            lost_at,
+            no_port: self.no_port,
+            late_fleet: self.late_fleet,
+            port: self.port,
+            preempted: self.preempted,
+        }
     }
 
     fn who(&self, node_rank: usize) -> String {
@@ -418,6 +432,9 @@ impl<'a> Attempt<'a> {
         for node_rank in running {
             let heard = clock.heard[node_rank];
             if let Some((reason, why)) = judge_silence(self.plan, node_rank, heard, now, extra) {
+                if self.warned_late {
+                    self.late_fleet.insert(node_rank);
+                }
                 self.silent.insert(node_rank, why);
                 self.lost_at[node_rank] = Some(now);
                 self.fail(now, None, reason, true, actions);
@@ -1046,6 +1063,8 @@ mod tests {
             actions.iter().any(|x| matches!(x, Action::Probe(r) if r.contains("node 0 (n1) is silent"))),
             "{actions:?}"
         );
+        // Judged after the warning: the fleet's lateness, which blames no node.
+        assert_eq!(a.ended().late_fleet, [0].into());
         let mut b = Attempt::new(&p, Some(1), &used);
         b.decide(S(30), loaded([Some(16), Some(9), Some(2)], 353.0));
         let actions = b.decide(S(44), loaded([Some(16), Some(1), Some(1)], 1.0));
@@ -1053,6 +1072,9 @@ mod tests {
             actions.iter().any(|x| matches!(x, Action::Probe(r) if r.contains("node 0 (n1) is silent"))),
             "{actions:?}"
         );
+        let mut c = Attempt::new(&p, Some(1), &used);
+        c.decide(S(30), tick([Some(16), Some(1), Some(2)], 0, 250));
+        assert!(c.ended().late_fleet.is_empty(), "a silence judged with no warning is the node's");
     }
 
     #[test]

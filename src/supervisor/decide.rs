@@ -351,6 +351,7 @@ mod tests {
             ended_at: Duration::from_secs(1),
             stop_requested_at: None,
             lost_at: None,
+            late_fleet: false,
             lines: Vec::new(),
             processes: Vec::new(),
             stacks: Vec::new(),

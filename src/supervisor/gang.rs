@@ -436,6 +436,7 @@ impl<'a> Gang<'a> {
                 first_rank: plan.nodes[r.node_rank].global_ranks().start,
                 stop_requested_at: stop.map(|(_, at)| at).filter(|at| *at < r.ended_at),
                 lost_at,
+                late_fleet: ended.late_fleet.contains(&r.node_rank),
                 exit,
                 ended_at: r.ended_at,
                 lines: r.tail,
