@@ -244,6 +244,24 @@ fn table_by_marks(nodes: &[NodeChecks]) -> String {
     s
 }
 
+/// Node ranks as runs, as hostlists are written: `0-29,32-191`, not 190 numbers.
+fn spans(ranks: &[usize]) -> String {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        out.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        i += 1;
+    }
+    out.join(",")
+}
+
 /// One line per check: which nodes passed, warned or failed it.
 fn grouped(nodes: &[NodeChecks]) -> String {
     let mut s = String::new();
@@ -251,15 +269,15 @@ fn grouped(nodes: &[NodeChecks]) -> String {
     for col in columns(nodes) {
         let mut parts = Vec::new();
         for status in [Status::Pass, Status::Warn, Status::Fail] {
-            let ranks: Vec<String> = nodes
+            let ranks: Vec<usize> = nodes
                 .iter()
                 .filter(|n| n.checks.iter().any(|c| c.name == col && c.status == status))
-                .map(|n| n.node_rank.to_string())
+                .map(|n| n.node_rank)
                 .collect();
             if ranks.len() == nodes.len() {
                 parts.push(format!("{} on all {} nodes", mark(status), nodes.len()));
             } else if !ranks.is_empty() {
-                parts.push(format!("{} on node {}", mark(status), ranks.join(",")));
+                parts.push(format!("{} on node {}", mark(status), spans(&ranks)));
             }
         }
         let _ = writeln!(s, "{col:<name_w$}  {}", parts.join("; "));
@@ -320,7 +338,7 @@ mod tests {
             .collect();
         let text = text(&nodes, false);
         assert!(text.contains("check0   ok on all 3 nodes\n"), "{text}");
-        assert!(text.contains("check7   ok on node 0,1; WARN on node 2\n"), "{text}");
+        assert!(text.contains("check7   ok on node 0-1; WARN on node 2\n"), "{text}");
     }
 
     #[test]
@@ -383,5 +401,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nFAIL on 2 nodes (gpu-[07,09]) torch: d\n"), "{text}");
+    }
+
+    /// At 254 nodes the grouped table named ranks one by one (`ok on node 0,1,2,3,...`).
+    #[test]
+    fn node_ranks_are_written_as_runs() {
+        assert_eq!(spans(&[2]), "2");
+        assert_eq!(spans(&[0, 1]), "0-1");
+        let many: Vec<usize> = (0..30).chain(32..192).chain([200]).collect();
+        assert_eq!(spans(&many), "0-29,32-191,200");
+        assert_eq!(spans(&[5, 3, 4, 9]), "3-5,9");
     }
 }
