@@ -43,7 +43,7 @@ pub const BUILTIN_RULES: &[(&str, FailureClass)] = &[
     (r"^\s*from torch\.distributed\.run import main$|in _get_module_details$", FailureClass::Launch),
     // `[container]`: the runtime could not start the container (no daemon, no such image).
     (
-        r"^docker: |Error response from daemon|Cannot connect to the (Docker|Podman) daemon|Unable to find image .* locally|^Error: (initializing source |short-name |.*: image not known)",
+        r"^docker: |Error response from daemon|Cannot connect to the (Docker|Podman) daemon|Unable to find image .* locally|^Error: (initializing source |short-name |.*: image not known|statfs |.*OCI runtime|crun: |runc: |.*mount)",
         FailureClass::Launch,
     ),
     (
@@ -180,7 +180,9 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         // Stopped by herd and nothing of its own to say: not a failure of its own.
         _ if node.stop_requested_at.is_some() => return None,
         (NodeExit::Signal(_), None) => (FailureClass::Crash, None),
-        (NodeExit::ExitCode(126 | 127), None) => (FailureClass::Launch, None),
+        // 125: a container engine's own failure (podman and docker run exit so), as 126 and
+        // 127 are the shell's.
+        (NodeExit::ExitCode(125..=127), None) => (FailureClass::Launch, None),
         (NodeExit::ExitCode(_), None) => (FailureClass::User, None),
     };
     // A lost node's last words are whatever it was doing; its exit says what happened.
@@ -540,6 +542,21 @@ mod tests {
     fn fixture(scenario: &str, node: usize) -> String {
         let path = format!("{}/tests/fixtures/logs/{scenario}/node{node}.txt", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// podman could not start the container (a mount whose source is missing): its words, and
+    /// its exit 125, are the engine's launch failure, not the training script's error.
+    #[test]
+    fn a_container_engines_error_is_launch_not_user() {
+        let rules = RuleTable::new(&[]);
+        let text = "Error: statfs /nonexistent/qa: no such file or directory";
+        let nodes = [node(0, text, NodeExit::ExitCode(125), 0, 100, None)];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Launch, "{v:?}");
+        assert_eq!(v.root_cause.unwrap().line.as_deref(), Some(text));
+        // Exit 125 with nothing said: the engine's too.
+        let nodes = [node(0, "", NodeExit::ExitCode(125), 0, 100, None)];
+        assert_eq!(classify(&nodes, Trigger::NodeFailed, &rules).unwrap().class, FailureClass::Launch);
     }
 
     #[test]
