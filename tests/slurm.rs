@@ -475,7 +475,8 @@ fn an_allocation_cancelled_under_the_run_ends_it_as_such_and_blames_no_node() {
     assert!(running.until(LIMIT, || s.sleepers() == 2), "the job did not start: {:?}", s.leftovers());
     s.slurm.release(&alloc[1].1);
     let out = running.wait(LIMIT);
-    out.assert_code(1);
+    // An allocation cancelled under the run is an interruption, as in a batch job: 130.
+    out.assert_code(130);
     let ev = events(&only_run_dir(&s.c.logs()));
     assert!(all(&ev, "node_quarantined").is_empty(), "{ev:?}");
     assert_eq!(all(&ev, "attempt_started").len(), 1, "no restart: {ev:?}");

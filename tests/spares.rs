@@ -125,16 +125,20 @@ fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     assert_eq!(first_rank, 3);
     eprintln!("cut to completion on the spare: {:?}", cut.elapsed());
 
-    // `herd logs` follows the spare: its lines of attempt 1, under its own name.
+    // `herd logs` follows the spare: its ranks' lines of attempt 1, under the live run's
+    // prefixes (`[r4 host]`, `[r5 host]`).
     let run_id = ev[0]["run_id"].as_str().unwrap();
     let logs = herd::run(c.tb.dir(), &["logs", run_id, "--node", c.addr(3), "--attempt", "1"], LIMIT);
     logs.assert_code(0);
-    assert!(
-        logs.stdout
-            .lines()
-            .any(|l| l.starts_with(&format!("[2 {}]", c.addr(3))) && l.contains("result rank=")),
-        "{logs}"
-    );
+    for rank in [4, 5] {
+        let prefix = format!("[r{rank} {}", c.addr(3));
+        assert!(
+            logs.stdout
+                .lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&format!("result rank={rank} "))),
+            "no {prefix}] result line\n{logs}"
+        );
+    }
 
     // The next run leaves the node out, and says why.
     let second = herd::run(c.tb.dir(), &["run", "--", "--steps", "2"], LIMIT);
