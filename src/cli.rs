@@ -321,7 +321,8 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub deep: bool,
 
-    /// With --deep: a node whose bandwidth is below this fraction of the median is slow.
+    /// With --deep: a node whose best sending or receiving is below this fraction of the
+    /// nodes' median (or of the fastest quarter's, when most are slow) is slow.
     #[arg(long, value_name = "FRACTION", default_value_t = crate::doctor::net::SLOW_BELOW, requires = "deep", value_parser = fraction)]
     pub slow_below: f64,
 }

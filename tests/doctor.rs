@@ -338,6 +338,21 @@ fn deep_names_the_node_behind_a_slow_link_and_none_on_a_clean_cluster() {
     tc(&["qdisc", "del", "dev", &veth, "root"]);
     out.assert_code(3);
     assert_eq!(slow, [2], "{out}");
+    // Two neighbours in the ring slow: half the fleet. Node 1 sends to both of them, so it
+    // sends slowly too, and is not to blame; the median of the nodes is no reference.
+    let slow_two = [c.tb.nodes()[2].veth_host.clone(), c.tb.nodes()[3].veth_host.clone()];
+    for veth in &slow_two {
+        tc(&[
+            "qdisc", "add", "dev", veth, "root", "tbf", "rate", "10mbit", "burst", "32kbit", "latency",
+            "400ms",
+        ]);
+    }
+    let (out, slow) = deep();
+    for veth in &slow_two {
+        tc(&["qdisc", "del", "dev", veth, "root"]);
+    }
+    out.assert_code(3);
+    assert_eq!(slow, [2, 3], "{out}");
     let text = herd::run(c.tb.dir(), &["doctor", "--deep"], LIMIT);
     text.assert_code(0);
     assert!(text.stdout.contains("network: 4 node(s) measured, 0 slow, 0 not measured"), "{text}");

@@ -5,9 +5,15 @@
 //! node - s at once, and each directed pair is timed by its receiver. Two rounds (shifts 1
 //! and 2) give every node two peers to send to and two to receive from, each pair its own. A
 //! slow node (its NIC, its cable, its CPU) is slow with both peers, in the direction it is
-//! slow in; a healthy neighbour is slow with one of them only. So a node's bandwidth is the
-//! best it reached sending and the best it reached receiving, whichever of the two is lower:
-//! a healthy node's best is a healthy peer's, and only the slow node keeps a low one.
+//! slow in; a healthy neighbour is slow with one of them only.
+//!
+//! So each node's side is the best it reached sending, and the best it reached receiving,
+//! against a reference (their median, unless that median is itself slow against the fastest
+//! nodes'). A low side is not yet a verdict: a healthy node whose two senders are both slow
+//! receives slowly too. The verdict explains every slow pair by as few nodes as it can: a side
+//! that has a pair whose other end is not low is the node's own; what pairs are left are put
+//! on the fewest nodes that cover them, and a node whose low side its peers explain is not
+//! named (it is shown, with their names).
 
 use serde::Serialize;
 
@@ -95,19 +101,28 @@ pub struct NodeNet {
     pub mbps: Option<f64>,
     /// Its best median latency, µs, over the pairs it received and sent.
     pub latency_us: Option<f64>,
-    /// Its bandwidth over the median of all nodes' (with two nodes: over their faster
-    /// direction).
+    /// Its bandwidth over the reference (with two nodes: over their faster direction).
     pub ratio: Option<f64>,
+    /// Named: its own side explains slow pairs.
     pub slow: bool,
+    /// The sides it is named for.
+    pub slow_send: bool,
+    pub slow_recv: bool,
+    /// Not named though a side is low: the named peers that side's pairs all run with.
+    pub low_because_of: Vec<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NetReport {
     pub nodes: Vec<NodeNet>,
+    /// The median of every node's best sending and best receiving.
     pub median_mbps: Option<f64>,
+    /// What each node is measured against: the median, or, where the median is itself below
+    /// `slow_below` of the fastest quarter of the nodes (most of them slow), that quarter's.
+    pub reference_mbps: Option<f64>,
     pub slow_below: f64,
-    /// With two nodes, a slow pair cannot say which end is slow: both are named, and this says
-    /// so.
+    /// Some slow pairs could be put on either end (with two nodes, always): both ends are
+    /// named, and this says so.
     pub ambiguous: bool,
 }
 
@@ -142,34 +157,151 @@ pub fn parse(out: &str, node_rank: usize) -> Vec<PairSample> {
         .collect()
 }
 
-/// Every node's verdict from every pair measured, against `slow_below` times the median.
+/// Every node's verdict from every pair measured, against `slow_below` times the reference.
 pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetReport {
-    let mut nodes: Vec<NodeNet> = (0..nnodes)
+    let pairs: Vec<&PairSample> =
+        samples.iter().filter(|s| s.src != s.dst && s.src < nnodes && s.dst < nnodes).collect();
+    let best =
+        |f: &dyn Fn(&PairSample) -> bool| pairs.iter().filter(|s| f(s)).map(|s| s.mbps).reduce(f64::max);
+    let send: Vec<Option<f64>> = (0..nnodes).map(|n| best(&|s| s.src == n)).collect();
+    let recv: Vec<Option<f64>> = (0..nnodes).map(|n| best(&|s| s.dst == n)).collect();
+    let median_mbps = median(send.iter().chain(&recv).flatten().copied().collect());
+    let reference_mbps = match nnodes {
+        // Two nodes share their one pair's slow direction: the other direction is all there
+        // is to compare with.
+        2 => pairs.iter().map(|s| s.mbps).reduce(f64::max),
+        _ => {
+            let node_best: Vec<f64> =
+                (0..nnodes).filter_map(|n| send[n].into_iter().chain(recv[n]).reduce(f64::max)).collect();
+            match (median_mbps, upper_quartile(node_best)) {
+                (Some(med), Some(fast)) if med < slow_below * fast => Some(fast),
+                (med, _) => med,
+            }
+        }
+    };
+    let low = |v: Option<f64>| matches!((v, reference_mbps), (Some(v), Some(r)) if v < slow_below * r);
+    let low_send: Vec<bool> = send.iter().map(|&v| low(v)).collect();
+    let low_recv: Vec<bool> = recv.iter().map(|&v| low(v)).collect();
+    let named = explain(nnodes, &pairs, &low_send, &low_recv);
+
+    let nodes: Vec<NodeNet> = (0..nnodes)
         .map(|n| {
-            let pairs = || samples.iter().filter(|s| s.src != s.dst);
-            let send_mbps = pairs().filter(|s| s.src == n).map(|s| s.mbps).reduce(f64::max);
-            let recv_mbps = pairs().filter(|s| s.dst == n).map(|s| s.mbps).reduce(f64::max);
-            let mbps = send_mbps.zip(recv_mbps).map(|(send, recv)| send.min(recv));
+            let mbps = send[n].zip(recv[n]).map(|(a, b)| a.min(b));
             let latency_us =
-                pairs().filter(|s| s.src == n || s.dst == n).map(|s| s.latency_us).reduce(f64::min);
-            NodeNet { node_rank: n, send_mbps, recv_mbps, mbps, latency_us, ratio: None, slow: false }
+                pairs.iter().filter(|s| s.src == n || s.dst == n).map(|s| s.latency_us).reduce(f64::min);
+            let mut low_because_of: Vec<usize> = Vec::new();
+            if !named.node(n) {
+                for s in &pairs {
+                    let peer = match (s.dst == n && low_recv[n], s.src == n && low_send[n]) {
+                        (true, _) => s.src,
+                        (_, true) => s.dst,
+                        _ => continue,
+                    };
+                    if named.node(peer) && !low_because_of.contains(&peer) {
+                        low_because_of.push(peer);
+                    }
+                }
+                low_because_of.sort_unstable();
+            }
+            NodeNet {
+                node_rank: n,
+                send_mbps: send[n],
+                recv_mbps: recv[n],
+                mbps,
+                latency_us,
+                ratio: mbps.zip(reference_mbps).map(|(m, r)| m / r),
+                slow: named.node(n),
+                slow_send: named.send[n],
+                slow_recv: named.recv[n],
+                low_because_of,
+            }
         })
         .collect();
-    let median_mbps = median(nodes.iter().filter_map(|n| n.mbps).collect());
-    // Two nodes share their one pair's slow direction, and so their median: the other
-    // direction is all there is to compare with.
-    let reference = match nnodes {
-        2 => samples.iter().map(|s| s.mbps).reduce(f64::max),
-        _ => median_mbps,
-    };
-    for node in &mut nodes {
-        if let (Some(m), Some(med)) = (node.mbps, reference) {
-            let ratio = m / med;
-            node.ratio = Some(ratio);
-            node.slow = ratio < slow_below;
+    NetReport { nodes, median_mbps, reference_mbps, slow_below, ambiguous: named.ambiguous }
+}
+
+/// Which nodes the slow pairs are put on.
+struct Named {
+    /// Per node: its sending side is named, its receiving side is.
+    send: Vec<bool>,
+    recv: Vec<bool>,
+    ambiguous: bool,
+}
+
+impl Named {
+    fn node(&self, n: usize) -> bool {
+        self.send[n] || self.recv[n]
+    }
+}
+
+/// Pure: the fewest nodes whose low sides explain every slow pair. A pair is slow when its
+/// sender's best sending is low or its receiver's best receiving is (a side's best is its
+/// fastest pair, so a low side has every pair of it slow). A low side with a pair whose other
+/// end is not low is the node's own: nothing else explains that pair. The pairs left are low
+/// at both ends: they are put on the sides that cover them with the fewest nodes not yet
+/// named, then the fewest sides; if several such sets tie, every one is named, and the
+/// verdict says it cannot tell.
+fn explain(nnodes: usize, pairs: &[&PairSample], low_send: &[bool], low_recv: &[bool]) -> Named {
+    // A side: (node, true) sending, (node, false) receiving.
+    let mut named: Vec<(usize, bool)> = Vec::new();
+    for s in pairs {
+        match (low_send[s.src], low_recv[s.dst]) {
+            (true, false) => named.push((s.src, true)),
+            (false, true) => named.push((s.dst, false)),
+            _ => {}
         }
     }
-    NetReport { nodes, median_mbps, slow_below, ambiguous: nnodes == 2 }
+    let mut left: Vec<[(usize, bool); 2]> = pairs
+        .iter()
+        .map(|s| [(s.src, true), (s.dst, false)])
+        .filter(|&[a, b]| low_send[a.0] && low_recv[b.0] && !named.contains(&a) && !named.contains(&b))
+        .collect();
+    left.sort_unstable();
+    left.dedup();
+    let mut blamed = vec![false; nnodes];
+    for &(n, _) in &named {
+        blamed[n] = true;
+    }
+    let done = |named: Vec<(usize, bool)>, ambiguous| {
+        let side = |send| (0..nnodes).map(|n| named.contains(&(n, send))).collect();
+        Named { send: side(true), recv: side(false), ambiguous }
+    };
+    if left.is_empty() {
+        return done(named, false);
+    }
+    let mut sides: Vec<(usize, bool)> = left.iter().flatten().copied().collect();
+    sides.sort_unstable();
+    sides.dedup();
+    // Past MAX_SEARCH sides (a fabric slow almost everywhere), every one is named.
+    const MAX_SEARCH: usize = 16;
+    if sides.len() > MAX_SEARCH {
+        named.extend(sides);
+        return done(named, true);
+    }
+    let has =
+        |mask: u32, side: (usize, bool)| mask & (1 << sides.iter().position(|&x| x == side).unwrap()) != 0;
+    let cost = |mask: u32| {
+        let mut new: Vec<usize> =
+            sides.iter().filter(|&&x| has(mask, x) && !blamed[x.0]).map(|x| x.0).collect();
+        new.dedup();
+        (new.len(), mask.count_ones())
+    };
+    let covers: Vec<u32> =
+        (0u32..1 << sides.len()).filter(|&m| left.iter().all(|&[a, b]| has(m, a) || has(m, b))).collect();
+    let least = covers.iter().map(|&m| cost(m)).min().expect("every side at once covers every pair");
+    let fewest: Vec<u32> = covers.into_iter().filter(|&m| cost(m) == least).collect();
+    let ambiguous = fewest.len() > 1;
+    for m in fewest {
+        named.extend(sides.iter().filter(|&&x| has(m, x)));
+    }
+    done(named, ambiguous)
+}
+
+/// The value a quarter of `xs` are at or above (the second fastest of four).
+fn upper_quartile(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(f64::total_cmp);
+    let last = xs.len().checked_sub(1)?;
+    Some(xs[last * 3 / 4])
 }
 
 fn median(mut xs: Vec<f64>) -> Option<f64> {
@@ -238,6 +370,58 @@ mod tests {
         let r = score(2, &ring(2, 900.0, |src, _| (src == 0).then_some(2.0)), SLOW_BELOW);
         assert_eq!(slow_nodes(&r), [0, 1]);
         assert!(r.ambiguous);
+    }
+
+    /// Issue 39's setup: two neighbours in the ring slow to send (tbf on their egress). The
+    /// node both of them send to receives slowly from both, and is not to blame.
+    #[test]
+    fn two_slow_neighbours_are_named_and_the_node_they_both_send_to_is_not() {
+        let slow = |src: usize, _| (src == 2 || src == 3).then_some(12.3);
+        let r = score(6, &ring(6, 1464.0, slow), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [2, 3], "{:?}", r.nodes);
+        assert!(!r.nodes[4].slow);
+        assert!(r.nodes[2].slow_send && !r.nodes[2].slow_recv);
+        assert_eq!(r.nodes[4].low_because_of, [2, 3]);
+        assert!(!r.ambiguous);
+    }
+
+    /// The same on four nodes: half the fleet slow, so the median of the nodes' lower side is
+    /// a slow one; nothing was named, and doctor passed.
+    #[test]
+    fn half_a_fleet_slow_is_named_not_taken_for_the_norm() {
+        let r = score(4, &ring(4, 1464.0, |src, _| (src == 2 || src == 3).then_some(12.3)), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [2, 3], "{:?}", r.nodes);
+        assert!(!r.ok());
+        assert_eq!(r.nodes[0].low_because_of, [2, 3]);
+    }
+
+    /// Three of four nodes slow to send: the median itself is slow, and the fastest nodes'
+    /// bandwidth is the reference.
+    #[test]
+    fn most_of_a_fleet_slow_is_measured_against_what_the_fabric_can_do() {
+        let r = score(4, &ring(4, 1464.0, |src, _| (src != 0).then_some(12.3)), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [1, 2, 3], "{:?}", r.nodes);
+        assert_eq!(r.reference_mbps, Some(1464.0));
+        assert!(r.median_mbps.unwrap() < 1464.0 * SLOW_BELOW);
+    }
+
+    /// Two neighbours slow both ways (a CPU, a NIC at a lower speed): most pairs of four
+    /// nodes are slow at both ends, and the two nodes that explain all of them are named.
+    #[test]
+    fn two_neighbours_slow_both_ways_are_the_fewest_that_explain_every_pair() {
+        let bad = |n: usize| n == 2 || n == 3;
+        let r = score(4, &ring(4, 900.0, |src, dst| (bad(src) || bad(dst)).then_some(5.0)), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [2, 3], "{:?}", r.nodes);
+        let r = score(8, &ring(8, 900.0, |src, dst| (bad(src) || bad(dst)).then_some(5.0)), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [2, 3], "{:?}", r.nodes);
+    }
+
+    /// Two slow nodes apart are named, as before.
+    #[test]
+    fn two_slow_nodes_apart_are_both_named() {
+        let r = score(8, &ring(8, 900.0, |src, _| (src == 1 || src == 5).then_some(3.0)), SLOW_BELOW);
+        assert_eq!(slow_nodes(&r), [1, 5]);
+        assert!(!r.ambiguous);
     }
 
     #[test]

@@ -31,24 +31,34 @@ pub fn json(nodes: &[NodeChecks], network: Option<&NetReport>, deep: bool) -> St
 pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
     let mut s = String::new();
     let mbps = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let median = mbps(r.median_mbps);
-    let _ = writeln!(s, "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1 and 2 (median {median} MB/s)");
+    let reference = match (r.median_mbps, r.reference_mbps) {
+        (Some(m), Some(f)) if f > m && r.nodes.len() > 2 => {
+            format!("the median {m:.1} MB/s is itself slow: measured against the fastest nodes' {f:.1} MB/s")
+        }
+        _ => format!("median {} MB/s", mbps(r.median_mbps)),
+    };
+    let _ = writeln!(
+        s,
+        "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1 and 2 ({reference})"
+    );
     let width = hosts.iter().map(|h| h.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(
         s,
         "{:>5}  {:<width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}",
-        "node", "host", "send", "receive", "MB/s", "of median", "latency µs"
+        "node", "host", "send", "receive", "MB/s", "of ref", "latency µs"
     );
     let shown = |n: &&NodeNet| r.nodes.len() <= MAX_TABLE_ROWS || n.slow || n.mbps.is_none();
     for n in r.nodes.iter().filter(shown) {
         let ratio = n.ratio.map_or("-".to_string(), |v| format!("{v:.2}"));
         let lat = n.latency_us.map_or("-".to_string(), |v| format!("{v:.0}"));
         let mark = if n.slow {
-            "  SLOW"
+            "  SLOW".to_string()
         } else if n.mbps.is_none() {
-            "  not measured"
+            "  not measured".to_string()
+        } else if !n.low_because_of.is_empty() {
+            format!("  low only with slow node {}", nodes_list(&n.low_because_of))
         } else {
-            ""
+            String::new()
         };
         let host = hosts.get(n.node_rank).map_or("?", String::as_str);
         let _ = writeln!(
@@ -63,21 +73,30 @@ pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
     let slow: Vec<&NodeNet> = r.slow().collect();
     for n in &slow {
         let host = hosts.get(n.node_rank).map_or("?", String::as_str);
-        let (dir, v) = match (n.send_mbps, n.recv_mbps) {
-            (Some(a), Some(b)) if a <= b => ("sending", a),
-            (_, Some(b)) => ("receiving", b),
-            _ => ("", 0.0),
+        let reference = r.reference_mbps.unwrap_or(f64::NAN);
+        let side = |dir: &str, v: Option<f64>| {
+            let v = v.unwrap_or(0.0);
+            format!("{v:.1} MB/s at best {dir}, {:.2} of the reference", v / reference)
+        };
+        let what = match (n.slow_send, n.slow_recv) {
+            (true, true) => {
+                format!("{} and {}", side("sending", n.send_mbps), side("receiving", n.recv_mbps))
+            }
+            (true, false) => side("sending", n.send_mbps),
+            _ => side("receiving", n.recv_mbps),
         };
         let _ = writeln!(
             s,
-            "SLOW: node {} ({host}): {v:.1} MB/s at best {dir}, {:.2} of the median (below {:.2}): check its link speed (ethtool), its cable and its NIC's errors",
-            n.node_rank,
-            n.ratio.unwrap_or(0.0),
-            r.slow_below
+            "SLOW: node {} ({host}): {what} (below {:.2}): check its link speed (ethtool), its cable and its NIC's errors",
+            n.node_rank, r.slow_below
         );
     }
     if r.ambiguous && !slow.is_empty() {
-        s += "with two nodes, one slow pair cannot say which end is slow: both are named\n";
+        s += if r.nodes.len() == 2 {
+            "with two nodes, one slow pair cannot say which end is slow: both are named\n"
+        } else {
+            "some slow pairs are slow at both ends, and no other pair tells which end it is: every end that could be is named\n"
+        };
     }
     let unmeasured = r.nodes.iter().filter(|n| n.mbps.is_none()).count();
     let _ = writeln!(
@@ -87,6 +106,11 @@ pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
         slow.len()
     );
     s
+}
+
+/// `2, 3` or `2`.
+fn nodes_list(nodes: &[usize]) -> String {
+    nodes.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
 }
 
 fn mark(status: Status) -> &'static str {
