@@ -10,7 +10,10 @@ use super::{forward_signals, load_plan, new_run_id, ready_to_connect, runtime, A
 use crate::cli::DoctorArgs;
 use crate::doctor::net::{self, NetReport};
 use crate::error::{exit, Error};
+use crate::outcome::NodeExit;
+use crate::output::doctor_view::NetEnd;
 use crate::plan::LaunchPlan;
+use crate::supervisor::exec::ExecExit;
 use crate::supervisor::Signal;
 use crate::{doctor, output, supervisor};
 
@@ -93,8 +96,8 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
 }
 
 /// The measurement on every node at once, under their agents (stopped everywhere at
-/// `limit`, or on Ctrl-C: `None`), and its verdict. A node whose measurement failed has
-/// its last lines on stderr.
+/// `limit`, or on Ctrl-C: `None`), and its verdict. On stderr, each node that did not
+/// finish it: lost or unreachable, named as such, or failed, with its last lines.
 async fn measure(
     plan: &LaunchPlan,
     port: u16,
@@ -128,18 +131,24 @@ async fn measure(
     if outcome.interrupted && started.elapsed() < limit {
         return None;
     }
-    let mut samples = Vec::new();
-    for (rank, out) in outputs.iter().enumerate() {
-        let text = String::from_utf8_lossy(out);
-        samples.extend(net::parse(&text, rank));
-        if outcome.ends.get(rank).is_some_and(|e| e.status() != 0) {
-            let last: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-            eprintln!("herd: node {rank} ({}): the network check failed; its last lines:", hosts[rank]);
-            for line in &last[last.len().saturating_sub(5)..] {
-                eprintln!("  {line}");
-            }
-        }
-    }
+    let texts: Vec<String> = outputs.iter().map(|out| String::from_utf8_lossy(out).into_owned()).collect();
+    let samples: Vec<net::PairSample> =
+        texts.iter().enumerate().flat_map(|(rank, text)| net::parse(text, rank)).collect();
+    let ends: Vec<NetEnd> = outcome
+        .ends
+        .iter()
+        .zip(&texts)
+        .map(|(end, text)| match end {
+            ExecExit::Exited(NodeExit::Lost(why)) => NetEnd::Lost(why),
+            ExecExit::Unreachable(why) => NetEnd::Unreachable(why),
+            e if e.status() == 0 => NetEnd::Ok,
+            e => NetEnd::Failed {
+                status: e.status(),
+                last: text.lines().filter(|l| !l.trim().is_empty()).collect(),
+            },
+        })
+        .collect();
+    eprint!("{}", output::doctor_view::net_failures(&ends, hosts));
     Some(net::score(plan.nnodes(), &samples, slow_below))
 }
 

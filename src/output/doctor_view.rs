@@ -108,6 +108,81 @@ pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
     s
 }
 
+/// How one node's measurement ended, for [`net_failures`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum NetEnd<'a> {
+    Ok,
+    /// It exited non-zero (or by a signal, 128+N): its last lines, blank ones left out.
+    Failed {
+        status: i32,
+        last: Vec<&'a str>,
+    },
+    /// Its connection was lost while it measured (why, as the transport says).
+    Lost(&'a str),
+    /// It could not be reached, so it never started.
+    Unreachable(&'a str),
+}
+
+/// Lines a node's measurement printed last, at most this many.
+const LAST_LINES: usize = 5;
+
+/// What went wrong on each node that did not finish its measurement: the node that stopped
+/// answering named as such, and, when one did, that the other nodes' failures (a rendezvous
+/// or a collective that timed out) follow from it.
+pub fn net_failures(ends: &[NetEnd], hosts: &[String]) -> String {
+    let mut s = String::new();
+    let host = |r: usize| hosts.get(r).map_or("?", String::as_str);
+    let mut gone = Vec::new();
+    for (rank, end) in ends.iter().enumerate() {
+        match end {
+            NetEnd::Ok => {}
+            NetEnd::Lost(why) => {
+                gone.push(rank);
+                let _ = writeln!(
+                    s,
+                    "herd: node {rank} ({}) stopped answering during the measurement: {why}; check that it is up and its link",
+                    host(rank)
+                );
+            }
+            NetEnd::Unreachable(why) => {
+                gone.push(rank);
+                let _ = writeln!(
+                    s,
+                    "herd: node {rank} ({}) could not be reached for the measurement: {why}",
+                    host(rank)
+                );
+            }
+            NetEnd::Failed { status, last } if last.is_empty() => {
+                let _ = writeln!(
+                    s,
+                    "herd: node {rank} ({}): the network check failed (exit {status}), and printed nothing",
+                    host(rank)
+                );
+            }
+            NetEnd::Failed { status, last } => {
+                let _ = writeln!(
+                    s,
+                    "herd: node {rank} ({}): the network check failed (exit {status}); its last lines:",
+                    host(rank)
+                );
+                for line in &last[last.len().saturating_sub(LAST_LINES)..] {
+                    let _ = writeln!(s, "  {line}");
+                }
+            }
+        }
+    }
+    let failed = ends.iter().any(|e| matches!(e, NetEnd::Failed { .. }));
+    if !gone.is_empty() && failed {
+        let _ = writeln!(
+            s,
+            "herd: the measurement needs every node at once: the other nodes' failures follow from node {} ({})",
+            nodes_list(&gone),
+            gone.iter().map(|&r| host(r)).collect::<Vec<_>>().join(", ")
+        );
+    }
+    s
+}
+
 /// `2, 3` or `2`.
 fn nodes_list(nodes: &[usize]) -> String {
     nodes.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
@@ -312,6 +387,31 @@ fn grouped(nodes: &[NodeChecks]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 39 item 7: a node cut during the measurement was followed by "its last lines:"
+    /// and nothing; the others' torch tracebacks hid which node had gone.
+    #[test]
+    fn a_node_lost_during_the_measurement_is_named_and_the_others_failures_follow_from_it() {
+        let hosts: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let trace =
+            vec!["Traceback (most recent call last):", "  ...", "RuntimeError: Connection closed by peer"];
+        let ends = [
+            NetEnd::Failed { status: 1, last: trace.clone() },
+            NetEnd::Lost("no heartbeat for 15 s"),
+            NetEnd::Failed { status: 1, last: trace },
+        ];
+        let text = net_failures(&ends, &hosts);
+        assert!(
+            text.contains("herd: node 1 (n2) stopped answering during the measurement: no heartbeat for 15 s; check that it is up and its link\n"),
+            "{text}"
+        );
+        assert!(!text.contains("node 1 (n2): the network check failed"), "{text}");
+        assert!(text.ends_with("the other nodes' failures follow from node 1 (n2)\n"), "{text}");
+        assert_eq!(text.matches("its last lines:").count(), 2, "{text}");
+        let quiet = net_failures(&[NetEnd::Ok, NetEnd::Failed { status: 137, last: vec![] }], &hosts);
+        assert_eq!(quiet, "herd: node 1 (n2): the network check failed (exit 137), and printed nothing\n");
+        assert_eq!(net_failures(&[NetEnd::Ok, NetEnd::Ok], &hosts), "");
+    }
     use crate::doctor::Check;
 
     fn node(rank: usize, statuses: &[(&'static str, Status)]) -> NodeChecks {
