@@ -944,3 +944,55 @@ fn a_preemption_checkpoints_and_a_cancel_neither_requeues_nor_leaves_anything() 
     assert_eq!(status_3, "failed", "{output}");
     assert!(!output.contains("requeue"), "{output}");
 }
+
+/// Issue 39: a job that never checkpoints was requeued forever, each generation starting
+/// afresh. Preempted (`scancel --signal=TERM --batch`) with nothing matching its
+/// `{latest:GLOB}`, generation 0 is requeued with a warning; generation 1, preempted the same
+/// way, is not requeued, and says why.
+#[test]
+fn a_job_that_never_checkpoints_is_requeued_once_then_not_again() {
+    let s = SlurmCluster::new(2);
+    let never = s.dir().join("ckpt");
+    s.write_config(
+        "launcher = \"command\"\nscript = \"sleep\"\nargs = [\"300\"]\nnnodes = 2",
+        &format!(
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[restart]\ncheckpoint_grace = \"2s\"\n\
+             resume_args = [\"{{latest:{}/step_*}}\"]\n",
+            mark(&s.c),
+            never.display()
+        ),
+    );
+    let conf = s.slurm.conf().display().to_string();
+    let env = [("SLURM_CONF", conf.as_str())];
+    let id = submitted_id(&herd::run_with(s.dir(), &["submit", "-t", "10"], &env, LIMIT));
+    let runs = || -> usize {
+        std::fs::read_dir(s.c.logs()).map_or(0, |d| d.flatten().filter(|e| e.path().is_dir()).count())
+    };
+    for generation in 1..=2 {
+        assert!(
+            wait_until(Duration::from_secs(240), || runs() == generation && s.sleepers() == 2),
+            "generation {} did not start: {:?}",
+            generation - 1,
+            s.slurm.steps()
+        );
+        let term = s.slurm.command("scancel").args(["--signal=TERM", "--batch", &id]).output().unwrap();
+        assert!(term.status.success(), "{}", String::from_utf8_lossy(&term.stderr));
+        if generation == 1 {
+            // Requeued: the first generation's processes go before the second's come.
+            assert!(wait_until(LIMIT, || s.sleepers() == 0), "{:?}", s.leftovers());
+        }
+    }
+    assert!(job_gone(&s.slurm, &id, LIMIT), "job {id} requeued again: {:?}", s.slurm.steps());
+    let output = std::fs::read_to_string(s.c.logs().join(format!("slurm-{id}.out"))).unwrap_or_default();
+    assert_eq!(output.matches(&format!("herd: requeued Slurm job {id}")).count(), 1, "{output}");
+    assert!(
+        output.contains("herd: warning: generation 0 left no checkpoint (nothing on the master matches"),
+        "{output}"
+    );
+    assert!(
+        output.contains("herd: not requeued: generation 1 started afresh and left no checkpoint either"),
+        "{output}"
+    );
+    assert_eq!(runs(), 2, "{output}");
+    assert!(wait_until(Duration::from_secs(30), || s.leftovers().is_empty()), "left: {:?}", s.leftovers());
+}

@@ -13,7 +13,7 @@ use crate::error::{exit, Error};
 use crate::events::RunStatus;
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::LaunchPlan;
-use crate::supervisor::{self, RunError, RunOutcome};
+use crate::supervisor::{self, RequeueVerdict, RunError, RunOutcome};
 use crate::{config, notify};
 
 pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
@@ -80,8 +80,17 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     // Last: Slurm stops this batch step once the job is requeued.
     // A run stopped for a time limit or a preemption in a Slurm job (not a cancelled one: see
     // `supervisor::run`) goes on in a new allocation.
-    if outcome.as_ref().is_ok_and(|o| o.status.preempted()) {
-        runtime.block_on(requeue.now());
+    if let Some(o) = outcome.as_ref().ok().filter(|o| o.status.preempted()) {
+        let generation = crate::transport::slurm::restart_count();
+        match args.requeue.then(|| supervisor::requeue_verdict(generation, o.kept.as_ref())) {
+            Some(RequeueVerdict::Refused(why)) => eprintln!("herd: {why}"),
+            verdict => {
+                if let Some(RequeueVerdict::Warned(why)) = verdict {
+                    eprintln!("herd: warning: {why}");
+                }
+                runtime.block_on(requeue.now());
+            }
+        }
     } else {
         runtime.block_on(requeue.settle());
     }

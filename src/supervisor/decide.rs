@@ -321,12 +321,91 @@ pub fn resume(args: &[String], found: Option<String>) -> Option<Resume> {
     Some(Resume { args: policy::resume_args(args, found.as_deref()), from: found })
 }
 
+/// What a generation of a Slurm job kept for the next, as found on the master as its run
+/// stopped for a time limit or a preemption: the newest match of `glob`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    pub glob: String,
+    /// What this generation resumed from (none: it started afresh).
+    pub resumed_from: Option<String>,
+    /// The newest match as it stopped (none: nothing matches).
+    pub newest: Option<String>,
+}
+
+/// Whether `herd run --requeue` requeues its Slurm job, at generation `restart_count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequeueVerdict {
+    Go,
+    /// Requeued, with this warning.
+    Warned(String),
+    /// Not requeued, for this reason: the next generation would start where this one did.
+    Refused(String),
+}
+
+/// Pure: a job requeued with nothing kept starts afresh, and one that never checkpoints
+/// would be requeued forever. A first generation with no checkpoint is requeued with a
+/// warning (it may have been stopped before its first); a later one that started afresh and
+/// again left none is not. Without `{latest:GLOB}` herd cannot see checkpoints: from the
+/// second generation on, it says so each time.
+pub fn requeue(restart_count: u32, kept: Option<&Kept>) -> RequeueVerdict {
+    let next = restart_count + 1;
+    match kept {
+        None if restart_count == 0 => RequeueVerdict::Go,
+        None => RequeueVerdict::Warned(format!(
+            "requeuing as generation {next}: herd cannot tell whether this job keeps its progress \
+             (restart.resume_args has no {{latest:GLOB}}); a job that never checkpoints is requeued until Slurm's limit"
+        )),
+        Some(Kept { newest: Some(_), .. }) => RequeueVerdict::Go,
+        Some(Kept { glob, newest: None, .. }) if restart_count == 0 => RequeueVerdict::Warned(format!(
+            "generation 0 left no checkpoint (nothing on the master matches {glob:?}): generation 1 starts afresh, \
+             and is not requeued if it leaves none either"
+        )),
+        Some(Kept { glob, resumed_from: None, newest: None }) => RequeueVerdict::Refused(format!(
+            "not requeued: generation {restart_count} started afresh and left no checkpoint either (nothing on the master \
+             matches {glob:?}), so generation {next} would start afresh again; does the job write its checkpoints \
+             where restart.resume_args looks, on restart.checkpoint_signal?"
+        )),
+        // It resumed from a checkpoint that has gone since: the next would start afresh.
+        Some(Kept { glob, resumed_from: Some(from), newest: None }) => RequeueVerdict::Warned(format!(
+            "{from:?}, which generation {restart_count} resumed from, no longer matches {glob:?}, and nothing else does: \
+             generation {next} starts afresh"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
     use crate::outcome::{NodeExit, RootCause};
+
+    /// Issue 39 item 15: a job that never checkpointed went through six generations, each
+    /// starting afresh.
+    #[test]
+    fn a_job_that_keeps_nothing_is_requeued_once_with_a_warning_then_not_again() {
+        let kept = |resumed_from: Option<&str>, newest: Option<&str>| Kept {
+            glob: "ck/step_*".into(),
+            resumed_from: resumed_from.map(String::from),
+            newest: newest.map(String::from),
+        };
+        assert_eq!(requeue(0, Some(&kept(None, Some("ck/step_9")))), RequeueVerdict::Go);
+        assert_eq!(requeue(4, Some(&kept(Some("ck/step_9"), Some("ck/step_20")))), RequeueVerdict::Go);
+        assert!(
+            matches!(requeue(0, Some(&kept(None, None))), RequeueVerdict::Warned(w) if w.contains("generation 1 starts afresh"))
+        );
+        let refused = requeue(1, Some(&kept(None, None)));
+        assert!(
+            matches!(&refused, RequeueVerdict::Refused(r) if r.starts_with("not requeued: generation 1 started afresh") && r.contains("\"ck/step_*\"")),
+            "{refused:?}"
+        );
+        assert!(matches!(requeue(2, Some(&kept(Some("ck/step_3"), None))), RequeueVerdict::Warned(_)));
+        // Without {latest:}, herd cannot see checkpoints: it says so from generation 1 on.
+        assert_eq!(requeue(0, None), RequeueVerdict::Go);
+        assert!(
+            matches!(requeue(3, None), RequeueVerdict::Warned(w) if w.starts_with("requeuing as generation 4"))
+        );
+    }
 
     fn cluster(n: usize, nnodes: Option<usize>, min_nodes: Option<usize>) -> Roster {
         let hosts = (0..n).map(|i| format!("n{i}")).collect();

@@ -36,6 +36,7 @@ use crate::plan::{self, LaunchPlan};
 use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
 
+pub use decide::{requeue as requeue_verdict, Kept, RequeueVerdict};
 use decide::{Allocation, Ended, Failure, Next, Replace};
 use gang::{AttemptContext, AttemptOutcome};
 pub use node::{Stop, READ_SIZE};
@@ -68,6 +69,8 @@ pub async fn run(
         between: decide::Between::default(),
         interfaces: Vec::new(),
         end: end.clone(),
+        resumed_from: None,
+        kept: None,
     };
     let status = run.run(&mut interrupts).await;
     end.decide();
@@ -78,9 +81,9 @@ pub async fn run(
         (RunStatus::Interrupted, Some(why)) => why.status(),
         (status, _) => status,
     };
-    let attempts = run.attempts;
+    let (attempts, kept) = (run.attempts, run.kept);
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
-    Ok(RunOutcome { status, attempts })
+    Ok(RunOutcome { status, attempts, kept })
 }
 
 fn run_started(plan: &LaunchPlan, run_id: &str) -> Event {
@@ -120,6 +123,10 @@ struct Run<'a> {
     /// last preflight found them.
     interfaces: Vec<String>,
     end: RunEnd,
+    /// The checkpoint the attempt at hand resumed from (`restart.resume_args`).
+    resumed_from: Option<String>,
+    /// What the run kept for the Slurm job's next generation (see `keep`).
+    kept: Option<decide::Kept>,
 }
 
 impl Run<'_> {
@@ -175,6 +182,9 @@ impl Run<'_> {
                 Ok(Next::Restart { delay, replace, .. }) => (delay, replace),
                 Ok(Next::Done { status, .. }) => {
                     self.end.decide();
+                    if status.preempted() {
+                        self.kept = self.keep(&fleet).await;
+                    }
                     fleet.close().await;
                     return Ok(status);
                 }
@@ -421,9 +431,20 @@ impl Run<'_> {
         let Some(resume) = decide::resume(args, from) else {
             return;
         };
+        self.resumed_from = resume.from.clone();
         let event = Event::Resuming { attempt, from: resume.from.clone(), args: resume.args.clone() };
         let _ = self.events.send(event).await;
         self.plan = self.plan.resumed(Some(resume));
+    }
+
+    /// In a Slurm job, with a `{latest:GLOB}` in `restart.resume_args`: the newest match on
+    /// the master as the run stops for a time limit or a preemption, for the requeue's
+    /// verdict (`decide::requeue`). `None` outside Slurm, or without one.
+    async fn keep(&self, fleet: &Fleet) -> Option<decide::Kept> {
+        slurm::own_job_id()?;
+        let glob = self.plan.restart.resume_args.iter().find_map(|a| crate::config::latest_glob(a))?;
+        let newest = latest_match(fleet, self.plan.master.node_rank, &self.plan.workdir, glob).await;
+        Some(decide::Kept { glob: glob.to_string(), resumed_from: self.resumed_from.clone(), newest })
     }
 
     /// After a failed attempt of a GPU job: each node's ranks' NCCL flight-recorder dumps,

@@ -58,6 +58,9 @@ pub struct AttemptSummary {
 pub struct RunOutcome {
     pub status: RunStatus,
     pub attempts: Vec<AttemptSummary>,
+    /// At a run stopped for a time limit or a preemption in a Slurm job, with a
+    /// `{latest:GLOB}` in `restart.resume_args`: what the next generation would resume from.
+    pub kept: Option<super::Kept>,
 }
 
 /// A request from outside the run.
