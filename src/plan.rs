@@ -730,16 +730,17 @@ impl LaunchPlan {
 
     /// With `[container]`: the doctor's trial on one node, a container started as the node's
     /// job would start it (herd's options, the mounts, the env's names, `setup`) that checks
-    /// that the launcher, and the Python that a torch launcher's output multiplexer needs, are
-    /// in it. It prints `herd: PROGRAM is not in the container` and exits 127 when one is not.
+    /// that the launcher and its `#!` interpreter are in it, and, for a torch launcher, the
+    /// Python of herd's output multiplexer, and that the launcher's Python imports torch
+    /// (`remote/container_trial.sh`, whose exit codes and last line the doctor reads).
     pub fn container_trial(&self, node: &NodePlan) -> Option<String> {
-        const CHECK: &str = "for p do command -v \"$p\" >/dev/null 2>&1 || { echo \"herd: $p is not in the container\" >&2; exit 127; }; done";
         // Never a pull, whatever `args` ask (the last --pull wins): the doctor looks at the
         // image the node has.
         let mut container = self.container.clone()?;
         container.args.push("--pull=never".into());
         let python = Some(self.python.as_str()).filter(|_| self.launcher != LauncherKind::Command);
-        let check = ["sh", "-c", CHECK, "herd-check", &self.launcher_program].into_iter().chain(python);
+        let script = remote::CONTAINER_TRIAL_SCRIPT;
+        let check = ["sh", "-c", script, "herd-check", &self.launcher_program].into_iter().chain(python);
         let inner = remote::setup_and_exec(self.setup.as_deref(), &remote::command_line(check));
         Some(container.run_command(&self.workdir, node.env.keys().map(String::as_str), &inner))
     }

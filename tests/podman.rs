@@ -411,7 +411,10 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
         assert_eq!(check(0, name)["status"], "pass", "{name}: {}", check(0, name));
     }
     // python3: the one `setup` puts first on PATH, the venv's, mounted.
-    assert_eq!(check(0, "container")["detail"], "starts; torchrun and python3 found in it");
+    assert_eq!(
+        check(0, "container")["detail"],
+        "starts; torchrun and python3 found in it, and torch imports"
+    );
     assert_eq!(check(1, "image")["detail"], format!("{image} is not on this node"));
     assert!(check(2, "image-build")["detail"].as_str().unwrap().contains("another build of the same name"));
 
@@ -433,6 +436,72 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
     assert_eq!(
         failures(&json),
         [(0, "container".into()), (1, "image".into()), (2, "container".into()), (2, "image-build".into())],
+        "{out}"
+    );
+}
+
+/// Issue 39: a venv whose python3 links outside what the container mounts (a pyenv under
+/// the home directory, here the testbed's) passed the trial ("torchrun and python3 found in
+/// it"), and every rank then failed at once (`torchrun: not found`, 127). The trial starts the
+/// launcher's interpreter: the `#!` path that is not there is named. So is a launcher whose
+/// Python (the image's own) has no torch.
+#[test]
+fn doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch() {
+    let (c, _sweeper) = cluster(1);
+    config_with(&c, "\"--steps\", \"2\"", "", "");
+    let shared = shared(&c);
+    let pyenv = c.tb.dir().join("pyenv/bin");
+    std::fs::create_dir_all(&pyenv).unwrap();
+    let real = std::fs::canonicalize(c.venv.join("bin/python3")).unwrap();
+    std::os::unix::fs::symlink(&real, pyenv.join("python3")).unwrap();
+    let launcher = |bin: &std::path::Path, interpreter: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(bin).unwrap();
+        let path = bin.join("torchrun");
+        std::fs::write(&path, format!("#!{}\nimport sys\n", interpreter.display())).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let config = c.tb.dir().join("cluster.toml");
+    let activate = format!("setup = \"source {}/bin/activate\"", c.venv.display());
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains(&activate), "{text}");
+    let with_path = |bin: &std::path::Path| {
+        std::fs::write(
+            &config,
+            text.replace(&activate, &format!("setup = \"PATH={}:$PATH\"", bin.display())),
+        )
+        .unwrap();
+    };
+    let container = |out: &herd::Finished, json: &serde_json::Value| {
+        out.assert_code(3);
+        assert_eq!(failures(json), [(0, "container".into())], "{out}");
+        check_of(json, 0, "container")
+    };
+
+    // The venv the container sees, its python3 a link into the pyenv it does not.
+    let venv = shared.join("venv/bin");
+    std::fs::create_dir_all(&venv).unwrap();
+    std::os::unix::fs::symlink(pyenv.join("python3"), venv.join("python3")).unwrap();
+    launcher(&venv, &venv.join("python3"));
+    with_path(&venv);
+    let (out, json) = doctor_json(&c);
+    let check = container(&out, &json);
+    let want = format!(
+        "podman run exited 126: herd: torchrun's interpreter {0}/python3 (its #! line, in {0}/torchrun) is a link to a file that is not in the container: mount it, or install it in the image",
+        venv.display()
+    );
+    assert_eq!(check["detail"], want.as_str(), "{out}");
+    assert!(check["fix"].as_str().unwrap_or_default().contains("pyenv or conda"), "{check}");
+
+    // A launcher run by the image's own python3, which has no torch.
+    let bare = shared.join("bare/bin");
+    launcher(&bare, std::path::Path::new("/usr/bin/python3"));
+    with_path(&bare);
+    let (out, json) = doctor_json(&c);
+    let check = container(&out, &json);
+    assert_eq!(
+        check["detail"],
+        "podman run exited 3: herd: /usr/bin/python3 (the Python torchrun runs) cannot import torch in the container: ModuleNotFoundError: No module named 'torch'",
         "{out}"
     );
 }

@@ -326,7 +326,17 @@ fn trial_check(plan: &LaunchPlan, runtime: &str, rc: &str, out: &str) -> Check {
         _ => format!("{} and {}", plan.launcher_program, plan.python),
     };
     let fix = match rc {
-        "0" => return Check::pass("container", format!("starts; {programs} found in it")),
+        "0" if plan.launcher == LauncherKind::Command => {
+            return Check::pass("container", format!("starts; {programs} found in it"))
+        }
+        "0" => return Check::pass("container", format!("starts; {programs} found in it, and torch imports")),
+        // The trial's own words (`remote/container_trial.sh`).
+        "126" => "mount the interpreter's directory too (container.mounts: a venv's python3 is often a link \
+                  into a pyenv or conda install outside the venv), or install it in the image"
+            .to_string(),
+        "3" => "install torch for that Python in the image, or mount the venv that has it \
+                (container.mounts) and have job.setup activate it"
+            .to_string(),
         // What the shells in the container say when a program is missing (the trial's own
         // word, or setup's).
         "127" => format!(

@@ -23,6 +23,10 @@ pub const MUX_SCRIPT: &str = include_str!("mux.py");
 /// of `latest.sh`.
 pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
 
+/// The doctor's trial in a container: the launcher, its `#!` interpreter, and its Python's
+/// torch (POSIX sh). See the header of `container_trial.sh`.
+pub const CONTAINER_TRIAL_SCRIPT: &str = include_str!("container_trial.sh");
+
 /// A node's NCCL flight-recorder dumps, framed by size (POSIX sh). See the header of
 /// `nccl_dumps.sh`, and `nccl`, which reads them.
 pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
@@ -772,6 +776,7 @@ mod tests {
     fn the_shipped_node_scripts_pass_shellcheck() {
         let scripts = [
             ("latest.sh", LATEST_SCRIPT),
+            ("container_trial.sh", CONTAINER_TRIAL_SCRIPT),
             ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT),
             ("probe.sh", PROBE_SCRIPT),
             ("facts.sh", include_str!("facts.sh")),
