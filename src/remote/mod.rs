@@ -1988,18 +1988,23 @@ mod tests {
             let env = [("HERD_MARKER", marker.as_str()), ("RANK", rank.as_str()), ("HERD_NODE", host)];
             children.push(spawn(&["sleep", "30"], &env));
         }
-        let ranks = |host: &str| -> Vec<String> {
+        // Both ranks are in /proc before their stacks are asked for (a loaded CI host).
+        let seen =
+            wait_for(|| (0..2).all(|n| processes_with_env(&format!("HERD_MARKER={key}:r:0:{n}")).len() == 1));
+        let ranks = |host: &str| -> (Vec<String>, String) {
             let out = Command::new("sh").arg("-c").arg(stacks_command(&key, host)).output().unwrap();
-            let out = String::from_utf8_lossy(&out.stdout).into_owned();
-            let heads = out.lines().filter_map(|l| l.strip_prefix("herd-agent stack "));
-            heads.map(|l| l.split(' ').next().unwrap().to_string()).collect()
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let heads = text.lines().filter_map(|l| l.strip_prefix("herd-agent stack "));
+            let ranks = heads.map(|l| l.split(' ').next().unwrap().to_string()).collect();
+            (ranks, format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
         };
         let (on_0, on_1) = (ranks("localhost"), ranks("127.0.0.1"));
         for mut c in children {
             let _ = c.kill();
             let _ = c.wait();
         }
-        assert_eq!(on_0, ["0"]);
-        assert_eq!(on_1, ["1"]);
+        assert!(seen, "the test's own ranks never showed in /proc");
+        assert_eq!(on_0.0, ["0"], "node localhost printed:\n{}", on_0.1);
+        assert_eq!(on_1.0, ["1"], "node 127.0.0.1 printed:\n{}", on_1.1);
     }
 }
