@@ -157,6 +157,10 @@ pub enum Event {
         host: String,
         score: f64,
         since_secs: f64,
+        /// It computed while every other rank sat idle: the job's own work, which blames no
+        /// node (`supervisor::straggler::IDLE`).
+        #[serde(default)]
+        alone: bool,
     },
     /// A node could not be reached before a restart; herd keeps trying until restart.node_wait.
     NodeWaiting {

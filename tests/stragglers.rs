@@ -133,3 +133,35 @@ fn a_throttled_node_is_named_and_replaced_by_the_spare_at_the_next_restart() {
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["attempts"][0]["stragglers"][0]["rank"], 2, "{summary}");
 }
+
+/// Four nodes of one rank, one a spare, `on_straggler = "replace"`. After step 3, rank 0
+/// computes alone for 50 s of CPU time, as a checkpoint write does, while the others wait in
+/// a barrier; 40 s into it, on the first attempt, rank 2 is killed. Rank 0 is named a
+/// straggler, alone, and blames no node: the restart runs on the same three nodes, the spare
+/// stays a spare, and nothing is quarantined (issue 39, item 5).
+#[test]
+fn a_rank_that_works_while_the_others_wait_costs_no_node() {
+    let c = Cluster::new(4);
+    c.write_config(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 1\nnnodes = 3\n\
+         args = [\"--steps\", \"6\", \"--work\", \"0.1\", \"--retry-steps\", \"3\", \"--solo\", \"0:3:50\", \
+         \"--kill-in-solo\", \"2:40\"]",
+        "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\non_straggler = \"replace\"\n",
+    );
+    let out = herd::run(c.tb.dir(), &["run"], LIMIT);
+    out.assert_code(0);
+    let run = only_run_dir(&c.logs());
+    let ev = events(&run);
+    let named: Vec<&Value> = ev.iter().filter(|e| e["event"] == "straggler").collect();
+    assert_eq!(named.len(), 1, "{named:?}\n{out}");
+    assert_eq!((&named[0]["rank"], &named[0]["alone"]), (&Value::from(0), &Value::from(true)), "{out}");
+    assert!(out.stdout.contains("rank 0 works alone after step 3"), "{out}");
+    let kinds = ["node_quarantined", "spare_promoted"];
+    let unwanted: Vec<&Value> = ev.iter().filter(|e| kinds.iter().any(|k| e["event"] == *k)).collect();
+    assert!(unwanted.is_empty(), "{unwanted:?}\n{out}");
+    let results: Vec<&str> =
+        out.stdout.lines().filter(|l| l.contains("result rank=") && l.contains(" attempt=1 ")).collect();
+    assert_eq!(results.len(), 3, "{out}");
+    let spare = &c.tb.nodes()[3].hostname;
+    assert!(!results.iter().any(|l| l.contains(&format!(" host={spare} "))), "{results:?}");
+}

@@ -482,6 +482,7 @@ mod tests {
                 host: "node2".into(),
                 score: 2.5,
                 since_secs: 20.0,
+                alone: false,
             };
             b.apply(&straggler, at(t0, 2));
             let text = b.render(at(t0, 2), 200);

@@ -143,6 +143,7 @@ pub fn summary(
                     "host": a.nodes.get(s.node_rank),
                     "score": s.score,
                     "since_seconds": s.since_secs,
+                    "alone": s.alone,
                 })).collect::<Vec<Value>>(),
             })
         })
@@ -207,6 +208,7 @@ mod tests {
                     node_rank: 1,
                     score: 2.5,
                     since_secs: 12.0,
+                    alone: false,
                 }],
             },
             AttemptSummary {
@@ -227,6 +229,7 @@ mod tests {
             (&straggler["rank"], &straggler["host"], &straggler["score"]),
             (&json!(3), &json!("n2"), &json!(2.5))
         );
+        assert_eq!(straggler["alone"], false);
         assert_eq!(s["attempts"][1]["stragglers"], json!([]));
         assert_eq!(s["attempts"][1]["class"], "ok");
         assert_eq!(s["attempts"][1]["ended"], "2027-01-15T08:01:40.000Z");

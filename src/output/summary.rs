@@ -77,9 +77,16 @@ fn node_line(event: &Event) -> Option<String> {
         Event::NodeWaiting { node_rank, host, error } => {
             format!("waiting for node {node_rank} ({host}) to come back: {error}")
         }
-        Event::Straggler { attempt, rank, node_rank, host, score, since_secs } => format!(
-            "straggler: rank {rank} on node {node_rank} ({host}) has used {score:.1}x the CPU of the median rank since {since_secs:.0} s into attempt {attempt}: the other ranks wait for it"
-        ),
+        Event::Straggler { attempt, rank, node_rank, host, score, since_secs, alone } => {
+            let why = if *alone {
+                ", while every other rank sits idle: work of the job's own (a checkpoint, an evaluation?), which blames no node"
+            } else {
+                ": the other ranks wait for it"
+            };
+            format!(
+                "straggler: rank {rank} on node {node_rank} ({host}) has used {score:.1}x the CPU of the median rank since {since_secs:.0} s into attempt {attempt}{why}"
+            )
+        }
         Event::LeftoversStopped { node_rank, host, pids } => {
             format!("stopped {} leftover process(es) of this config on node {node_rank} ({host})", pids.len())
         }
@@ -340,18 +347,26 @@ mod tests {
 
     #[test]
     fn a_straggler_reads_as_one_sentence() {
-        let e = Event::Straggler {
+        let mut e = Event::Straggler {
             attempt: 1,
             rank: 3,
             node_rank: 1,
             host: "n2".into(),
             score: 2.54,
             since_secs: 35.2,
+            alone: false,
         };
         assert_eq!(
             status_line(&e).unwrap(),
             "straggler: rank 3 on node 1 (n2) has used 2.5x the CPU of the median rank since 35 s into attempt 1: \
              the other ranks wait for it"
+        );
+        let Event::Straggler { alone, .. } = &mut e else { unreachable!() };
+        *alone = true;
+        assert_eq!(
+            status_line(&e).unwrap(),
+            "straggler: rank 3 on node 1 (n2) has used 2.5x the CPU of the median rank since 35 s into attempt 1, \
+             while every other rank sits idle: work of the job's own (a checkpoint, an evaluation?), which blames no node"
         );
     }
 

@@ -215,7 +215,9 @@ impl SlowRanks {
         let mut released = Vec::new();
         for s in named.iter().chain(slow) {
             let host = roster.active_host(s.node_rank);
-            if self.follow_rank.contains(&s.rank) {
+            // A rank that computed while every other sat idle did the job's own work (a
+            // checkpoint, an evaluation): another node would do it no faster.
+            if self.follow_rank.contains(&s.rank) || s.alone {
                 continue;
             }
             let before = self
@@ -525,7 +527,7 @@ mod tests {
 
     /// Rank `rank` on node rank `node_rank`, named a straggler.
     fn slow(rank: u32, node_rank: usize) -> Straggler {
-        Straggler { rank, node_rank, score: 4.0, since_secs: 20.0 }
+        Straggler { rank, node_rank, score: 4.0, since_secs: 20.0, alone: false }
     }
 
     /// `replace` on `roster` (spares after the first `nnodes`).
@@ -601,6 +603,20 @@ mod tests {
         let d =
             after_slow(&mut Between::default(), &mut replacing(cluster(3, Some(3), None)), 0, &named, &[]);
         assert!(matches!(d.next, Next::Restart { replace: Replace::Nothing, .. }), "{d:?}");
+    }
+
+    #[test]
+    fn a_rank_that_works_while_every_other_idles_blames_no_node() {
+        // Rank 0 writes a checkpoint the others wait for, and rank 3 fails meanwhile.
+        let writing = Straggler { alone: true, ..slow(0, 0) };
+        let mut case = replacing(cluster(4, Some(3), None));
+        let d = after_slow(&mut Between::default(), &mut case, 0, &[writing.clone()], &[]);
+        assert_eq!(blamed(&d), []);
+        assert!(matches!(d.next, Next::Restart { replace: Replace::Nothing, .. }), "{d:?}");
+        assert_eq!(case.roster.quarantined_hosts().count(), 0);
+        // A straggler beside it still costs its node.
+        let d = after_slow(&mut Between::default(), &mut case, 1, &[writing, slow(2, 2)], &[]);
+        assert_eq!(blamed(&d).iter().map(|(n, _)| *n).collect::<Vec<_>>(), [2]);
     }
 
     #[test]

@@ -316,6 +316,7 @@ impl<'a> Gang<'a> {
                 host: self.ctx.plan.nodes[s.node_rank].host.clone(),
                 score: s.score,
                 since_secs: s.since_secs,
+                alone: s.alone,
             };
             let _ = self.ctx.events.send(event).await;
         }

@@ -31,6 +31,12 @@ pub const RATIO: f64 = 1.5;
 pub const MIN_GAP: f64 = 0.15;
 /// ... in this many rounds in a row: named 10 to 15 s after it began.
 pub const ROUNDS: u32 = 3;
+/// The median rank's busy share under which the others do nothing at all: they are blocked
+/// in one collective for the whole round, waiting for a rank that computes alone. That is
+/// work of the job's own (rank 0 writing a checkpoint, an evaluation on one rank), which no
+/// other node would do faster. A slow node slows its peers' steps, but they still compute
+/// their part of each: only a node over 30 times slower than its peers would look alike.
+pub const IDLE: f64 = 0.03;
 
 /// One rank's times, in a node's units (`Sample::hz`), its processes' summed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,6 +65,10 @@ pub struct Straggler {
     pub score: f64,
     /// Seconds since the attempt started, when it was first over.
     pub since_secs: f64,
+    /// It computed more (its CPU share was over) while every other rank sat idle (`IDLE`), in
+    /// the round it was named and every round since (the first rounds of its streak may hold
+    /// the steps before the work began): the job waits on work of its own, not on a slow node.
+    pub alone: bool,
 }
 
 /// A rank's shares of a core over one round: on a CPU, and on one or waiting for one.
@@ -134,13 +144,17 @@ impl StragglerWatch {
                 self.streaks.remove(&rank);
                 continue;
             };
+            let alone_now = over(s.cpu, cpu).is_some() && busy < IDLE;
             tracing::trace!(
                 "straggler round at {at:.1} s: rank {rank} over, {s:?}; median cpu {cpu:.3}, busy {busy:.3}"
             );
             let (rounds, since) = self.streaks.entry(rank).or_insert((0, at));
             *rounds += 1;
-            if *rounds >= ROUNDS && !self.named.iter().any(|n| n.rank == rank) {
-                named.push(Straggler { rank, node_rank: s.node_rank, score, since_secs: *since });
+            if let Some(n) = self.named.iter_mut().find(|n| n.rank == rank) {
+                n.alone &= alone_now;
+            } else if *rounds >= ROUNDS {
+                let since_secs = *since;
+                named.push(Straggler { rank, node_rank: s.node_rank, score, since_secs, alone: alone_now });
             }
         }
         self.named.extend(named.iter().cloned());
@@ -285,6 +299,40 @@ mod tests {
         let ranks: Vec<u32> = got.iter().map(|(_, s)| s.rank).collect();
         assert_eq!(ranks, [5]);
         assert!((got[0].1.score - 2.0).abs() < 0.1, "{got:?}");
+    }
+
+    #[test]
+    fn a_rank_that_computes_while_every_other_idles_is_named_alone() {
+        // Rank 0 writes a checkpoint from round 2 on; the others are blocked in a collective.
+        let writing = |round: usize, rank: u32| match (round >= 2, rank) {
+            (true, 0) => (0.95, 0.02),
+            (true, _) => (0.005, 0.0),
+            (false, _) => (0.3, 0.05),
+        };
+        let got = watch_times(4, 8, writing);
+        assert_eq!(got.iter().map(|(_, s)| (s.rank, s.alone)).collect::<Vec<_>>(), [(0, true)]);
+        // Three times the work while the others compute theirs: not alone.
+        let got = watch(4, 8, |_, rank| if rank == 0 { 0.9 } else { 0.3 });
+        assert_eq!(got.iter().map(|(_, s)| (s.rank, s.alone)).collect::<Vec<_>>(), [(0, false)]);
+        // A throttled node waits for a CPU, and computes no more: never alone, however idle
+        // the others.
+        let got = watch_times(4, 8, |_, rank| if rank / 2 == 1 { (0.02, 0.9) } else { (0.02, 0.0) });
+        assert!(got.iter().all(|(_, s)| !s.alone) && got.len() == 2, "{got:?}");
+        // Alone while named, then slow while the others compute: no longer alone.
+        let mut w = StragglerWatch::new();
+        for round in 0..6 {
+            let others = if round < 3 { 0.005 } else { 0.3 };
+            for r in 1..4 {
+                w.shares.insert(r, Shares { node_rank: r as usize, cpu: others, busy: others });
+            }
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95 });
+            w.round(round as f64);
+            assert_eq!(
+                w.named().iter().map(|s| s.alone).collect::<Vec<_>>(),
+                [round < 3][..usize::from(round >= 2)]
+            );
+        }
+        assert!(!w.still_slow()[0].alone);
     }
 
     #[test]
