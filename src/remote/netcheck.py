@@ -67,8 +67,11 @@ def agreed_max(value):
     return float(t.item())
 
 
+# Forward 1 and 2, then back 1: with the forward rounds alone, a node whose two receivers are
+# both slow (two slow neighbours after it) sends slowly to each of its peers, and its own
+# sending side cannot be told from theirs. The round back gives it a third peer, before it.
 shifts = []
-for s in (1, 2):
+for s in (1, 2, -1):
     if s % world and s % world not in shifts and len(shifts) < world - 1:
         shifts.append(s % world)
 
