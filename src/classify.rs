@@ -407,7 +407,7 @@ pub fn hint(class: FailureClass) -> &'static str {
         FailureClass::Crash => "a process was killed by a signal: check dmesg for the OOM killer or a segfault, and raise /dev/shm if data loader workers die",
         FailureClass::Oom => "out of memory: lower the batch size or use activation checkpointing; check host RAM and /dev/shm",
         FailureClass::User => "the training script raised an error: fix it and run again (herd does not restart user errors by default)",
-        FailureClass::Launch => "the job could not start on that node: check workdir, setup, and that the launcher and script exist there; `herd doctor` checks the node's environment, its torch import included",
+        FailureClass::Launch => "the job could not start on that node: check workdir, setup, and that the launcher and script exist there; with [container], an exit 125 is the engine's own (podman's, docker's): its words above name the mount, image or runtime it could not use; `herd doctor` checks the node's environment, its torch import and its container included",
         FailureClass::Allocation => "Slurm ended the allocation (scancel, its time limit, preemption, or the salloc or batch script that held it): every step ended with it, and no node is to blame; run again in a new allocation (a longer --time?), resuming from a checkpoint",
     }
 }

@@ -233,6 +233,32 @@ fn a_killed_rank_restarts_the_job_in_new_containers() {
     assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
 }
 
+/// A mount whose source is missing: podman exits 125 with its own words on every node. That
+/// is a launch failure of the engine, not the training script's error (issue 39, item 9): the
+/// run ends after one attempt (launch is not restarted by default), its root cause is
+/// podman's line, and nothing is left.
+#[test]
+fn an_engines_own_error_is_a_launch_failure_in_its_words() {
+    let (c, _sweeper) = cluster(2);
+    config_with(&c, "\"--steps\", \"2\"", "", FAST_RESTART);
+    let toml = c.tb.dir().join("cluster.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let text = text.replacen("mounts = [", "mounts = [\"/nonexistent/herd-qa:/qa\", ", 1);
+    std::fs::write(&toml, text).unwrap();
+    let out = herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT);
+    out.assert_code(1);
+    let ev = herd::events(&only_run_dir(&c.logs()));
+    let failed: Vec<_> = ev.iter().filter(|e| e["event"] == "attempt_failed").collect();
+    assert_eq!(failed.len(), 1, "{ev:?}\n{out}");
+    assert_eq!(failed[0]["class"], "launch", "{:?}", failed[0]);
+    let line = failed[0]["root_cause"]["line"].as_str().unwrap_or_default();
+    assert!(line.contains("/nonexistent/herd-qa"), "the engine's own words: {line:?}\n{out}");
+    assert!(out.stderr.contains("exit 125 is the engine's own"), "{out}");
+    let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
+    assert_eq!(containers(&run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+}
+
 /// A time limit's warning (SIGUSR1 to herd) reaches the ranks in their containers (not
 /// torchrun, which it would kill): each one checkpoints and exits, the run ends as
 /// `time-limit` (75), and no container or process is left.
