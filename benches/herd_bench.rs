@@ -33,11 +33,14 @@
 //! Runs of herd and its baselines alternate within one session; each table gives the median
 //! and the spread (min-max) and the ratio of medians against the baseline.
 
-#[path = "../tests/support/herd.rs"]
+#[allow(dead_code)] // what this bench does not use of the tests' support
+#[path = "../tests/integration/support/herd.rs"]
 mod herd_support;
-#[path = "../tests/support/slurm.rs"]
+#[allow(dead_code)] // what this bench does not use of the tests' support
+#[path = "../tests/integration/support/slurm.rs"]
 mod slurm_support;
-#[path = "../tests/support/testbed.rs"]
+#[allow(dead_code)] // what this bench does not use of the tests' support
+#[path = "../tests/integration/support/testbed.rs"]
 mod testbed;
 
 use std::path::{Path, PathBuf};

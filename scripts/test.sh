@@ -14,16 +14,16 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v setsid >/dev/null && command -v flock >/dev/null && command -v unshare >/dev/null || missing+=(util-linux)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 command -v shellcheck >/dev/null || missing+=(shellcheck)
-# A login shell that is not POSIX (tests/doctor.rs, and the remote module's unit tests).
+# A login shell that is not POSIX (tests/integration/doctor.rs, and the remote module's unit tests).
 command -v tcsh >/dev/null || missing+=(tcsh)
 # BSD csh, which takes no word longer than BUFSIZ (the remote module's unit tests run it as
 # /bin/bsd-csh). Installing it makes /bin/csh BSD csh; that link is put back below.
 [ -x /bin/bsd-csh ] || missing+=(csh)
 csh_was=$(readlink /etc/alternatives/csh 2>/dev/null || true)
-# tests/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
+# tests/integration/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] && command -v mungekey >/dev/null || missing+=(munge)
-# tests/podman.rs runs the job in containers: rootful podman with runc, and an image made
+# tests/integration/podman.rs runs the job in containers: rootful podman with runc, and an image made
 # by debootstrap (scripts/container-image.sh).
 command -v podman >/dev/null || missing+=(podman)
 [ -x /usr/sbin/runc ] || missing+=(runc)

@@ -1,13 +1,11 @@
 //! Slow login shells, as on clusters whose shared home runs `conda init` or `pyenv init` for
 //! every login: herd pays the time, and blames no node for it.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::Value;
-use support::cluster::Cluster;
-use support::herd::{self, events, only_run_dir};
+use crate::support::cluster::Cluster;
+use crate::support::herd::{self, events, only_run_dir};
 
 /// Four shell inits of 35 s in a row on the master (the preflight's login and its `setup`'s
 /// bash, the job's login and its `setup`'s bash: bash sources ~/.bashrc again for `setup`,

@@ -1,12 +1,10 @@
 //! The command line without any cluster: config errors, plan output, help. Nothing here
 //! opens a connection.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use support::herd;
+use crate::support::herd;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -396,7 +394,7 @@ fn a_full_disk_mid_run_keeps_the_echo_and_warns_once() {
 }
 
 /// The hosts, node ranks and nproc of a `plan --json`.
-fn plan_nodes(out: &support::herd::Finished) -> Vec<(String, u64, u64)> {
+fn plan_nodes(out: &crate::support::herd::Finished) -> Vec<(String, u64, u64)> {
     let plan: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{out}"));
     plan["nodes"]
         .as_array()
@@ -826,7 +824,7 @@ fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
         let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else { continue };
         let text = std::fs::read_to_string(&path).unwrap();
         let builds_cluster =
-            ["support::cluster", "support::testbed"].iter().any(|m| text.contains(&format!("use {m}")));
+            ["crate::support::cluster", "crate::support::testbed"].iter().any(|m| text.contains(&format!("use {m}")));
         if builds_cluster && !filters.iter().any(|f| f.contains(&format!("binary({name})"))) {
             missing.push(name.to_string());
         }
@@ -990,7 +988,7 @@ fn a_closed_stdout_is_no_panic() {
         &["--version"],
     ];
     for args in cases {
-        let mut child = std::process::Command::new(support::herd::HERD)
+        let mut child = std::process::Command::new(crate::support::herd::HERD)
             .args(*args)
             .current_dir(dir.path())
             .stdout(std::process::Stdio::piped())

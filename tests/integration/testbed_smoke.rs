@@ -1,12 +1,10 @@
-mod support;
-
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use support::testbed::Testbed;
+use crate::support::testbed::Testbed;
 
 /// Creations take it shared; the post-drop checks take it exclusively, so that a testbed created
 /// concurrently by another test in this binary cannot reuse the freed slot K (and its names)

@@ -2,14 +2,12 @@
 //! node the run blames is replaced by a spare (or, with `restart.min_nodes`, left out), the
 //! run completes, and later runs of the config skip the node until `herd nodes --release`.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cluster::{Cluster, LIMIT};
-use support::herd::{self, events, wait_until};
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd::{self, events, wait_until};
 
 /// Short backoffs and a short heartbeat for tests only.
 const FAST_RESTART: &str =

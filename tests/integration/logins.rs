@@ -2,10 +2,8 @@
 //! (conda, pyenv, modules from a shared home), so each one more costs that much on every node.
 //! Logins are counted by the nodes' own `~/.bashrc`, as sshd starts them.
 
-mod support;
-
-use support::cluster::{Cluster, LIMIT};
-use support::herd;
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd;
 
 /// `herd <args>` once; then how many logins, and how many shell inits, each node had.
 fn count(c: &Cluster, args: &[&str]) -> Vec<(usize, usize)> {

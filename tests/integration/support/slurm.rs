@@ -7,7 +7,6 @@
 //! What makes it run without systemd or a cgroup hierarchy of its own: `proctrack/linuxproc`,
 //! `task/none`, and `cgroup.conf` naming cgroup v1 at /sys/fs/cgroup (autodetection fails on a
 //! /sys/fs/cgroup that is a tmpfs of v1 hierarchies).
-#![allow(dead_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -120,11 +119,6 @@ impl Slurm {
 
     pub fn conf(&self) -> &Path {
         &self.conf
-    }
-
-    /// The node names, in the order of the testbed's nodes.
-    pub fn nodes(&self) -> &[String] {
-        &self.nodes
     }
 
     /// An allocation of `n` nodes with no shell (`salloc --no-shell`): the environment herd

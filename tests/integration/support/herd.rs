@@ -1,6 +1,5 @@
 //! Running the real `herd` binary from tests: write a cluster file, run a subcommand with a
 //! hard timeout, and read back its output, exit code, logs and events.
-#![allow(dead_code)]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -4,11 +4,9 @@
 //! name only (`--env NAME`, no value in any argv), that the container is named after the run,
 //! and that teardown and `herd kill` remove it.
 
-mod support;
-
 use std::time::Duration;
 
-use support::herd;
+use crate::support::herd;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "s3cr3t-token-value";

@@ -2,12 +2,10 @@
 //! print() at once, under torchrun and DeepSpeed. Each line arrives once, whole, under its
 //! rank's prefix, and in that rank's own log file.
 
-mod support;
-
 use std::collections::BTreeMap;
 
-use support::cluster::Cluster;
-use support::herd::{self, only_run_dir};
+use crate::support::cluster::Cluster;
+use crate::support::herd::{self, only_run_dir};
 
 const LINES: usize = 1000;
 
@@ -105,7 +103,7 @@ fn herd_logs_reads_one_ranks_own_file() {
     let c = Cluster::new(2);
     c.write_config(&job("torchrun").replace(&format!("\"{LINES}\""), "\"5\""), "");
     c.run().assert_code(0);
-    let out = herd::run(c.tb.dir(), &["logs", "--rank", "3"], support::cluster::LIMIT);
+    let out = herd::run(c.tb.dir(), &["logs", "--rank", "3"], crate::support::cluster::LIMIT);
     out.assert_code(0);
     let host_w = (0..2).map(|i| c.addr(i).len()).max().unwrap();
     let prefix = format!("[r3 {:<host_w$}] ", c.addr(1));
@@ -129,7 +127,7 @@ fn a_console_filter_shows_its_ranks_and_a_failing_ranks_last_lines() {
             done.display()
         ),
     );
-    let out = herd::run(c.tb.dir(), &["run", "--ranks", "0"], support::cluster::LIMIT);
+    let out = herd::run(c.tb.dir(), &["run", "--ranks", "0"], crate::support::cluster::LIMIT);
     out.assert_code(1);
     let ranks_shown = |r: usize| out.stdout.lines().filter(|l| l.starts_with(&format!("[r{r} "))).count();
     assert_eq!(ranks_shown(0), 51, "rank 0: its 50 lines and its stderr line\n{out}");

@@ -21,7 +21,6 @@
 //! **All `node: usize` arguments are 0-based indices into [`Testbed::nodes`]**: index 0 is `node1`.
 //!
 //! Requires root (CAP_NET_ADMIN / CAP_SYS_ADMIN), iproute2, util-linux and openssh-server.
-#![allow(dead_code)]
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
@@ -162,11 +161,6 @@ impl Testbed {
     /// The slot number K (the third octet of every address, the suffix of the bridge name).
     pub fn k(&self) -> u32 {
         self.k
-    }
-
-    /// Name of the root-namespace bridge (`herdbr<K>`), whose address is 10.77.K.1.
-    pub fn bridge(&self) -> &str {
-        &self.bridge
     }
 
     /// Private key accepted by every node's sshd for `root`.

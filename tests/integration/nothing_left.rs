@@ -2,12 +2,10 @@
 //! heartbeat sleeps, the probes' listeners, the jobs. Every process of every node is counted
 //! before and after.
 
-mod support;
-
 use std::time::Duration;
 
-use support::cluster::{Cluster, LIMIT};
-use support::herd;
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd;
 
 /// The processes not in `before` on each node once the processes had 5 s to go. By pid: a
 /// process that was there before may have retitled itself (sshd's listener shows how many

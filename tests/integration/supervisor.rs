@@ -2,14 +2,12 @@
 //! classified, communication failures restart the whole job on a fresh port, and nothing is
 //! left behind. Faults are injected by examples/allreduce.py on the first attempt only.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cluster::{Cluster, LIMIT};
-use support::herd::{self, events, only_run_dir, wait_until};
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd::{self, events, only_run_dir, wait_until};
 
 /// Short backoffs for tests only; the defaults are 10 s and up.
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";

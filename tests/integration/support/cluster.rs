@@ -1,5 +1,4 @@
 //! A testbed plus the torch virtualenv, and the cluster file that points herd at it.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -2,12 +2,10 @@
 //! another machine (another state directory), and named in different ways. Both nodes use the
 //! local transport, so the sweeps and the agents run on this machine.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
-use support::herd::{self, processes_with_argv};
+use crate::support::herd::{self, processes_with_argv};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

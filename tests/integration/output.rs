@@ -1,13 +1,11 @@
 //! How a run looks: JSON lines on stdout with `--json`, the live board on a terminal, and
 //! plain lines without escape codes everywhere else. Both nodes use the local transport.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::herd::{self, HERD};
+use crate::support::herd::{self, HERD};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -1,12 +1,10 @@
 //! `herd doctor` and `herd run`'s preflight on the namespace testbed.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::Value;
-use support::cluster::{Cluster, LIMIT};
-use support::herd::{self, events, only_run_dir};
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd::{self, events, only_run_dir};
 
 fn doctor_json(c: &Cluster) -> (herd::Finished, Value) {
     let out = herd::run(c.tb.dir(), &["doctor", "--json"], LIMIT);

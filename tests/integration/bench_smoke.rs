@@ -3,7 +3,7 @@
 //! `cargo bench --bench herd_bench` (BENCHMARKS.md), never part of the test run.
 
 #[allow(dead_code, clippy::all)]
-#[path = "../benches/herd_bench.rs"]
+#[path = "../../benches/herd_bench.rs"]
 mod herd_bench;
 
 #[test]

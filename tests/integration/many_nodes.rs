@@ -3,12 +3,10 @@
 //! and exec --gather each succeed three times in a row, and leave nothing behind. Then 252
 //! nodes under `ulimit -n 1024`, once each.
 
-mod support;
-
 use std::time::Duration;
 
-use support::herd;
-use support::testbed::Testbed;
+use crate::support::herd;
+use crate::support::testbed::Testbed;
 
 const NODES: usize = 64;
 const LIMIT: Duration = Duration::from_secs(240);

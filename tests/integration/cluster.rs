@@ -1,14 +1,12 @@
 //! End to end on the namespace testbed: real sshd per host, real torchrun and deepspeed on
 //! the CPU with gloo, driven through the real `herd` binary.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use support::cluster::Cluster;
-use support::herd::{self, event_names, events, only_run_dir, wait_until};
+use crate::support::cluster::Cluster;
+use crate::support::herd::{self, event_names, events, only_run_dir, wait_until};
 
 /// Every global rank printed exactly one correct result, under its own prefix: its rank and
 /// its node's host.
@@ -349,7 +347,7 @@ fn the_readme_demo_runs_on_the_local_transport() {
     std::fs::write(&path, config).unwrap();
     let out =
         herd::start(&root, &["run", "-c", path.to_str().unwrap()], &[("HERD_VENV", venv.to_str().unwrap())])
-            .wait(support::cluster::LIMIT);
+            .wait(crate::support::cluster::LIMIT);
     out.assert_code(0);
     for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
         let results: usize = (node * 2..node * 2 + 2)

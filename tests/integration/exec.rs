@@ -1,12 +1,10 @@
 //! `herd exec` on the namespace testbed: every node at once over real sshd, prefixed or
 //! gathered output, the worst exit status, unreachable nodes, and Ctrl-C leaving nothing.
 
-mod support;
-
 use std::time::Duration;
 
-use support::cluster::Cluster;
-use support::herd::{self, wait_until};
+use crate::support::cluster::Cluster;
+use crate::support::herd::{self, wait_until};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

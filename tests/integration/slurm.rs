@@ -2,15 +2,13 @@
 //! real torchrun over gloo, and no sshd running: every node's agent is a job step that herd
 //! starts with `srun`, and restarts are new steps in the same allocation.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::cluster::{Cluster, LIMIT};
-use support::herd::{self, events, only_run_dir, wait_until};
-use support::slurm::Slurm;
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd::{self, events, only_run_dir, wait_until};
+use crate::support::slurm::Slurm;
 
 /// Slurm first: its daemons stop before the testbed's namespaces go.
 struct SlurmCluster {

@@ -4,14 +4,12 @@
 //! to. torchrun 3 × 2 over gloo runs in a container on each node, and whatever ends the run
 //! leaves no container and no process on any node.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use support::cluster::{Cluster, LIMIT};
-use support::herd::{self, only_run_dir};
+use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::herd::{self, only_run_dir};
 
 /// The test image, built (once, cached) and imported into podman as needed.
 fn image() -> String {

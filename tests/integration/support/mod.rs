@@ -1,0 +1,5 @@
+//! Shared helpers for the integration tests (`crate::support` in each module of main.rs).
+pub mod cluster;
+pub mod herd;
+pub mod slurm;
+pub mod testbed;
