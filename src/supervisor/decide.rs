@@ -610,7 +610,7 @@ mod tests {
         // Rank 0 writes a checkpoint the others wait for, and rank 3 fails meanwhile.
         let writing = Straggler { alone: true, ..slow(0, 0) };
         let mut case = replacing(cluster(4, Some(3), None));
-        let d = after_slow(&mut Between::default(), &mut case, 0, &[writing.clone()], &[]);
+        let d = after_slow(&mut Between::default(), &mut case, 0, std::slice::from_ref(&writing), &[]);
         assert_eq!(blamed(&d), []);
         assert!(matches!(d.next, Next::Restart { replace: Replace::Nothing, .. }), "{d:?}");
         assert_eq!(case.roster.quarantined_hosts().count(), 0);

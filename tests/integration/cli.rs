@@ -823,8 +823,9 @@ fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
         let path = entry.unwrap().path();
         let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else { continue };
         let text = std::fs::read_to_string(&path).unwrap();
-        let builds_cluster =
-            ["crate::support::cluster", "crate::support::testbed"].iter().any(|m| text.contains(&format!("use {m}")));
+        let builds_cluster = ["crate::support::cluster", "crate::support::testbed"]
+            .iter()
+            .any(|m| text.contains(&format!("use {m}")));
         if builds_cluster && !filters.iter().any(|f| f.contains(&format!("binary({name})"))) {
             missing.push(name.to_string());
         }

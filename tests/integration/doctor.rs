@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, only_run_dir};
+use serde_json::Value;
 
 fn doctor_json(c: &Cluster) -> (herd::Finished, Value) {
     let out = herd::run(c.tb.dir(), &["doctor", "--json"], LIMIT);

@@ -2,9 +2,9 @@
 //! from the newest checkpoint, the run directory records what ran and how it went (and never
 //! a secret), and the notify hook hears of the run's notable events in order.
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, only_run_dir};
+use serde_json::Value;
 
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
 const SECRET: &str = "s3cr3t-value-9f1c";

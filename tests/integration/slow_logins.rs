@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use crate::support::cluster::Cluster;
 use crate::support::herd::{self, events, only_run_dir};
+use serde_json::Value;
 
 /// Four shell inits of 35 s in a row on the master (the preflight's login and its `setup`'s
 /// bash, the job's login and its `setup`'s bash: bash sources ~/.bashrc again for `setup`,

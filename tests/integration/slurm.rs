@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, only_run_dir, wait_until};
 use crate::support::slurm::Slurm;
+use serde_json::Value;
 
 /// Slurm first: its daemons stop before the testbed's namespaces go.
 struct SlurmCluster {

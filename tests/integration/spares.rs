@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, wait_until};
+use serde_json::Value;
 
 /// Short backoffs and a short heartbeat for tests only.
 const FAST_RESTART: &str =

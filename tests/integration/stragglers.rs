@@ -2,9 +2,9 @@
 //! its CPU time as its node's agent samples it; a balanced job, every rank printing, names
 //! nobody. Real torchrun and gloo on the testbed.
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, only_run_dir};
+use serde_json::Value;
 
 /// torchrun, 3 nodes x 2 ranks, each rank busy for `work` seconds a step then an all-reduce
 /// (every rank prints a line a step); `extra`: more of examples/allreduce.py's arguments.

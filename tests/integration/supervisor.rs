@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd::{self, events, only_run_dir, wait_until};
+use serde_json::Value;
 
 /// Short backoffs for tests only; the defaults are 10 s and up.
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
