@@ -65,9 +65,10 @@ pub struct Straggler {
     pub score: f64,
     /// Seconds since the attempt started, when it was first over.
     pub since_secs: f64,
-    /// It computed more (its CPU share was over) while every other rank sat idle (`IDLE`), in
-    /// the round it was named and every round since (the first rounds of its streak may hold
-    /// the steps before the work began): the job waits on work of its own, not on a slow node.
+    /// It computed more (its CPU share was over) while every other rank sat idle (`IDLE`): the
+    /// job waits on work of its own, not on a slow node. It stops being alone once it is over
+    /// with the others busy for ROUNDS rounds in a row, as a straggler is named: a round that
+    /// holds a checkpoint's start or end (the others idle for part of it only) does not count.
     pub alone: bool,
 }
 
@@ -86,8 +87,9 @@ pub struct StragglerWatch {
     last: BTreeMap<usize, (f64, BTreeMap<u32, RankTimes>)>,
     /// This round's shares of each rank that had two samples.
     shares: BTreeMap<u32, Shares>,
-    /// Ranks over in every round since (rounds, first over at).
-    streaks: BTreeMap<u32, (u32, f64)>,
+    /// Ranks over in every round since (rounds, first over at, of them the last in a row that
+    /// were not alone).
+    streaks: BTreeMap<u32, (u32, f64, u32)>,
     /// Ranks named already: once each per attempt.
     named: Vec<Straggler>,
 }
@@ -148,13 +150,15 @@ impl StragglerWatch {
             tracing::trace!(
                 "straggler round at {at:.1} s: rank {rank} over, {s:?}; median cpu {cpu:.3}, busy {busy:.3}"
             );
-            let (rounds, since) = self.streaks.entry(rank).or_insert((0, at));
+            let (rounds, since, busy_peers) = self.streaks.entry(rank).or_insert((0, at, 0));
             *rounds += 1;
+            *busy_peers = if alone_now { 0 } else { *busy_peers + 1 };
+            let alone = *busy_peers < ROUNDS;
             if let Some(n) = self.named.iter_mut().find(|n| n.rank == rank) {
-                n.alone &= alone_now;
+                n.alone &= alone;
             } else if *rounds >= ROUNDS {
                 let since_secs = *since;
-                named.push(Straggler { rank, node_rank: s.node_rank, score, since_secs, alone: alone_now });
+                named.push(Straggler { rank, node_rank: s.node_rank, score, since_secs, alone });
             }
         }
         self.named.extend(named.iter().cloned());
@@ -318,20 +322,22 @@ mod tests {
         // the others.
         let got = watch_times(4, 8, |_, rank| if rank / 2 == 1 { (0.02, 0.9) } else { (0.02, 0.0) });
         assert!(got.iter().all(|(_, s)| !s.alone) && got.len() == 2, "{got:?}");
-        // Alone while named, then slow while the others compute: no longer alone.
+        // Checkpoints one after another: the rounds that hold a start or an end (the others busy
+        // for part of them) leave it alone. Then over for three rounds while the others
+        // compute: no longer alone.
         let mut w = StragglerWatch::new();
-        for round in 0..6 {
-            let others = if round < 3 { 0.005 } else { 0.3 };
+        let others = [0.3, 0.005, 0.005, 0.1, 0.3, 0.005, 0.005, 0.1, 0.3, 0.3, 0.3, 0.3];
+        let mut alone = Vec::new();
+        for (round, others) in others.into_iter().enumerate() {
             for r in 1..4 {
                 w.shares.insert(r, Shares { node_rank: r as usize, cpu: others, busy: others });
             }
             w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95 });
             w.round(round as f64);
-            assert_eq!(
-                w.named().iter().map(|s| s.alone).collect::<Vec<_>>(),
-                [round < 3][..usize::from(round >= 2)]
-            );
+            alone.push(w.named().first().map(|s| s.alone));
         }
+        let (t, f) = (Some(true), Some(false));
+        assert_eq!(alone, [None, None, t, t, t, t, t, t, t, f, f, f]);
         assert!(!w.still_slow()[0].alone);
     }
 
