@@ -171,10 +171,14 @@ pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetRepor
         // Two nodes share their one pair's slow direction: the other direction is all there
         // is to compare with.
         2 => pairs.iter().map(|s| s.mbps).reduce(f64::max),
+        // Each side apart: one fast pair is the best of its sender's sending and of its
+        // receiver's receiving, and must not make two of four nodes look fast (a clean
+        // 4-node testbed once had one pair at 2.5 times the others, and every node named).
         _ => {
-            let node_best: Vec<f64> =
-                (0..nnodes).filter_map(|n| send[n].into_iter().chain(recv[n]).reduce(f64::max)).collect();
-            match (median_mbps, upper_quartile(node_best)) {
+            let fast_send = upper_quartile(send.iter().flatten().copied().collect());
+            let fast_recv = upper_quartile(recv.iter().flatten().copied().collect());
+            let fast = fast_send.into_iter().chain(fast_recv).reduce(f64::max);
+            match (median_mbps, fast) {
                 (Some(med), Some(fast)) if med < slow_below * fast => Some(fast),
                 (med, _) => med,
             }
@@ -408,14 +412,25 @@ mod tests {
         assert_eq!((r.nodes[0].recv_mbps, r.nodes[0].slow), (Some(1464.0), false));
     }
 
+    /// A clean 4-node testbed as CI measured it: one pair (2 to 3) at 2.5 times the rest. It is
+    /// node 2's best sending and node 3's best receiving; it is no fabric the rest fall short of.
+    #[test]
+    fn one_fast_pair_is_no_reference_the_others_fall_short_of() {
+        let r = score(4, &ring(4, 900.0, |src, dst| (src == 2 && dst == 3).then_some(2552.0)), SLOW_BELOW);
+        assert!(r.ok(), "{:?}", r.nodes);
+        assert_eq!(r.reference_mbps, Some(900.0));
+    }
+
     /// Seven of eight nodes slow to send: the median itself is slow, and the fastest nodes'
     /// bandwidth is the reference.
     #[test]
     fn most_of_a_fleet_slow_is_measured_against_what_the_fabric_can_do() {
         let r = score(8, &ring(8, 1464.0, |src, _| (src != 0).then_some(12.3)), SLOW_BELOW);
-        // Slow almost everywhere: the fewest nodes that explain it are named (6 of the 7; the
-        // seventh's pairs all have a named end), and never node 0.
-        assert!(!r.ok() && !r.nodes[0].slow && slow_nodes(&r).len() >= 6, "{:?}", r.nodes);
+        // Slow almost everywhere, the fewest nodes that explain it are named, and never node 0.
+        // A known weakness of that rule: node 4, as slow to send as the others, is left out,
+        // its pairs all having a named end (nodes 3, 5, 6's receiving sides are named instead).
+        assert!(!r.ok() && !r.nodes[0].slow, "{:?}", r.nodes);
+        assert_eq!(slow_nodes(&r), [1, 2, 3, 5, 6, 7], "{:?}", r.nodes);
         assert_eq!(r.reference_mbps, Some(1464.0));
         assert!(r.median_mbps.unwrap() < 1464.0 * SLOW_BELOW);
     }

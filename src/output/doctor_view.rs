@@ -39,7 +39,7 @@ pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
     };
     let _ = writeln!(
         s,
-        "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1 and 2 ({reference})"
+        "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1, 2 and -1 ({reference})"
     );
     let width = hosts.iter().map(|h| h.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(
