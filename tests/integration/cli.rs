@@ -807,7 +807,7 @@ fn herd_nodes_with_slurm_lists_the_allocations_nodes_and_releases_outside_one() 
 /// test at a time: two clusters of torch processes at once on a 2-core machine make both slow
 /// enough to miss their bounds (a CI run once failed that way).
 #[test]
-fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
+fn every_cluster_test_module_is_in_the_serial_cluster_group() {
     let root = herd::repo_root();
     let nextest: toml::Value =
         std::fs::read_to_string(root.join(".config/nextest.toml")).unwrap().parse().unwrap();
@@ -818,18 +818,30 @@ fn every_cluster_test_binary_is_in_the_serial_cluster_group() {
         .filter(|o| o.get("test-group").and_then(|g| g.as_str()) == Some("cluster"))
         .map(|o| o["filter"].as_str().unwrap().to_string())
         .collect();
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+    // The modules the filters name: `test(/^(a|b|c)::/)`.
+    let grouped: Vec<String> = filters
+        .iter()
+        .filter_map(|f| f.split("test(/^(").nth(1)?.split(")::").next().map(str::to_string))
+        .flat_map(|names| names.split('|').map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let (mut missing, mut builders) = (Vec::new(), 0);
+    for entry in std::fs::read_dir(root.join("tests/integration")).unwrap() {
         let path = entry.unwrap().path();
         let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".rs") else { continue };
         let text = std::fs::read_to_string(&path).unwrap();
-        let builds_cluster = ["crate::support::cluster", "crate::support::testbed"]
+        let builds_cluster = ["crate::support::cluster", "crate::support::testbed", "crate::support::slurm"]
             .iter()
             .any(|m| text.contains(&format!("use {m}")));
-        if builds_cluster && !filters.iter().any(|f| f.contains(&format!("binary({name})"))) {
+        builders += usize::from(builds_cluster);
+        if builds_cluster && !grouped.iter().any(|g| g == name) {
             missing.push(name.to_string());
         }
     }
+    // A guard that finds no module that builds a testbed guards nothing.
+    assert!(
+        builders >= 10,
+        "only {builders} modules build a testbed: is the scan looking in the right place?"
+    );
     assert!(missing.is_empty(), "not in the cluster test group of .config/nextest.toml: {missing:?}");
 }
 

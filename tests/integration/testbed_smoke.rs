@@ -167,7 +167,7 @@ fn two_testbeds_at_once() {
 /// A development aid, not a check: keeps a testbed of `HERD_TESTBED_NODES` (default 3) nodes
 /// up for 10 minutes and writes its `[ssh]` table and hosts to /tmp/herd-testbed.toml, for
 /// trying herd by hand.
-/// `cargo test --test testbed_smoke hold_a_testbed -- --ignored --nocapture`
+/// `cargo test --test integration testbed_smoke::hold_a_testbed -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn hold_a_testbed() {

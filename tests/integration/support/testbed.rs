@@ -862,7 +862,11 @@ fn allocate_slot(dir: &Path) -> (u32, PathBuf, String) {
     fs::create_dir_all(MARKER_DIR).unwrap_or_else(|e| panic!("testbed: cannot create {MARKER_DIR}: {e}"));
     let me = std::process::id();
     let content = format!("{me} {}\n{}\n", start_time(me).unwrap_or(0), dir.display());
-    let tmp = PathBuf::from(MARKER_DIR).join(format!(".tmp-{me}-{}", UNIQUE.fetch_add(1, Ordering::Relaxed)));
+    // The counter's address too: the integration binary holds two copies of this file (its
+    // support, and the bench's through bench_smoke), each with its own counter.
+    let copy = &UNIQUE as *const AtomicU64 as usize;
+    let n = UNIQUE.fetch_add(1, Ordering::Relaxed);
+    let tmp = PathBuf::from(MARKER_DIR).join(format!(".tmp-{me}-{copy:x}-{n}"));
     write_file(&tmp, &content);
     let k0 = me % MAX_K; // 0-based start, derived from the pid
     for off in 0..MAX_K {
