@@ -119,7 +119,8 @@ pub struct NetReport {
     /// The median of every node's best sending and best receiving.
     pub median_mbps: Option<f64>,
     /// What each node is measured against: the median, or, where the median is itself below
-    /// `slow_below` of the fastest quarter of the nodes (most of them slow), that quarter's.
+    /// `slow_below` of the fastest quarter of the nodes' sending or receiving sides (most of
+    /// them slow), that quarter's.
     pub reference_mbps: Option<f64>,
     pub slow_below: f64,
     /// Some slow pairs could be put on either end (with two nodes, always): both ends are
