@@ -141,12 +141,12 @@ impl StragglerWatch {
         let (cpu, busy) = (median(|s| s.cpu), median(|s| s.busy));
         let mut named = Vec::new();
         for (rank, s) in shares {
-            let Some(score) = [over(s.cpu, cpu), over(s.busy, busy)].into_iter().flatten().reduce(f64::max)
-            else {
+            let cpu_over = over(s.cpu, cpu);
+            let Some(score) = [cpu_over, over(s.busy, busy)].into_iter().flatten().reduce(f64::max) else {
                 self.streaks.remove(&rank);
                 continue;
             };
-            let alone_now = over(s.cpu, cpu).is_some() && busy < IDLE;
+            let alone_now = cpu_over.is_some() && busy < IDLE;
             tracing::trace!(
                 "straggler round at {at:.1} s: rank {rank} over, {s:?}; median cpu {cpu:.3}, busy {busy:.3}"
             );
