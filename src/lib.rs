@@ -26,6 +26,7 @@ pub mod output;
 pub mod plan;
 pub mod policy;
 pub mod port;
+pub mod preempt;
 pub mod quarantine;
 pub mod remote;
 pub mod roster;

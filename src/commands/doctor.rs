@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{forward_signals, load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
+use super::{load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
 use crate::cli::DoctorArgs;
 use crate::doctor::net::{self, NetReport};
 use crate::error::{exit, Error};
@@ -112,7 +112,7 @@ async fn measure(
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-    forward_signals(interrupt_tx.clone(), None, None);
+    crate::preempt::forward_signals(interrupt_tx.clone(), None, None);
     let interrupts = supervisor::Interrupts::new(interrupts);
     let started = std::time::Instant::now();
     let timer = tokio::spawn(async move {

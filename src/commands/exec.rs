@@ -3,7 +3,7 @@
 
 use tokio::sync::mpsc;
 
-use super::{forward_signals, load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
+use super::{load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
 use crate::cli::ExecArgs;
 use crate::error::{exit, Error};
 use crate::{output, supervisor};
@@ -25,7 +25,7 @@ pub(super) fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     });
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-        forward_signals(interrupt_tx, None, None);
+        crate::preempt::forward_signals(interrupt_tx, None, None);
         let interrupts = supervisor::Interrupts::new(interrupts);
         let commands = vec![command; plan.nodes.len()];
         supervisor::exec::exec(&plan, &exec_id, &commands, events_tx, interrupts).await

@@ -7,13 +7,13 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
-use super::{forward_signals, load_plan, lock_config, new_run_id, runtime, Active, Requeue, EVENT_QUEUE};
+use super::{load_plan, lock_config, new_run_id, runtime, Active, EVENT_QUEUE};
 use crate::cli::RunArgs;
 use crate::error::{exit, Error};
 use crate::events::RunStatus;
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::LaunchPlan;
-use crate::supervisor::{self, RequeueVerdict, RunError, RunOutcome};
+use crate::supervisor::{self, RunError, RunOutcome};
 use crate::{config, notify};
 
 pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
@@ -65,9 +65,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     });
 
     let end = supervisor::RunEnd::default();
-    let requeue = Requeue::new(args.requeue, end.clone());
+    let requeue = crate::preempt::Requeue::new(args.requeue, end.clone());
     let outcome = runtime.block_on(async {
-        forward_signals(interrupt_tx, hooks, Some(requeue.clone()));
+        crate::preempt::forward_signals(interrupt_tx, hooks, Some(requeue.clone()));
         let interrupts = supervisor::Interrupts::new(interrupts);
         let options = supervisor::RunOptions { preflight: !args.no_preflight };
         supervisor::run(&plan, &run_id, options, events_tx, interrupts, end).await
@@ -78,22 +78,8 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     // The reporter has already warned about any file it could not write.
     let report = reporter.join().expect("reporter thread panicked");
     // Last: Slurm stops this batch step once the job is requeued.
-    // A run stopped for a time limit or a preemption in a Slurm job (not a cancelled one: see
-    // `supervisor::run`) goes on in a new allocation.
-    if let Some(o) = outcome.as_ref().ok().filter(|o| o.status.preempted()) {
-        let generation = crate::transport::slurm::restart_count();
-        match args.requeue.then(|| supervisor::requeue_verdict(generation, o.kept.as_ref())) {
-            Some(RequeueVerdict::Refused(why)) => eprintln!("herd: {why}"),
-            verdict => {
-                if let Some(RequeueVerdict::Warned(why)) = verdict {
-                    eprintln!("herd: warning: {why}");
-                }
-                runtime.block_on(requeue.now());
-            }
-        }
-    } else {
-        runtime.block_on(requeue.settle());
-    }
+    let ended = outcome.as_ref().ok().map(|o| (o.status, o.kept.as_ref()));
+    runtime.block_on(requeue.after_run(ended));
     finish(outcome, &run_dir, report.stdout_closed)
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokio::sync::mpsc;
 
-use super::{forward_signals, load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
+use super::{load_plan, new_run_id, ready_to_connect, runtime, Active, EVENT_QUEUE};
 use crate::cli::NodeSelection;
 use crate::error::{exit, Error};
 use crate::{output, supervisor};
@@ -25,7 +25,7 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
         plan.nodes.iter().map(|n| crate::remote::stacks_command(&plan.config_key, &n.host)).collect();
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-        forward_signals(interrupt_tx, None, None);
+        crate::preempt::forward_signals(interrupt_tx, None, None);
         let interrupts = supervisor::Interrupts::new(interrupts);
         supervisor::exec::exec(&plan, &new_run_id(), &commands, events_tx, interrupts).await
     });

@@ -60,6 +60,9 @@ pub struct Context<'a> {
     /// host that took its node's place shows that its slowness follows it, even where it
     /// passed before the attempt ended (a checkpoint's write on rank 0).
     pub named: &'a [Straggler],
+    /// A time limit's warning or a preemption came during the run (`Signal::Checkpoint`):
+    /// the allocation is ending, and the run goes on in the next one, if anywhere.
+    pub preempted: Option<Preemption>,
 }
 
 /// How an attempt ended, as the shell saw it.
@@ -152,6 +155,14 @@ pub enum Replace {
 impl Between {
     /// The decision after attempt `attempt` (0 for the first), which ended as `ended`.
     pub fn after_attempt(&mut self, ctx: &Context, attempt: u32, ended: Ended) -> Decision {
+        let decision = self.judge_attempt(ctx, attempt, ended);
+        match ctx.preempted {
+            Some(why) => stopping(why, decision),
+            None => decision,
+        }
+    }
+
+    fn judge_attempt(&mut self, ctx: &Context, attempt: u32, ended: Ended) -> Decision {
         let (slow, slow_released) = match ctx.restart.on_straggler {
             OnStraggler::Replace => self.slow.judge(ctx.slow, ctx.named, ctx.roster),
             OnStraggler::Report => (Vec::new(), Vec::new()),
@@ -195,6 +206,30 @@ impl Between {
             }
         };
         Decision { verdict, released, roster, next }
+    }
+}
+
+/// `decision` in a run told to stop for its time limit or a preemption (`why`). A restart
+/// could only start to be stopped: it happens in the next allocation instead, so the run ends
+/// as `why` says, to be requeued. An allocation Slurm ended under such a run ended for that.
+/// A failure that would not be restarted still ends the run as failed, and is not requeued.
+fn stopping(why: Preemption, mut decision: Decision) -> Decision {
+    let allocation = decision.verdict.as_ref().is_some_and(|v| v.class == FailureClass::Allocation);
+    match &mut decision.next {
+        Next::Restart { .. } => decision.next = Next::Done { status: why.status(), abandoned: None },
+        Next::Done { status, .. } if allocation && *status == RunStatus::Failed => *status = why.status(),
+        Next::Done { .. } => {}
+    }
+    decision
+}
+
+/// What a run that ended as `status` is recorded as, when a time limit's warning or a
+/// preemption (`preempted`) came during it: a wait it cut short (the connections, a
+/// restart's backoff) ends the run as that, not as interrupted.
+pub fn run_end(status: RunStatus, preempted: Option<Preemption>) -> RunStatus {
+    match (status, preempted) {
+        (RunStatus::Interrupted, Some(why)) => why.status(),
+        (status, _) => status,
     }
 }
 
@@ -465,16 +500,18 @@ mod tests {
         roster: Roster,
         slow: Vec<Straggler>,
         named: Vec<Straggler>,
+        preempted: Option<Preemption>,
     }
 
     impl Case {
         fn new(restart: Restart, roster: Roster) -> Case {
-            Case { restart, rules: RuleTable::new(&[]), roster, slow: Vec::new(), named: Vec::new() }
+            let (slow, named) = (Vec::new(), Vec::new());
+            Case { restart, rules: RuleTable::new(&[]), roster, slow, named, preempted: None }
         }
 
         fn ctx(&self) -> Context<'_> {
             let (restart, rules, roster, slow) = (&self.restart, &self.rules, &self.roster, &self.slow);
-            Context { restart, rules, roster, unit: 0.5, slow, named: &self.named }
+            Context { restart, rules, roster, unit: 0.5, slow, named: &self.named, preempted: self.preempted }
         }
     }
 
@@ -758,6 +795,47 @@ mod tests {
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
         assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
+    }
+
+    /// Told to stop for its time limit or a preemption, a run does not restart in this
+    /// allocation: a failure that would restart ends it as time-limit or preempted (to be
+    /// requeued), and so does the allocation's end. A failure that would not be restarted
+    /// stays a failure, and a wait the signal cut short ends as the signal says.
+    #[test]
+    fn a_run_told_to_stop_for_its_time_limit_restarts_in_the_next_allocation_only() {
+        let mut case = Case::new(policy(3), cluster(3, Some(2), None));
+        let nodes = outcomes();
+        let restarts = Between::default().after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        assert!(matches!(restarts.next, Next::Restart { .. }), "{restarts:?}");
+        for (why, status) in
+            [(Preemption::TimeLimit, RunStatus::TimeLimit), (Preemption::Preempted, RunStatus::Preempted)]
+        {
+            case.preempted = Some(why);
+            let d = Between::default().after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+            assert_eq!((d.verdict, d.next), (Some(segv("n1")), Next::Done { status, abandoned: None }));
+            let allocation = Failure {
+                verdict: segv("n1"),
+                outcomes: &nodes,
+                allocation: Allocation::Ended(AllocationEnd {
+                    why: "allocation 7 ended".into(),
+                    preemption: None,
+                    cancelled: false,
+                }),
+                interrupted: false,
+            };
+            let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(allocation));
+            assert!(matches!(d.next, Next::Done { status: s, .. } if s == status), "{d:?}");
+            // A user error is not restarted anywhere: failed, and not requeued.
+            let user = verdict(FailureClass::User, 0, "n0", 0, NodeExit::ExitCode(1));
+            let d = Between::default().after_attempt(&case.ctx(), 0, failed(user.clone(), &nodes));
+            assert_eq!(d, ended_as(Some(user), RunStatus::Failed, None));
+            // A success is one.
+            let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Succeeded);
+            assert_eq!(d, ended_as(None, RunStatus::Succeeded, None));
+            assert_eq!(run_end(RunStatus::Interrupted, Some(why)), status);
+            assert_eq!(run_end(RunStatus::Succeeded, Some(why)), RunStatus::Succeeded);
+        }
+        assert_eq!(run_end(RunStatus::Interrupted, None), RunStatus::Interrupted);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::blame;
 use crate::config::PortSpec;
 use crate::events::{Event, Quarantined, RunStatus};
 use crate::fleet::{stdout_if_ok, ConnectError, EarlyAgents, Fleet};
-use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
+use crate::outcome::{NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
 use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
@@ -75,12 +75,7 @@ pub async fn run(
     let status = run.run(&mut interrupts).await;
     end.decide();
     let status = status?;
-    // A wait cut short by a time limit or a preemption (the connections, a restart's
-    // backoff): the run ends as that, not as interrupted.
-    let status = match (status, interrupts.preempted()) {
-        (RunStatus::Interrupted, Some(why)) => why.status(),
-        (status, _) => status,
-    };
+    let status = decide::run_end(status, interrupts.preempted());
     let (attempts, kept) = (run.attempts, run.kept);
     let _ = events.send(Event::RunFinished { status, attempts: attempts.len() as u32 }).await;
     Ok(RunOutcome { status, attempts, kept })
@@ -239,23 +234,9 @@ impl Run<'_> {
             unit: rand::random::<f64>(),
             slow: &still_slow,
             named: &stragglers,
+            preempted: interrupts.preempted(),
         };
-        let mut decision = self.between.after_attempt(&ctx, attempt, ended);
-        // A failure while the allocation ends for a time limit or a preemption: a restart
-        // could only start to be stopped; it happens in the next allocation instead. A failure
-        // that would not be restarted ends the run as failed, and is not requeued.
-        // An allocation Slurm ended under a run told to stop for its time limit or a
-        // preemption ended for that.
-        if let Some(why) = interrupts.preempted() {
-            let allocation = decision.verdict.as_ref().is_some_and(|v| v.class == FailureClass::Allocation);
-            match &mut decision.next {
-                Next::Restart { .. } => decision.next = Next::Done { status: why.status(), abandoned: None },
-                Next::Done { status, .. } if allocation && *status == RunStatus::Failed => {
-                    *status = why.status()
-                }
-                Next::Done { .. } => {}
-            }
-        }
+        let decision = self.between.after_attempt(&ctx, attempt, ended);
         let millis = duration.as_millis() as u64;
         let summary = move |verdict| AttemptSummary {
             attempt,

@@ -76,7 +76,7 @@ pub enum Signal {
 
 /// Whether the run has decided how it ends (before its last teardown), for what reacts to
 /// signals outside the supervisor: a Slurm job that is ending is requeued at once only while
-/// its run has not (see `commands::Requeue`).
+/// its run has not (see `preempt::Requeue`).
 #[derive(Debug, Clone, Default)]
 pub struct RunEnd(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
