@@ -15,9 +15,35 @@ pub fn backoff(policy: &Restart, restarts_done: u32, unit: f64) -> Duration {
 }
 
 /// The delay before the restart that follows attempt `attempt`'s failure as `class`, if the
-/// policy calls for one: restarts left, and a class it restarts on.
-pub fn restart_delay(policy: &Restart, attempt: u32, class: FailureClass, unit: f64) -> Option<Duration> {
-    (attempt < policy.max_restarts && policy.on.contains(&class)).then(|| backoff(policy, attempt, unit))
+/// policy calls for one: restarts left, and a class it restarts on. `untrained`: the failed
+/// attempts in a row, this one included, that did not train (see [`trained`]); 0 when this one
+/// did. A restart after an attempt that trained is a new fault's, not a crash loop's: it starts
+/// at once, after a jitter under [`QUICK_RESTART`], and the doubling starts over. A long run
+/// meets a fault every hour or two; waiting minutes after each would cost more than the faults.
+pub fn restart_delay(
+    policy: &Restart,
+    attempt: u32,
+    untrained: u32,
+    class: FailureClass,
+    unit: f64,
+) -> Option<Duration> {
+    let delay = match untrained.checked_sub(1) {
+        None => QUICK_RESTART.mul_f64(unit.clamp(0.0, 1.0)).min(policy.backoff),
+        Some(doubled) => backoff(policy, doubled, unit),
+    };
+    (attempt < policy.max_restarts && policy.on.contains(&class)).then_some(delay)
+}
+
+/// The most a restart after an attempt that trained waits: a jitter, so that many jobs failing
+/// together (a switch's reboot) do not come back at the same instant.
+pub const QUICK_RESTART: Duration = Duration::from_secs(1);
+
+/// Whether a failed attempt trained: it made progress (a line from a rank, or one matching
+/// `restart.progress_pattern`) and kept going for `trained_for`, at least `restart.backoff`,
+/// before it failed. One that failed before that may be a crash loop (a bad node, a broken
+/// config), which the doubling backoff slows.
+pub fn trained(policy: &Restart, trained_for: Option<Duration>) -> bool {
+    trained_for.is_some_and(|t| t >= policy.backoff)
 }
 
 /// SSH keepalive interval, in whole seconds as OpenSSH takes it: the connection drops after
@@ -130,10 +156,29 @@ mod tests {
     #[test]
     fn a_restart_needs_restarts_left_and_a_class_the_policy_restarts_on() {
         let p = Restart { max_restarts: 2, on: vec![FailureClass::Comm], ..policy(10, 60) };
-        assert_eq!(restart_delay(&p, 0, FailureClass::Comm, 0.5), Some(Duration::from_secs(10)));
-        assert_eq!(restart_delay(&p, 1, FailureClass::Comm, 0.5), Some(Duration::from_secs(20)));
-        assert_eq!(restart_delay(&p, 2, FailureClass::Comm, 0.5), None);
-        assert_eq!(restart_delay(&p, 0, FailureClass::User, 0.5), None);
+        assert_eq!(restart_delay(&p, 0, 1, FailureClass::Comm, 0.5), Some(Duration::from_secs(10)));
+        assert_eq!(restart_delay(&p, 1, 2, FailureClass::Comm, 0.5), Some(Duration::from_secs(20)));
+        assert_eq!(restart_delay(&p, 2, 3, FailureClass::Comm, 0.5), None);
+        assert_eq!(restart_delay(&p, 0, 1, FailureClass::User, 0.5), None);
+    }
+
+    /// An attempt that trained is followed by a restart at once (a jitter under a second), and
+    /// the doubling starts over; those that fail before training back off as before.
+    #[test]
+    fn a_restart_after_an_attempt_that_trained_waits_no_backoff() {
+        let p = Restart { max_restarts: 100, ..policy(10, 60) };
+        let comm = FailureClass::Comm;
+        assert_eq!(restart_delay(&p, 7, 0, comm, 0.5), Some(Duration::from_millis(500)));
+        assert!(restart_delay(&p, 7, 0, comm, 0.999).unwrap() < QUICK_RESTART);
+        assert_eq!(restart_delay(&p, 8, 1, comm, 0.5), Some(Duration::from_secs(10)));
+        assert_eq!(restart_delay(&p, 9, 2, comm, 0.5), Some(Duration::from_secs(20)));
+        // Never more than the backoff itself, when that is under a second.
+        let fast = Restart { backoff: Duration::from_millis(200), ..p.clone() };
+        assert_eq!(restart_delay(&fast, 0, 0, comm, 0.9), Some(Duration::from_millis(200)));
+        let s = Duration::from_secs;
+        assert!(trained(&p, Some(s(10))), "10 s of training is one backoff");
+        assert!(!trained(&p, Some(s(9))));
+        assert!(!trained(&p, None), "no progress at all: a loop, however long it ran");
     }
 
     #[test]

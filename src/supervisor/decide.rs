@@ -27,6 +27,9 @@ use crate::{blame, policy};
 pub struct Between {
     history: blame::History,
     slow: SlowRanks,
+    /// The failed attempts in a row that did not train (`policy::trained`): the backoff's
+    /// doubling counts them, and an attempt that trained starts it over.
+    untrained: u32,
 }
 
 /// The stragglers that blamed their node so far (`on_straggler = "replace"`).
@@ -65,7 +68,9 @@ pub struct Context<'a> {
     pub preempted: Option<Preemption>,
 }
 
-/// How an attempt ended, as the shell saw it.
+/// How an attempt ended, as the shell saw it. Made once an attempt and moved once: its size
+/// is no matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Ended<'a> {
     Succeeded,
     /// Ctrl-C or SIGTERM before it failed.
@@ -83,6 +88,9 @@ pub struct Failure<'a> {
     pub allocation: Allocation,
     /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
     pub interrupted: bool,
+    /// How long it went on after its first progress, if it made any: whether it trained
+    /// before it failed (`policy::trained`), which makes its restart a new fault's.
+    pub trained_for: Option<Duration>,
 }
 
 /// What Slurm said of the run's allocation once the attempt failed.
@@ -193,10 +201,12 @@ impl Between {
         let (roster, released) = release(ctx.roster, judged.released);
         let class = failure.verdict.class;
         let verdict = Some(failure.verdict);
+        let trained = policy::trained(ctx.restart, failure.trained_for);
+        self.untrained = if trained { 0 } else { self.untrained + 1 };
         let next = if failure.interrupted {
             Next::Done { status: RunStatus::Interrupted, abandoned: None }
         } else {
-            match policy::restart_delay(ctx.restart, attempt, class, ctx.unit) {
+            match policy::restart_delay(ctx.restart, attempt, self.untrained, class, ctx.unit) {
                 None => Next::Done { status: RunStatus::Failed, abandoned: None },
                 Some(delay) => {
                     let roster = roster.as_ref().unwrap_or(ctx.roster);
@@ -491,7 +501,13 @@ mod tests {
     }
 
     fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
-        Ended::Failed(Failure { verdict, outcomes, allocation: Allocation::Runs, interrupted: false })
+        Ended::Failed(Failure {
+            verdict,
+            outcomes,
+            allocation: Allocation::Runs,
+            interrupted: false,
+            trained_for: None,
+        })
     }
 
     struct Case {
@@ -545,6 +561,36 @@ mod tests {
         assert_eq!(third, ended_as(Some(comm()), RunStatus::Failed, None));
     }
 
+    /// A fault after the job trained restarts it at once; only attempts in a row that failed
+    /// before training double the backoff, and one that trained starts the doubling over.
+    #[test]
+    fn an_attempt_that_trained_restarts_at_once_and_starts_the_doubling_over() {
+        let case = Case::new(policy(10), cluster(2, None, None));
+        let comm = || verdict(FailureClass::Comm, 0, "n0", 0, NodeExit::ExitCode(1));
+        let nodes = [node(0, NodeExit::ExitCode(1)), node(1, NodeExit::Signal(15))];
+        let s = Duration::from_secs;
+        let ended = |trained_for| {
+            let allocation = Allocation::Runs;
+            Ended::Failed(Failure {
+                verdict: comm(),
+                outcomes: &nodes,
+                allocation,
+                interrupted: false,
+                trained_for,
+            })
+        };
+        let delay = |d: Decision| match d.next {
+            Next::Restart { delay, .. } => delay,
+            next => panic!("{next:?}"),
+        };
+        let mut b = Between::default();
+        assert_eq!(delay(b.after_attempt(&case.ctx(), 0, ended(None))), s(10));
+        assert_eq!(delay(b.after_attempt(&case.ctx(), 1, ended(Some(s(4))))), s(20), "trained 4 s: a loop");
+        let quick = delay(b.after_attempt(&case.ctx(), 2, ended(Some(s(560)))));
+        assert!(quick < policy::QUICK_RESTART, "{quick:?}");
+        assert_eq!(delay(b.after_attempt(&case.ctx(), 3, ended(None))), s(10), "the doubling starts over");
+    }
+
     #[test]
     fn a_class_the_policy_does_not_restart_on_ends_the_run() {
         let case = Case::new(policy(3), cluster(2, None, None));
@@ -595,6 +641,7 @@ mod tests {
             outcomes: &nodes,
             allocation: Allocation::Runs,
             interrupted: false,
+            trained_for: None,
         };
         case.slow = slow.to_vec();
         let d = b.after_attempt(&case.ctx(), attempt, Ended::Failed(failure));
@@ -749,6 +796,7 @@ mod tests {
                 cancelled: false,
             }),
             interrupted: false,
+            trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
         let class = FailureClass::Allocation;
@@ -766,6 +814,7 @@ mod tests {
                 cancelled: true,
             }),
             interrupted: false,
+            trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(cancelled));
         assert_eq!(d, ended_as(Some(verdict.clone()), RunStatus::Interrupted, Some(why.into())));
@@ -782,6 +831,7 @@ mod tests {
                     cancelled: false,
                 }),
                 interrupted: false,
+                trained_for: None,
             };
             let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
             assert_eq!(d, ended_as(Some(verdict.clone()), status, Some(why.into())));
@@ -792,6 +842,7 @@ mod tests {
             outcomes: &nodes,
             allocation: Allocation::Interrupted,
             interrupted: false,
+            trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
         assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
@@ -822,6 +873,7 @@ mod tests {
                     cancelled: false,
                 }),
                 interrupted: false,
+                trained_for: None,
             };
             let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(allocation));
             assert!(matches!(d.next, Next::Done { status: s, .. } if s == status), "{d:?}");
@@ -847,6 +899,7 @@ mod tests {
             outcomes: &nodes,
             allocation: Allocation::Runs,
             interrupted: true,
+            trained_for: None,
         };
         let mut b = Between::default();
         let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));

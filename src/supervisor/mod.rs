@@ -223,7 +223,8 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(verdict, o) => {
                 outcomes = o;
-                Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, interrupts).await)
+                let trained_for = first_progress.map(|p| duration.saturating_sub(p));
+                Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, trained_for, interrupts).await)
             }
         };
         let plan = &self.plan;
@@ -267,6 +268,7 @@ impl Run<'_> {
         attempt: u32,
         verdict: Verdict,
         outcomes: &'o [NodeOutcome],
+        trained_for: Option<std::time::Duration>,
         interrupts: &mut Interrupts,
     ) -> Failure<'o> {
         let allocation = match self.allocation_ended(interrupts).await {
@@ -276,7 +278,7 @@ impl Run<'_> {
         };
         let interrupted = allocation == Allocation::Runs
             && interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, outcomes)).await.is_none();
-        Failure { verdict, outcomes, allocation, interrupted }
+        Failure { verdict, outcomes, allocation, interrupted, trained_for }
     }
 
     /// The event of what follows attempt `attempt`: a restart scheduled, or why none is.
