@@ -107,6 +107,7 @@ pub(crate) struct RawRestart {
     pub backoff_max: Option<Spanned<DurationText>>,
     pub grace_period: Option<Spanned<DurationText>>,
     pub hang_timeout: Option<Spanned<DurationText>>,
+    pub stall_timeout: Option<Spanned<DurationText>>,
     pub progress_pattern: Option<Spanned<String>>,
     pub node_wait: Option<Spanned<DurationText>>,
     pub heartbeat_timeout: Option<Spanned<DurationText>>,

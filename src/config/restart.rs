@@ -57,6 +57,11 @@ impl Cx<'_> {
             .as_ref()
             .map(|d| self.positive_duration(d, "restart.hang_timeout"))
             .transpose()?;
+        let stall_timeout = match &raw.stall_timeout {
+            Some(d) if d.get_ref().0.trim() == "off" => None,
+            Some(d) => Some(self.positive_duration(d, "restart.stall_timeout")?),
+            None => defaults.stall_timeout,
+        };
         let progress_pattern = raw.progress_pattern.map(|p| self.progress_pattern(p)).transpose()?;
         let rules = self.rules(raw.rules.unwrap_or_default())?;
         let min_nodes = (raw.min_nodes.as_ref())
@@ -71,6 +76,7 @@ impl Cx<'_> {
             backoff_max,
             grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
             hang_timeout,
+            stall_timeout,
             progress_pattern,
             node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
             heartbeat_timeout: match &raw.heartbeat_timeout {

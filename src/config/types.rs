@@ -208,6 +208,9 @@ pub struct Restart {
     pub backoff_max: Duration,
     pub grace_period: Duration,
     pub hang_timeout: Option<Duration>,
+    /// Every rank still this long (no CPU, no byte read or written: see
+    /// `supervisor::straggler`) is a hang; `None`: off (`"off"`).
+    pub stall_timeout: Option<Duration>,
     pub progress_pattern: Option<String>,
     pub node_wait: Duration,
     pub heartbeat_timeout: Duration,
@@ -340,6 +343,11 @@ impl Default for Logs {
     }
 }
 
+/// `restart.stall_timeout`'s default: a stuck job is found within 2 minutes, and a job whose
+/// every rank waits on nothing at all for 90 s is rare (one that writes a checkpoint, reads
+/// data or computes is not still).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(90);
+
 impl Default for Restart {
     fn default() -> Self {
         Restart {
@@ -349,6 +357,7 @@ impl Default for Restart {
             backoff_max: Duration::from_secs(5 * 60),
             grace_period: Duration::from_secs(10),
             hang_timeout: None,
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             progress_pattern: None,
             node_wait: Duration::from_secs(5 * 60),
             heartbeat_timeout: Duration::from_secs(15),

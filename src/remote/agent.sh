@@ -320,8 +320,10 @@ end_idle_launcher() {
 }
 
 # Each rank's time on a CPU and waiting for one, for stragglers (`supervisor::straggler`
-# scores them): `herd-agent sample UPTIME HZ RANK:CPU:WAIT ...`, in units of 1/HZ s, each
-# summed over the rank's processes. Where the kernel keeps scheduler statistics
+# scores them), and the bytes it has read and written (any file, pipe or socket: rchar and
+# wchar of /proc/PID/io), which tell a rank that waits on I/O from one that waits on nothing
+# (a stall): `herd-agent sample UPTIME HZ RANK:CPU:WAIT:IO ...`, times in units of 1/HZ s, IO
+# in bytes and left out where the node does not show it, each summed over the rank's processes. Where the kernel keeps scheduler statistics
 # (/proc/PID/task/TID/schedstat: time on a CPU, then time ready to run but waiting for one,
 # in ns), both come from it, over every thread: a rank slowed by a throttled cgroup or a noisy
 # neighbour waits for a CPU rather than computing more. Elsewhere, CPU is the user and system
@@ -336,9 +338,13 @@ else
   hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
 fi
 # times_of PID: its CPU time and its wait for a CPU, in units of 1/hz, into `cpu` and
-# `waited`; false if it is gone.
+# `waited`, and its bytes read and written into `io` (empty where /proc/PID/io is not
+# readable); false if it is gone.
 times_of() {
-  cpu=0 waited=0
+  cpu=0 waited=0 io=
+  { while read -r k v; do
+    case $k in rchar: | wchar:) io=$((${io:-0} + v)) ;; esac
+  done <"/proc/$1/io"; } 2>/dev/null
   if [ "$hz" = 1000000000 ]; then
     for t in /proc/"$1"/task/*/schedstat; do
       { read -r on ready _ <"$t"; } 2>/dev/null || continue
@@ -363,15 +369,8 @@ sample_job() {
     live="$live$p:$r "
     case $r in '' | *[!0-9]*) continue ;; esac
     times_of "$p" || continue
-    case $s in
-      *" $r:"*)
-        head=${s%%" $r:"*}
-        rest=${s#*" $r:"}
-        t=${rest%% *}
-        s="$head $r:$((${t%:*} + cpu)):$((${t#*:} + waited)) ${rest#* }"
-        ;;
-      *) s="$s$r:$cpu:$waited " ;;
-    esac
+    # A rank's processes, one word each: herd sums them.
+    s="$s$r:$cpu:$waited${io:+:$io} "
   done
   ranks=$live
   read -r up _ </proc/uptime

@@ -627,8 +627,8 @@ impl StackReader {
     }
 }
 
-/// `UPTIME HZ RANK:CPU:WAIT ...`: a rank's times are its processes' summed (`RANK:CPU` is
-/// a wait of 0).
+/// `UPTIME HZ RANK:CPU:WAIT:IO ...`: a rank's times and bytes are its processes' summed
+/// (`RANK:CPU` is a wait of 0; without IO, the rank's bytes are unknown).
 fn parse_sample(words: &str) -> Option<crate::supervisor::straggler::Sample> {
     use crate::supervisor::straggler::{RankTimes, Sample};
     let mut words = words.split_whitespace();
@@ -640,6 +640,10 @@ fn parse_sample(words: &str) -> Option<crate::supervisor::straggler::Sample> {
         let rank: u32 = fields.next()?.parse().ok()?;
         let cpu: u64 = fields.next()?.parse().ok()?;
         let wait: u64 = fields.next().map_or(Some(0), |w| w.parse().ok())?;
+        let io: Option<u64> = match fields.next() {
+            None => None,
+            Some(io) => Some(io.parse().ok()?),
+        };
         if fields.next().is_some() {
             return None;
         }
@@ -647,8 +651,9 @@ fn parse_sample(words: &str) -> Option<crate::supervisor::straggler::Sample> {
             Some((_, sum)) => {
                 sum.cpu += cpu;
                 sum.wait += wait;
+                sum.io = sum.io.zip(io).map(|(a, b)| a + b);
             }
-            None => ranks.push((rank, RankTimes { cpu, wait })),
+            None => ranks.push((rank, RankTimes { cpu, wait, io })),
         }
     }
     Some(Sample { uptime, hz, ranks })
@@ -1946,9 +1951,11 @@ mod tests {
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
         // A rank's processes (its data loaders) are summed; no rank at all is a sample too.
         use crate::supervisor::straggler::{RankTimes, Sample};
-        let times = |cpu, wait| RankTimes { cpu, wait };
-        let sample = Sample { uptime: 812.5, hz: 100, ranks: vec![(3, times(170, 9)), (2, times(40, 0))] };
-        let line = "herd-agent sample 812.5 100 3:150:4 2:40 3:20:5";
+        let times = |cpu, wait, io| RankTimes { cpu, wait, io };
+        let ranks = vec![(3, times(170, 9, None)), (2, times(40, 0, None)), (1, times(7, 1, Some(4096)))];
+        let sample = Sample { uptime: 812.5, hz: 100, ranks };
+        // Bytes are known for a rank only when they are for every process of it.
+        let line = "herd-agent sample 812.5 100 3:150:4:100 2:40 3:20:5 1:3:1:1000 1:4:0:3096";
         assert_eq!(parse_agent_line(line), AgentMessage::Sample(sample));
         let none = Sample { uptime: 9.0, hz: 250, ranks: vec![] };
         assert_eq!(parse_agent_line("herd-agent sample 9.00 250"), AgentMessage::Sample(none));
@@ -1956,7 +1963,8 @@ mod tests {
             "herd-agent sample 9.0 0 1:2",
             "herd-agent sample 9.0 100 x:2",
             "herd-agent sample 9.0",
-            "herd-agent sample 9.0 100 1:2:3:4",
+            "herd-agent sample 9.0 100 1:2:3:4:5",
+            "herd-agent sample 9.0 100 1:2:3:x",
             "herd-agent sample 9.0 100 1:2:x",
         ] {
             assert_eq!(parse_agent_line(bad), AgentMessage::Other(bad.into()));

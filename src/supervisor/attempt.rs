@@ -82,6 +82,9 @@ pub struct Clock {
     pub heard: Vec<Option<Duration>>,
     /// The launch host's load, if it could be read.
     pub load: Option<HostLoad>,
+    /// How long every rank has sat still, as the last round of samples showed (see
+    /// `straggler::StragglerWatch::still_for`).
+    pub still: Duration,
 }
 
 /// The launch host's 1-minute load average and its cores.
@@ -387,11 +390,21 @@ impl<'a> Attempt<'a> {
         for (heard, now_heard) in self.heard.iter_mut().zip(&clock.heard) {
             *heard |= now_heard.is_some();
         }
-        if let Some(limit) = self.plan.restart.hang_timeout {
-            if self.stopping.is_none() && self.probing.is_none() && clock.since_progress >= limit {
+        let restart = &self.plan.restart;
+        let silent = restart.hang_timeout.filter(|l| clock.since_progress >= *l).map(|_| {
+            let idle = Duration::from_secs(clock.since_progress.as_secs());
+            format!("no progress for {}", humantime::format_duration(idle))
+        });
+        let still = restart.stall_timeout.filter(|l| clock.still >= *l).map(|_| {
+            let still = Duration::from_secs(clock.still.as_secs());
+            format!(
+                "every rank still for {} (no CPU, no byte read or written: restart.stall_timeout)",
+                humantime::format_duration(still)
+            )
+        });
+        if let Some(reason) = silent.or(still) {
+            if self.stopping.is_none() && self.probing.is_none() {
                 // First the evidence: which process each node's job is in, and its state.
-                let idle = Duration::from_secs(clock.since_progress.as_secs());
-                let reason = format!("no progress for {}", humantime::format_duration(idle));
                 actions.push(Action::Probe(reason.clone()));
                 self.probing =
                     Some(Pending { why: Stopping::Hang, at: now, failing: None, reason, kill: false });
@@ -671,6 +684,7 @@ mod tests {
             since_progress: S(since_progress),
             heard: heard.iter().map(|h| h.map(S)).collect(),
             load: None,
+            still: Duration::ZERO,
         })
     }
 
@@ -1152,6 +1166,27 @@ mod tests {
         a.decide(S(61), tick([Some(0); 3], 61, 250));
         a.decide(S(62), Input::ProbeAnswered { node_rank: 0 });
         assert_eq!(a.decide(S(64), Input::ProbeTimedOut), teardown("no progress for 1m 1s", None));
+    }
+
+    /// With the defaults, every rank still for `restart.stall_timeout` (90 s) is a hang,
+    /// however recent the job's last line; "off" turns it off.
+    #[test]
+    fn every_rank_still_for_the_stall_timeout_is_a_hang_by_default() {
+        let still = |secs| match tick([Some(0); 3], 1, 250) {
+            Input::Tick(clock) => Input::Tick(Clock { still: S(secs), ..clock }),
+            _ => unreachable!(),
+        };
+        let p = plan("");
+        let used = BTreeSet::new();
+        let mut a = Attempt::new(&p, Some(1), &used);
+        assert!(a.decide(S(300), still(89)).is_empty());
+        let reason = "every rank still for 1m 30s (no CPU, no byte read or written: restart.stall_timeout)";
+        assert_eq!(a.decide(S(301), still(90)), vec![Action::Probe(reason.into())]);
+        a.decide(S(302), Input::ProbeTimedOut);
+        assert_eq!(a.ended().stopping, Some((Stopping::Hang, S(302))));
+        let off = plan("stall_timeout = \"off\"\n");
+        let mut a = Attempt::new(&off, Some(1), &used);
+        assert!(a.decide(S(3600), still(3600)).is_empty());
     }
 
     #[test]

@@ -340,6 +340,7 @@ impl<'a> Gang<'a> {
             since_progress: l.since_progress(),
             heard: (0..self.results.len()).map(|r| l.has_heard(r).then(|| l.since_heard(r))).collect(),
             load: host_load(),
+            still: self.watch.still_for(),
         }
     }
 

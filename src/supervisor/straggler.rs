@@ -45,6 +45,8 @@ pub struct RankTimes {
     pub cpu: u64,
     /// Ready to run, waiting for a CPU (0 where the node cannot say).
     pub wait: u64,
+    /// Bytes read and written, to anything (`None` where the node cannot say).
+    pub io: Option<u64>,
 }
 
 /// One node's answer to `sample`: its uptime (seconds), the units of its times in a second,
@@ -78,6 +80,8 @@ struct Shares {
     node_rank: usize,
     cpu: f64,
     busy: f64,
+    /// It read or wrote nothing since the sample before (`false` where the node cannot say).
+    still: bool,
 }
 
 /// Every rank's samples over one attempt.
@@ -92,6 +96,13 @@ pub struct StragglerWatch {
     streaks: BTreeMap<u32, (u32, f64, u32)>,
     /// Ranks named already: once each per attempt.
     named: Vec<Straggler>,
+    /// The most ranks a round has held: a round with fewer (a node that answered late) says
+    /// nothing of a stall.
+    most: usize,
+    /// Since when (the round before the first of them) every rank sat still, if they do.
+    still_since: Option<f64>,
+    /// When the last round ended.
+    last_round: Option<f64>,
 }
 
 impl StragglerWatch {
@@ -114,7 +125,8 @@ impl StragglerWatch {
                     // the rank counts less than it did, this round, rather than none.
                     let cpu = now.cpu.saturating_sub(then.cpu) as f64 / per_sec;
                     let busy = cpu + now.wait.saturating_sub(then.wait) as f64 / per_sec;
-                    self.shares.insert(*rank, Shares { node_rank, cpu, busy });
+                    let still = now.io.zip(then.io).is_some_and(|(now, then)| now == then);
+                    self.shares.insert(*rank, Shares { node_rank, cpu, busy, still });
                 }
             } else if dt >= 0.0 {
                 return;
@@ -126,6 +138,7 @@ impl StragglerWatch {
     /// A round is over (`at`: seconds since the attempt started): the ranks named in it.
     pub fn round(&mut self, at: f64) -> Vec<Straggler> {
         let shares = std::mem::take(&mut self.shares);
+        self.stall(&shares, at);
         // "In a row": a rank missing from this round (its node answered late) starts over.
         self.streaks.retain(|rank, _| shares.contains_key(rank));
         if shares.len() < 2 {
@@ -163,6 +176,33 @@ impl StragglerWatch {
         }
         self.named.extend(named.iter().cloned());
         named
+    }
+
+    /// Whether every rank sat still this round: under `IDLE` of a core each, none of them
+    /// reading or writing a byte (a file, a pipe, a socket). A rank that waits on I/O (a
+    /// checkpoint's write, a download) moves bytes; one that computes (an evaluation that
+    /// prints nothing) uses a CPU; the ranks waiting for either in a collective sit still, as
+    /// all do when the job is stuck. Blind where every rank spins a core while it waits
+    /// (NCCL on GPUs) and where a node shows no bytes (`RankTimes::io`): never a stall there.
+    fn stall(&mut self, shares: &BTreeMap<u32, Shares>, at: f64) {
+        self.most = self.most.max(shares.len());
+        let still = !shares.is_empty()
+            && shares.len() == self.most
+            && shares.values().all(|s| s.still && s.cpu < IDLE);
+        self.still_since = match (still, self.still_since) {
+            (false, _) => None,
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(self.last_round.unwrap_or(at)),
+        };
+        self.last_round = Some(at);
+    }
+
+    /// How long every rank had sat still when the last round ended (see `stall`): zero while
+    /// one moves. Not beyond it: a rank may have moved since, which the next round shows.
+    pub fn still_for(&self) -> std::time::Duration {
+        let at = self.last_round.unwrap_or(0.0);
+        let secs = self.still_since.map_or(0.0, |since| (at - since).max(0.0));
+        std::time::Duration::from_secs_f64(secs)
     }
 
     /// Every rank named in this attempt, in the order they were.
@@ -262,8 +302,8 @@ mod tests {
         // 2 ranks in all (1 a node): the slow one against the other.
         let mut w = StragglerWatch::new();
         for round in 0..5 {
-            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.2, busy: 0.25 });
-            w.shares.insert(1, Shares { node_rank: 1, cpu: 0.2, busy: 1.0 });
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.2, busy: 0.25, still: false });
+            w.shares.insert(1, Shares { node_rank: 1, cpu: 0.2, busy: 1.0, still: false });
             let named = w.round(round as f64);
             assert_eq!(named.len(), usize::from(round == 2), "round {round}: {named:?}");
         }
@@ -274,9 +314,9 @@ mod tests {
         let mut w = StragglerWatch::new();
         let round = |w: &mut StragglerWatch, slow: f64| {
             for r in 0..3 {
-                w.shares.insert(r, Shares { node_rank: r as usize, cpu: 0.3, busy: 0.3 });
+                w.shares.insert(r, Shares { node_rank: r as usize, cpu: 0.3, busy: 0.3, still: false });
             }
-            w.shares.insert(3, Shares { node_rank: 3, cpu: slow, busy: slow });
+            w.shares.insert(3, Shares { node_rank: 3, cpu: slow, busy: slow, still: false });
             w.round(0.0)
         };
         for _ in 0..3 {
@@ -291,7 +331,7 @@ mod tests {
         // missing from it ends, though too few ranks answered to judge any.
         round(&mut w, 0.9);
         assert_eq!(w.still_slow().len(), 1);
-        w.shares.insert(0, Shares { node_rank: 0, cpu: 0.3, busy: 0.3 });
+        w.shares.insert(0, Shares { node_rank: 0, cpu: 0.3, busy: 0.3, still: false });
         w.round(0.0);
         assert!(w.still_slow().is_empty(), "{:?}", w.streaks);
     }
@@ -330,9 +370,9 @@ mod tests {
         let mut alone = Vec::new();
         for (round, others) in others.into_iter().enumerate() {
             for r in 1..4 {
-                w.shares.insert(r, Shares { node_rank: r as usize, cpu: others, busy: others });
+                w.shares.insert(r, Shares { node_rank: r as usize, cpu: others, busy: others, still: false });
             }
-            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95 });
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95, still: false });
             w.round(round as f64);
             alone.push(w.named().first().map(|s| s.alone));
         }
@@ -351,7 +391,7 @@ mod tests {
     fn a_round_without_the_rank_breaks_its_streak() {
         let mut w = StragglerWatch::new();
         let share = |w: &mut StragglerWatch, r: u32, s: f64| {
-            w.shares.insert(r, Shares { node_rank: 0, cpu: s, busy: s });
+            w.shares.insert(r, Shares { node_rank: 0, cpu: s, busy: s, still: false });
         };
         for (round, with_rank_5) in [true, true, false, true, true].into_iter().enumerate() {
             for r in 0..4 {
@@ -387,17 +427,81 @@ mod tests {
         let s = |uptime: f64, cpu: u64, wait: u64| Sample {
             uptime,
             hz: 100,
-            ranks: vec![(0, RankTimes { cpu, wait })],
+            ranks: vec![(0, RankTimes { cpu, wait, io: Some(0) })],
         };
         w.sample(0, &s(100.0, 0, 0));
         w.sample(0, &s(100.5, 40, 0));
         assert!(w.shares.is_empty(), "less than a second apart: not a share");
         w.sample(0, &s(50.0, 10, 0));
         w.sample(0, &s(55.0, 260, 100));
-        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7 });
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7, still: true });
         // A thread gone with its wait: what is left counts, none of it below zero.
         w.shares.clear();
         w.sample(0, &s(60.0, 300, 50));
-        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.08, busy: 0.08 });
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.08, busy: 0.08, still: true });
+    }
+
+    /// Four ranks on two nodes, a round every 5 s: `io(round, rank)` bytes and `cpu(round,
+    /// rank)` of a core each; how long every rank had sat still after each round.
+    fn still(
+        rounds: usize,
+        cpu: impl Fn(usize, u32) -> f64,
+        io: impl Fn(usize, u32) -> Option<u64>,
+    ) -> Vec<u64> {
+        let mut w = StragglerWatch::new();
+        let mut sums = [RankTimes { io: Some(0), ..RankTimes::default() }; 4];
+        let mut out = Vec::new();
+        for round in 0..=rounds {
+            for node in 0..2 {
+                let ranks = [2 * node as u32, 2 * node as u32 + 1];
+                let uptime = 100.0 + 5.0 * round as f64;
+                w.sample(
+                    node,
+                    &Sample {
+                        uptime,
+                        hz: 100,
+                        ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
+                    },
+                );
+                for r in ranks {
+                    sums[r as usize].cpu += (cpu(round, r) * 500.0) as u64;
+                    sums[r as usize].io = sums[r as usize].io.zip(io(round, r)).map(|(a, b)| a + b);
+                }
+            }
+            w.round(5.0 * round as f64);
+            out.push(w.still_for().as_secs());
+        }
+        out
+    }
+
+    /// A stuck job (every rank blocked, one stopped) sits still; a checkpoint written by rank 0
+    /// while the others wait moves bytes, an evaluation that prints nothing uses a CPU, and a
+    /// node that shows no bytes never makes a stall.
+    #[test]
+    fn a_stall_is_every_rank_still_with_no_cpu_and_no_bytes() {
+        let stuck_from_4 =
+            still(12, |r, _| if r < 4 { 0.5 } else { 0.01 }, |r, _| Some(if r < 4 { 100 } else { 0 }));
+        assert_eq!(stuck_from_4, [0, 0, 0, 0, 0, 5, 10, 15, 20, 25, 30, 35, 40]);
+        let checkpoint = still(
+            12,
+            |r, rank| {
+                if rank == 0 && r >= 4 {
+                    0.02
+                } else if r < 4 {
+                    0.5
+                } else {
+                    0.0
+                }
+            },
+            |r, rank| Some(if rank == 0 || r < 4 { 1 << 20 } else { 0 }),
+        );
+        assert!(checkpoint.iter().all(|&s| s == 0), "{checkpoint:?}");
+        let evaluation = still(12, |_, _| 0.4, |_, _| Some(0));
+        assert!(evaluation.iter().all(|&s| s == 0), "{evaluation:?}");
+        let blind = still(12, |_, _| 0.0, |_, rank| (rank != 3).then_some(0));
+        assert!(blind.iter().all(|&s| s == 0), "{blind:?}");
+        // One byte moved starts it over (after round 4: the round at 25 s counts it).
+        let again = still(8, |_, _| 0.0, |r, _| Some(u64::from(r == 4)));
+        assert_eq!(again, [0, 5, 10, 15, 20, 0, 5, 10, 15]);
     }
 }
