@@ -81,20 +81,42 @@ big_recv = torch.empty(n, dtype=torch.float32, device=device)
 small_send = torch.ones(1, dtype=torch.float32, device=device)
 small_recv = torch.empty(1, dtype=torch.float32, device=device)
 # The budget is shared by the rounds; every node runs the same number of steps, agreed on
-# from the slowest first step, so that no node waits for a step its peer never takes.
+# from the slowest first step, so that no node waits for a step its peer never takes. The
+# best of many short steps is what the link can do: a node whose process is off its CPU for a
+# few milliseconds (a busy host; on the test cluster, every node's NIC is a CPU) loses a step
+# or two, not its verdict.
+MAX_STEPS = 40
 per_round = budget / max(1, len(shifts))
-lines = []
-for shift in shifts:
+
+
+def measure(shift):
+    """(MB/s at best, median latency in µs) of the pair this node receives in round `shift`."""
     dst, src = (rank + shift) % world, (rank - shift) % world
     exchange(small_send, small_recv, dst, src)  # the connection made, outside the timing
     first = exchange(big_send, big_recv, dst, src)
     slowest = agreed_max(first)
-    steps = int(max(1, min(5, (per_round * 0.6) // max(slowest, 1e-6))))
+    steps = int(max(1, min(MAX_STEPS, (per_round * 0.6) // max(slowest, 1e-6))))
     times = [first] + [exchange(big_send, big_recv, dst, src) for _ in range(steps - 1)]
     lat = sorted(exchange(small_send, small_recv, dst, src) for _ in range(15))
-    best = min(times)
-    mbps = (n * 4) / best / 1e6
-    lines.append("herd-net %d %d %d %.3f %.1f" % (shift, src, rank, mbps, lat[len(lat) // 2] * 1e6))
+    return (n * 4) / min(times) / 1e6, lat[len(lat) // 2] * 1e6
+
+
+# Every round once; then, where that took less than half the budget (no slow link held it
+# up), every round again, and each pair keeps its best: a busy second that cost a healthy
+# pair its steps in one pass is not there in the other. A slow link is slow in both.
+best = {}
+began = time.monotonic()
+for again in (False, True):
+    if again and agreed_max(time.monotonic() - began) * 2 > budget:
+        break
+    for shift in shifts:
+        mbps, lat = measure(shift)
+        if shift not in best or mbps > best[shift][0]:
+            best[shift] = (mbps, lat)
+lines = [
+    "herd-net %d %d %d %.3f %.1f" % (shift, (rank - shift) % world, rank, mbps, lat)
+    for shift, (mbps, lat) in best.items()
+]
 dist.barrier()
 sys.stdout.write("".join(line + "\n" for line in lines))
 sys.stdout.flush()

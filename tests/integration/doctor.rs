@@ -324,33 +324,20 @@ fn deep_names_the_node_behind_a_slow_link_and_none_on_a_clean_cluster() {
         out.assert_code(0);
         assert!(slow.is_empty(), "a clean cluster names no slow node: {out}");
     }
-    let veth = c.tb.nodes()[2].veth_host.clone();
-    let tc = |args: &[&str]| {
-        let st = std::process::Command::new("tc").args(args).status().unwrap();
-        assert!(st.success(), "tc {args:?}");
-    };
-    tc(&[
-        "qdisc", "add", "dev", &veth, "root", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "400ms",
-    ]);
+    c.tb.limit_link(2, "10mbit");
     let (out, slow) = deep();
-    tc(&["qdisc", "del", "dev", &veth, "root"]);
+    c.tb.heal_links();
     out.assert_code(3);
     assert_eq!(slow, [2], "{out}");
     // Two neighbours in the ring slow: half the fleet. Node 1 sends to both of them, so it
     // sends slowly too, and is not to blame; the median of the nodes is no reference.
-    let slow_two = [c.tb.nodes()[2].veth_host.clone(), c.tb.nodes()[3].veth_host.clone()];
-    for veth in &slow_two {
-        tc(&[
-            "qdisc", "add", "dev", veth, "root", "tbf", "rate", "10mbit", "burst", "32kbit", "latency",
-            "400ms",
-        ]);
-    }
+    c.tb.limit_link(2, "10mbit");
+    c.tb.limit_link(3, "10mbit");
     let (out, slow) = deep();
-    for veth in &slow_two {
-        tc(&["qdisc", "del", "dev", veth, "root"]);
-    }
+    c.tb.heal_links();
     out.assert_code(3);
     assert_eq!(slow, [2, 3], "{out}");
+    // Healed: named no more.
     let text = herd::run(c.tb.dir(), &["doctor", "--deep"], LIMIT);
     text.assert_code(0);
     assert!(text.stdout.contains("network: 4 node(s) measured, 0 slow, 0 not measured"), "{text}");

@@ -328,6 +328,22 @@ unset h
         run(Command::new("ip").args(["link", "set", veth, "up"]));
     }
 
+    /// Limits what reaches the node to `rate` (tc's words, e.g. `10mbit`): a tbf on the host
+    /// side of its veth (this kernel has no netem). Undone by [`Testbed::heal_links`].
+    pub fn limit_link(&self, node: usize, rate: &str) {
+        let veth = &self.node(node).veth_host;
+        let tbf =
+            ["qdisc", "add", "dev", veth, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"];
+        run(Command::new("tc").args(tbf));
+    }
+
+    /// Takes every link limit off.
+    pub fn heal_links(&self) {
+        for node in &self.nodes {
+            let _ = Command::new("tc").args(["qdisc", "del", "dev", &node.veth_host, "root"]).output();
+        }
+    }
+
     /// Limits the node's CPU to `percent` of one core, through a cpu cgroup that every one of
     /// its processes (its sshd too, so whatever it starts from now on) is moved into: a node
     /// throttled as a cgroup's quota or a busy neighbour would. Undone when the guard drops.
