@@ -341,10 +341,18 @@ fn deep_names_the_node_behind_a_slow_link_and_none_on_a_clean_cluster() {
     let text = herd::run(c.tb.dir(), &["doctor", "--deep"], LIMIT);
     text.assert_code(0);
     assert!(text.stdout.contains("network: 4 node(s) measured, 0 slow, 0 not measured"), "{text}");
-    // Nothing of the measurement is left on any node (the nodes' processes are this host's).
-    let left =
-        std::process::Command::new("pgrep").args(["-f", "herd doctor --deep: the network"]).output().unwrap();
-    assert!(left.stdout.is_empty(), "left behind: {}", String::from_utf8_lossy(&left.stdout));
+    // Nothing of the measurement is left on any node.
+    let left = measuring(&c.tb);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// This testbed's processes that measure the network for `--deep` (`remote/netcheck.py`):
+/// its nodes' only, not another test's or another suite's on the same host.
+fn measuring(tb: &crate::support::testbed::Testbed) -> Vec<(u32, String)> {
+    (0..tb.nodes().len())
+        .flat_map(|i| tb.processes(i))
+        .filter(|(_, cmd)| cmd.contains("herd doctor --deep: the network"))
+        .collect()
 }
 
 /// A node whose link is cut while `--deep` measures is named as the node that stopped
@@ -355,14 +363,10 @@ fn a_node_cut_during_the_measurement_is_named() {
     let c = Cluster::new(3);
     c.write_config(torch_job(), "");
     let mut running = herd::start(c.tb.dir(), &["doctor", "--deep"], &[]);
-    let measuring = || {
-        let out = std::process::Command::new("pgrep")
-            .args(["-f", "herd doctor --deep: the network"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count() >= 3
-    };
-    assert!(running.until(LIMIT, measuring), "the measurement did not start on every node");
+    assert!(
+        running.until(LIMIT, || measuring(&c.tb).len() >= 3),
+        "the measurement did not start on every node"
+    );
     // During torch's import (on this testbed, the measuring itself takes a few seconds
     // only): the others wait for node 2 at the rendezvous.
     c.tb.link_down(2);
