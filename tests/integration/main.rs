@@ -21,6 +21,7 @@ mod record;
 mod runs;
 mod slow_logins;
 mod slurm;
+mod soak;
 mod spares;
 mod stragglers;
 mod supervisor;

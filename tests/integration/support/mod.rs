@@ -2,4 +2,5 @@
 pub mod cluster;
 pub mod herd;
 pub mod slurm;
+pub mod soak;
 pub mod testbed;

@@ -1,0 +1,429 @@
+//! The goodput soak (issue 41): one long training job on the testbed, faults one after
+//! another on a seeded schedule, and what came of it: the training kept against the wall time
+//! (ETTR), the time each fault cost, the nodes blamed, and what was left on the nodes. The
+//! same schedule and the same script (`examples/train_resumable.py`) serve herd and its peers
+//! (torchrun's elastic agent, a shell loop); the integration test runs its 3-minute form, the
+//! bench its long one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::testbed::{CpuThrottle, Testbed};
+
+/// The job every launcher runs, from the repository root.
+pub const SCRIPT: &str = "examples/train_resumable.py";
+
+/// How long a cut link stays down before it heals.
+pub const CUT_FOR: Duration = Duration::from_secs(20);
+
+/// How long a throttled node stays slow (a busy neighbour that leaves).
+pub const THROTTLE_FOR: Duration = Duration::from_secs(60);
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// One rank SIGKILLed (the OOM killer, a crash).
+    Kill,
+    /// One rank dies of SIGSEGV.
+    Segv,
+    /// One rank SIGSTOPped: a silent hang, the others blocked in the collective.
+    Stop,
+    /// The node's link down for [`CUT_FOR`], then up again.
+    Cut,
+    /// The node's link down for good: a spare must take its place.
+    Lose,
+    /// Every process of the node killed but its sshd (a reboot that came back).
+    Reboot,
+    /// The node throttled to 5 % of a core for [`THROTTLE_FOR`] (a straggler).
+    Throttle,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 7] =
+        [Fault::Kill, Fault::Segv, Fault::Stop, Fault::Cut, Fault::Lose, Fault::Reboot, Fault::Throttle];
+
+    /// The kind named `name` (see [`Fault::name`]).
+    pub fn named(name: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Segv => "segv",
+            Fault::Stop => "hang",
+            Fault::Cut => "cut-link",
+            Fault::Lose => "lose-node",
+            Fault::Reboot => "reboot",
+            Fault::Throttle => "throttle",
+        }
+    }
+
+    /// A fault of the node itself, for which blaming (quarantining) it is right.
+    pub fn blames_the_node(self) -> bool {
+        matches!(self, Fault::Lose | Fault::Throttle | Fault::Cut | Fault::Reboot)
+    }
+}
+
+/// One fault of a schedule: `at` into the soak, and a random number that picks its target
+/// among the nodes that hold a rank then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub at: Duration,
+    pub fault: Fault,
+    pub draw: u64,
+}
+
+/// xorshift64*: the same schedule from the same seed, on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The faults of a soak of `length`: the first at `first`, then one every `every`, each a
+/// kind of `kinds` in a seeded order that uses every kind before any comes again (so that a
+/// short soak meets many kinds), `Lose` at most `spares` times (each takes a spare for good).
+/// Pure: the same arguments give the same schedule.
+pub fn schedule(
+    seed: u64,
+    first: Duration,
+    every: Duration,
+    length: Duration,
+    kinds: &[Fault],
+    spares: usize,
+) -> Vec<Planned> {
+    let mut rng = Rng::new(seed);
+    let mut bag: Vec<Fault> = Vec::new();
+    let mut lost = 0;
+    let mut out = Vec::new();
+    let mut at = first;
+    while at < length && !kinds.is_empty() {
+        if bag.is_empty() {
+            bag = kinds.iter().copied().filter(|&k| k != Fault::Lose || lost < spares).collect();
+            // Fisher-Yates, drawn from the seed.
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            }
+        }
+        let Some(fault) = bag.pop() else { break };
+        lost += usize::from(fault == Fault::Lose);
+        out.push(Planned { at, fault, draw: rng.next() });
+        at += every;
+    }
+    out
+}
+
+/// A fault as it was injected: when, on which node (testbed index), and what was done.
+#[derive(Debug, Clone)]
+pub struct Injected {
+    pub at: Duration,
+    pub wall: SystemTime,
+    pub fault: Fault,
+    pub node: usize,
+    pub what: String,
+}
+
+/// A process of a node: its pid and whole command line.
+fn node_processes(tb: &Testbed, node: usize) -> Vec<(u32, String)> {
+    tb.processes(node)
+        .into_iter()
+        .map(|(pid, short)| {
+            let whole = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or(short);
+            (pid, whole)
+        })
+        .collect()
+}
+
+/// The job's ranks on a node: processes running the script that are not a launcher.
+pub fn ranks(tb: &Testbed, node: usize) -> Vec<u32> {
+    node_processes(tb, node)
+        .into_iter()
+        .filter(|(_, cmd)| cmd.contains(SCRIPT) && !is_launcher(cmd))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+fn is_launcher(cmd: &str) -> bool {
+    cmd.contains("torchrun")
+        || cmd.contains("torch.distributed.run")
+        || cmd.starts_with("bash ")
+        || cmd.starts_with("sh ")
+}
+
+/// Whatever of the job is still on any node: its ranks, its launchers, and the shells that
+/// started them.
+pub fn leftovers(tb: &Testbed) -> Vec<(usize, u32, String)> {
+    (0..tb.nodes().len())
+        .flat_map(|i| {
+            node_processes(tb, i)
+                .into_iter()
+                .filter(|(_, cmd)| cmd.contains(SCRIPT) || cmd.contains("torchrun"))
+                .map(move |(pid, cmd)| (i, pid, cmd))
+        })
+        .collect()
+}
+
+/// The step rank 0 reached last (`DIR/progress`), and when it wrote it.
+pub fn progress(save_dir: &Path) -> Option<(u64, SystemTime)> {
+    let path = save_dir.join("progress");
+    let step = std::fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+    Some((step, std::fs::metadata(&path).ok()?.modified().ok()?))
+}
+
+/// The newest checkpoint's step (0 when there is none).
+pub fn newest_checkpoint(save_dir: &Path) -> u64 {
+    std::fs::read_dir(save_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The training kept at this moment: the step of a job still going (it wrote its progress in
+/// the last `fresh`), else the newest checkpoint (what a restart would resume from).
+pub fn kept(save_dir: &Path, fresh: Duration) -> u64 {
+    let checkpoint = newest_checkpoint(save_dir);
+    match progress(save_dir) {
+        Some((step, at)) if at.elapsed().unwrap_or_default() <= fresh => step.max(checkpoint),
+        _ => checkpoint,
+    }
+}
+
+/// Performs a schedule's faults on the testbed, and heals what heals.
+pub struct Injector<'a> {
+    tb: &'a Testbed,
+    /// Testbed indices the faults may hit (the job's nodes and its spares).
+    nodes: Vec<usize>,
+    lost: BTreeSet<usize>,
+    cuts: Vec<(Instant, usize)>,
+    throttles: Vec<(Instant, CpuThrottle)>,
+    pub injected: Vec<Injected>,
+}
+
+impl<'a> Injector<'a> {
+    pub fn new(tb: &'a Testbed, nodes: Vec<usize>) -> Injector<'a> {
+        Injector {
+            tb,
+            nodes,
+            lost: BTreeSet::new(),
+            cuts: Vec::new(),
+            throttles: Vec::new(),
+            injected: Vec::new(),
+        }
+    }
+
+    /// `planned`, at `at` into the soak: on a node that holds a rank now (a fault on a node
+    /// the job does not use costs it nothing), or, between attempts, on any node still there.
+    pub fn inject(&mut self, planned: &Planned, at: Duration) {
+        let alive: Vec<usize> = self.nodes.iter().copied().filter(|n| !self.lost.contains(n)).collect();
+        let busy: Vec<(usize, Vec<u32>)> =
+            alive.iter().map(|&n| (n, ranks(self.tb, n))).filter(|(_, r)| !r.is_empty()).collect();
+        let pick = |len: usize| (planned.draw % len.max(1) as u64) as usize;
+        let (node, what) = match planned.fault {
+            Fault::Kill | Fault::Segv | Fault::Stop => {
+                let Some((node, pids)) = busy.get(pick(busy.len())).cloned() else {
+                    // Between attempts, a rank fault is a launcher's: the restart meets it.
+                    let Some(&node) = alive.get(pick(alive.len())) else { return };
+                    let launchers = self.launchers(node);
+                    for pid in &launchers {
+                        signal(*pid, "KILL");
+                    }
+                    return self.record(
+                        planned.fault,
+                        node,
+                        at,
+                        format!("between attempts: launcher(s) {launchers:?} killed"),
+                    );
+                };
+                let pid = pids[(planned.draw >> 16) as usize % pids.len()];
+                let sig = match planned.fault {
+                    Fault::Kill => "KILL",
+                    Fault::Segv => "SEGV",
+                    _ => "STOP",
+                };
+                signal(pid, sig);
+                (node, format!("rank pid {pid} sent SIG{sig}"))
+            }
+            Fault::Cut | Fault::Lose | Fault::Reboot | Fault::Throttle => {
+                let node = match busy.get(pick(busy.len())) {
+                    Some((node, _)) => *node,
+                    None => match alive.get(pick(alive.len())) {
+                        Some(&node) => node,
+                        None => return,
+                    },
+                };
+                (node, self.node_fault(planned.fault, node))
+            }
+        };
+        self.record(planned.fault, node, at, what);
+    }
+
+    fn node_fault(&mut self, fault: Fault, node: usize) -> String {
+        match fault {
+            Fault::Cut => {
+                self.tb.link_down(node);
+                self.cuts.push((Instant::now(), node));
+                format!("link down for {} s", CUT_FOR.as_secs())
+            }
+            Fault::Lose => {
+                self.tb.link_down(node);
+                self.lost.insert(node);
+                "link down for good".into()
+            }
+            Fault::Reboot => {
+                // Everything but the sshd that listens and what keeps the node's namespaces
+                // (its ancestors): the node is back at once, with nothing of the job on it.
+                let all = node_processes(self.tb, node);
+                let mut keep = BTreeSet::new();
+                for (pid, _) in all.iter().filter(|(_, cmd)| is_sshd_listener(cmd)) {
+                    let mut p = *pid;
+                    while p > 1 && keep.insert(p) {
+                        p = parent(p).unwrap_or(1);
+                    }
+                }
+                let killed: Vec<u32> =
+                    all.iter().map(|(pid, _)| *pid).filter(|pid| !keep.contains(pid)).collect();
+                for pid in &killed {
+                    signal(*pid, "KILL");
+                }
+                format!("{} processes killed, sshd kept", killed.len())
+            }
+            Fault::Throttle => {
+                self.throttles.push((Instant::now(), self.tb.throttle_cpu(node, 5)));
+                format!("throttled to 5 % of a core for {} s", THROTTLE_FOR.as_secs())
+            }
+            _ => unreachable!("a rank's fault"),
+        }
+    }
+
+    fn launchers(&self, node: usize) -> Vec<u32> {
+        node_processes(self.tb, node)
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("torchrun") || cmd.contains("torch.distributed.run"))
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
+    fn record(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
+        let wall = SystemTime::now();
+        self.injected.push(Injected { at, wall, fault, node, what });
+    }
+
+    /// Heals the cuts and throttles whose time is up.
+    pub fn tick(&mut self) {
+        let tb = self.tb;
+        self.cuts.retain(|(since, node)| {
+            let done = since.elapsed() >= CUT_FOR;
+            if done {
+                tb.link_up(*node);
+            }
+            !done
+        });
+        self.throttles.retain(|(since, _)| since.elapsed() < THROTTLE_FOR);
+    }
+
+    /// Heals everything, the lost nodes too: the soak is over.
+    pub fn heal_all(&mut self) {
+        for (_, node) in std::mem::take(&mut self.cuts) {
+            self.tb.link_up(node);
+        }
+        for node in std::mem::take(&mut self.lost) {
+            self.tb.link_up(node);
+        }
+        self.throttles.clear();
+    }
+}
+
+/// A process's parent, from /proc/PID/stat (after the command's closing parenthesis).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+fn is_sshd_listener(cmd: &str) -> bool {
+    cmd.contains("sshd") && cmd.contains(" -D")
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+}
+
+/// Runs `schedule` against a job started at `start`, until `length` has passed or `done`
+/// says the launcher is gone; returns what was injected. The faults stop `quiet` before the
+/// end, so that the last one's recovery is in the soak.
+pub fn run_schedule(
+    injector: &mut Injector,
+    schedule: &[Planned],
+    start: Instant,
+    length: Duration,
+    mut done: impl FnMut() -> bool,
+) {
+    let mut next = schedule.iter().peekable();
+    while start.elapsed() < length && !done() {
+        if let Some(p) = next.peek() {
+            if start.elapsed() >= p.at {
+                injector.inject(p, start.elapsed());
+                next.next();
+            }
+        }
+        injector.tick();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A fresh folder for the job's checkpoints.
+pub fn save_dir(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(format!("ckpt-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The hosts herd quarantined in a run (its `node_quarantined` events), each with when.
+pub fn quarantined(events: &[serde_json::Value]) -> Vec<(String, SystemTime)> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "node_quarantined")
+        .filter_map(|e| {
+            let at = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
+            Some((e["host"].as_str()?.to_string(), at))
+        })
+        .collect()
+}
+
+/// The quarantines no fault of the node explains: a host blamed with no node fault on it in
+/// the `window` before (a rank's fault is the rank's, not its node's).
+pub fn false_blames(
+    blamed: &[(String, SystemTime)],
+    injected: &[Injected],
+    host_of: impl Fn(usize) -> String,
+    window: Duration,
+) -> Vec<String> {
+    blamed
+        .iter()
+        .filter(|(host, at)| {
+            !injected.iter().any(|i| {
+                i.fault.blames_the_node()
+                    && &host_of(i.node) == host
+                    && at.duration_since(i.wall).is_ok_and(|d| d <= window)
+            })
+        })
+        .map(|(host, _)| host.clone())
+        .collect()
+}
