@@ -34,7 +34,7 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
     let mut stacks = Vec::new();
     for (node_rank, out) in outputs.iter().enumerate() {
         for message in crate::transport::session::messages_in(out) {
-            if let crate::remote::AgentMessage::Stack(stack) = message {
+            if let crate::remote::protocol::AgentMessage::Stack(stack) = message {
                 stacks.push((node_rank, stack));
             }
         }

@@ -16,7 +16,8 @@ use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
-use crate::remote::{self, AgentInvocation, AgentMessage, Control};
+use crate::remote::protocol::{AgentMessage, Control};
+use crate::remote::{self, AgentInvocation};
 use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started};
 

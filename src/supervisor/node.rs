@@ -16,7 +16,8 @@ use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::frames::{Frame, FrameReader, Source};
-use crate::remote::{AgentInvocation, AgentMessage, Control};
+use crate::remote::protocol::{AgentMessage, Control, Sample};
+use crate::remote::AgentInvocation;
 use crate::stacks::RankStack;
 use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started, TransportExit};
@@ -68,7 +69,7 @@ pub enum NodeReport {
     /// Its ranks' stacks, which complete the answer.
     Stacks(Vec<RankStack>),
     /// Its ranks' busy time, as asked (`NodeCommand::Sample`).
-    Sample(super::straggler::Sample),
+    Sample(Sample),
     /// How it ended: its last report.
     Ended(NodeResult),
 }

@@ -61,7 +61,7 @@ impl Sweep<'_> {
 /// The events for what a sweep on one node printed: stopped pids, removed containers.
 pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event> {
     let mut events = Vec::new();
-    let pids = remote::parse_pids(out);
+    let pids = remote::protocol::parse_pids(out);
     if !pids.is_empty() {
         events.push(Event::LeftoversStopped { node_rank, host: host.to_string(), pids });
     }
