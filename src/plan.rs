@@ -739,7 +739,7 @@ impl LaunchPlan {
         let mut container = self.container.clone()?;
         container.args.push("--pull=never".into());
         let python = Some(self.python.as_str()).filter(|_| self.launcher != LauncherKind::Command);
-        let script = remote::CONTAINER_TRIAL_SCRIPT;
+        let script = remote::scripts::CONTAINER_TRIAL_SCRIPT;
         let check = ["sh", "-c", script, "herd-check", &self.launcher_program].into_iter().chain(python);
         let inner = remote::setup_and_exec(self.setup.as_deref(), &remote::command_line(check));
         Some(container.run_command(&self.workdir, node.env.keys().map(String::as_str), &inner))

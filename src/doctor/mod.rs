@@ -77,7 +77,7 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_
         runtime,
         &plan.launcher_program,
         python,
-        remote::FACTS_PY,
+        remote::scripts::FACTS_PY,
         if import_torch { "import" } else { "" },
         &plan.master.addr,
         interface,
@@ -86,7 +86,7 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_
         image,
         &trial,
     ];
-    remote::script_argv(remote::FACTS_SCRIPT, "herd-facts", args)
+    remote::script_argv(remote::scripts::FACTS_SCRIPT, "herd-facts", args)
 }
 
 /// The argv of one node's probe (`probe.sh`): its facts and, where the env gives a master
@@ -98,9 +98,10 @@ fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec
         false => ("worker", REACH_TIMEOUT),
     };
     let secs = secs.as_secs().to_string();
-    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
+    let args =
+        [role, &plan.python, remote::scripts::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
     let facts = facts_argv(plan, node, options.fast, options.imports_torch(node.node_rank));
-    remote::script_argv(remote::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
+    remote::script_argv(remote::scripts::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -730,7 +731,7 @@ mod tests {
         let path = format!("{}:{}", first.display(), second.display());
         let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
         assert_eq!(metadata.trim(), "9.8.7+cu121");
-        let facts = run(remote::FACTS_PY, &path);
+        let facts = run(remote::scripts::FACTS_PY, &path);
         assert!(facts.contains("herd-fact torch=9.8.7+cu121\n"), "{facts}");
         // An egg-info (`setup.py develop`), as a folder and as a file.
         let egg = dir.path().join("egg");
@@ -748,15 +749,15 @@ mod tests {
             format!("{}:{}", built.join("torch-2.0.0a0-py3.11-linux-x86_64.egg").display(), second.display());
         let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &built_first);
         assert_eq!(metadata.trim(), "2.0.0a0+src");
-        assert!(run(remote::FACTS_PY, &built_first).contains("herd-fact torch=2.0.0a0+src\n"));
+        assert!(run(remote::scripts::FACTS_PY, &built_first).contains("herd-fact torch=2.0.0a0+src\n"));
         for (path, version) in [(&egg, "2.0.0a0+git1"), (&file, "1.13.1")] {
             let path = path.display().to_string();
             let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
             assert_eq!(metadata.trim(), version);
-            let facts = run(remote::FACTS_PY, &path);
+            let facts = run(remote::scripts::FACTS_PY, &path);
             assert!(facts.contains(&format!("herd-fact torch={version}\n")), "{facts}");
         }
-        let facts = run(remote::FACTS_PY, &dir.path().join("none").display().to_string());
+        let facts = run(remote::scripts::FACTS_PY, &dir.path().join("none").display().to_string());
         assert!(facts.contains("herd-fact torch=\n"), "{facts}");
     }
 

@@ -6,49 +6,9 @@ use std::sync::Arc;
 
 pub mod frames;
 pub mod protocol;
+pub mod scripts;
 
-/// The process functions shared by the agent, the sweeps and the doctor's probe (POSIX sh).
-/// See the header of `procs.sh`.
-pub const PROCS_SCRIPT: &str = include_str!("procs.sh");
-
-/// The node agent (POSIX sh), after the process functions it uses. See the header of
-/// `agent.sh` for its protocol.
-pub const AGENT_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("agent.sh"));
-
-/// herd's output multiplexer (Python, standard library only). See the header of `mux.py`.
-pub const MUX_SCRIPT: &str = include_str!("mux.py");
-
-/// The newest match of a glob in the workdir, for `{latest:GLOB}` (POSIX sh). See the header
-/// of `latest.sh`.
-pub const LATEST_SCRIPT: &str = include_str!("latest.sh");
-
-/// The doctor's trial in a container: the launcher, its `#!` interpreter, and its Python's
-/// torch (POSIX sh). See the header of `container_trial.sh`.
-pub const CONTAINER_TRIAL_SCRIPT: &str = include_str!("container_trial.sh");
-
-/// A node's NCCL flight-recorder dumps, framed by size (POSIX sh). See the header of
-/// `nccl_dumps.sh`, and `nccl`, which reads them.
-pub const NCCL_DUMPS_SCRIPT: &str = include_str!("nccl_dumps.sh");
-
-/// A node's facts for the doctor's probe (POSIX sh), after the process functions it uses. See
-/// the header of `facts.sh`.
-pub const FACTS_SCRIPT: &str = concat!(include_str!("procs.sh"), include_str!("facts.sh"));
-
-/// The Python and torch facts, which `facts.sh` runs with the job's interpreter. See its
-/// header.
-pub const FACTS_PY: &str = include_str!("facts.py");
-
-/// The doctor's probe of one node: its facts, and its side of the master port's test (POSIX
-/// sh). See the header of `probe.sh`.
-pub const PROBE_SCRIPT: &str = include_str!("probe.sh");
-
-/// The master port's test, listener and connection (Python, standard library only), which
-/// `probe.sh` runs with the job's interpreter. See the header of `port_test.py`.
-pub const PORT_TEST_PY: &str = include_str!("port_test.py");
-
-/// `herd doctor --deep`'s measurement of the network between the nodes, run by the job's own
-/// Python and torch (see `doctor::net`).
-pub const NETCHECK_PY: &str = include_str!("netcheck.py");
+use scripts::{AGENT_NAME, AGENT_SCRIPT, MUX_SCRIPT, PROCS_SCRIPT, SUBREAPER_PL, SUBREAPER_PY};
 
 /// The argv that runs the node script `script` (one of this folder's, POSIX sh):
 /// `sh -c SCRIPT NAME ARGS...`, its inputs positional arguments, never written into its
@@ -153,33 +113,6 @@ const SUBREAPER_PERL: &str = "/usr/bin/perl";
 /// The second choice: the system Python, which needs no shims, virtualenvs or site packages
 /// (`-S -I`).
 const SUBREAPER_PYTHON: &str = "/usr/bin/python3";
-
-/// PR_SET_CHILD_SUBREAPER (36), then exec the agent's argv; without ctypes, just the exec.
-const SUBREAPER_SHIM: &str = "import os, sys\ntry:\n    import ctypes\n    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\nexcept Exception:\n    pass\nos.execvp(sys.argv[1], sys.argv[1:])\n";
-
-/// The same in perl, which has no libc call but `syscall`: prctl's number for the machine
-/// perl itself was built for (its ELF header's `e_machine`: x86-64, AArch64, RISC-V, PowerPC
-/// 64, s390; `use Config` would cost 5 ms), else the Python shim if there is one, else just
-/// the exec. perl has no `-I`: sh starts it with `PERL_BADLANG=0` (no locale warning on the
-/// agent's message channel), `PERL5OPT` and `PERL_HASH_SEED_DEBUG` empty (no module or taint
-/// switch from the user's env, no line on stderr), and each user's own value, if any, in
-/// `HERD_<NAME>` (`x` and the value), which this puts back before the exec.
-const SUBREAPER_PERL_SHIM: &str = "my $h = '';
-if (open my $f, '<:raw', '/proc/self/exe') { read $f, $h, 20 }
-my $m = length $h == 20 ? unpack(ord(substr($h, 5, 1)) == 2 ? 'n' : 'v', substr($h, 18, 2)) : 0;
-my %prctl = (62 => 157, 183 => 167, 243 => 167, 21 => 171, 22 => 172);
-for my $v (qw(PERL_BADLANG PERL5OPT PERL_HASH_SEED_DEBUG)) {
-  my $was = delete $ENV{\"HERD_$v\"};
-  if (length $was) { $ENV{$v} = substr($was, 1) } else { delete $ENV{$v} }
-}
-if ($prctl{$m}) { syscall($prctl{$m}, 36, 1, 0, 0, 0) }
-elsif (-x $py) { unshift @ARGV, $py, qw(-S -I -c), $shim }
-exec { $ARGV[0] } @ARGV;
-die \"herd-agent: cannot run $ARGV[0]: $!\\n\";
-";
-
-/// Name the agent runs under (`$0`), which also marks it in `ps`.
-pub const AGENT_NAME: &str = "herd-agent";
 
 /// Quote one word for a POSIX shell. Every byte arrives unchanged.
 pub fn quote(word: &str) -> String {
@@ -348,11 +281,11 @@ impl SharedTexts {
 /// `set -- ARGV`, then exec it as a child subreaper: through `perl` if the node has it, else
 /// through `python` (the flag survives exec), else unchanged.
 fn subreaper_line(argv: &str, perl: &str, python: &str) -> String {
-    let shim = quote(SUBREAPER_SHIM);
+    let shim = quote(SUBREAPER_PY);
     let perl_shim = format!(
-        "my ($py, $shim) = ({}, {});\n{SUBREAPER_PERL_SHIM}",
+        "my ($py, $shim) = ({}, {});\n{SUBREAPER_PL}",
         perl_string(python),
-        perl_string(SUBREAPER_SHIM)
+        perl_string(SUBREAPER_PY)
     );
     format!(
         "set -- {argv}; [ -x {perl} ] && HERD_PERL_BADLANG=${{PERL_BADLANG+x$PERL_BADLANG}} \
@@ -503,57 +436,6 @@ mod tests {
         assert!(Arc::ptr_eq(a.probe.as_ref().unwrap(), b.probe.as_ref().unwrap()));
         assert!(!Arc::ptr_eq(&a.job, &c.job) && &*c.job == "exec false");
         assert_eq!(c.probe.as_deref(), Some("probe master"));
-    }
-
-    /// The agent as it ships (procs.sh, then agent.sh) passes shellcheck as POSIX sh. SC2317
-    /// ("unreachable") is left out: procs.sh's functions are called from the sweeps' bodies,
-    /// which the agent evals. Needs shellcheck (scripts/test.sh installs it).
-    #[test]
-    fn the_shipped_agent_passes_shellcheck() {
-        shellcheck("agent.sh", AGENT_SCRIPT);
-    }
-
-    /// `script`, written to a file `name`, passes shellcheck as POSIX sh (SC2317 left out,
-    /// see above).
-    fn shellcheck(name: &str, script: &str) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(name);
-        std::fs::write(&path, script).unwrap();
-        let out =
-            Command::new("shellcheck").args(["-s", "sh", "-e", "SC2317"]).arg(&path).output().unwrap_or_else(
-                |e| panic!("shellcheck: {e} (apt-get install shellcheck; scripts/test.sh does)"),
-            );
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
-    }
-
-    /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
-    /// the process functions it is shipped after, which the agent's check covers).
-    #[test]
-    fn the_shipped_node_scripts_pass_shellcheck() {
-        let scripts = [
-            ("latest.sh", LATEST_SCRIPT),
-            ("container_trial.sh", CONTAINER_TRIAL_SCRIPT),
-            ("nccl_dumps.sh", NCCL_DUMPS_SCRIPT),
-            ("probe.sh", PROBE_SCRIPT),
-            ("facts.sh", include_str!("facts.sh")),
-        ];
-        for (name, script) in scripts {
-            shellcheck(name, script);
-        }
-    }
-
-    /// Every node script in Python, as it ships, compiles (`python3 -m py_compile`).
-    #[test]
-    fn the_shipped_python_scripts_compile() {
-        let dir = tempfile::tempdir().unwrap();
-        for (name, script) in
-            [("port_test.py", PORT_TEST_PY), ("facts.py", FACTS_PY), ("netcheck.py", NETCHECK_PY)]
-        {
-            let path = dir.path().join(name);
-            std::fs::write(&path, script).unwrap();
-            let out = Command::new("python3").args(["-m", "py_compile"]).arg(&path).output().unwrap();
-            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-        }
     }
 
     use proptest::prelude::*;
@@ -1134,31 +1016,6 @@ mod tests {
             ["grep", "grep", "grep", "sort", "tr", "tr"],
             "one look each: marked, live agents, markers"
         );
-    }
-
-    /// The multiplexer ends as soon as its launcher does, with its status, even while what the
-    /// launcher left holds its output open: each run's time beyond a bare start of the same
-    /// interpreter. It used to notice the exit at its loop's next turn (up to 200 ms, a median
-    /// of 100 ms over runs).
-    #[test]
-    fn the_multiplexer_ends_as_soon_as_its_launcher_does() {
-        let py = "/usr/bin/python3";
-        let time = |args: &[&str]| {
-            let start = std::time::Instant::now();
-            let status =
-                Command::new(py).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
-            (start.elapsed(), status.code())
-        };
-        let mut extra: Vec<std::time::Duration> = (0..7)
-            .map(|_| {
-                let (bare, _) = time(&["-IS", "-c", "import os, select, _signal, _socket"]);
-                let (mux, code) = time(&["-IS", "-c", MUX_SCRIPT, "sh", "-c", "sleep 2 & exit 3"]);
-                assert_eq!(code, Some(3), "the launcher's status");
-                mux.saturating_sub(bare)
-            })
-            .collect();
-        extra.sort();
-        assert!(extra[3] < std::time::Duration::from_millis(60), "beyond a bare start: {extra:?}");
     }
 
     /// A marker value of this test's own: the tests run at once, and an agent stops every

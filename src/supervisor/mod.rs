@@ -724,7 +724,7 @@ async fn latest_match(fleet: &Fleet, master: usize, workdir: &str, glob: &str) -
 /// The command that prints the newest match of `glob` under `workdir` (`latest.sh`, in `sh`,
 /// not the login shell, which may be zsh), between two NULs.
 fn latest_command(workdir: &str, glob: &str) -> String {
-    crate::remote::script_call(crate::remote::LATEST_SCRIPT, "herd-latest", [workdir, glob])
+    crate::remote::script_call(crate::remote::scripts::LATEST_SCRIPT, "herd-latest", [workdir, glob])
 }
 
 /// The name `latest.sh` printed: `None` when nothing matched; an error for output that
