@@ -16,8 +16,9 @@ use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
+use crate::remote;
+use crate::remote::agent::AgentInvocation;
 use crate::remote::protocol::{AgentMessage, Control};
-use crate::remote::{self, AgentInvocation};
 use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started};
 
@@ -51,7 +52,7 @@ const FACTS_DONE: &str = "herd-facts-done";
 /// The command that prints a node's facts (`facts.sh`). `fast` leaves out what costs time
 /// (importing torch).
 pub fn facts_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
-    remote::command_line(facts_argv(plan, node, fast, !fast))
+    remote::shell::command_line(facts_argv(plan, node, fast, !fast))
 }
 
 /// The argv of `facts.sh` (after `procs.sh`, in `sh`) on `node`, importing torch when
@@ -86,7 +87,7 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_
         image,
         &trial,
     ];
-    remote::script_argv(remote::scripts::FACTS_SCRIPT, "herd-facts", args)
+    remote::shell::script_argv(remote::scripts::FACTS_SCRIPT, "herd-facts", args)
 }
 
 /// The argv of one node's probe (`probe.sh`): its facts and, where the env gives a master
@@ -101,7 +102,7 @@ fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec
     let args =
         [role, &plan.python, remote::scripts::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
     let facts = facts_argv(plan, node, options.fast, options.imports_torch(node.node_rank));
-    remote::script_argv(remote::scripts::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
+    remote::shell::script_argv(remote::scripts::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -385,10 +386,10 @@ impl Report {
 pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> AgentInvocation {
     let values = AttemptValues { run_id: doctor_run_id(), attempt: 0, master_port: 0, interfaces: &[] };
     // With [container], setup is for inside the image: the probes run on the node itself.
-    let job = remote::job_snippet(
+    let job = remote::shell::job_snippet(
         &plan.workdir,
         plan.setup.as_deref().filter(|_| plan.container.is_none()),
-        &remote::command_line(probe_argv(plan, node, options)),
+        &remote::shell::command_line(probe_argv(plan, node, options)),
     );
     AgentInvocation {
         grace_secs: 1,
@@ -418,7 +419,7 @@ pub async fn diagnose(
     let mut probes = Probes::new(plan, options.test_port && plan.nnodes() > 1 && all_connected, options);
     let (said_tx, mut said) = mpsc::unbounded_channel();
     let mut agents: Vec<Option<Started>> = plan.nodes.iter().map(|_| None).collect();
-    let shared = remote::SharedTexts::default();
+    let shared = remote::agent::SharedTexts::default();
     let mut nodes = fleet.spawn_each(|rank, conn| {
         let agent = early.get_mut(rank).and_then(Option::take);
         let inv = match &agent {
@@ -652,7 +653,7 @@ mod tests {
 
     /// The master's probe is herd's longest command (the probe, the port test and the facts
     /// with the process functions, each once, quoted inside quotes). Its line for the login
-    /// shell (`remote::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
+    /// shell (`remote::shell::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
     /// takes up to 128 KiB.
     #[test]
     fn the_masters_probe_fits_one_login_shell_argument() {
@@ -668,7 +669,7 @@ mod tests {
             import_torch: Vec::new(),
         };
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
-        let line = remote::for_login_shell(&command);
+        let line = remote::shell::for_login_shell(&command);
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
     }
 
@@ -779,8 +780,10 @@ mod tests {
             std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
         let probe = |plan: &LaunchPlan, rank: usize, port: &str| {
             let mut command = std::process::Command::new("sh");
-            let exec =
-                format!("exec {}", remote::command_line(probe_argv(plan, &plan.nodes[rank], &options)));
+            let exec = format!(
+                "exec {}",
+                remote::shell::command_line(probe_argv(plan, &plan.nodes[rank], &options))
+            );
             command.arg("-c").arg(exec).env("MASTER_PORT", port);
             command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
             command
