@@ -1,6 +1,6 @@
-//! The registry of node scripts: every program herd ships to a node, each a file of this
-//! folder brought in with `include_str!` (POSIX sh, Python's standard library, one perl shim),
-//! and the name the agent runs under. Each script's header says what it does and what its
+//! The registry of node scripts: every program herd ships to a node (but `step.sh`, which
+//! `transport::step` ships), each a file of this folder brought in with `include_str!` (POSIX
+//! sh, Python's standard library, one perl shim), and the name the agent runs under. Each script's header says what it does and what its
 //! positional arguments are; `shell` builds the lines that run them. The tests check every
 //! script as it ships: shellcheck, Python's compile, perl's.
 
