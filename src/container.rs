@@ -15,7 +15,7 @@
 //! has already exported (secrets included).
 
 use crate::config::{Container, ContainerRuntime, Device};
-use crate::remote::{command_line, ShellLine};
+use crate::remote::shell::{command_line, ShellLine};
 
 /// The variable holding the container's name; the plan exports it on every node when
 /// `[container]` is set, and the run command names the container after it.

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::events::Event;
 use crate::plan::{LaunchPlan, NodePlan};
-use crate::remote::AgentInvocation;
+use crate::remote::agent::AgentInvocation;
 use crate::transport::{self, Connection, Started, TransportError};
 
 /// Work running on many nodes at once (`Fleet::spawn_each`). Dropping it aborts what is left.
@@ -264,7 +264,7 @@ impl Fleet {
         OnNodes { set }
     }
 
-    /// `command(node_rank)` (a node script's call, see `remote::script_call`) run on every
+    /// `command(node_rank)` (a node script's call, see `remote::shell::script_call`) run on every
     /// connected node it gives one for, all at once, each within `limit`. By node rank: what
     /// each gave, or why it gave nothing (the transport's error, or no answer in time: the
     /// command is then abandoned).

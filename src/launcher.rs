@@ -7,7 +7,7 @@
 use base64::Engine as _;
 
 use crate::config::{Job, LauncherKind};
-use crate::remote::ShellLine;
+use crate::remote::shell::ShellLine;
 
 /// What a node's command line depends on besides the job settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub fn program(job: &Job) -> &str {
 }
 
 const MASTER_PORT_REF: &str = "\"$MASTER_PORT\"";
-/// The rank wrapper herd's output multiplexer writes (see `remote::under_mux`): each worker is
+/// The rank wrapper herd's output multiplexer writes (see `remote::shell::under_mux`): each worker is
 /// started through it, and gets a stdout and a stderr of its own.
 const RANK_WRAPPER_REF: &str = "\"$HERD_RANK_WRAPPER\"";
 

@@ -32,7 +32,7 @@ pub struct RankDump {
 pub fn command(workdir: &str, dir: &str, ranks: Range<u32>) -> String {
     let args = [workdir.to_string(), dir.to_string(), MAX_DUMP.to_string()];
     let args = args.into_iter().chain(ranks.map(|r| r.to_string()));
-    crate::remote::script_call(crate::remote::NCCL_DUMPS_SCRIPT, "herd-nccl-dumps", args)
+    crate::remote::shell::script_call(crate::remote::scripts::NCCL_DUMPS_SCRIPT, "herd-nccl-dumps", args)
 }
 
 /// The dumps in `out`, as `command` printed them: what comes before the `herd-dumps` line is

@@ -531,8 +531,8 @@ impl Basis {
             NodeLaunch { node_rank: rank, nproc, master_addr: &world.master_addr, world: &world.hosts };
         let command = launcher::command_line(job, &launch);
         let container_command = site.container.as_ref().map(|c| {
-            let run = remote::under_mux(job.python(), &command, job.launcher != LauncherKind::Command);
-            let inner = remote::setup_and_exec(job.setup.as_deref(), &run);
+            let run = remote::shell::under_mux(job.python(), &command, job.launcher != LauncherKind::Command);
+            let inner = remote::shell::setup_and_exec(job.setup.as_deref(), &run);
             c.run_command(&site.workdir, env.keys().map(String::as_str), &inner)
         });
         NodePlan {
@@ -680,8 +680,8 @@ impl LaunchPlan {
     /// run: what a sweep for leftovers matches.
     /// The agent of a job (a shell snippet) whose processes carry `marker` (`NAME=VALUE`),
     /// with the plan's timings; the rest as the caller sets it.
-    pub fn agent(&self, marker: String, job: String) -> remote::AgentInvocation {
-        remote::AgentInvocation {
+    pub fn agent(&self, marker: String, job: String) -> remote::agent::AgentInvocation {
+        remote::agent::AgentInvocation {
             grace_secs: self.timing.grace_secs,
             heartbeat_secs: self.timing.heartbeat_secs,
             marker,
@@ -702,15 +702,19 @@ impl LaunchPlan {
     /// container (see `container`), only `cd WORKDIR` outside.
     pub fn job_snippet(&self, node: &NodePlan) -> String {
         match &node.container_command {
-            Some(command) => remote::job_snippet(&self.workdir, None, command),
-            None => remote::job_snippet(&self.workdir, self.setup.as_deref(), &self.run_line(&node.command)),
+            Some(command) => remote::shell::job_snippet(&self.workdir, None, command),
+            None => remote::shell::job_snippet(
+                &self.workdir,
+                self.setup.as_deref(),
+                &self.run_line(&node.command),
+            ),
         }
     }
 
     /// A node's launcher line as it runs: under the output multiplexer (see
-    /// `remote::under_mux`), which a torch launcher's ranks need.
+    /// `remote::shell::under_mux`), which a torch launcher's ranks need.
     fn run_line(&self, command: &str) -> String {
-        remote::under_mux(&self.python, command, self.launcher != LauncherKind::Command)
+        remote::shell::under_mux(&self.python, command, self.launcher != LauncherKind::Command)
     }
 
     /// Whether a healthy node's launcher may be ended once its workers are gone (see
@@ -739,9 +743,9 @@ impl LaunchPlan {
         let mut container = self.container.clone()?;
         container.args.push("--pull=never".into());
         let python = Some(self.python.as_str()).filter(|_| self.launcher != LauncherKind::Command);
-        let script = remote::CONTAINER_TRIAL_SCRIPT;
+        let script = remote::scripts::CONTAINER_TRIAL_SCRIPT;
         let check = ["sh", "-c", script, "herd-check", &self.launcher_program].into_iter().chain(python);
-        let inner = remote::setup_and_exec(self.setup.as_deref(), &remote::command_line(check));
+        let inner = remote::shell::setup_and_exec(self.setup.as_deref(), &remote::shell::command_line(check));
         Some(container.run_command(&self.workdir, node.env.keys().map(String::as_str), &inner))
     }
 }
@@ -767,7 +771,7 @@ impl NodePlan {
                     EnvValue::ContainerName { config_key } => {
                         container::name(config_key, values.run_id, values.attempt, self.node_rank)
                     }
-                    // Relative to the workdir, made absolute there (see `remote::job_snippet`).
+                    // Relative to the workdir, made absolute there (see `remote::shell::job_snippet`).
                     EnvValue::NcclDump => {
                         format!("{}/rank_", crate::nccl::dump_dir(values.run_id, values.attempt))
                     }
@@ -780,7 +784,7 @@ impl NodePlan {
     /// The env block the agent reads from stdin for one attempt.
     pub fn env_block(&self, values: &AttemptValues<'_>) -> Vec<u8> {
         let env = self.resolved_env(values);
-        remote::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        remote::shell::env_block(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
     /// Whether its ranks dump the NCCL flight recorder where herd collects it (a GPU job, the

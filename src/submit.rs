@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::remote::ShellLine;
+use crate::remote::shell::ShellLine;
 
 /// What the allocation asks for, and what runs in it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });
     let commands: Vec<String> =
-        plan.nodes.iter().map(|n| crate::remote::stacks_command(&plan.config_key, &n.host)).collect();
+        plan.nodes.iter().map(|n| crate::remote::procs::stacks_command(&plan.config_key, &n.host)).collect();
     let outcome = runtime.block_on(async {
         let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
         crate::preempt::forward_signals(interrupt_tx, None, None);
@@ -34,7 +34,7 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
     let mut stacks = Vec::new();
     for (node_rank, out) in outputs.iter().enumerate() {
         for message in crate::transport::session::messages_in(out) {
-            if let crate::remote::AgentMessage::Stack(stack) = message {
+            if let crate::remote::protocol::AgentMessage::Stack(stack) = message {
                 stacks.push((node_rank, stack));
             }
         }

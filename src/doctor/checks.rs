@@ -1076,7 +1076,8 @@ mod tests {
     #[test]
     fn the_leftovers_fact_counts_only_the_configs_processes_whose_agent_is_gone() {
         use crate::marker::{Marker, RUN_VAR};
-        use crate::remote::{env_block, AgentInvocation};
+        use crate::remote::agent::AgentInvocation;
+        use crate::remote::shell::env_block;
         use std::io::{Read, Write};
         use std::process::{Command, Stdio};
         let p = plan();

@@ -16,7 +16,9 @@ use crate::config::PortSpec;
 use crate::fleet::Fleet;
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::port::{self, PortError};
-use crate::remote::{self, AgentInvocation, AgentMessage, Control};
+use crate::remote;
+use crate::remote::agent::AgentInvocation;
+use crate::remote::protocol::{AgentMessage, Control};
 use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started};
 
@@ -50,7 +52,7 @@ const FACTS_DONE: &str = "herd-facts-done";
 /// The command that prints a node's facts (`facts.sh`). `fast` leaves out what costs time
 /// (importing torch).
 pub fn facts_command(plan: &LaunchPlan, node: &NodePlan, fast: bool) -> String {
-    remote::command_line(facts_argv(plan, node, fast, !fast))
+    remote::shell::command_line(facts_argv(plan, node, fast, !fast))
 }
 
 /// The argv of `facts.sh` (after `procs.sh`, in `sh`) on `node`, importing torch when
@@ -76,7 +78,7 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_
         runtime,
         &plan.launcher_program,
         python,
-        remote::FACTS_PY,
+        remote::scripts::FACTS_PY,
         if import_torch { "import" } else { "" },
         &plan.master.addr,
         interface,
@@ -85,7 +87,7 @@ pub(crate) fn facts_argv(plan: &LaunchPlan, node: &NodePlan, fast: bool, import_
         image,
         &trial,
     ];
-    remote::script_argv(remote::FACTS_SCRIPT, "herd-facts", args)
+    remote::shell::script_argv(remote::scripts::FACTS_SCRIPT, "herd-facts", args)
 }
 
 /// The argv of one node's probe (`probe.sh`): its facts and, where the env gives a master
@@ -97,9 +99,10 @@ fn probe_argv(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> Vec
         false => ("worker", REACH_TIMEOUT),
     };
     let secs = secs.as_secs().to_string();
-    let args = [role, &plan.python, remote::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
+    let args =
+        [role, &plan.python, remote::scripts::PORT_TEST_PY, &plan.master.addr, &secs].map(String::from);
     let facts = facts_argv(plan, node, options.fast, options.imports_torch(node.node_rank));
-    remote::script_argv(remote::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
+    remote::shell::script_argv(remote::scripts::PROBE_SCRIPT, "herd-probe", args.into_iter().chain(facts))
 }
 
 /// What a probe printed, and what herd measured of the node on the way.
@@ -383,10 +386,10 @@ impl Report {
 pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptions) -> AgentInvocation {
     let values = AttemptValues { run_id: doctor_run_id(), attempt: 0, master_port: 0, interfaces: &[] };
     // With [container], setup is for inside the image: the probes run on the node itself.
-    let job = remote::job_snippet(
+    let job = remote::shell::job_snippet(
         &plan.workdir,
         plan.setup.as_deref().filter(|_| plan.container.is_none()),
-        &remote::command_line(probe_argv(plan, node, options)),
+        &remote::shell::command_line(probe_argv(plan, node, options)),
     );
     AgentInvocation {
         grace_secs: 1,
@@ -416,7 +419,7 @@ pub async fn diagnose(
     let mut probes = Probes::new(plan, options.test_port && plan.nnodes() > 1 && all_connected, options);
     let (said_tx, mut said) = mpsc::unbounded_channel();
     let mut agents: Vec<Option<Started>> = plan.nodes.iter().map(|_| None).collect();
-    let shared = remote::SharedTexts::default();
+    let shared = remote::agent::SharedTexts::default();
     let mut nodes = fleet.spawn_each(|rank, conn| {
         let agent = early.get_mut(rank).and_then(Option::take);
         let inv = match &agent {
@@ -650,7 +653,7 @@ mod tests {
 
     /// The master's probe is herd's longest command (the probe, the port test and the facts
     /// with the process functions, each once, quoted inside quotes). Its line for the login
-    /// shell (`remote::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
+    /// shell (`remote::shell::for_login_shell`) must stay one argument of `$SHELL -c`, which Linux
     /// takes up to 128 KiB.
     #[test]
     fn the_masters_probe_fits_one_login_shell_argument() {
@@ -666,7 +669,7 @@ mod tests {
             import_torch: Vec::new(),
         };
         let command = probe_invocation(&plan, &plan.nodes[0], &options).remote_command();
-        let line = remote::for_login_shell(&command);
+        let line = remote::shell::for_login_shell(&command);
         assert!(line.len() < 120 * 1024, "{} bytes, from {}", line.len(), command.len());
     }
 
@@ -729,7 +732,7 @@ mod tests {
         let path = format!("{}:{}", first.display(), second.display());
         let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
         assert_eq!(metadata.trim(), "9.8.7+cu121");
-        let facts = run(remote::FACTS_PY, &path);
+        let facts = run(remote::scripts::FACTS_PY, &path);
         assert!(facts.contains("herd-fact torch=9.8.7+cu121\n"), "{facts}");
         // An egg-info (`setup.py develop`), as a folder and as a file.
         let egg = dir.path().join("egg");
@@ -747,15 +750,15 @@ mod tests {
             format!("{}:{}", built.join("torch-2.0.0a0-py3.11-linux-x86_64.egg").display(), second.display());
         let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &built_first);
         assert_eq!(metadata.trim(), "2.0.0a0+src");
-        assert!(run(remote::FACTS_PY, &built_first).contains("herd-fact torch=2.0.0a0+src\n"));
+        assert!(run(remote::scripts::FACTS_PY, &built_first).contains("herd-fact torch=2.0.0a0+src\n"));
         for (path, version) in [(&egg, "2.0.0a0+git1"), (&file, "1.13.1")] {
             let path = path.display().to_string();
             let metadata = run("import importlib.metadata as m; print(m.version('torch'))", &path);
             assert_eq!(metadata.trim(), version);
-            let facts = run(remote::FACTS_PY, &path);
+            let facts = run(remote::scripts::FACTS_PY, &path);
             assert!(facts.contains(&format!("herd-fact torch={version}\n")), "{facts}");
         }
-        let facts = run(remote::FACTS_PY, &dir.path().join("none").display().to_string());
+        let facts = run(remote::scripts::FACTS_PY, &dir.path().join("none").display().to_string());
         assert!(facts.contains("herd-fact torch=\n"), "{facts}");
     }
 
@@ -777,8 +780,10 @@ mod tests {
             std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
         let probe = |plan: &LaunchPlan, rank: usize, port: &str| {
             let mut command = std::process::Command::new("sh");
-            let exec =
-                format!("exec {}", remote::command_line(probe_argv(plan, &plan.nodes[rank], &options)));
+            let exec = format!(
+                "exec {}",
+                remote::shell::command_line(probe_argv(plan, &plan.nodes[rank], &options))
+            );
             command.arg("-c").arg(exec).env("MASTER_PORT", port);
             command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
             command

@@ -44,10 +44,10 @@ pub fn commands(plan: &LaunchPlan, port: u16) -> Vec<String> {
         .map(|node| {
             let rank = node.node_rank.to_string();
             let args = [&rank, &world, &plan.master.addr, &port, &backend.to_string(), &mib, &budget];
-            let mut line = remote::ShellLine::new();
-            line.arg(&plan.python).args(["-c", remote::NETCHECK_PY]).args(args);
+            let mut line = remote::shell::ShellLine::new();
+            line.arg(&plan.python).args(["-c", remote::scripts::NETCHECK_PY]).args(args);
             let setup = plan.setup.as_deref().filter(|_| plan.container.is_none());
-            remote::job_snippet(&plan.workdir, setup, &line.line())
+            remote::shell::job_snippet(&plan.workdir, setup, &line.line())
         })
         .collect()
 }

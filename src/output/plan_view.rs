@@ -319,5 +319,5 @@ pub fn nodes_json(next: NextRun<'_>, kept_out: &Quarantine) -> String {
 /// A container's command with herd's output multiplexer (its 200 lines of Python, as the
 /// container's shell gets them) named instead of shown; `--json` keeps it all.
 fn without_mux(command: &str) -> String {
-    crate::remote::name_nested_mux(command, "<herd's output multiplexer, src/remote/mux.py>")
+    crate::remote::shell::name_nested_mux(command, "<herd's output multiplexer, src/remote/mux.py>")
 }

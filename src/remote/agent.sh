@@ -48,7 +48,7 @@
 # "The job" is its process group, every process whose environment holds the marker (torchrun
 # starts each worker in a session of its own, out of reach of the group), and every
 # descendant of the agent (a process that cleared its environment). Where /usr/bin/perl or python3
-# can make it one (see `remote::AgentInvocation`), the agent is a child subreaper, so that
+# can make it one (see `remote::shell::subreaper_line`), the agent is a child subreaper, so that
 # what the job leaves when its leader exits is still its descendant.
 grace=$1
 beat=$2

@@ -12,7 +12,8 @@ use crate::fleet::Fleet;
 use crate::marker::Marker;
 use crate::outcome::NodeExit;
 use crate::plan::LaunchPlan;
-use crate::remote::{self, AgentInvocation};
+use crate::remote;
+use crate::remote::agent::AgentInvocation;
 
 /// Seconds between SIGTERM and SIGKILL when an exec is interrupted.
 const GRACE_SECS: u64 = 3;
@@ -130,7 +131,7 @@ fn node_run(
     let (tell, commands) = mpsc::unbounded_channel();
     let value = marker.value();
     let vars = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain([(marker.var, value.as_str())]);
-    let _ = tell.send(NodeCommand::Env(remote::env_block(vars)));
+    let _ = tell.send(NodeCommand::Env(remote::shell::env_block(vars)));
     let run = NodeRun {
         node_rank: rank,
         host: plan.nodes[rank].host.clone(),
@@ -140,7 +141,7 @@ fn node_run(
         // a login shell would run it, in bash where the node has it.
         invocation: AgentInvocation {
             grace_secs: GRACE_SECS,
-            ..plan.agent(marker.entry(), remote::in_bash(command))
+            ..plan.agent(marker.entry(), remote::shell::in_bash(command))
         },
         early: None,
         commands,

@@ -22,7 +22,7 @@ use crate::events::{Event, Preemption};
 use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
-use crate::remote::AgentInvocation;
+use crate::remote::agent::AgentInvocation;
 use crate::stacks::{self, RankStack};
 use crate::transport::Started;
 

@@ -1,5 +1,5 @@
 //! Whether every line a run sends its nodes fits what a login shell takes (see
-//! `remote::MAX_LOGIN_LINE`): `herd run` and `herd doctor` check it once the plan is built,
+//! `remote::shell::MAX_LOGIN_LINE`): `herd run` and `herd doctor` check it once the plan is built,
 //! before any node is contacted, so that a long `setup` or `args` is a bad config (exit 2)
 //! and not a failure to start.
 
@@ -62,10 +62,10 @@ fn check(
         for (what, command) in commands(node) {
             // Slurm's step and a local agent run the command itself as one argument (or less).
             let size = match node.transport {
-                Transport::Ssh(_) => remote::for_login_shell(&command).len(),
+                Transport::Ssh(_) => remote::shell::for_login_shell(&command).len(),
                 Transport::Local | Transport::Slurm(_) => command.len(),
             };
-            if size > remote::MAX_LOGIN_LINE {
+            if size > remote::shell::MAX_LOGIN_LINE {
                 return Err(too_long(plan, node, what, size));
             }
         }
@@ -86,7 +86,7 @@ fn too_long(plan: &LaunchPlan, node: &NodePlan, what: &'static str, size: usize)
         host: node.host.clone(),
         what,
         size,
-        limit: remote::MAX_LOGIN_LINE,
+        limit: remote::shell::MAX_LOGIN_LINE,
         parts,
     }
 }
@@ -122,7 +122,7 @@ mod tests {
     fn a_setup_too_long_for_a_login_shell_is_named_before_any_node_is_contacted() {
         let e = check_run(&plan(&format!("setup = \"echo {}\"", "x".repeat(128 * 1024)))).unwrap_err();
         assert_eq!(e.host, "n1");
-        assert!(e.size > remote::MAX_LOGIN_LINE, "{e}");
+        assert!(e.size > remote::shell::MAX_LOGIN_LINE, "{e}");
         let text = e.to_string();
         assert!(text.starts_with("c.toml: the command herd sends node n1 ("), "{text}");
         assert!(text.contains(": job.setup is 131077 bytes, the launcher line"), "{text}");

@@ -724,7 +724,7 @@ async fn latest_match(fleet: &Fleet, master: usize, workdir: &str, glob: &str) -
 /// The command that prints the newest match of `glob` under `workdir` (`latest.sh`, in `sh`,
 /// not the login shell, which may be zsh), between two NULs.
 fn latest_command(workdir: &str, glob: &str) -> String {
-    crate::remote::script_call(crate::remote::LATEST_SCRIPT, "herd-latest", [workdir, glob])
+    crate::remote::shell::script_call(crate::remote::scripts::LATEST_SCRIPT, "herd-latest", [workdir, glob])
 }
 
 /// The name `latest.sh` printed: `None` when nothing matched; an error for output that
@@ -760,7 +760,7 @@ async fn connect(
 ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
     let probing = preflight::probe_options(plan, run_id, options, &[]);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));
-    let shared = crate::remote::SharedTexts::default();
+    let shared = crate::remote::agent::SharedTexts::default();
     let early = |node: &crate::plan::NodePlan| {
         let sweep = gang::presweep(run_id, 0, probing.is_some(), true);
         let job = gang::job_invocation(plan, run_id, node, 0, port_known, sweep);

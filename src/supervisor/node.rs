@@ -15,8 +15,9 @@ use crate::config::CheckpointSignal;
 use crate::events::Event;
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
+use crate::remote::agent::AgentInvocation;
 use crate::remote::frames::{Frame, FrameReader, Source};
-use crate::remote::{AgentInvocation, AgentMessage, Control};
+use crate::remote::protocol::{AgentMessage, Control, Sample};
 use crate::stacks::RankStack;
 use crate::transport::session::{AgentSession, ControlLine, Messages};
 use crate::transport::{Connection, Started, TransportExit};
@@ -68,7 +69,7 @@ pub enum NodeReport {
     /// Its ranks' stacks, which complete the answer.
     Stacks(Vec<RankStack>),
     /// Its ranks' busy time, as asked (`NodeCommand::Sample`).
-    Sample(super::straggler::Sample),
+    Sample(Sample),
     /// How it ended: its last report.
     Ended(NodeResult),
 }

@@ -10,7 +10,7 @@ use crate::doctor;
 use crate::events::Event;
 use crate::fleet::Fleet;
 use crate::plan::{LaunchPlan, NodePlan, AUTO_INTERFACE};
-use crate::remote::AgentInvocation;
+use crate::remote::agent::AgentInvocation;
 use crate::transport::Started;
 
 /// What the preflight leaves the first attempt.

@@ -21,6 +21,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::remote::protocol::{RankTimes, Sample};
+
 /// How often herd asks every node for a sample.
 pub const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -37,26 +39,6 @@ pub const ROUNDS: u32 = 3;
 /// other node would do faster. A slow node slows its peers' steps, but they still compute
 /// their part of each: only a node over 30 times slower than its peers would look alike.
 pub const IDLE: f64 = 0.03;
-
-/// One rank's times, in a node's units (`Sample::hz`), its processes' summed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RankTimes {
-    /// On a CPU.
-    pub cpu: u64,
-    /// Ready to run, waiting for a CPU (0 where the node cannot say).
-    pub wait: u64,
-    /// Bytes read and written, to anything (`None` where the node cannot say).
-    pub io: Option<u64>,
-}
-
-/// One node's answer to `sample`: its uptime (seconds), the units of its times in a second,
-/// and each rank's times.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub uptime: f64,
-    pub hz: u32,
-    pub ranks: Vec<(u32, RankTimes)>,
-}
 
 /// A rank named a straggler.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,7 +11,8 @@ use crate::events::Event;
 use crate::fleet::Fleet;
 use crate::marker::Marker;
 use crate::plan::LaunchPlan;
-use crate::remote::{self, SweepScope};
+use crate::remote;
+use crate::remote::procs::SweepScope;
 
 /// What a sweep stops, and which containers it removes.
 #[derive(Debug, Clone, Copy)]
@@ -36,12 +37,12 @@ impl Sweep<'_> {
         let config = Marker::config(key);
         let (mut body, containers, spare) = match self {
             Sweep::Config { spare_run } => (
-                remote::sweep_call(&config.entry(), SweepScope::Leftovers, grace),
+                remote::procs::sweep_call(&config.entry(), SweepScope::Leftovers, grace),
                 container::name_prefix(key, None),
                 spare_run.map(|run| container::name_prefix(key, Some(run))),
             ),
             Sweep::Restart { run_id, attempt } => (
-                remote::sweep_call(
+                remote::procs::sweep_call(
                     &config.run(run_id).entry(),
                     SweepScope::AllBut(&config.run(run_id).attempt(attempt).entry()),
                     grace,
@@ -61,7 +62,7 @@ impl Sweep<'_> {
 /// The events for what a sweep on one node printed: stopped pids, removed containers.
 pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event> {
     let mut events = Vec::new();
-    let pids = remote::parse_pids(out);
+    let pids = remote::protocol::parse_pids(out);
     if !pids.is_empty() {
         events.push(Event::LeftoversStopped { node_rank, host: host.to_string(), pids });
     }
@@ -78,7 +79,7 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
 /// Sweep every connected node of `fleet`, all at once, each within `SWEEP_LIMIT` and the
 /// grace its sweep gives the processes it stops.
 async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &mpsc::Sender<Event>) {
-    let command = remote::with_procs(&sweep.body(plan));
+    let command = remote::procs::with_procs(&sweep.body(plan));
     let limit = SWEEP_LIMIT + Duration::from_secs(plan.timing.grace_secs);
     for (node_rank, ran) in fleet.on_each(limit, |_| Some(command.clone())).await {
         let host = &plan.nodes[node_rank].host;

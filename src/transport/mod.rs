@@ -21,7 +21,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::KnownHostsPolicy;
 use crate::plan::{SlurmTarget, SshTarget, Transport};
-use crate::remote::{self, AgentInvocation};
+use crate::remote;
+use crate::remote::agent::AgentInvocation;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -36,14 +37,14 @@ pub enum TransportError {
     Local(#[from] std::io::Error),
 }
 
-/// `command` as the line for the node's login shell (`remote::for_login_shell`), if it takes it.
+/// `command` as the line for the node's login shell (`remote::shell::for_login_shell`), if it takes it.
 fn login_line(command: &str) -> Result<String, TransportError> {
-    let line = remote::for_login_shell(command);
-    if line.len() > remote::MAX_LOGIN_LINE {
+    let line = remote::shell::for_login_shell(command);
+    if line.len() > remote::shell::MAX_LOGIN_LINE {
         return Err(TransportError::Spawn(format!(
             "the command is {} bytes for the login shell, more than the {} it takes in one argument",
             line.len(),
-            remote::MAX_LOGIN_LINE
+            remote::shell::MAX_LOGIN_LINE
         )));
     }
     Ok(line)

@@ -9,7 +9,8 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Split};
 
 use super::{AgentHandle, AgentProcess, Connection, Started, TransportError};
-use crate::remote::{self, AgentInvocation, AgentMessage, Control, StackReader};
+use crate::remote::agent::AgentInvocation;
+use crate::remote::protocol::{self, AgentMessage, Control, StackReader};
 
 /// A started agent, split into what goes down, what comes up, and the rest.
 pub struct AgentSession {
@@ -99,7 +100,7 @@ struct Decoder {
 
 impl Decoder {
     fn decode(&mut self, line: &str) -> AgentMessage {
-        let message = remote::parse_agent_line(line);
+        let message = protocol::parse_agent_line(line);
         match self.stacks.feed(&message) {
             Some(stack) => AgentMessage::Stack(stack),
             None => message,
@@ -108,7 +109,7 @@ impl Decoder {
 }
 
 /// The messages in output that speaks the agent's protocol on its stdout (what
-/// `remote::stacks_command` prints, run by `herd exec`'s agents), in order.
+/// `remote::procs::stacks_command` prints, run by `herd exec`'s agents), in order.
 pub fn messages_in(output: &[u8]) -> Vec<AgentMessage> {
     let mut decoder = Decoder::default();
     String::from_utf8_lossy(output).lines().map(|line| decoder.decode(line)).collect()
@@ -144,7 +145,7 @@ mod tests {
     async fn control_goes_down_as_the_agent_reads_it_and_messages_come_up() {
         let (down, mut seen) = tokio::io::duplex(256);
         let mut control = ControlLine { stdin: Box::new(down) };
-        control.send(&Control::Env(remote::env_block([("A", "1")]))).await.unwrap();
+        control.send(&Control::Env(crate::remote::shell::env_block([("A", "1")]))).await.unwrap();
         control.send(&Control::Probe).await.unwrap();
         control.send(&Control::TermFast).await.unwrap();
         drop(control);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use herd::plan::{self, AttemptValues, PlanInputs};
-use herd::remote::AgentInvocation;
+use herd::remote::agent::AgentInvocation;
 
 /// Shell metacharacters, each wrapped around an attempt to create `{pwned}`.
 const PAYLOADS: &[&str] = &[

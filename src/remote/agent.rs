@@ -1,0 +1,772 @@
+//! How the agent is started: `AgentInvocation`, the inputs of one node's agent (its grace,
+//! heartbeat, marker, job, cleanup, presweep, probe), as an argv here and as the line a node's
+//! shell runs; `SharedTexts`, which holds each text of many nodes' invocations once. Its tests
+//! run the agent (`agent.sh`) on this machine, end to end: the env block, the teardown, the
+//! sweeps it runs, the probe phase.
+
+use std::sync::Arc;
+
+use super::scripts::{AGENT_NAME, AGENT_SCRIPT};
+use super::shell::{command_line, subreaper_line};
+
+/// What the agent needs to start one node's job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInvocation {
+    /// Seconds between SIGTERM and SIGKILL when the group is torn down.
+    pub grace_secs: u64,
+    /// Seconds between heartbeat lines.
+    pub heartbeat_secs: u64,
+    /// `NAME=VALUE` held in the environment of every job process (the env block sets it).
+    pub marker: String,
+    /// The job as a shell snippet (see `shell::job_snippet`). Shared: every copy of a node's
+    /// invocation (the agent started ahead, the attempt's) holds the same one, some KiB.
+    pub job: Arc<str>,
+    /// A shell command the agent runs once the job is gone, whichever way it went (e.g. remove
+    /// the job's container). No env; its output is discarded.
+    pub cleanup: Option<String>,
+    /// A shell command the agent runs before it starts the job (sweep this config's leftovers),
+    /// with no env and stdin from /dev/null. Each line it prints is reported as `herd-agent
+    /// swept LINE`.
+    pub presweep: Option<String>,
+    /// After the presweep, report the node's ports in use, and only then read the env block
+    /// (on the master, when herd chooses its port).
+    pub report_ports: bool,
+    /// The preflight's probe as a job snippet, run in the same login before the job (see
+    /// docs/design/agent.md, "One login per node"): its own env block first, its output as
+    /// `Fact` messages, then `Probed`; the job's env block then ends it and starts the job.
+    pub probe: Option<Arc<str>>,
+}
+
+impl AgentInvocation {
+    /// argv for running the agent on this machine:
+    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS PROBE`.
+    pub fn local_argv(&self) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            AGENT_SCRIPT.into(),
+            AGENT_NAME.into(),
+            self.grace_secs.to_string(),
+            self.heartbeat_secs.to_string(),
+            self.marker.clone(),
+            self.job.to_string(),
+            self.cleanup.clone().unwrap_or_default(),
+            self.presweep.clone().unwrap_or_default(),
+            if self.report_ports { "ports" } else { "" }.into(),
+            self.probe.as_deref().unwrap_or_default().to_string(),
+        ]
+    }
+
+    /// The command for `sh` that ssh runs (through `for_login_shell`) and srun: the agent's
+    /// argv, started through /usr/bin/perl or python3 where the node has one, which makes it a
+    /// child subreaper (the flag survives exec) and then execs it unchanged.
+    pub fn remote_command(&self) -> String {
+        subreaper_line(&command_line(self.local_argv()))
+    }
+}
+
+/// The texts of many nodes' invocations, each held once: a probe's is the same on every
+/// worker, and a `command` job's on every node, some KiB each. For while the invocations are
+/// made: it keeps every text it has seen.
+#[derive(Default)]
+pub struct SharedTexts(std::sync::Mutex<std::collections::HashSet<Arc<str>>>);
+
+impl SharedTexts {
+    /// `inv`, its job and probe replaced by the copies already held of the same texts.
+    pub fn invocation(&self, mut inv: AgentInvocation) -> AgentInvocation {
+        inv.job = self.text(inv.job);
+        inv.probe = inv.probe.map(|p| self.text(p));
+        inv
+    }
+
+    fn text(&self, text: Arc<str>) -> Arc<str> {
+        let mut held = self.0.lock().expect("not poisoned");
+        match held.get(&text) {
+            Some(same) => same.clone(),
+            None => {
+                held.insert(text.clone());
+                text
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+
+    use proptest::prelude::*;
+
+    use super::super::procs::{sweep_call, with_procs, SweepScope};
+    use super::super::protocol::{parse_agent_line, AgentMessage, Control};
+    use super::super::shell::{env_block, for_login_shell, in_bash, job_snippet, quote, under_mux};
+    use super::super::testing::*;
+    use super::*;
+
+    /// Equal texts are held once, whichever invocation brought them; different ones apart.
+    #[test]
+    fn shared_texts_hold_each_text_once() {
+        let inv = |job: &str, probe: &str| AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 1,
+            marker: "M=1".into(),
+            job: job.into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: Some(probe.into()),
+        };
+        let shared = SharedTexts::default();
+        let a = shared.invocation(inv("exec true", "probe worker"));
+        let b = shared.invocation(inv("exec true", "probe worker"));
+        let c = shared.invocation(inv("exec false", "probe master"));
+        assert!(Arc::ptr_eq(&a.job, &b.job));
+        assert!(Arc::ptr_eq(a.probe.as_ref().unwrap(), b.probe.as_ref().unwrap()));
+        assert!(!Arc::ptr_eq(&a.job, &c.job) && &*c.job == "exec false");
+        assert_eq!(c.probe.as_deref(), Some("probe master"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false, probe: None };
+            let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
+            prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
+        }
+    }
+
+    /// The agent as a node's login shell starts it for sshd: `sh -c` of its remote command
+    /// line, with all three pipes.
+    fn spawn_remote(inv: &AgentInvocation) -> std::process::Child {
+        spawn_under("sh", inv)
+    }
+
+    /// The agent as sshd starts it where the login shell is `shell`.
+    fn spawn_under(shell: &str, inv: &AgentInvocation) -> std::process::Child {
+        Command::new(shell)
+            .arg("-c")
+            .arg(for_login_shell(&inv.remote_command()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Run the agent here, feeding `input` and holding its stdin open until the job is done
+    /// (closing it early is the signal to tear the job down).
+    fn run_agent(inv: &AgentInvocation, input: &[u8]) -> std::process::Output {
+        use std::io::{Read, Write};
+        let mut child = spawn_agent(inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+        let mut stdout = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        drop(stdin);
+        let mut out = child.wait_with_output().unwrap();
+        out.stdout = stdout;
+        out
+    }
+
+    /// Live (not zombie) processes of a process group, from /proc.
+    fn live_members(pgid: u32) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    return false;
+                };
+                let Some((_, rest)) = stat.rsplit_once(')') else {
+                    return false;
+                };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
+            })
+            .collect()
+    }
+
+    /// Live processes whose argv is exactly `argv`.
+    fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
+        let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+            .collect()
+    }
+
+    /// A sleep duration no other test uses, so that its process can be found by its argv.
+    fn unique_secs(base: u32) -> String {
+        (base + std::process::id() % 1000).to_string()
+    }
+
+    #[test]
+    fn closing_stdin_tears_the_whole_group_down() {
+        use std::io::{BufReader, Write};
+        // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let pgid = started(&mut stderr);
+        let group_alive = || !live_members(pgid).is_empty();
+        // The agent names the group as it forks its leader, which then calls setsid.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !group_alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(group_alive());
+        let started = std::time::Instant::now();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(out.stdout.is_empty());
+        assert_eq!(live_members(pgid), Vec::<u32>::new(), "process group {pgid} outlived the agent");
+    }
+
+    #[test]
+    fn nothing_of_the_heartbeat_outlives_the_agent() {
+        // A heartbeat interval no other test uses, so that its sleep can be told apart.
+        let beat = 4000 + std::process::id() % 1000;
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: beat.into(),
+            marker: format!("HERD_T_MARK=beat-{beat}"),
+            job: "sleep 0.3".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let out = run_agent(&inv, &env_block([]));
+        assert!(out.status.success());
+        let sleep = ["sleep".to_string(), beat.to_string()];
+        let left = processes_with_argv(&[&sleep[0], &sleep[1]]);
+        assert_eq!(left, Vec::<u32>::new(), "the heartbeat's sleep outlived the agent");
+    }
+
+    #[test]
+    fn processes_that_leave_the_group_are_found_by_marker_and_stopped() {
+        use std::io::{BufReader, Write};
+        let marker = format!("HERD_T_MARK=escape-{}", std::process::id());
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: marker.clone(),
+            job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        let (name, value) = marker.split_once('=').unwrap();
+        stdin.write_all(&env_block([(name, value)])).unwrap();
+        started(&mut BufReader::new(child.stderr.take().unwrap()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // The job's bash, its sleep, and the sleep that left for a session of its own.
+        while processes_with_env(&marker).len() < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(processes_with_env(&marker).len(), 3);
+        drop(stdin);
+        child.wait().unwrap();
+        assert_eq!(processes_with_env(&marker), Vec::<u32>::new(), "a process outlived the agent");
+    }
+
+    #[test]
+    fn a_job_process_that_cleared_its_environment_is_stopped_too() {
+        use std::io::Write;
+        let secs = unique_secs(5000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+        assert!(wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()), "the job did not start");
+        drop(stdin);
+        child.wait().unwrap();
+        assert_eq!(processes_with_argv(&["sleep", &secs]), Vec::<u32>::new(), "env -i let it escape");
+    }
+
+    #[test]
+    fn what_the_job_orphans_is_stopped_once_its_leader_has_exited() {
+        // Through sh -c, as sshd runs it: the agent starts as a child subreaper, so the
+        // sleep, orphaned when its shell exits, stays the agent's descendant.
+        let secs = unique_secs(6000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0").into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        use std::io::{Read, Write};
+        let mut child = spawn_remote(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        drop(stdin);
+        child.wait().unwrap();
+        assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
+        assert_eq!(
+            processes_with_argv(&["sleep", &secs]),
+            Vec::<u32>::new(),
+            "the orphan outlived the agent"
+        );
+    }
+
+    #[test]
+    fn a_process_that_survives_sigkill_is_reported_not_passed_over() {
+        use std::io::{BufRead, BufReader, Read, Write};
+        // A frozen process (cgroup v1 freezer) is stuck in the kernel, as one on a hung NFS
+        // mount or GPU driver is: SIGKILL waits until it is thawed.
+        let freezer = std::path::Path::new("/sys/fs/cgroup/freezer");
+        assert!(freezer.is_dir(), "this test needs the cgroup v1 freezer (and root)");
+        let group = freezer.join(format!("herd-test-{}", std::process::id()));
+        std::fs::create_dir_all(&group).unwrap();
+        let secs = unique_secs(7000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("sleep {secs} & wait").into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        assert!(wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()), "the job did not start");
+        let stuck = processes_with_argv(&["sleep", &secs])[0];
+        std::fs::write(group.join("cgroup.procs"), stuck.to_string()).unwrap();
+        std::fs::write(group.join("freezer.state"), "FROZEN").unwrap();
+        drop(stdin);
+        let mut said = String::new();
+        let mut line = String::new();
+        while stderr.read_line(&mut line).unwrap() > 0 {
+            said.push_str(&line);
+            line.clear();
+        }
+        std::fs::write(group.join("freezer.state"), "THAWED").unwrap();
+        child.wait().unwrap();
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        assert!(wait_for(|| processes_with_argv(&["sleep", &secs]).is_empty()), "killed once thawed");
+        let _ = std::fs::remove_dir(&group);
+        let messages: Vec<AgentMessage> = said.lines().map(parse_agent_line).collect();
+        assert!(messages.contains(&AgentMessage::Unstopped(vec![stuck])), "{said}");
+    }
+
+    #[test]
+    fn term_fast_ends_a_launcher_as_soon_as_its_workers_are_gone() {
+        use std::io::{BufRead, BufReader, Write};
+        // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit, in
+        // its own process as torch's interpreter shutdown does (bash's read -t on a FIFO: a
+        // `sleep` would be another process of the job). The worker has a LOCAL_RANK and leaves
+        // the group, as torchrun's do.
+        let job = "f=$(mktemp -u); mkfifo \"$f\"; exec 7<>\"$f\"; rm \"$f\"; \
+                   trap 'kill $w; read -t 8 -u 7; exit 1' TERM; LOCAL_RANK=0 setsid sleep 62 & w=$!; wait; wait";
+        // Each run with a marker of its own: nothing of the first may reach the second.
+        let run = |control: &[u8], mark: String| {
+            let inv = AgentInvocation {
+                grace_secs: 30,
+                heartbeat_secs: 60,
+                marker: format!("HERD_T_MARK={mark}"),
+                job: in_bash(job).into(),
+                cleanup: None,
+                presweep: None,
+                report_ports: false,
+                probe: None,
+            };
+            let mut child = spawn_agent(&inv);
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
+            let mut stderr = BufReader::new(child.stderr.take().unwrap());
+            started(&mut stderr);
+            // The worker starts after the trap is set (`mktemp` and `mkfifo`, before it, carry
+            // the marker too).
+            let worker = || {
+                let workers = processes_with_env("LOCAL_RANK=0");
+                processes_with_env(&format!("HERD_T_MARK={mark}")).iter().any(|p| workers.contains(p))
+            };
+            assert!(wait_for(worker));
+            let started = std::time::Instant::now();
+            stdin.write_all(control).unwrap();
+            stdin.flush().unwrap();
+            let mut rest = String::new();
+            while stderr.read_line(&mut rest).unwrap() > 0 {}
+            child.wait().unwrap();
+            (started.elapsed(), rest)
+        };
+        let (took, said) = run(&Control::TermFast.encode(), format!("{}-fast", test_mark()));
+        assert!(took < std::time::Duration::from_secs(4), "term-fast took {took:?}: {said}");
+        assert!(said.contains("herd-agent exit 137"), "the launcher was SIGKILLed: {said}");
+        assert_eq!(processes_with_env(&format!("HERD_T_MARK={}-fast", test_mark())), Vec::<u32>::new());
+        // Plain `term` leaves the launcher its time (here: its 8 s).
+        let (took, said) = run(&Control::Term.encode(), format!("{}-slow", test_mark()));
+        assert!(took >= std::time::Duration::from_secs(7), "term took only {took:?}: {said}");
+        assert!(said.contains("herd-agent exit 1"), "{said}");
+    }
+
+    #[test]
+    fn the_agent_reports_its_presweep_and_starts_the_job_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let order = dir.path().join("order");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("echo job >> {}", quote(order.to_str().unwrap())).into(),
+            cleanup: None,
+            presweep: Some(format!(
+                "echo sweep >> {}; echo 12 34; echo \"container herd-k-old-0-$HERD_T_MARK\"; echo noise >&2",
+                quote(order.to_str().unwrap())
+            )),
+            report_ports: false,
+            probe: None,
+        };
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
+        assert!(out.status.success());
+        assert_eq!(std::fs::read_to_string(&order).unwrap(), "sweep\njob\n");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let messages: Vec<AgentMessage> = stderr.lines().map(parse_agent_line).collect();
+        assert_eq!(messages[0], AgentMessage::Up, "{stderr}");
+        assert_eq!(messages[1], AgentMessage::Swept("12 34".into()), "{stderr}");
+        // It runs without the job's env, and its own stderr is dropped.
+        assert_eq!(messages[2], AgentMessage::Swept("container herd-k-old-0-".into()), "{stderr}");
+        assert!(matches!(messages[3], AgentMessage::Started { .. }), "{stderr}");
+        assert!(!messages.iter().any(|m| matches!(m, AgentMessage::Other(_))), "{stderr}");
+    }
+
+    #[test]
+    fn remote_command_is_one_shell_line_running_the_agent() {
+        let inv = AgentInvocation {
+            grace_secs: 7,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "exec echo 'hi there'".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_remote(&inv);
+        use std::io::{Read, Write};
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let mut stdout = Vec::new();
+        child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout, b"hi there\n");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("herd-agent exit 0"), "{stderr}");
+    }
+
+    /// sshd runs a command as `$SHELL -c LINE`: herd's lines run the same in every shell, the
+    /// agent's, its job's and a sweep's, though they hold newlines, quotes and `!`.
+    #[test]
+    fn the_agent_and_a_sweep_start_under_any_login_shell() {
+        let job = job_snippet("/", Some("echo 'setup!'\n# a comment"), "printf '%s\\n' \"it's $HERD_T\"");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            presweep: Some(with_procs(&sweep_call("herd-none", SweepScope::Leftovers, 1))),
+            job: job.into(),
+            cleanup: Some("echo 'done!'".into()),
+            report_ports: false,
+            probe: None,
+        };
+        let line = for_login_shell(&inv.remote_command());
+        assert_eq!(csh_or_fish_would_misread(&line), None, "{line}");
+        for shell in login_shells() {
+            use std::io::{Read, Write};
+            let mut child = spawn_under(shell, &inv);
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&env_block([("HERD_T", "a $b `c` \\ 'd' \"e\"!")])).unwrap();
+            let mut stdout = Vec::new();
+            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let expected = "setup!\nit's a $b `c` \\ 'd' \"e\"!\n";
+            assert_eq!(String::from_utf8_lossy(&stdout), expected, "{shell}: {stderr}");
+            assert!(stderr.contains("herd-agent exit 0"), "{shell}: {stderr}");
+        }
+    }
+
+    /// The agent's line with a torch job's multiplexer and setup stays one argument for
+    /// `$SHELL -c`: Linux takes at most 128 KiB in one.
+    #[test]
+    fn a_torch_agents_login_line_fits_one_argument() {
+        let command = under_mux("/opt/venv/bin/python", "torchrun --nnodes=2 train.py --lr 0.1", true);
+        let job = job_snippet("/work dir", Some("source /opt/venv/bin/activate\nmodule load cuda"), &command);
+        let inv = AgentInvocation {
+            grace_secs: 30,
+            heartbeat_secs: 5,
+            marker: "HERD_MARKER=abc:r1:0:0".into(),
+            job: job.into(),
+            cleanup: Some("docker rm -f herd-abc".into()),
+            presweep: Some(with_procs(&sweep_call("abc", SweepScope::Leftovers, 10))),
+            report_ports: true,
+            probe: None,
+        };
+        let line = for_login_shell(&inv.remote_command());
+        assert_eq!(csh_or_fish_would_misread(&line), None);
+        assert!(
+            line.len() < 96 * 1024,
+            "{} bytes (the command itself: {})",
+            line.len(),
+            inv.remote_command().len()
+        );
+    }
+
+    #[test]
+    fn cleanup_runs_after_the_job_without_its_env_and_is_quiet() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("cleanup");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string()))
+                .into(),
+            cleanup: Some(format!(
+                "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
+                quote(&record.display().to_string())
+            )),
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
+        assert_eq!(out.stdout, b"job-ran\n");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.ends_with("herd-agent exit 3\n") && !stderr.contains("noise"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "cleaned without-marker\n");
+        // The optional arguments are always there, empty when not wanted.
+        let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
+        assert_eq!(presweep.local_argv()[8..], ["", "true", "", ""].map(String::from));
+    }
+
+    #[test]
+    fn the_master_reports_its_ports_before_it_reads_the_env() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "echo \"port $MASTER_PORT\"".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: true,
+            probe: None,
+        };
+        let mut agent = spawn_agent(&inv);
+        let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
+        let mut line = String::new();
+        let mut said = Vec::new();
+        let ports = loop {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "{said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Ports(ports) => break ports.expect("readable tables"),
+                other => said.push(other),
+            }
+        };
+        // First word at once; nothing started before the env came.
+        assert_eq!(said, [AgentMessage::Up]);
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        let mut stdin = agent.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, &env_block([("MASTER_PORT", "29555")])).unwrap();
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"port 29555\n");
+    }
+
+    #[test]
+    fn an_attempt_stopped_before_its_env_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        // A heartbeat interval no other test uses, so that its sleep can be told apart.
+        let beat = unique_secs(6000);
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: beat.parse().unwrap(),
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: true,
+            probe: None,
+        };
+        for control in [Control::Term, Control::Kill] {
+            let out = run_agent(&inv, &control.encode());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.starts_with("herd-agent up\n") && stderr.ends_with("herd-agent exit 143\n"),
+                "{stderr}"
+            );
+            assert_eq!(out.status.code(), Some(143));
+            assert!(!ran.exists());
+        }
+        // herd gone before it sent the env: the agent ends quietly, its heartbeat with it.
+        let mut agent = spawn_agent(&inv);
+        drop(agent.stdin.take());
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(70));
+        assert_eq!(processes_with_argv(&["sleep", &beat]), Vec::<u32>::new(), "the heartbeat outlived it");
+    }
+
+    /// With a probe phase, one login runs the preflight's probe, then the job: the probe with
+    /// its own env, its lines as `fact` messages (stdout stays the job's), `probed` with its
+    /// status; the job's env block ends what is left of the probe before the job starts.
+    #[test]
+    fn a_probe_phase_runs_the_probe_then_the_job_in_one_login() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let lingering = dir.path().join("lingering");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: "echo \"job $HERD_T\"".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            // A last line without its newline, then a process that outlives the probe's
+            // shell (the master's listener does): the env of the job ends it.
+            probe: Some(
+                format!(
+                    "echo \"fact $HERD_T $HERD_T_MARK\"; echo oops >&2; printf '%s\\n' 'a\\cb'; \
+                 head -c 5000 /dev/zero | tr '\\0' x; echo; \
+                 (sleep 60 & echo $! > {}; wait) & printf partial; exit 3",
+                    quote(lingering.to_str().unwrap())
+                )
+                .into(),
+            ),
+        };
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        // The probe's processes carry the agent's marker, whatever its env says (a sweep on the
+        // same host must see them as a live agent's).
+        stdin.write_all(&env_block([("HERD_T", "probe-env"), ("HERD_T_MARK", "doctor")])).unwrap();
+        stdin.flush().unwrap();
+        let mut stderr = BufReader::new(agent.stderr.take().unwrap());
+        let mut said = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "{said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Probed(status) => {
+                    assert_eq!(status, 3, "{said:?}");
+                    break;
+                }
+                AgentMessage::Alive => {}
+                other => said.push(other),
+            }
+        }
+        assert_eq!(said[0], AgentMessage::Up);
+        assert!(matches!(said[1], AgentMessage::Clock(_)), "{said:?}");
+        let mut facts: Vec<_> = said[2..].iter().map(|m| format!("{m:?}")).collect();
+        facts.sort();
+        let marked = format!("Fact(\"fact probe-env {}\")", test_mark());
+        // Backslashes as printed (dash's echo would have read `\c`); a line past 4000 bytes cut
+        // there, one write beside the heartbeat's.
+        let long = format!("Fact({:?})", "x".repeat(4000));
+        let mut expected =
+            [marked.as_str(), "Fact(\"a\\\\cb\")", "Fact(\"oops\")", "Fact(\"partial\")", &long];
+        expected.sort();
+        assert_eq!(facts, expected);
+        let pid: i32 = std::fs::read_to_string(&lingering).unwrap().trim().parse().unwrap();
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the probe's process is running");
+        stdin.write_all(&env_block([("HERD_T", "job-env")])).unwrap();
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"job job-env\n");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "the probe's process outlived the phase"
+        );
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        assert!(rest.ends_with("herd-agent exit 0\n"), "{rest}");
+    }
+
+    /// A probe phase stopped (a failed preflight, Ctrl-C) or left (herd gone) ends its probe
+    /// and starts no job.
+    #[test]
+    fn a_probe_phase_stopped_ends_its_probe_and_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        let pidfile = dir.path().join("probe");
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            marker: format!("HERD_T_MARK={}", test_mark()),
+            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: Some(format!("echo $$ > {}; exec sleep 60", quote(pidfile.to_str().unwrap())).into()),
+        };
+        let env = env_block([("HERD_T", "1")]);
+        for end in [Some(Control::Term), None] {
+            let started = std::time::Instant::now();
+            let mut child = spawn_agent(&inv);
+            let mut stdin = child.stdin.take().unwrap();
+            std::io::Write::write_all(&mut stdin, &env).unwrap();
+            // The stop (or EOF) comes once the probe is running.
+            while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().is_empty() {
+                assert!(started.elapsed() < std::time::Duration::from_secs(30), "the probe never started");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if let Some(c) = &end {
+                std::io::Write::write_all(&mut stdin, &c.encode()).unwrap();
+            }
+            drop(stdin);
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(if end.is_some() { 143 } else { 70 }), "{stderr}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "the probe was waited for");
+            let pid = std::fs::read_to_string(&pidfile).unwrap();
+            assert!(
+                !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists(),
+                "the probe outlived the agent"
+            );
+            assert!(!ran.exists());
+            std::fs::remove_file(&pidfile).unwrap();
+        }
+    }
+}
