@@ -1,0 +1,207 @@
+//! The job under test on the testbed: its cluster TOML, the ssh the baselines use, the
+//! shell loop of ssh + torchrun, its processes found by a mark in their environment, and
+//! herd's events.jsonl of a run read back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::herd_support;
+use super::measure::poll_until;
+use super::testbed::Testbed;
+
+/// ssh as the baselines use it: the same defaults herd's own ssh gets, plus the testbed key.
+pub fn ssh_args(tb: &Testbed) -> Vec<String> {
+    vec![
+        "-F".into(),
+        "/dev/null".into(),
+        "-i".into(),
+        tb.identity_file().display().to_string(),
+        "-o".into(),
+        format!("UserKnownHostsFile={}", tb.known_hosts_file().display()),
+        "-o".into(),
+        "StrictHostKeyChecking=yes".into(),
+        "-o".into(),
+        "BatchMode=yes".into(),
+        "-o".into(),
+        "IdentitiesOnly=yes".into(),
+        "-l".into(),
+        "root".into(),
+    ]
+}
+
+pub fn write_config(tb: &Testbed, dir: &Path, hosts: &[String], job: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        "{}\n[[nodes]]\nhost = \"{}\"\n\n[job]\n{job}\n\n[logs]\ndir = \"{}\"\n\n{extra}\n",
+        tb.ssh_config_toml(),
+        hosts.join(","),
+        dir.join("logs").display()
+    );
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `examples/allreduce.py`'s args (a TOML array's items) for training that runs until stopped.
+pub const TRAIN_ON: &str = "\"--steps\", \"100000\", \"--sleep\", \"0.05\"";
+
+/// The torch job on 3 nodes x 2 ranks, from the repo root, with `mark` in every process; and
+/// no logs in `dir` from an earlier run, so that the next run's are the only ones.
+pub fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &str, extra: &str) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir.join("logs"));
+    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    let job = format!(
+        "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\n\
+         nproc_per_node = 2\nworkdir = \"{}\"\nsetup = \"source {}/bin/activate\"",
+        env!("CARGO_MANIFEST_DIR"),
+        venv.display()
+    );
+    let (key, value) = mark.split_once('=').unwrap();
+    write_config(
+        tb,
+        dir,
+        &hosts,
+        &job,
+        &format!("[rendezvous]\ninterface = \"eth0\"\n\n[env]\n{key} = \"{value}\"\n\n{extra}"),
+    )
+}
+
+/// The shell loop: `ssh nodeN torchrun --node-rank N ...` for every node, in parallel.
+pub fn torch_shell_loop(
+    tb: &Testbed,
+    venv: &Path,
+    args: &str,
+    mark: &str,
+    port: u16,
+) -> Vec<std::process::Child> {
+    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let remote = format!(
+                "cd {root} && source {venv}/bin/activate && export {mark} GLOO_SOCKET_IFNAME=eth0 && \
+                 torchrun --nnodes {n} --nproc-per-node 2 --node-rank {i} --master-addr {master} --master-port {port} \
+                 examples/allreduce.py {args}",
+                root = env!("CARGO_MANIFEST_DIR"),
+                venv = venv.display(),
+                n = hosts.len(),
+                master = hosts[0]
+            );
+            Command::new("ssh")
+                .args(ssh_args(tb))
+                .arg(h)
+                .arg(format!("bash -c '{remote}'"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+pub fn environ_has(pid: u32, entry: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|&b| b == 0).any(|e| e == entry.as_bytes()))
+        .unwrap_or(false)
+}
+
+/// Live processes whose environment holds exactly `entry` and, if given, also `and`.
+pub fn marked(entry: &str, and: Option<&str>) -> Vec<u32> {
+    herd_support::processes_with_env_prefix(entry)
+        .into_iter()
+        .filter(|p| environ_has(*p, entry) && and.is_none_or(|a| environ_has(*p, a)))
+        .collect()
+}
+
+/// A torch worker (torchrun sets LOCAL_RANK for its workers only) with `mark`.
+pub fn workers(mark: &str, extra: Option<&str>) -> Vec<u32> {
+    herd_support::processes_with_env_prefix("LOCAL_RANK=")
+        .into_iter()
+        .filter(|p| environ_has(*p, mark) && extra.is_none_or(|e| environ_has(*p, e)))
+        .collect()
+}
+
+pub fn kill_marked(mark: &str) {
+    for pid in marked(mark, None) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+}
+
+/// Poll every 10 ms from `start`: when the first process with `mark` that is torchrun itself
+/// (an argv word whose file name is `torchrun`), and the first worker, exist on any node.
+pub fn first_launcher_and_worker(mark: &str, start: Instant, limit: Duration) -> Option<(f64, f64)> {
+    let is_torchrun = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| c.split(|&b| b == 0).any(|w| w.rsplit(|&b| b == b'/').next() == Some(&b"torchrun"[..])))
+            .unwrap_or(false)
+    };
+    let mut launcher = None;
+    let worker = poll_until(limit, Duration::from_millis(10), || {
+        if launcher.is_none() && marked(mark, None).into_iter().any(is_torchrun) {
+            launcher = Some(Instant::now());
+        }
+        !workers(mark, None).is_empty()
+    })?;
+    // A worker implies its torchrun: if the poll never saw the torchrun alone, it appeared
+    // within the same 10 ms.
+    let launcher = launcher.unwrap_or(worker);
+    Some(((launcher - start).as_secs_f64(), (worker - start).as_secs_f64()))
+}
+
+pub fn run_events(logs: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|run| std::fs::read_to_string(run.path().join("events.jsonl")).ok())
+        .flat_map(|t| {
+            t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<serde_json::Value>>()
+        })
+        .collect()
+}
+
+pub fn event_time(ev: &[serde_json::Value], name: &str, nth: usize) -> Option<std::time::SystemTime> {
+    let e = ev.iter().filter(|e| e["event"] == name).nth(nth)?;
+    humantime::parse_rfc3339(e["ts"].as_str()?).ok()
+}
+
+pub fn since(t: std::time::SystemTime, from: std::time::SystemTime) -> f64 {
+    t.duration_since(from).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// events.jsonl after `from`, as table rows `| +t s | event detail |`.
+pub fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<String> {
+    ev.iter()
+        .filter_map(|e| {
+            let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
+            let dt = t.duration_since(from).ok()?.as_secs_f64();
+            let mut detail = e["event"].as_str()?.to_string();
+            for key in [
+                "node_rank",
+                "host",
+                "millis",
+                "attempt",
+                "exit_code",
+                "signal",
+                "lost",
+                "reason",
+                "class",
+                "delay_ms",
+            ] {
+                if let Some(v) = e.get(key) {
+                    detail.push_str(&format!(" {key}={v}"));
+                }
+            }
+            Some(format!("| +{dt:.2} s | {} |", detail.replace('|', "\\|")))
+        })
+        .collect()
+}
+
+/// The backoff herd drew for the first restart, in seconds (0 without one).
+pub fn backoff_drawn(ev: &[serde_json::Value]) -> f64 {
+    let scheduled = ev.iter().find(|e| e["event"] == "restart_scheduled");
+    scheduled.and_then(|e| e["delay_ms"].as_u64()).unwrap_or(0) as f64 / 1000.0
+}

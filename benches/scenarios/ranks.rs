@@ -1,0 +1,283 @@
+//! Scenario 8 (issue 13): N nodes x R ranks, every rank printing L lines with plain print()
+//! at once. Lines/s, herd's peak RSS, and a checker's count of malformed, lost, duplicated and
+//! misnamed lines, on stdout and (herd) in the per-rank files.
+
+use super::herd_support::{self, HERD};
+use super::job::{ssh_args, write_config};
+use super::measure::{fmt_stat, runs, Measured, Tracked};
+use super::testbed::Testbed;
+
+pub fn run() {
+    let reps = runs(3);
+    let parse = |var: &str, default: &str| -> Vec<(usize, usize, usize)> {
+        std::env::var(var)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| {
+                let v: Vec<usize> = s.split('x').filter_map(|x| x.parse().ok()).collect();
+                (v.len() == 3).then(|| (v[0], v[1], v[2]))
+            })
+            .collect()
+    };
+    let plain = parse("BENCH_RANKS", "64x8x2000,64x8x10000");
+    let torch = parse("BENCH_RANKS_TORCH", "8x8x2000");
+    let most = plain.iter().chain(&torch).map(|s| s.0).max().unwrap_or(1);
+    let tb = Testbed::new(most);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("ranks.sh");
+    std::fs::write(&script, RANKS_SH).unwrap();
+    let fixture = format!("{}/tests/fixtures/ranks_print.py", env!("CARGO_MANIFEST_DIR"));
+    let venv = (!torch.is_empty()).then(herd_support::torch_venv);
+    let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
+    std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
+    println!("\n### Every rank printing at once: N nodes x R ranks, each rank L lines of plain print() under python3 -u; stdout to a file ({reps} runs each, alternating)\n");
+    println!(
+        "Rerun: `BENCH_RUNS={reps} BENCH_RANKS={} BENCH_RANKS_TORCH={} cargo bench --bench herd_bench -- ranks`\n",
+        plain.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(","),
+        torch.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(",")
+    );
+    println!("| N x R x L | ranks start by | launcher | lines/s median | spread | ratio to pdsh | launcher CPU s | launcher peak RSS MiB | malformed / lost / duplicated / misnamed on stdout (all runs) | same in the rank files |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let sizes = plain.iter().map(|&s| (s, false)).chain(torch.iter().map(|&s| (s, true)));
+    for (rep_size, ((n, per, lines), with_torch)) in sizes.enumerate() {
+        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
+        let hosts_file = dir.path().join("hosts");
+        std::fs::write(&hosts_file, hosts.join("\n") + "\n").unwrap();
+        let port = 29700 + rep_size as u16;
+        let remote = format!(
+            "sh {} {per} {lines} {} {} {} {port} {fixture}",
+            script.display(),
+            hosts_file.display(),
+            if with_torch { "torch" } else { "-" },
+            venv.as_ref().map_or("-".into(), |v| v.display().to_string()),
+        );
+        let job = if with_torch {
+            format!(
+                "launcher = \"torchrun\"\nscript = \"{fixture}\"\nargs = [\"{lines}\"]\nnproc_per_node = {per}\nsetup = \"source {}/bin/activate\"",
+                venv.as_ref().unwrap().display()
+            )
+        } else {
+            format!(
+                "launcher = \"command\"\nscript = \"sh\"\nargs = [\"{}\", \"{per}\", \"{lines}\", \"{}\", \"-\", \"-\", \"0\", \"{fixture}\"]",
+                script.display(),
+                hosts_file.display()
+            )
+        };
+        let extra = if with_torch { "[rendezvous]\ninterface = \"eth0\"\n" } else { "" };
+        let config = write_config(&tb, dir.path(), &hosts, &job, extra).display().to_string();
+        let names = ["pdsh -R ssh -f 64", "herd run --no-preflight"];
+        let mut res: Vec<Vec<(Measured, RankCheck, RankCheck)>> = vec![vec![]; names.len()];
+        for _ in 0..reps {
+            for (i, name) in names.iter().enumerate() {
+                let out_path = dir.path().join("out.txt");
+                let out = std::fs::File::create(&out_path).unwrap();
+                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+                let t = if i == 0 {
+                    Tracked::spawn(
+                        "pdsh",
+                        &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &remote],
+                        out.into(),
+                    )
+                } else {
+                    Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into())
+                };
+                let m = t.finish();
+                assert!(m.success, "{name} failed");
+                let data = std::fs::read(&out_path).unwrap();
+                let ranks = n * per;
+                let stdout = if i == 0 {
+                    // pdsh's stderr (the `done` lines, torchrun's own) is not in the file.
+                    check_ranks(&data, ranks, lines, pdsh_split, |_, _| false)
+                } else {
+                    check_ranks(&data, ranks, lines, herd_split, |named, p| {
+                        // The fixture's last line; the launcher's own lines (torchrun's warnings).
+                        (named.is_some() && done_line(p)) || (named.is_none() && with_torch)
+                    })
+                };
+                let files = if i == 1 {
+                    let attempt = herd_support::only_run_dir(&dir.path().join("logs")).join("attempt-0");
+                    let mut all = RankCheck::default();
+                    for r in 0..ranks {
+                        let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
+                        let mut c =
+                            check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
+                        // Each file holds one rank: what it lacks is the rank's own lines.
+                        c.lost = c.lost.saturating_sub((ranks - 1) * lines);
+                        all.add(c);
+                    }
+                    all
+                } else {
+                    RankCheck::default()
+                };
+                res[i].push((m, stdout, files));
+            }
+        }
+        let total = (n * per * lines) as f64;
+        let rate = |ms: &[(Measured, RankCheck, RankCheck)]| -> Vec<f64> {
+            ms.iter().map(|r| total / r.0.wall.as_secs_f64()).collect()
+        };
+        let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
+        let sum = |cs: &mut dyn Iterator<Item = RankCheck>| {
+            let mut t = RankCheck::default();
+            cs.for_each(|c| t.add(c));
+            format!("{} / {} / {} / {}", t.malformed, t.lost, t.duplicated, t.misnamed)
+        };
+        for (i, name) in names.iter().enumerate() {
+            let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
+            let own = fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0;
+            let rss =
+                fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0;
+            let files = if i == 1 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
+            println!(
+                "| {n} x {per} x {lines} | {} | {name} | {m} | {s} | {:.2} | {own} | {rss} | {} | {files} |",
+                if with_torch { "torchrun" } else { "a shell loop" },
+                v / pdsh_rate,
+                sum(&mut res[i].iter().map(|r| r.1)),
+            );
+        }
+    }
+}
+
+/// What each node runs for scenario 8: RANKS ranks, each `python3 -u` printing L lines with
+/// plain print() (tests/fixtures/ranks_print.py: text and newline are two writes). Under
+/// herd (NODE_RANK and HERD_RANK_WRAPPER set) each rank starts through the rank wrapper, as
+/// torchrun's workers do; under pdsh the node finds its rank from its place in the host list.
+/// With `torch` as $4, torchrun starts them (pdsh only: herd starts torchrun itself).
+const RANKS_SH: &str = r#"per=$1 n=$2 hosts=$3
+node=${NODE_RANK-}
+if [ -z "$node" ]; then
+  me=${SSH_CONNECTION#* * }; me=${me% *}
+  node=$(($(grep -nx "$me" "$hosts" | cut -d: -f1) - 1))
+fi
+if [ "${4-}" = torch ]; then
+  PATH=$5/bin:$PATH exec torchrun --nnodes "$(wc -l < "$hosts")" --nproc-per-node "$per" --node-rank "$node" \
+    --master-addr "$(head -n 1 "$hosts")" --master-port "$6" "$7" "$n"
+fi
+l=0
+while [ "$l" -lt "$per" ]; do
+  if [ -n "${HERD_RANK_WRAPPER-}" ]; then
+    RANK=$((node * per + l)) LOCAL_RANK=$l "$HERD_RANK_WRAPPER" 0 python3 -u "$7" "$n" &
+  else
+    RANK=$((node * per + l)) LOCAL_RANK=$l python3 -u "$7" "$n" &
+  fi
+  l=$((l + 1))
+done
+wait
+"#;
+
+/// What a checker finds in one launcher's output: the lines each rank printed, whole and in
+/// the right place, counted against what they should be.
+#[derive(Default, Clone, Copy)]
+struct RankCheck {
+    /// Lines that are not exactly one of the fixture's lines, with the right prefix.
+    malformed: usize,
+    /// (rank, line) pairs never seen whole.
+    lost: usize,
+    /// Whole lines seen more than once.
+    duplicated: usize,
+    /// Lines under a prefix naming another rank than the line's own.
+    misnamed: usize,
+}
+
+impl RankCheck {
+    fn add(&mut self, other: RankCheck) {
+        self.malformed += other.malformed;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.misnamed += other.misnamed;
+    }
+}
+
+/// The payload of a fixture line, `rank R local L line I x{I % 64}`, as (R, I), or None.
+fn fixture_line(payload: &[u8]) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut w = text.splitn(7, ' ');
+    let (a, r, b, _l, c, i) = (w.next()?, w.next()?, w.next()?, w.next()?, w.next()?, w.next()?);
+    let xs = w.next().unwrap_or("");
+    let (r, i): (usize, usize) = (r.parse().ok()?, i.parse().ok()?);
+    let ok =
+        a == "rank" && b == "local" && c == "line" && xs.len() == i % 64 && xs.bytes().all(|x| x == b'x');
+    // `line 0 ` ends in a space: splitn leaves "" for the x's, which is right.
+    ok.then_some((r, i))
+}
+
+/// Checks an output: each line is `prefix payload`; `prefix_rank` says which rank a prefix
+/// names (None: a launcher or node line, or a launcher that names no rank). Lines that are
+/// not the fixture's data lines but are known (the fixture's `rank R done`, torchrun's own
+/// lines under a launcher prefix) are passed by `other`.
+fn check_ranks(
+    data: &[u8],
+    ranks: usize,
+    lines: usize,
+    split: impl Fn(&[u8]) -> Option<(Option<usize>, &[u8])>,
+    other: impl Fn(Option<usize>, &[u8]) -> bool,
+) -> RankCheck {
+    let mut seen = vec![0u8; ranks * lines];
+    let mut c = RankCheck::default();
+    for line in data.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let Some((named, payload)) = split(line) else {
+            c.malformed += 1;
+            show_malformed(c.malformed, line);
+            continue;
+        };
+        match fixture_line(payload) {
+            Some((r, i)) if r < ranks && i < lines => {
+                if named.is_some_and(|n| n != r) {
+                    c.misnamed += 1;
+                }
+                let s = &mut seen[r * lines + i];
+                if *s > 0 {
+                    c.duplicated += 1;
+                }
+                *s = s.saturating_add(1);
+            }
+            _ if other(named, payload) => {}
+            _ => {
+                c.malformed += 1;
+                show_malformed(c.malformed, line);
+            }
+        }
+    }
+    c.lost = seen.iter().filter(|&&s| s == 0).count();
+    c
+}
+
+/// The first few malformed lines of a check, on stderr, to see what broke them.
+fn show_malformed(count: usize, line: &[u8]) {
+    if count <= 5 {
+        eprintln!("malformed: {:?}", String::from_utf8_lossy(&line[..line.len().min(200)]));
+    }
+}
+
+/// `rank R done`, the fixture's last line (on stderr).
+fn done_line(payload: &[u8]) -> bool {
+    payload
+        .strip_prefix(b"rank ")
+        .and_then(|p| p.strip_suffix(b" done"))
+        .is_some_and(|r| r.iter().all(u8::is_ascii_digit))
+}
+
+/// herd's prefix: `[r13 host] ` for rank 13, `[2 host] ` for node 2's launcher.
+fn herd_split(line: &[u8]) -> Option<(Option<usize>, &[u8])> {
+    let end = line.windows(2).position(|w| w == b"] ")?;
+    let head = std::str::from_utf8(line.strip_prefix(b"[")?.get(..end - 1)?).ok()?;
+    let (who, _host) = head.split_once(' ')?;
+    let named = match who.strip_prefix('r') {
+        Some(r) => Some(r.parse().ok()?),
+        None => {
+            who.parse::<usize>().ok()?;
+            None
+        }
+    };
+    Some((named, &line[end + 2..]))
+}
+
+/// pdsh's prefix: `host: `.
+fn pdsh_split(line: &[u8]) -> Option<(Option<usize>, &[u8])> {
+    let end = line.windows(2).position(|w| w == b": ")?;
+    Some((None, &line[end + 2..]))
+}
