@@ -1,14 +1,22 @@
-//! The job under test on the testbed: its cluster TOML, the ssh the baselines use, the
-//! shell loop of ssh + torchrun, its processes found by a mark in their environment, and
+//! The job under test on the testbed: its cluster TOML, the ssh the baselines use,
+//! the shell loop of ssh + torchrun, its processes found by a mark in their environment, and
 //! herd's events.jsonl of a run read back.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::herd_support;
 use super::measure::poll_until;
 use super::testbed::Testbed;
+
+// ---------------------------------------------------------------------------------------------
+// The testbed's nodes, and the baselines' ssh.
+
+/// The addresses of the testbed's first `n` nodes.
+pub fn hosts(tb: &Testbed, n: usize) -> Vec<String> {
+    tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect()
+}
 
 /// ssh as the baselines use it: the same defaults herd's own ssh gets, plus the testbed key.
 pub fn ssh_args(tb: &Testbed) -> Vec<String> {
@@ -30,6 +38,11 @@ pub fn ssh_args(tb: &Testbed) -> Vec<String> {
     ]
 }
 
+// ---------------------------------------------------------------------------------------------
+// The cluster TOML, and herd run on it.
+
+/// `dir/cluster.toml` for `hosts` (one `[[nodes]]` entry), the `[job]` table's body `job`,
+/// logs in `dir/logs`, and `extra` tables.
 pub fn write_config(tb: &Testbed, dir: &Path, hosts: &[String], job: &str, extra: &str) -> PathBuf {
     let text = format!(
         "{}\n[[nodes]]\nhost = \"{}\"\n\n[job]\n{job}\n\n[logs]\ndir = \"{}\"\n\n{extra}\n",
@@ -42,14 +55,43 @@ pub fn write_config(tb: &Testbed, dir: &Path, hosts: &[String], job: &str, extra
     path
 }
 
+/// `BIN run [--no-preflight] -c CONFIG`.
+pub fn herd_run(bin: &str, config: &Path, preflight: bool) -> Command {
+    let mut c = Command::new(bin);
+    c.arg("run");
+    if !preflight {
+        c.arg("--no-preflight");
+    }
+    c.arg("-c").arg(config);
+    c
+}
+
+/// No logs in `dir` from an earlier run, so that the next run's are the only ones.
+pub fn clear_logs(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir.join("logs"));
+}
+
 /// `examples/allreduce.py`'s args (a TOML array's items) for training that runs until stopped.
 pub const TRAIN_ON: &str = "\"--steps\", \"100000\", \"--sleep\", \"0.05\"";
+
+/// `TRAIN_ON` as the shell loop passes it.
+pub const TRAIN_ON_SHELL: &str = "--steps 100000 --sleep 0.05";
+
+/// `TRAIN_ON`, and 3 steps on a later attempt: a restart is measured to its workers, and the
+/// run then ends by itself.
+pub fn train_then_retry() -> String {
+    format!("{TRAIN_ON}, \"--retry-steps\", \"3\"")
+}
+
+/// One restart after a backoff of 1 s (+-20 %), the teardown's grace 3 s.
+pub const ONE_RESTART: &str =
+    "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
 
 /// The torch job on 3 nodes x 2 ranks, from the repo root, with `mark` in every process; and
 /// no logs in `dir` from an earlier run, so that the next run's are the only ones.
 pub fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &str, extra: &str) -> PathBuf {
-    let _ = std::fs::remove_dir_all(dir.join("logs"));
-    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    clear_logs(dir);
+    let hosts = hosts(tb, tb.nodes().len());
     let job = format!(
         "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nargs = [{args}]\n\
          nproc_per_node = 2\nworkdir = \"{}\"\nsetup = \"source {}/bin/activate\"",
@@ -66,6 +108,16 @@ pub fn torch_config(tb: &Testbed, dir: &Path, venv: &Path, args: &str, mark: &st
     )
 }
 
+/// `line` added to `torch_config`'s `[job]` table (as `device = "cpu"`).
+pub fn add_job_line(config: &Path, line: &str) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let text = text.replacen("nproc_per_node = 2\n", &format!("nproc_per_node = 2\n{line}\n"), 1);
+    std::fs::write(config, text).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The baseline without herd: a shell loop of ssh + torchrun.
+
 /// The shell loop: `ssh nodeN torchrun --node-rank N ...` for every node, in parallel.
 pub fn torch_shell_loop(
     tb: &Testbed,
@@ -74,7 +126,7 @@ pub fn torch_shell_loop(
     mark: &str,
     port: u16,
 ) -> Vec<std::process::Child> {
-    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    let hosts = hosts(tb, tb.nodes().len());
     hosts
         .iter()
         .enumerate()
@@ -101,6 +153,9 @@ pub fn torch_shell_loop(
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// The job's processes, found by a mark in their environment.
+
 pub fn environ_has(pid: u32, entry: &str) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
         .map(|env| env.split(|&b| b == 0).any(|e| e == entry.as_bytes()))
@@ -123,9 +178,45 @@ pub fn workers(mark: &str, extra: Option<&str>) -> Vec<u32> {
         .collect()
 }
 
+/// The torch job's training under way: its six workers (3 nodes x 2) with `mark`, and
+/// `extra` if given, all exist; None after 120 s.
+pub fn training(mark: &str, extra: Option<&str>) -> Option<Instant> {
+    poll_until(Duration::from_secs(120), Duration::from_millis(100), || workers(mark, extra).len() >= 6)
+}
+
+/// The torch job's global rank 3 (node 1's second worker) with `mark`.
+pub fn rank_3(mark: &str) -> Option<u32> {
+    workers(mark, Some("RANK=3")).into_iter().find(|p| environ_has(*p, "LOCAL_RANK=1"))
+}
+
+/// A restart: when rank 3 was SIGKILLed (and by the wall clock, as events.jsonl counts), and
+/// when attempt 1's six workers all existed (None after 120 s).
+pub struct Restart {
+    pub killed: Instant,
+    pub killed_wall: SystemTime,
+    pub up: Option<Instant>,
+}
+
+/// SIGKILL the torch job's rank 3 and wait for attempt 1's six workers.
+pub fn kill_rank_3(mark: &str) -> Restart {
+    let victim = rank_3(mark).expect("rank 3 is running");
+    let killed_wall = SystemTime::now();
+    let killed = Instant::now();
+    signal(victim, "-9");
+    let up = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
+        workers(mark, Some("HERD_ATTEMPT=1")).len() >= 6
+    });
+    Restart { killed, killed_wall, up }
+}
+
+/// `kill SIG PID`, as `-9` or `-INT`.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
 pub fn kill_marked(mark: &str) {
     for pid in marked(mark, None) {
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        signal(pid, "-9");
     }
 }
 
@@ -150,6 +241,10 @@ pub fn first_launcher_and_worker(mark: &str, start: Instant, limit: Duration) ->
     Some(((launcher - start).as_secs_f64(), (worker - start).as_secs_f64()))
 }
 
+// ---------------------------------------------------------------------------------------------
+// herd's events.jsonl.
+
+/// Every event of every run under `logs`.
 pub fn run_events(logs: &Path) -> Vec<serde_json::Value> {
     std::fs::read_dir(logs)
         .into_iter()
@@ -163,17 +258,19 @@ pub fn run_events(logs: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-pub fn event_time(ev: &[serde_json::Value], name: &str, nth: usize) -> Option<std::time::SystemTime> {
+/// When the `nth` event named `name` happened.
+pub fn event_time(ev: &[serde_json::Value], name: &str, nth: usize) -> Option<SystemTime> {
     let e = ev.iter().filter(|e| e["event"] == name).nth(nth)?;
     humantime::parse_rfc3339(e["ts"].as_str()?).ok()
 }
 
-pub fn since(t: std::time::SystemTime, from: std::time::SystemTime) -> f64 {
+/// Seconds from `from` to `t` (0 if before).
+pub fn since(t: SystemTime, from: SystemTime) -> f64 {
     t.duration_since(from).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// events.jsonl after `from`, as table rows `| +t s | event detail |`.
-pub fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> Vec<String> {
+pub fn timeline_rows(ev: &[serde_json::Value], from: SystemTime) -> Vec<String> {
     ev.iter()
         .filter_map(|e| {
             let t = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
@@ -198,6 +295,11 @@ pub fn timeline_rows(ev: &[serde_json::Value], from: std::time::SystemTime) -> V
             Some(format!("| +{dt:.2} s | {} |", detail.replace('|', "\\|")))
         })
         .collect()
+}
+
+/// `intro`, then the timeline's table.
+pub fn print_timeline(intro: &str, rows: &[String]) {
+    println!("\n{intro}:\n\n| time | event |\n|---|---|\n{}", rows.join("\n"));
 }
 
 /// The backoff herd drew for the first restart, in seconds (0 without one).

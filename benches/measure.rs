@@ -1,17 +1,23 @@
 //! What every scenario measures with: sizes from the environment, a command timed, a
-//! condition polled for, a launcher tracked (wall time, CPU, peak RSS), and the statistics
-//! and rows of the tables (median, spread, ratio to a baseline).
+//! condition polled for, runs side by side, a launcher tracked (wall time, CPU, peak RSS),
+//! and the statistics and rows of the tables (median, spread, ratio to a baseline).
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::herd_support::HERD;
 
+// ---------------------------------------------------------------------------------------------
+// Sizes from the environment.
+
+/// Runs per launcher: BENCH_RUNS, else the scenario's `default`.
 pub fn runs(default: usize) -> usize {
     env_usize("BENCH_RUNS", default).max(1)
 }
 
+/// A number from the environment variable `name`, else `default`.
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -24,6 +30,16 @@ pub fn env_sizes(name: &str, default: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Another herd binary to run beside this one (BENCH_BASELINE_HERD), e.g. one built from an
+/// earlier commit.
+pub fn baseline_herd() -> Option<String> {
+    std::env::var("BENCH_BASELINE_HERD").ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing.
+
+/// Start to exit of `cmd`, its output thrown away; it must succeed.
 pub fn timed(cmd: &mut Command) -> Duration {
     let start = Instant::now();
     let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("spawn");
@@ -31,6 +47,7 @@ pub fn timed(cmd: &mut Command) -> Duration {
     start.elapsed()
 }
 
+/// When `cond` first held, polled `every` so often, or None after `limit`.
 pub fn poll_until(limit: Duration, every: Duration, mut cond: impl FnMut() -> bool) -> Option<Instant> {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -42,6 +59,17 @@ pub fn poll_until(limit: Duration, every: Duration, mut cond: impl FnMut() -> bo
     None
 }
 
+/// Every (round, variant) of `reps` rounds of `variants` run side by side: the order rotates
+/// from round to round, so that no variant always follows the same one (with two, A and B
+/// alternate: A B, B A, A B, ...).
+pub fn rounds(reps: usize, variants: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..reps).flat_map(move |rep| (0..variants).map(move |v| (rep, (v + rep) % variants)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and the tables' rows.
+
+/// A launcher's times over its runs: the median and the spread.
 pub struct Stats {
     pub median: Duration,
     pub min: Duration,
@@ -57,6 +85,7 @@ fn secs(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64())
 }
 
+/// `| name | median | min-max | ratio of medians to the baseline |` (1.00 without one).
 pub fn row(name: &str, s: &Stats, baseline: Option<&Stats>) -> String {
     let ratio = baseline
         .map_or("1.00".to_string(), |b| format!("{:.2}", s.median.as_secs_f64() / b.median.as_secs_f64()));
@@ -68,6 +97,7 @@ fn stats_f(mut xs: Vec<f64>) -> (f64, f64, f64) {
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
 
+/// (median, `min-max`, the median as a number) to `digits` decimals; `-` without values.
 pub fn fmt_stat(xs: &[f64], digits: usize) -> (String, String, f64) {
     if xs.is_empty() {
         return ("-".into(), "-".into(), f64::NAN);
@@ -75,6 +105,20 @@ pub fn fmt_stat(xs: &[f64], digits: usize) -> (String, String, f64) {
     let (m, lo, hi) = stats_f(xs.to_vec());
     (format!("{m:.digits$}"), format!("{lo:.digits$}-{hi:.digits$}"), m)
 }
+
+/// Field `i` of every run's row of numbers.
+pub fn column<const N: usize>(rows: &[[f64; N]], i: usize) -> Vec<f64> {
+    rows.iter().map(|r| r[i]).collect()
+}
+
+/// A table's header row, then the row that makes it a table (`|---|` a column).
+pub fn table(header: &str) {
+    let columns = header.matches(" |").count();
+    println!("{header}\n|{}", "---|".repeat(columns));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A launcher tracked.
 
 /// Which process tree a launcher is, and what it cost: CPU of the whole tree (a cpuacct
 /// cgroup: ssh masters that fork into the background stay in it), and CPU and peak RSS of the
@@ -123,7 +167,9 @@ fn self_sample(pid: u32) -> Option<(SelfSample, bool)> {
 }
 
 impl Tracked {
-    pub fn spawn(program: &str, args: &[&str], stdout: Stdio) -> Tracked {
+    /// `program args...` started in a cgroup of its own (if cgroups can be made), its stdout
+    /// to `stdout` and its stderr to a file.
+    pub fn spawn<S: AsRef<OsStr>>(program: &str, args: &[S], stdout: Stdio) -> Tracked {
         let n = CGROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cg = PathBuf::from(format!("/sys/fs/cgroup/cpuacct/herd-bench-{}-{n}", std::process::id()));
         let cgroup = std::fs::create_dir(&cg).is_ok().then_some(cg);

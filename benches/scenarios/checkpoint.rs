@@ -3,12 +3,12 @@
 //! rank ends after the step it is in, once all agree (one more all-reduce), rank 0 having saved
 //! it. No baseline runs side by side: without herd, nothing tells the ranks.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use super::herd_support::{self, HERD};
-use super::job::{kill_marked, torch_config, workers};
-use super::measure::{fmt_stat, poll_until, runs, Tracked};
+use super::job::{kill_marked, signal, torch_config, workers};
+use super::measure::{column, fmt_stat, poll_until, runs, table, Tracked};
 use super::testbed::Testbed;
 
 pub fn run() {
@@ -32,13 +32,13 @@ pub fn run() {
             poll_until(Duration::from_secs(120), Duration::from_millis(50), || ckpt.join("step_2").exists());
         if started.is_none() {
             println!("run {rep}: training did not start");
-            let _ = Command::new("kill").args(["-INT", &herd.pid().to_string()]).status();
+            signal(herd.pid(), "-INT");
             herd.finish();
             kill_marked(&mark);
             continue;
         }
         let signalled = Instant::now();
-        let _ = Command::new("kill").args(["-USR1", &herd.pid().to_string()]).status();
+        signal(herd.pid(), "-USR1");
         let gone = poll_until(Duration::from_secs(120), Duration::from_millis(10), || {
             workers(&mark, None).is_empty()
         });
@@ -54,11 +54,11 @@ pub fn run() {
     }
     println!("\n### A time limit's warning: torchrun 3 nodes x 2, SIGUSR1 to herd ({} runs)\n", rows.len());
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- checkpoint`\n");
-    println!("| from SIGUSR1 to herd | median s | spread s |\n|---|---|---|");
+    table("| from SIGUSR1 to herd | median s | spread s |");
     for (i, what) in
         ["every rank exited (checkpoint written)", "herd exited (75), every node stopped"].iter().enumerate()
     {
-        let (m, s, _) = fmt_stat(&rows.iter().map(|r| r[i]).collect::<Vec<_>>(), 2);
+        let (m, s, _) = fmt_stat(&column(&rows, i), 2);
         println!("| {what} | {m} | {s} |");
     }
 }
