@@ -1,4 +1,4 @@
-//! The job under test on the testbed: its cluster TOML, the ssh the baselines use,
+//! The job under test on the testbed: its cluster TOML, the ssh and pdsh the baselines use,
 //! the shell loop of ssh + torchrun, its processes found by a mark in their environment, and
 //! herd's events.jsonl of a run read back.
 
@@ -11,7 +11,7 @@ use super::measure::poll_until;
 use super::testbed::Testbed;
 
 // ---------------------------------------------------------------------------------------------
-// The testbed's nodes, and the baselines' ssh.
+// The testbed's nodes, and the baselines' ssh and pdsh.
 
 /// The addresses of the testbed's first `n` nodes.
 pub fn hosts(tb: &Testbed, n: usize) -> Vec<String> {
@@ -36,6 +36,36 @@ pub fn ssh_args(tb: &Testbed) -> Vec<String> {
         "-l".into(),
         "root".into(),
     ]
+}
+
+/// pdsh's arguments before `-w HOSTS`: over ssh, 64 at once, as root.
+pub const PDSH: [&str; 6] = ["-R", "ssh", "-f", "64", "-l", "root"];
+
+/// PDSH_SSH_ARGS_APPEND for pdsh: `ssh_args` but the user, which pdsh passes itself.
+pub fn pdsh_ssh_append(tb: &Testbed) -> String {
+    let args = ssh_args(tb);
+    args[..args.len() - 2].join(" ")
+}
+
+/// pdsh's arguments for `REMOTE` on `hosts` (PDSH_SSH_ARGS_APPEND to be set by the caller).
+pub fn pdsh_args(hosts: &[String], remote: &str) -> Vec<String> {
+    let mut args: Vec<String> = PDSH.iter().map(|a| a.to_string()).collect();
+    args.extend(["-w".into(), hosts.join(","), remote.into()]);
+    args
+}
+
+/// `pdsh ... -w HOSTS REMOTE...`, PDSH_SSH_ARGS_APPEND set for the testbed.
+pub fn pdsh(tb: &Testbed, hosts: &[String], remote: &[&str]) -> Command {
+    let mut c = Command::new("pdsh");
+    c.args(PDSH).args(["-w", &hosts.join(",")]).args(remote).env("PDSH_SSH_ARGS_APPEND", pdsh_ssh_append(tb));
+    c
+}
+
+/// The loop everyone writes: `ssh NODE REMOTE &` for every node, then `wait`, where REMOTE is
+/// what `remote` gives for the node.
+pub fn ssh_loop(tb: &Testbed, hosts: &[String], remote: impl Fn(&str) -> String) -> String {
+    let ssh = ssh_args(tb).join(" ");
+    hosts.iter().map(|h| format!("ssh {ssh} {h} {} &", remote(h))).collect::<Vec<_>>().join("\n") + "\nwait"
 }
 
 // ---------------------------------------------------------------------------------------------

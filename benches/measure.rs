@@ -30,10 +30,36 @@ pub fn env_sizes(name: &str, default: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Sizes of `N` numbers each (`8x1000,64x20` for N = 2) from the environment variable
+/// `name`, else from `default`; an item that is not N numbers is left out.
+pub fn env_dims<const N: usize>(name: &str, default: &str) -> Vec<[usize; N]> {
+    env_words(name, default)
+        .iter()
+        .filter_map(|s| s.split('x').map(|x| x.parse().ok()).collect::<Option<Vec<usize>>>()?.try_into().ok())
+        .collect()
+}
+
+/// The comma-separated words of the environment variable `name`, else of `default`.
+pub fn env_words(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name).unwrap_or_else(|_| default.into()).split(',').map(String::from).collect()
+}
+
 /// Another herd binary to run beside this one (BENCH_BASELINE_HERD), e.g. one built from an
 /// earlier commit.
 pub fn baseline_herd() -> Option<String> {
     std::env::var("BENCH_BASELINE_HERD").ok()
+}
+
+/// How long to keep the testbed up after the runs, for a measurement from outside
+/// (BENCH_HOLD_SECS, 0).
+pub fn hold_secs() -> u64 {
+    env_usize("BENCH_HOLD_SECS", 0) as u64
+}
+
+/// Keeps the testbed up for `secs`, having said so.
+pub fn hold(secs: u64) {
+    println!("holding for {secs} s");
+    std::thread::sleep(Duration::from_secs(secs));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -92,6 +118,13 @@ pub fn row(name: &str, s: &Stats, baseline: Option<&Stats>) -> String {
     format!("| {name} | {} | {}-{} | {ratio} |", secs(s.median), secs(s.min), secs(s.max))
 }
 
+/// The middle value (the upper one of an even count), as every table's median.
+pub fn median<T: Copy + PartialOrd>(xs: impl IntoIterator<Item = T>) -> T {
+    let mut xs: Vec<T> = xs.into_iter().collect();
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    xs[xs.len() / 2]
+}
+
 fn stats_f(mut xs: Vec<f64>) -> (f64, f64, f64) {
     xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
@@ -104,6 +137,19 @@ pub fn fmt_stat(xs: &[f64], digits: usize) -> (String, String, f64) {
     }
     let (m, lo, hi) = stats_f(xs.to_vec());
     (format!("{m:.digits$}"), format!("{lo:.digits$}-{hi:.digits$}"), m)
+}
+
+/// Lines per second of each run, `total` lines a run.
+pub fn per_second(total: f64, runs: &[&Measured]) -> Vec<f64> {
+    runs.iter().map(|m| total / m.wall.as_secs_f64()).collect()
+}
+
+/// The launcher's own CPU seconds and peak RSS MiB over `runs`: their medians, as the tables
+/// show them.
+pub fn own_cost(runs: &[&Measured]) -> (String, String) {
+    let cpu: Vec<f64> = runs.iter().map(|m| m.self_cpu.as_secs_f64()).collect();
+    let rss: Vec<f64> = runs.iter().map(|m| m.self_hwm_kib as f64 / 1024.0).collect();
+    (fmt_stat(&cpu, 2).0, fmt_stat(&rss, 1).0)
 }
 
 /// Field `i` of every run's row of numbers.

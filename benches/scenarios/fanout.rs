@@ -1,11 +1,12 @@
 //! Scenario 1: a trivial `true` job on N nodes, start to all exited.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use super::herd_support::HERD;
-use super::job::{ssh_args, write_config};
-use super::measure::{row, runs, stats, timed};
+use super::job::{clear_logs, herd_run, hosts, pdsh, ssh_loop, write_config};
+use super::measure::{row, runs, stats, table, timed};
 use super::testbed::Testbed;
 
 pub fn run() {
@@ -15,40 +16,37 @@ pub fn run() {
     println!(
         "\n### Launch fan-out: `true` on N nodes, start to all exited ({reps} runs each, alternating)\n"
     );
-    println!("| N | command | median s | spread s | ratio to pdsh |");
-    println!("|---|---|---|---|---|");
+    table("| N | command | median s | spread s | ratio to pdsh |");
     for n in [8usize, 32, 64] {
-        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
+        let hosts = hosts(&tb, n);
         let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
-        let mut results: Vec<(&str, Vec<Duration>)> = vec![
-            ("pdsh -R ssh -f 64", vec![]),
-            ("ssh & loop", vec![]),
-            ("herd run --no-preflight", vec![]),
-            ("herd run", vec![]),
-        ];
+        let names = ["pdsh -R ssh -f 64", "ssh & loop", "herd run --no-preflight", "herd run"];
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
         for _ in 0..reps {
-            let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
-            results[0].1.push(timed(
-                Command::new("pdsh")
-                    .args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"])
-                    .env("PDSH_SSH_ARGS_APPEND", &ssh_append),
-            ));
-            let loop_script = hosts
-                .iter()
-                .map(|h| format!("ssh {} {h} true &", ssh_args(&tb).join(" ")))
-                .collect::<Vec<_>>()
-                .join("\n")
-                + "\nwait";
-            results[1].1.push(timed(Command::new("bash").arg("-c").arg(&loop_script)));
-            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-            results[2].1.push(timed(Command::new(HERD).args(["run", "--no-preflight", "-c"]).arg(&config)));
-            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-            results[3].1.push(timed(Command::new(HERD).args(["run", "-c"]).arg(&config)));
+            for (v, took) in times.iter_mut().enumerate() {
+                took.push(timed(&mut command(v, &tb, &hosts, dir.path(), &config)));
+            }
         }
-        let pdsh = stats(results[0].1.clone());
-        for (name, xs) in &results {
-            let s = stats(xs.clone());
-            println!("{}", row(&format!("{n} | {name}"), &s, Some(&pdsh)));
+        let pdsh = stats(times[0].clone());
+        for (name, xs) in names.iter().zip(&times) {
+            println!("{}", row(&format!("{n} | {name}"), &stats(xs.clone()), Some(&pdsh)));
+        }
+    }
+}
+
+/// The command of launcher `v`, in the order of the table: pdsh, the ssh loop, herd without
+/// and with its preflight.
+fn command(v: usize, tb: &Testbed, hosts: &[String], dir: &Path, config: &Path) -> Command {
+    match v {
+        0 => pdsh(tb, hosts, &["true"]),
+        1 => {
+            let mut c = Command::new("bash");
+            c.arg("-c").arg(ssh_loop(tb, hosts, |_| "true".into()));
+            c
+        }
+        _ => {
+            clear_logs(dir);
+            herd_run(HERD, config, v == 3)
         }
     }
 }

@@ -5,19 +5,18 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use super::herd_support::{self, HERD};
-use super::job::{ssh_args, write_config};
-use super::measure::{fmt_stat, runs, Measured, Tracked};
+use super::job::{clear_logs, hosts, pdsh_args, pdsh_ssh_append, ssh_loop, write_config};
+use super::measure::{env_dims, fmt_stat, own_cost, per_second, runs, table, Measured, Tracked};
 use super::testbed::Testbed;
 
+const NAMES: [&str; 3] = ["pdsh -R ssh -f 64", "ssh \\| sed loop", "herd run --no-preflight"];
+
+/// A launcher's run: what it cost, and the lines it lost on stdout and (herd) in the node logs.
+type Run = (Measured, usize, usize);
+
 pub fn run() {
-    let sizes: Vec<(usize, usize)> = std::env::var("BENCH_LOGS")
-        .unwrap_or_else(|_| "8x1000000,64x20000".into())
-        .split(',')
-        .filter_map(|s| {
-            let (n, l) = s.split_once('x')?;
-            Some((n.parse().ok()?, l.parse().ok()?))
-        })
-        .collect();
+    let sizes: Vec<(usize, usize)> =
+        env_dims::<2>("BENCH_LOGS", "8x1000000,64x20000").into_iter().map(|[n, l]| (n, l)).collect();
     logs_with(runs(3), &sizes);
 }
 
@@ -36,104 +35,102 @@ pub fn logs_with(reps: usize, sizes: &[(usize, usize)]) -> usize {
     let sizes_arg = sizes.iter().map(|(n, l)| format!("{n}x{l}")).collect::<Vec<_>>().join(",");
     println!("\n### Log throughput: N nodes each print L lines (`seq 1 L`) as fast as they can; stdout to a file ({reps} runs each, alternating)\n");
     println!("Rerun: `BENCH_RUNS={reps} BENCH_LOGS={sizes_arg} cargo bench --bench herd_bench -- logs`\n");
-    println!("| N x L | launcher | lines/s median | spread | ratio to pdsh | tree CPU s | launcher CPU s | launcher peak RSS MiB | lines lost (stdout / node logs) |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    table("| N x L | launcher | lines/s median | spread | ratio to pdsh | tree CPU s | launcher CPU s | launcher peak RSS MiB | lines lost (stdout / node logs) |");
     for &(n, lines) in sizes {
-        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
-        let script = format!("seq 1 {lines}");
-        let job = format!("launcher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"{lines}\"]");
-        let config = write_config(&tb, dir.path(), &hosts, &job, "");
-        let config = config.display().to_string();
-        let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
-        let sed_loop = hosts
-            .iter()
-            .map(|h| format!("ssh {} {h} '{script}' | sed 's/^/{h} /' &", ssh_args(&tb).join(" ")))
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\nwait";
-        let names = ["pdsh -R ssh -f 64", "ssh \\| sed loop", "herd run --no-preflight"];
-        let mut res: Vec<Vec<(Measured, usize, usize)>> = vec![vec![]; names.len()];
-        for _ in 0..reps {
-            for (i, name) in names.iter().enumerate() {
-                if i == 0 && !have_pdsh {
-                    continue;
-                }
-                let out_path = dir.path().join("out.txt");
-                let out = std::fs::File::create(&out_path).unwrap();
-                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-                std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
-                let t = match i {
-                    0 => Tracked::spawn(
-                        "pdsh",
-                        &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &script],
-                        out.into(),
-                    ),
-                    1 => Tracked::spawn("bash", &["-c", &sed_loop], out.into()),
-                    _ => Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into()),
-                };
-                let m = t.finish();
-                assert!(m.success, "{name} failed");
-                let key_end: &[u8] = match i {
-                    0 => b": ",
-                    1 => b" ",
-                    _ => b"] ",
-                };
-                let (total, per) = count_lines(&out_path, key_end);
-                // Lines of some node short of L (more than L for one node, or extra lines, are
-                // not losses; they are checked by the total).
-                let lost_out = (n * lines).saturating_sub(per.values().map(|&c| c.min(lines)).sum());
-                assert!(total >= n * lines - lost_out, "{name}: line count");
-                let lost_logs = if i == 2 {
-                    let run = herd_support::only_run_dir(&dir.path().join("logs"));
-                    let in_logs: usize = std::fs::read_dir(run.join("attempt-0"))
-                        .unwrap()
-                        .flatten()
-                        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
-                        .map(|e| file_lines(&e.path()))
-                        .sum();
-                    (n * lines).abs_diff(in_logs)
-                } else {
-                    0
-                };
-                if i == 2 {
-                    herd_lost += lost_out + lost_logs;
-                }
-                res[i].push((m, lost_out, lost_logs));
-            }
-        }
-        let rate = |ms: &[(Measured, usize, usize)]| -> Vec<f64> {
-            ms.iter().map(|(m, _, _)| (n * lines) as f64 / m.wall.as_secs_f64()).collect()
-        };
-        let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
-        for (i, name) in names.iter().enumerate() {
-            if res[i].is_empty() {
-                continue;
-            }
-            let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
-            let tree = fmt_stat(
-                &res[i].iter().filter_map(|r| r.0.tree_cpu.map(|d| d.as_secs_f64())).collect::<Vec<_>>(),
-                2,
-            )
-            .0;
-            let (own, rss) = if i == 1 {
-                ("-".to_string(), "-".to_string())
-            } else {
-                (
-                    fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0,
-                    fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1)
-                        .0,
-                )
-            };
-            let lost_out: usize = res[i].iter().map(|r| r.1).sum();
-            let lost_logs =
-                if i == 2 { res[i].iter().map(|r| r.2).sum::<usize>().to_string() } else { "-".into() };
-            println!(
-                "| {n} x {lines} | {name} | {m} | {s} | {:.2} | {tree} | {own} | {rss} | {lost_out} / {lost_logs} |",
-                v / pdsh_rate
-            );
-        }
+        let launchers: &[usize] = if have_pdsh { &[0, 1, 2] } else { &[1, 2] };
+        let res = size(&tb, dir.path(), (n, lines), reps, launchers);
+        herd_lost += res[2].iter().map(|r| r.1 + r.2).sum::<usize>();
+        print_size((n, lines), &res);
     }
     herd_lost
+}
+
+/// `reps` runs of each of `launchers` (indices into `NAMES`) at `n` nodes x `lines`.
+fn size(
+    tb: &Testbed,
+    dir: &Path,
+    (n, lines): (usize, usize),
+    reps: usize,
+    launchers: &[usize],
+) -> Vec<Vec<Run>> {
+    let hosts = hosts(tb, n);
+    let script = format!("seq 1 {lines}");
+    let job = format!("launcher = \"command\"\nscript = \"seq\"\nargs = [\"1\", \"{lines}\"]");
+    let config = write_config(tb, dir, &hosts, &job, "");
+    let config = config.display().to_string();
+    let sed_loop = ssh_loop(tb, &hosts, |h| format!("'{script}' | sed 's/^/{h} /'"));
+    std::env::set_var("PDSH_SSH_ARGS_APPEND", pdsh_ssh_append(tb));
+    let mut res: Vec<Vec<Run>> = vec![vec![]; NAMES.len()];
+    for _ in 0..reps {
+        for &i in launchers {
+            let out_path = dir.join("out.txt");
+            let out = std::fs::File::create(&out_path).unwrap();
+            clear_logs(dir);
+            let t = match i {
+                0 => Tracked::spawn("pdsh", &pdsh_args(&hosts, &script), out.into()),
+                1 => Tracked::spawn("bash", &["-c", &sed_loop], out.into()),
+                _ => Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into()),
+            };
+            let m = t.finish();
+            assert!(m.success, "{} failed", NAMES[i]);
+            let lost_out = lost_on_stdout(i, &out_path, n, lines);
+            let lost_logs = if i == 2 { lost_in_logs(dir, n, lines) } else { 0 };
+            res[i].push((m, lost_out, lost_logs));
+        }
+    }
+    res
+}
+
+/// Lines of some node short of L on launcher `i`'s stdout (more than L for one node, or extra
+/// lines, are not losses; they are checked by the total).
+fn lost_on_stdout(i: usize, out: &Path, n: usize, lines: usize) -> usize {
+    let key_end: &[u8] = match i {
+        0 => b": ",
+        1 => b" ",
+        _ => b"] ",
+    };
+    let (total, per) = count_lines(out, key_end);
+    let lost = (n * lines).saturating_sub(per.values().map(|&c| c.min(lines)).sum());
+    assert!(total >= n * lines - lost, "{}: line count", NAMES[i]);
+    lost
+}
+
+/// Lines herd's node logs of the run in `dir` lack, or have too many.
+fn lost_in_logs(dir: &Path, n: usize, lines: usize) -> usize {
+    let run = herd_support::only_run_dir(&dir.join("logs"));
+    let in_logs: usize = std::fs::read_dir(run.join("attempt-0"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| file_lines(&e.path()))
+        .sum();
+    (n * lines).abs_diff(in_logs)
+}
+
+/// A row per launcher that ran.
+fn print_size((n, lines): (usize, usize), res: &[Vec<Run>]) {
+    let measured = |i: usize| res[i].iter().map(|r| &r.0).collect::<Vec<_>>();
+    let total = (n * lines) as f64;
+    let pdsh_rate = fmt_stat(&per_second(total, &measured(0)), 0).2;
+    for (i, name) in NAMES.iter().enumerate() {
+        if res[i].is_empty() {
+            continue;
+        }
+        let (m, s, v) = fmt_stat(&per_second(total, &measured(i)), 0);
+        let tree = fmt_stat(
+            &res[i].iter().filter_map(|r| r.0.tree_cpu.map(|d| d.as_secs_f64())).collect::<Vec<_>>(),
+            2,
+        )
+        .0;
+        let (own, rss) = if i == 1 { ("-".to_string(), "-".to_string()) } else { own_cost(&measured(i)) };
+        let lost_out: usize = res[i].iter().map(|r| r.1).sum();
+        let lost_logs =
+            if i == 2 { res[i].iter().map(|r| r.2).sum::<usize>().to_string() } else { "-".into() };
+        println!(
+            "| {n} x {lines} | {name} | {m} | {s} | {:.2} | {tree} | {own} | {rss} | {lost_out} / {lost_logs} |",
+            v / pdsh_rate
+        );
+    }
 }
 
 /// Lines per key (prefix up to the end of `key_end`), and the total.

@@ -2,60 +2,84 @@
 //! at once. Lines/s, herd's peak RSS, and a checker's count of malformed, lost, duplicated and
 //! misnamed lines, on stdout and (herd) in the per-rank files.
 
+use std::path::{Path, PathBuf};
+
 use super::herd_support::{self, HERD};
-use super::job::{ssh_args, write_config};
-use super::measure::{fmt_stat, runs, Measured, Tracked};
+use super::job::{clear_logs, hosts, pdsh_args, pdsh_ssh_append, write_config};
+use super::measure::{env_dims, fmt_stat, own_cost, per_second, runs, table, Measured, Tracked};
 use super::testbed::Testbed;
+
+const NAMES: [&str; 2] = ["pdsh -R ssh -f 64", "herd run --no-preflight"];
+
+/// A launcher's run: what it cost, and the checks of its stdout and (herd) its rank files.
+type Run = (Measured, RankCheck, RankCheck);
 
 pub fn run() {
     let reps = runs(3);
-    let parse = |var: &str, default: &str| -> Vec<(usize, usize, usize)> {
-        std::env::var(var)
-            .unwrap_or_else(|_| default.into())
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| {
-                let v: Vec<usize> = s.split('x').filter_map(|x| x.parse().ok()).collect();
-                (v.len() == 3).then(|| (v[0], v[1], v[2]))
-            })
-            .collect()
-    };
-    let plain = parse("BENCH_RANKS", "64x8x2000,64x8x10000");
-    let torch = parse("BENCH_RANKS_TORCH", "8x8x2000");
-    let most = plain.iter().chain(&torch).map(|s| s.0).max().unwrap_or(1);
+    let plain = env_dims::<3>("BENCH_RANKS", "64x8x2000,64x8x10000");
+    let torch = env_dims::<3>("BENCH_RANKS_TORCH", "8x8x2000");
+    let most = plain.iter().chain(&torch).map(|s| s[0]).max().unwrap_or(1);
     let tb = Testbed::new(most);
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("ranks.sh");
     std::fs::write(&script, RANKS_SH).unwrap();
-    let fixture = format!("{}/tests/fixtures/ranks_print.py", env!("CARGO_MANIFEST_DIR"));
     let venv = (!torch.is_empty()).then(herd_support::torch_venv);
-    let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
-    std::env::set_var("PDSH_SSH_ARGS_APPEND", &ssh_append);
+    std::env::set_var("PDSH_SSH_ARGS_APPEND", pdsh_ssh_append(&tb));
     println!("\n### Every rank printing at once: N nodes x R ranks, each rank L lines of plain print() under python3 -u; stdout to a file ({reps} runs each, alternating)\n");
+    let list = |sizes: &[[usize; 3]]| {
+        sizes.iter().map(|[n, r, l]| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(",")
+    };
     println!(
         "Rerun: `BENCH_RUNS={reps} BENCH_RANKS={} BENCH_RANKS_TORCH={} cargo bench --bench herd_bench -- ranks`\n",
-        plain.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(","),
-        torch.iter().map(|(n, r, l)| format!("{n}x{r}x{l}")).collect::<Vec<_>>().join(",")
+        list(&plain),
+        list(&torch)
     );
-    println!("| N x R x L | ranks start by | launcher | lines/s median | spread | ratio to pdsh | launcher CPU s | launcher peak RSS MiB | malformed / lost / duplicated / misnamed on stdout (all runs) | same in the rank files |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    table("| N x R x L | ranks start by | launcher | lines/s median | spread | ratio to pdsh | launcher CPU s | launcher peak RSS MiB | malformed / lost / duplicated / misnamed on stdout (all runs) | same in the rank files |");
     let sizes = plain.iter().map(|&s| (s, false)).chain(torch.iter().map(|&s| (s, true)));
-    for (rep_size, ((n, per, lines), with_torch)) in sizes.enumerate() {
-        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
-        let hosts_file = dir.path().join("hosts");
+    for (rep_size, size) in sizes.enumerate() {
+        let size = Size::new(&tb, dir.path(), &script, size, venv.as_deref(), 29700 + rep_size as u16);
+        let res = size.measure(reps);
+        size.print(&res);
+    }
+}
+
+/// One size: N nodes x R ranks x L lines, the ranks started by a shell loop or by torchrun;
+/// what pdsh runs on every node, and herd's config.
+struct Size<'a> {
+    dir: &'a Path,
+    n: usize,
+    per: usize,
+    lines: usize,
+    with_torch: bool,
+    hosts: Vec<String>,
+    remote: String,
+    config: String,
+}
+
+impl<'a> Size<'a> {
+    fn new(
+        tb: &Testbed,
+        dir: &'a Path,
+        script: &Path,
+        ([n, per, lines], with_torch): ([usize; 3], bool),
+        venv: Option<&Path>,
+        port: u16,
+    ) -> Size<'a> {
+        let fixture = format!("{}/tests/fixtures/ranks_print.py", env!("CARGO_MANIFEST_DIR"));
+        let hosts = hosts(tb, n);
+        let hosts_file = dir.join("hosts");
         std::fs::write(&hosts_file, hosts.join("\n") + "\n").unwrap();
-        let port = 29700 + rep_size as u16;
         let remote = format!(
             "sh {} {per} {lines} {} {} {} {port} {fixture}",
             script.display(),
             hosts_file.display(),
             if with_torch { "torch" } else { "-" },
-            venv.as_ref().map_or("-".into(), |v| v.display().to_string()),
+            venv.map_or("-".into(), |v| v.display().to_string()),
         );
         let job = if with_torch {
             format!(
                 "launcher = \"torchrun\"\nscript = \"{fixture}\"\nargs = [\"{lines}\"]\nnproc_per_node = {per}\nsetup = \"source {}/bin/activate\"",
-                venv.as_ref().unwrap().display()
+                venv.unwrap().display()
             )
         } else {
             format!(
@@ -65,73 +89,81 @@ pub fn run() {
             )
         };
         let extra = if with_torch { "[rendezvous]\ninterface = \"eth0\"\n" } else { "" };
-        let config = write_config(&tb, dir.path(), &hosts, &job, extra).display().to_string();
-        let names = ["pdsh -R ssh -f 64", "herd run --no-preflight"];
-        let mut res: Vec<Vec<(Measured, RankCheck, RankCheck)>> = vec![vec![]; names.len()];
+        let config = write_config(tb, dir, &hosts, &job, extra).display().to_string();
+        Size { dir, n, per, lines, with_torch, hosts, remote, config }
+    }
+
+    /// `reps` rounds of pdsh, then herd.
+    fn measure(&self, reps: usize) -> Vec<Vec<Run>> {
+        let mut res: Vec<Vec<Run>> = vec![vec![]; NAMES.len()];
         for _ in 0..reps {
-            for (i, name) in names.iter().enumerate() {
-                let out_path = dir.path().join("out.txt");
+            for (i, name) in NAMES.iter().enumerate() {
+                let out_path = self.dir.join("out.txt");
                 let out = std::fs::File::create(&out_path).unwrap();
-                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+                clear_logs(self.dir);
                 let t = if i == 0 {
-                    Tracked::spawn(
-                        "pdsh",
-                        &["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), &remote],
-                        out.into(),
-                    )
+                    Tracked::spawn("pdsh", &pdsh_args(&self.hosts, &self.remote), out.into())
                 } else {
-                    Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &config], out.into())
+                    Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &self.config], out.into())
                 };
                 let m = t.finish();
                 assert!(m.success, "{name} failed");
-                let data = std::fs::read(&out_path).unwrap();
-                let ranks = n * per;
-                let stdout = if i == 0 {
-                    // pdsh's stderr (the `done` lines, torchrun's own) is not in the file.
-                    check_ranks(&data, ranks, lines, pdsh_split, |_, _| false)
-                } else {
-                    check_ranks(&data, ranks, lines, herd_split, |named, p| {
-                        // The fixture's last line; the launcher's own lines (torchrun's warnings).
-                        (named.is_some() && done_line(p)) || (named.is_none() && with_torch)
-                    })
-                };
-                let files = if i == 1 {
-                    let attempt = herd_support::only_run_dir(&dir.path().join("logs")).join("attempt-0");
-                    let mut all = RankCheck::default();
-                    for r in 0..ranks {
-                        let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
-                        let mut c =
-                            check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
-                        // Each file holds one rank: what it lacks is the rank's own lines.
-                        c.lost = c.lost.saturating_sub((ranks - 1) * lines);
-                        all.add(c);
-                    }
-                    all
-                } else {
-                    RankCheck::default()
-                };
+                let stdout = self.check_stdout(i, &out_path);
+                let files = if i == 1 { self.check_files() } else { RankCheck::default() };
                 res[i].push((m, stdout, files));
             }
         }
+        res
+    }
+
+    /// Launcher `i`'s stdout, checked.
+    fn check_stdout(&self, i: usize, out: &Path) -> RankCheck {
+        let data = std::fs::read(out).unwrap();
+        let (ranks, lines, with_torch) = (self.n * self.per, self.lines, self.with_torch);
+        if i == 0 {
+            // pdsh's stderr (the `done` lines, torchrun's own) is not in the file.
+            check_ranks(&data, ranks, lines, pdsh_split, |_, _| false)
+        } else {
+            check_ranks(&data, ranks, lines, herd_split, |named, p| {
+                // The fixture's last line; the launcher's own lines (torchrun's warnings).
+                (named.is_some() && done_line(p)) || (named.is_none() && with_torch)
+            })
+        }
+    }
+
+    /// herd's rank files of the run, checked together.
+    fn check_files(&self) -> RankCheck {
+        let (ranks, lines) = (self.n * self.per, self.lines);
+        let attempt: PathBuf = herd_support::only_run_dir(&self.dir.join("logs")).join("attempt-0");
+        let mut all = RankCheck::default();
+        for r in 0..ranks {
+            let text = std::fs::read(attempt.join(format!("rank{r}.log"))).unwrap_or_default();
+            let mut c = check_ranks(&text, ranks, lines, |l| Some((Some(r), l)), |_, p| done_line(p));
+            // Each file holds one rank: what it lacks is the rank's own lines.
+            c.lost = c.lost.saturating_sub((ranks - 1) * lines);
+            all.add(c);
+        }
+        all
+    }
+
+    /// A row per launcher.
+    fn print(&self, res: &[Vec<Run>]) {
+        let (n, per, lines) = (self.n, self.per, self.lines);
         let total = (n * per * lines) as f64;
-        let rate = |ms: &[(Measured, RankCheck, RankCheck)]| -> Vec<f64> {
-            ms.iter().map(|r| total / r.0.wall.as_secs_f64()).collect()
-        };
-        let pdsh_rate = fmt_stat(&rate(&res[0]), 0).2;
+        let measured = |i: usize| res[i].iter().map(|r| &r.0).collect::<Vec<_>>();
+        let pdsh_rate = fmt_stat(&per_second(total, &measured(0)), 0).2;
         let sum = |cs: &mut dyn Iterator<Item = RankCheck>| {
             let mut t = RankCheck::default();
             cs.for_each(|c| t.add(c));
             format!("{} / {} / {} / {}", t.malformed, t.lost, t.duplicated, t.misnamed)
         };
-        for (i, name) in names.iter().enumerate() {
-            let (m, s, v) = fmt_stat(&rate(&res[i]), 0);
-            let own = fmt_stat(&res[i].iter().map(|r| r.0.self_cpu.as_secs_f64()).collect::<Vec<_>>(), 2).0;
-            let rss =
-                fmt_stat(&res[i].iter().map(|r| r.0.self_hwm_kib as f64 / 1024.0).collect::<Vec<_>>(), 1).0;
+        for (i, name) in NAMES.iter().enumerate() {
+            let (m, s, v) = fmt_stat(&per_second(total, &measured(i)), 0);
+            let (own, rss) = own_cost(&measured(i));
             let files = if i == 1 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
             println!(
                 "| {n} x {per} x {lines} | {} | {name} | {m} | {s} | {:.2} | {own} | {rss} | {} | {files} |",
-                if with_torch { "torchrun" } else { "a shell loop" },
+                if self.with_torch { "torchrun" } else { "a shell loop" },
                 v / pdsh_rate,
                 sum(&mut res[i].iter().map(|r| r.1)),
             );

@@ -13,9 +13,17 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::herd_support::{self, HERD};
-use super::job::write_config;
-use super::measure::{env_sizes, env_usize, poll_until, runs};
+use super::job::{clear_logs, hosts, write_config};
+use super::measure::{baseline_herd, env_sizes, hold, hold_secs, median, poll_until, rounds, runs, table};
 use super::testbed::Testbed;
+
+/// A herd measured: its name in the tables, its binary, and prlimit's `--nofile` for it.
+type Herd = (&'static str, String, String);
+
+/// Per node count: (nodes, [descriptors, VmHWM KiB, herd CPU ms, masters' RSS KiB]) medians.
+type Points = Vec<(f64, [f64; 4])>;
+
+const TRUE: &str = "launcher = \"command\"\nscript = \"true\"";
 
 pub fn run() {
     let reps = runs(1);
@@ -23,74 +31,75 @@ pub fn run() {
     let most = *sizes.iter().max().expect("a size");
     let tb = Testbed::many(most);
     let dir = tempfile::tempdir().unwrap();
-    let baseline = std::env::var("BENCH_BASELINE_HERD").ok();
-    let hard = Command::new("sh").args(["-c", "ulimit -Hn"]).output().expect("sh");
-    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_string();
-    let mut herds: Vec<(&str, String, String)> = vec![("herd", HERD.to_string(), "--nofile=1024:".into())];
-    if let Some(base) = &baseline {
-        herds.push(("baseline", base.clone(), format!("--nofile={hard}:")));
-    }
+    let herds = herds();
     println!("\n### What a start costs the launch host: `herd run` of `true` on N nodes, one sshd ({reps} runs each, medians)\n");
-    println!("| nodes | herd | took s | descriptors at most | VmHWM MiB | herd CPU s | ssh clients' CPU s | masters | masters' RSS MiB |");
-    println!("|---|---|---|---|---|---|---|---|---|");
-    // Per herd: (nodes, [descriptors, VmHWM KiB, herd CPU ms, masters' RSS KiB]) medians.
-    let mut points: Vec<Vec<(f64, [f64; 4])>> = vec![Vec::new(); herds.len()];
+    table("| nodes | herd | took s | descriptors at most | VmHWM MiB | herd CPU s | ssh clients' CPU s | masters | masters' RSS MiB |");
+    let mut points: Vec<Points> = vec![Vec::new(); herds.len()];
     for &n in &sizes {
-        let hosts: Vec<String> = tb.nodes()[..n].iter().map(|h| h.addr.clone()).collect();
-        let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
+        let config = write_config(&tb, dir.path(), &hosts(&tb, n), TRUE, "");
         let mut got: Vec<Vec<ScaleRun>> = vec![Vec::new(); herds.len()];
-        for rep in 0..reps {
-            for h in (0..herds.len()).map(|h| (h + rep) % herds.len()) {
-                let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-                let (_, bin, limit) = &herds[h];
-                let mut c = Command::new("prlimit");
-                c.arg(limit).arg("--").arg(bin).args(["run", "-c"]).arg(&config);
-                got[h].push(scale_run(&mut c));
-            }
+        for (_, h) in rounds(reps, herds.len()) {
+            clear_logs(dir.path());
+            let (_, bin, limit) = &herds[h];
+            let mut c = Command::new("prlimit");
+            c.arg(limit).arg("--").arg(bin).args(["run", "-c"]).arg(&config);
+            got[h].push(scale_run(&mut c));
         }
-        for (h, (name, _, _)) in herds.iter().enumerate() {
-            let med = |f: &dyn Fn(&ScaleRun) -> f64| {
-                let mut xs: Vec<f64> = got[h].iter().map(f).collect();
-                xs.sort_by(f64::total_cmp);
-                xs[xs.len() / 2]
-            };
-            let ok = got[h].iter().filter(|r| r.ok).count();
-            let failed =
-                if ok == got[h].len() { String::new() } else { format!(" ({} failed)", got[h].len() - ok) };
-            println!(
-                "| {n} | {name}{failed} | {:.1} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} |",
-                med(&|r| r.took.as_secs_f64()),
-                med(&|r| r.fds as f64),
-                med(&|r| r.hwm_kib as f64) / 1024.0,
-                med(&|r| r.cpu_ms as f64) / 1000.0,
-                med(&|r| r.child_cpu_ms as f64) / 1000.0,
-                med(&|r| r.masters as f64),
-                med(&|r| r.masters_kib as f64) / 1024.0,
-            );
-            points[h].push((
-                n as f64,
-                [
-                    med(&|r| r.fds as f64),
-                    med(&|r| r.hwm_kib as f64),
-                    med(&|r| r.cpu_ms as f64),
-                    med(&|r| r.masters_kib as f64),
-                ],
-            ));
+        for (h, herd) in herds.iter().enumerate() {
+            points[h].push(print_size(n, herd.0, &got[h]));
         }
     }
-    let hold = env_usize("BENCH_HOLD_SECS", 0);
-    if hold > 0 {
-        let hosts: Vec<String> = tb.nodes()[..most].iter().map(|h| h.addr.clone()).collect();
-        let config = write_config(&tb, dir.path(), &hosts, "launcher = \"command\"\nscript = \"true\"", "");
-        println!("\nconfig for {most} nodes: {}\nholding for {hold} s", config.display());
-        std::thread::sleep(Duration::from_secs(hold as u64));
+    if hold_secs() > 0 {
+        let config = write_config(&tb, dir.path(), &hosts(&tb, most), TRUE, "");
+        println!("\nconfig for {most} nodes: {}", config.display());
+        hold(hold_secs());
     }
     if sizes.len() < 2 {
         return;
     }
+    print_per_node(&herds, &points);
+}
+
+/// This herd, under a soft limit of 1024 descriptors; and the baseline's, its soft limit
+/// raised to the hard one.
+fn herds() -> Vec<Herd> {
+    let hard = Command::new("sh").args(["-c", "ulimit -Hn"]).output().expect("sh");
+    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_string();
+    let mut herds: Vec<Herd> = vec![("herd", HERD.to_string(), "--nofile=1024:".into())];
+    if let Some(base) = baseline_herd() {
+        herds.push(("baseline", base, format!("--nofile={hard}:")));
+    }
+    herds
+}
+
+/// A herd's row at `n` nodes; its point for the least squares.
+fn print_size(n: usize, name: &str, got: &[ScaleRun]) -> (f64, [f64; 4]) {
+    let med = |f: &dyn Fn(&ScaleRun) -> f64| median(got.iter().map(f));
+    let ok = got.iter().filter(|r| r.ok).count();
+    let failed = if ok == got.len() { String::new() } else { format!(" ({} failed)", got.len() - ok) };
+    println!(
+        "| {n} | {name}{failed} | {:.1} | {:.0} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} |",
+        med(&|r| r.took.as_secs_f64()),
+        med(&|r| r.fds as f64),
+        med(&|r| r.hwm_kib as f64) / 1024.0,
+        med(&|r| r.cpu_ms as f64) / 1000.0,
+        med(&|r| r.child_cpu_ms as f64) / 1000.0,
+        med(&|r| r.masters as f64),
+        med(&|r| r.masters_kib as f64) / 1024.0,
+    );
+    let quantities = [
+        med(&|r| r.fds as f64),
+        med(&|r| r.hwm_kib as f64),
+        med(&|r| r.cpu_ms as f64),
+        med(&|r| r.masters_kib as f64),
+    ];
+    (n as f64, quantities)
+}
+
+/// Each quantity's cost a node and fixed part, and where they lead at 1,000 and 4,000 nodes.
+fn print_per_node(herds: &[Herd], points: &[Points]) {
     println!("\n### Per node (least squares over the sizes) and projected\n");
-    println!("| herd | quantity | per node | fixed | at 1,000 nodes | at 4,000 nodes |");
-    println!("|---|---|---|---|---|---|");
+    table("| herd | quantity | per node | fixed | at 1,000 nodes | at 4,000 nodes |");
     let quantities = [("descriptors", ""), ("VmHWM", " KiB"), ("herd CPU", " ms"), ("masters' RSS", " KiB")];
     for (h, (name, _, _)) in herds.iter().enumerate() {
         for (q, (what, unit)) in quantities.iter().enumerate() {

@@ -3,12 +3,13 @@
 //! that much. Then, counted by each node's `~/.bashrc`, the logins and shell inits per node of
 //! each herd command.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::herd_support::HERD;
-use super::job::{ssh_args, write_config};
-use super::measure::{env_usize, row, runs, stats, tail, timed};
+use super::job::{clear_logs, herd_run, hosts, pdsh, write_config};
+use super::measure::{baseline_herd, env_usize, row, runs, stats, table, tail, timed};
 use super::testbed::Testbed;
 
 pub fn run() {
@@ -21,7 +22,7 @@ pub fn run() {
     }
     tb.count_logins();
     let dir = tempfile::tempdir().unwrap();
-    let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
+    let hosts = hosts(&tb, n);
     // BENCH_JOB=python: both start `python3 -c pass` on every node, as every training launch
     // starts an interpreter; otherwise `true`.
     let python = std::env::var("BENCH_JOB").is_ok_and(|j| j == "python");
@@ -38,67 +39,66 @@ pub fn run() {
     println!(
         "\n### Launch fan-out, {n} nodes, {login} s login shell: `{shown}` on every node, start to all exited ({reps} runs each, alternating)\n"
     );
-    println!("| N | command | median s | spread s | ratio to pdsh |");
-    println!("|---|---|---|---|---|");
-    let ssh_append = ssh_args(&tb)[..ssh_args(&tb).len() - 2].join(" ");
-    let mut results: Vec<(&str, Vec<Duration>)> =
-        vec![("pdsh -R ssh -f 64", vec![]), ("herd run --no-preflight", vec![]), ("herd run", vec![])];
-    // Another herd binary (BENCH_BASELINE_HERD), run beside this one in every round.
-    let baseline = std::env::var("BENCH_BASELINE_HERD").ok();
+    table("| N | command | median s | spread s | ratio to pdsh |");
+    fan_out(reps, &tb, &hosts, dir.path(), &config, remote);
+    println!("\n### Logins and shell inits per node ({n} nodes; min-max over the nodes)\n");
+    table("| command | logins per node | shell inits per node |");
+    logins(&tb, &hosts, dir.path(), &config);
+}
+
+/// The fan-out's rows: pdsh and herd without and with its preflight, and another herd binary
+/// (BENCH_BASELINE_HERD) beside this one in every round.
+fn fan_out(reps: usize, tb: &Testbed, hosts: &[String], dir: &Path, config: &Path, remote: &[&str]) {
+    let n = hosts.len();
+    let mut names = vec!["pdsh -R ssh -f 64", "herd run --no-preflight", "herd run"];
+    let baseline = baseline_herd();
     if baseline.is_some() {
-        results.push(("baseline herd run --no-preflight", vec![]));
-        results.push(("baseline herd run", vec![]));
+        names.extend(["baseline herd run --no-preflight", "baseline herd run"]);
     }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+    // In every round: the baseline herd's two, pdsh, then this herd's two.
+    let order = if baseline.is_some() { &[3, 4, 0, 1, 2][..] } else { &[0, 1, 2] };
     for _ in 0..reps {
-        if let Some(base) = &baseline {
-            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-            results[3].1.push(timed(Command::new(base).args(["run", "--no-preflight", "-c"]).arg(&config)));
-            let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-            results[4].1.push(timed(Command::new(base).args(["run", "-c"]).arg(&config)));
+        for &v in order {
+            let mut c = match v {
+                0 => pdsh(tb, hosts, remote),
+                1 | 2 => herd_run(HERD, config, v == 2),
+                _ => herd_run(baseline.as_deref().unwrap(), config, v == 4),
+            };
+            if v > 0 {
+                clear_logs(dir);
+            }
+            times[v].push(timed(&mut c));
         }
-        results[0].1.push(timed(
-            Command::new("pdsh")
-                .args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(",")])
-                .args(remote)
-                .env("PDSH_SSH_ARGS_APPEND", &ssh_append),
-        ));
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-        results[1].1.push(timed(Command::new(HERD).args(["run", "--no-preflight", "-c"]).arg(&config)));
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
-        results[2].1.push(timed(Command::new(HERD).args(["run", "-c"]).arg(&config)));
     }
-    let pdsh = stats(results[0].1.clone());
-    for (name, xs) in &results {
+    let pdsh = stats(times[0].clone());
+    for (name, xs) in names.iter().zip(&times) {
         println!("{}", row(&format!("{n} | {name}"), &stats(xs.clone()), Some(&pdsh)));
     }
+}
 
-    println!("\n### Logins and shell inits per node ({n} nodes; min-max over the nodes)\n");
-    println!("| command | logins per node | shell inits per node |");
-    println!("|---|---|---|");
-    let counts =
-        |tb: &Testbed| -> Vec<(usize, usize)> { (0..n).map(|i| (tb.logins(i), tb.shell_inits(i))).collect() };
+/// The logins and shell inits on every node of each herd command, and of pdsh.
+fn logins(tb: &Testbed, hosts: &[String], dir: &Path, config: &Path) {
+    let n = hosts.len();
+    let counts = || -> Vec<(usize, usize)> { (0..n).map(|i| (tb.logins(i), tb.shell_inits(i))).collect() };
     let mut commands: Vec<(String, Command)> = Vec::new();
     for args in [&["run", "--no-preflight"][..], &["run"], &["doctor"], &["exec", "--", "true"], &["kill"]] {
         let mut c = Command::new(HERD);
-        c.arg(args[0]).arg("-c").arg(&config).args(&args[1..]);
+        c.arg(args[0]).arg("-c").arg(config).args(&args[1..]);
         commands.push((format!("herd {}", args.join(" ")), c));
     }
-    let mut pdsh = Command::new("pdsh");
-    pdsh.args(["-R", "ssh", "-f", "64", "-l", "root", "-w", &hosts.join(","), "true"])
-        .env("PDSH_SSH_ARGS_APPEND", &ssh_append);
-    commands.push(("pdsh true".into(), pdsh));
+    commands.push(("pdsh true".into(), pdsh(tb, hosts, &["true"])));
     for (name, mut cmd) in commands {
-        let before = counts(&tb);
-        let _ = std::fs::remove_dir_all(dir.path().join("logs"));
+        let before = counts();
+        clear_logs(dir);
         let out = cmd.stdin(Stdio::null()).output().expect("spawn");
         let status = out.status;
         if !status.success() {
             let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
             eprintln!("{name}: {status}\n{}", tail(&said, 30));
         }
-        let after = counts(&tb);
         let delta: Vec<(usize, usize)> =
-            before.iter().zip(&after).map(|(b, a)| (a.0 - b.0, a.1 - b.1)).collect();
+            before.iter().zip(&counts()).map(|(b, a)| (a.0 - b.0, a.1 - b.1)).collect();
         let range = |f: fn(&(usize, usize)) -> usize| {
             let (lo, hi) = (delta.iter().map(f).min().unwrap(), delta.iter().map(f).max().unwrap());
             if lo == hi {

@@ -4,14 +4,18 @@
 //! together at most (sampled every 20 ms); and slurmctld's RPCs during the run (`sdiag`,
 //! reset before each run): step creations and all.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::herd_support::{self, HERD};
-use super::measure::{env_sizes, row, runs, stats, Stats};
-use super::slurm_support;
+use super::measure::{env_sizes, median, rounds, row, runs, stats, table, Stats};
+use super::slurm_support::{self, Slurm};
 use super::testbed::Testbed;
+
+/// The variants side by side: `[transport] steps`, and whether the preflight runs.
+const VARIANTS: [(&str, bool); 4] =
+    [("per-node", false), ("fleet", false), ("per-node", true), ("fleet", true)];
 
 pub fn run() {
     let reps = runs(5);
@@ -21,76 +25,83 @@ pub fn run() {
         "Rerun: `BENCH_RUNS={reps} BENCH_STEPS_NODES={} cargo bench --bench herd_bench -- slurm-steps`\n",
         sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
     );
-    println!("| nodes | steps | preflight | median s | spread s | ratio to per-node | sruns at most | herd + srun RSS at most, MiB | step creations | slurmctld RPCs |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    table("| nodes | steps | preflight | median s | spread s | ratio to per-node | sruns at most | herd + srun RSS at most, MiB | step creations | slurmctld RPCs |");
     for n in sizes {
         let mut tb = Testbed::new(n);
         let cluster = slurm_support::Slurm::start(&mut tb);
         let alloc = cluster.allocate(n);
         let job_id = alloc[1].1.clone();
         let dir = tempfile::tempdir().unwrap();
-        let variants = [("per-node", false), ("fleet", false), ("per-node", true), ("fleet", true)];
-        let configs: Vec<PathBuf> = variants
-            .iter()
-            .enumerate()
-            .map(|(i, (steps, _))| {
-                let d = dir.path().join(i.to_string());
-                std::fs::create_dir_all(&d).unwrap();
-                let text = format!(
-                    "[job]\nlauncher = \"command\"\nscript = \"true\"\n\n[logs]\ndir = \"{}\"\n\n[transport]\nkind = \"slurm\"\nsteps = \"{steps}\"\n",
-                    d.join("logs").display()
-                );
-                std::fs::write(d.join("cluster.toml"), text).unwrap();
-                d.join("cluster.toml")
-            })
-            .collect();
-        let mut got: Vec<Vec<StepRun>> = vec![Vec::new(); variants.len()];
-        for rep in 0..reps {
-            for v in (0..variants.len()).map(|v| (v + rep) % variants.len()) {
-                let _ = cluster.command("sdiag").arg("-r").output();
-                let mut c = Command::new(HERD);
-                c.args(["run", "-c"]).arg(&configs[v]).envs(alloc.iter().map(|(k, v)| (k, v)));
-                if !variants[v].1 {
-                    c.arg("--no-preflight");
-                }
-                let start = Instant::now();
-                let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-                let (mut sruns, mut rss) = (0, 0);
-                let status = loop {
-                    if let Some(status) = child.try_wait().unwrap() {
-                        break status;
-                    }
-                    let (k, r) = sruns_and_rss(child.id());
-                    sruns = sruns.max(k);
-                    rss = rss.max(r);
-                    std::thread::sleep(Duration::from_millis(20));
-                };
-                let took = start.elapsed();
-                assert!(status.success(), "{:?} failed", variants[v]);
-                let (creates, rpcs) = sdiag_counts(&cluster);
-                got[v].push((took, sruns, rss, creates, rpcs));
+        let configs = configs(dir.path());
+        let mut got: Vec<Vec<StepRun>> = vec![Vec::new(); VARIANTS.len()];
+        for (_, v) in rounds(reps, VARIANTS.len()) {
+            let mut c = Command::new(HERD);
+            c.args(["run", "-c"]).arg(&configs[v]).envs(alloc.iter().map(|(k, v)| (k, v)));
+            if !VARIANTS[v].1 {
+                c.arg("--no-preflight");
             }
+            got[v].push(step_run(&cluster, c, v));
         }
-        let s: Vec<Stats> = got.iter().map(|xs| stats(xs.iter().map(|x| x.0).collect())).collect();
-        for (v, (steps, preflight)) in variants.iter().enumerate() {
-            let base = if v % 2 == 1 { Some(&s[v - 1]) } else { None };
-            let r = row("", &s[v], base);
-            let r = r.trim_start_matches("|  | ").trim_end_matches(" |");
-            let median = |f: &dyn Fn(&StepRun) -> u64| {
-                let mut xs: Vec<u64> = got[v].iter().map(f).collect();
-                xs.sort();
-                xs[xs.len() / 2]
-            };
-            println!(
-                "| {n} | {steps} | {} | {r} | {} | {:.0} | {} | {} |",
-                if *preflight { "on" } else { "off" },
-                median(&|x| x.1 as u64),
-                median(&|x| x.2) as f64 / 1024.0,
-                median(&|x| x.3),
-                median(&|x| x.4),
-            );
-        }
+        print(n, &got);
         cluster.release(&job_id);
+    }
+}
+
+/// A cluster TOML a variant, each with its logs in a directory of its own under `dir`.
+fn configs(dir: &Path) -> Vec<PathBuf> {
+    VARIANTS
+        .iter()
+        .enumerate()
+        .map(|(i, (steps, _))| {
+            let d = dir.join(i.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let text = format!(
+                "[job]\nlauncher = \"command\"\nscript = \"true\"\n\n[logs]\ndir = \"{}\"\n\n[transport]\nkind = \"slurm\"\nsteps = \"{steps}\"\n",
+                d.join("logs").display()
+            );
+            std::fs::write(d.join("cluster.toml"), text).unwrap();
+            d.join("cluster.toml")
+        })
+        .collect()
+}
+
+/// One run of herd (`c`, variant `v`), sampled every 20 ms until it exits.
+fn step_run(cluster: &Slurm, mut c: Command, v: usize) -> StepRun {
+    let _ = cluster.command("sdiag").arg("-r").output();
+    let start = Instant::now();
+    let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let (mut sruns, mut rss) = (0, 0);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let (k, r) = sruns_and_rss(child.id());
+        sruns = sruns.max(k);
+        rss = rss.max(r);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = start.elapsed();
+    assert!(status.success(), "{:?} failed", VARIANTS[v]);
+    let (creates, rpcs) = sdiag_counts(cluster);
+    (took, sruns, rss, creates, rpcs)
+}
+
+/// A row a variant at `n` nodes.
+fn print(n: usize, got: &[Vec<StepRun>]) {
+    let s: Vec<Stats> = got.iter().map(|xs| stats(xs.iter().map(|x| x.0).collect())).collect();
+    for (v, (steps, preflight)) in VARIANTS.iter().enumerate() {
+        let base = if v % 2 == 1 { Some(&s[v - 1]) } else { None };
+        let r = row("", &s[v], base);
+        let r = r.trim_start_matches("|  | ").trim_end_matches(" |");
+        let runs = &got[v];
+        println!(
+            "| {n} | {steps} | {} | {r} | {} | {:.0} | {} | {} |",
+            if *preflight { "on" } else { "off" },
+            median(runs.iter().map(|x| x.1)),
+            median(runs.iter().map(|x| x.2)) as f64 / 1024.0,
+            median(runs.iter().map(|x| x.3)),
+            median(runs.iter().map(|x| x.4)),
+        );
     }
 }
 
@@ -115,7 +126,7 @@ fn sruns_and_rss(pid: u32) -> (usize, u64) {
 }
 
 /// From `sdiag`: the step creations (REQUEST_JOB_STEP_CREATE) and all RPCs since its reset.
-fn sdiag_counts(cluster: &slurm_support::Slurm) -> (u64, u64) {
+fn sdiag_counts(cluster: &Slurm) -> (u64, u64) {
     let out = cluster.command("sdiag").output().expect("sdiag");
     let text = String::from_utf8_lossy(&out.stdout);
     let by_type = text.split("by message type").nth(1).unwrap_or_default();
