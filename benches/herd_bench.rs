@@ -21,6 +21,8 @@
 //!     cargo bench --bench herd_bench -- deep        # `herd doctor --deep` vs `herd doctor`, 3 and 64 nodes
 //!     cargo bench --bench herd_bench -- container   # torchrun 3 x 2 with and without podman: first worker, restart
 //!     cargo bench --bench herd_bench -- checkpoint  # SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit
+//!     cargo bench --bench herd_bench -- soak        # goodput through faults one after another: herd vs torchrun elastic
+//!                                                   # vs a shell loop (only when named; sizes in scenarios/soak.rs)
 //!
 //! Sizes (environment): BENCH_RUNS (runs per launcher, default 5; 3 for partition,
 //! spare, stacks, logs, idle, ranks and deep; 15 for node-share; 1 for scale;
@@ -52,6 +54,9 @@ mod herd_support;
 #[path = "../tests/integration/support/slurm.rs"]
 mod slurm_support;
 #[allow(dead_code)] // what this bench does not use of the tests' support
+#[path = "../tests/integration/support/soak.rs"]
+mod soak_support;
+#[allow(dead_code)] // what this bench does not use of the tests' support
 #[path = "../tests/integration/support/testbed.rs"]
 mod testbed;
 
@@ -61,7 +66,7 @@ mod measure;
 /// One module a scenario, each with its `run`; a scenario's name on the command line is in
 /// `SCENARIOS`.
 mod scenarios {
-    use super::{herd_support, job, measure, slurm_support, testbed};
+    use super::{herd_support, job, measure, slurm_support, soak_support, testbed};
 
     pub mod checkpoint;
     pub mod container;
@@ -78,6 +83,7 @@ mod scenarios {
     pub mod slow_logins;
     pub mod slurm;
     pub mod slurm_steps;
+    pub mod soak;
     pub mod spare;
     pub mod stacks;
     pub mod teardown;
@@ -110,6 +116,12 @@ const SCENARIOS: &[(&str, &str, fn())] = &[
     ("checkpoint",  "SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit", scenarios::checkpoint::run),
 ];
 
+/// Scenarios that run only when named: each takes an hour or more at its default size.
+#[rustfmt::skip] // a table, one scenario a line
+const ON_REQUEST: &[(&str, &str, fn())] = &[
+    ("soak",        "goodput: faults one after another, herd vs torchrun elastic vs a shell loop (20 min each)", scenarios::soak::run),
+];
+
 /// Runs the scenarios named in the arguments (words not starting with `-`: cargo adds
 /// `--bench`), or every one; `--help` or an unknown name lists them.
 fn main() {
@@ -119,13 +131,19 @@ fn main() {
         return;
     }
     let names: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with('-')).collect();
-    let unknown: Vec<&str> = names.iter().copied().filter(|n| !SCENARIOS.iter().any(|s| s.0 == *n)).collect();
+    let all = || SCENARIOS.iter().chain(ON_REQUEST);
+    let unknown: Vec<&str> = names.iter().copied().filter(|n| !all().any(|s| s.0 == *n)).collect();
     if !unknown.is_empty() {
         eprint!("herd_bench: no scenario named {}\n\n{}", unknown.join(", "), usage());
         std::process::exit(2);
     }
     for (name, _, run) in SCENARIOS {
         if names.is_empty() || names.contains(name) {
+            run();
+        }
+    }
+    for (name, _, run) in ON_REQUEST {
+        if names.contains(name) {
             run();
         }
     }
@@ -136,6 +154,10 @@ fn usage() -> String {
     let mut text =
         String::from("usage: cargo bench --bench herd_bench -- [SCENARIO ...]   (none: every one)\n\n");
     for (name, about, _) in SCENARIOS {
+        text += &format!("  {name:<11}  {about}\n");
+    }
+    text += "\nOnly when named:\n";
+    for (name, about, _) in ON_REQUEST {
         text += &format!("  {name:<11}  {about}\n");
     }
     text + "\nSizes come from the environment (BENCH_RUNS, ...): see benches/herd_bench.rs and BENCHMARKS.md.\n"
