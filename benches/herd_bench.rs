@@ -21,6 +21,7 @@
 //!     cargo bench --bench herd_bench -- deep        # `herd doctor --deep` vs `herd doctor`, 3 and 64 nodes
 //!     cargo bench --bench herd_bench -- container   # torchrun 3 x 2 with and without podman: first worker, restart
 //!     cargo bench --bench herd_bench -- checkpoint  # SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit
+//!     cargo bench --bench herd_bench -- restart-scale # a command job on 16/64/252 nodes, one fails -> every node running again
 //!     cargo bench --bench herd_bench -- soak        # goodput through faults one after another: herd vs torchrun elastic
 //!                                                   # vs a shell loop (only when named; sizes in scenarios/soak.rs)
 //!
@@ -79,6 +80,7 @@ mod scenarios {
     pub mod partition;
     pub mod ranks;
     pub mod restart;
+    pub mod restart_scale;
     pub mod scale;
     pub mod slow_logins;
     pub mod slurm;
@@ -114,6 +116,7 @@ const SCENARIOS: &[(&str, &str, fn())] = &[
     ("deep",        "`herd doctor --deep` vs `herd doctor`, 3 and 64 nodes", scenarios::deep::run),
     ("container",   "torchrun 3 x 2 with and without podman: first worker, restart", scenarios::container::run),
     ("checkpoint",  "SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit", scenarios::checkpoint::run),
+    ("restart-scale", "a `command` job on 16/64/252 nodes, one fails: herd's own part of the restart", scenarios::restart_scale::run),
 ];
 
 /// Scenarios that run only when named: each takes an hour or more at its default size.
@@ -154,11 +157,11 @@ fn usage() -> String {
     let mut text =
         String::from("usage: cargo bench --bench herd_bench -- [SCENARIO ...]   (none: every one)\n\n");
     for (name, about, _) in SCENARIOS {
-        text += &format!("  {name:<11}  {about}\n");
+        text += &format!("  {name:<13}  {about}\n");
     }
     text += "\nOnly when named:\n";
     for (name, about, _) in ON_REQUEST {
-        text += &format!("  {name:<11}  {about}\n");
+        text += &format!("  {name:<13}  {about}\n");
     }
     text + "\nSizes come from the environment (BENCH_RUNS, ...): see benches/herd_bench.rs and BENCHMARKS.md.\n"
 }

@@ -1,20 +1,29 @@
 """A training job that survives restarts by itself, as PyTorch's DDP tutorial does: every
 start loads the newest checkpoint in --save-dir, and rank 0 writes one every --every seconds.
 
+Rank 0 also appends a line to DIR/starts at each start: when the process began, when torch was
+imported, when the process group was up, the step it resumed at and the world size, in
+seconds since the epoch; the soak splits what each restart cost from it.
+
 Each step costs every rank --work seconds of CPU and one gloo all-reduce, so the ranks move
 in lockstep: one rank that stops stops them all. Rank 0 prints `step N` every --print-every
 steps and keeps DIR/progress (the step reached, rewritten each step), which the goodput soak
 reads; --until-file ends it (exit 0). The same script runs under herd, under torchrun's elastic agent and under a shell loop:
 it needs nothing from its launcher but torch.distributed's env:// variables.
 """
-import argparse
-import glob
-import os
-import sys
 import time
 
-import torch
-import torch.distributed as dist
+STARTED = time.time()  # before torch's import: what a restart costs is seen from here
+
+import argparse  # noqa: E402
+import glob  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+IMPORTED = time.time()
 
 
 def newest(save_dir: str) -> int:
@@ -63,6 +72,8 @@ def main() -> int:
     if rank == 0:
         sys.stdout.write(f"rank 0 of {world}: resuming at step {step}\n")
         sys.stdout.flush()
+        with open(os.path.join(args.save_dir, "starts"), "a") as f:
+            f.write(f"{STARTED:.3f} {IMPORTED:.3f} {time.time():.3f} {step} {world}\n")
     saved = time.monotonic()
     while True:
         spin(args.work)

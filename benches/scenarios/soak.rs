@@ -55,6 +55,7 @@ pub fn run() {
     println!("fault-free rate (plain torchrun, {n} nodes, same session): {rate:.2} steps/s\n");
     println!("| seed | launcher | ETTR | steps kept | faults | false blames | leftovers |");
     println!("|---|---|---|---|---|---|---|");
+    let mut measured = Vec::new();
     for &seed in &seeds {
         let plan = soak::schedule(seed, Duration::from_secs(60), every, length, &kinds, 1);
         for launcher in &launchers {
@@ -78,6 +79,58 @@ pub fn run() {
                 m.leftovers.len()
             );
             clean(&tb);
+            measured.push((seed, m));
+        }
+    }
+    print_costs(&measured, rate);
+}
+
+/// Each launcher's faults, what they cost until the job trained again, split; medians over
+/// the faults the job started again after (the others met the next fault in their recovery).
+fn print_costs(measured: &[(u64, Measure)], rate: f64) {
+    println!("\nWhat a fault cost until the job trained again, medians in seconds (n: faults the job started again after):\n");
+    println!("| seed | launcher | n of faults | to training | detection | teardown | backoff | herd's start | spawn | torch import | rendezvous | work lost |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let secs = |xs: Vec<Duration>| {
+        if xs.is_empty() {
+            return "-".to_string();
+        }
+        format!("{:.1}", measure::median(xs.iter().map(Duration::as_secs_f64)))
+    };
+    for (seed, m) in measured {
+        let c: Vec<&soak::Cost> = m.costs.iter().filter(|c| c.to_training.is_some()).collect();
+        let part = |f: &dyn Fn(&soak::Cost) -> Option<Duration>| secs(c.iter().filter_map(|c| f(c)).collect());
+        let lost = |c: &&soak::Cost| c.redone.map(|r| Duration::from_secs_f64(r as f64 / rate));
+        println!(
+            "| {seed} | {} | {} of {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.launcher,
+            c.len(),
+            m.costs.len(),
+            part(&|c| c.to_training),
+            part(&|c| c.supervised.detect),
+            part(&|c| c.supervised.teardown),
+            part(&|c| c.supervised.backoff),
+            part(&|c| c.supervised.own_start),
+            part(&|c| c.supervised.spawn),
+            part(&|c| c.import),
+            part(&|c| c.rendezvous),
+            secs(c.iter().filter_map(lost).collect()),
+        );
+    }
+    for (seed, m) in measured {
+        println!("\n{} (seed {seed}), fault by fault:", m.launcher);
+        for (c, i) in m.costs.iter().zip(&m.injected) {
+            let d = |x: Option<Duration>| x.map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64()));
+            println!(
+                "  +{:>4.0} s {:<10} node {}: to training {}, detection {}, redone {} steps ({})",
+                c.at.as_secs_f64(),
+                c.fault.name(),
+                i.node,
+                d(c.to_training),
+                d(c.supervised.detect),
+                c.redone.map_or("-".into(), |r| r.to_string()),
+                i.what
+            );
         }
     }
 }
@@ -94,6 +147,8 @@ pub struct Measure {
     pub leftovers: Vec<(usize, u32, String)>,
     /// The healthy nodes it blamed (herd's quarantines; the peers blame none by name).
     pub false_blames: Vec<String>,
+    /// What each fault cost, split (herd's part from its events, for herd only).
+    pub costs: Vec<soak::Cost>,
 }
 
 impl Measure {
@@ -106,7 +161,16 @@ impl Measure {
         leftovers: Vec<(usize, u32, String)>,
     ) -> Measure {
         let ettr = kept as f64 / (wall.as_secs_f64() * rate).max(f64::MIN_POSITIVE);
-        Measure { launcher: launcher.into(), wall, kept, ettr, injected, leftovers, false_blames: Vec::new() }
+        Measure {
+            launcher: launcher.into(),
+            wall,
+            kept,
+            ettr,
+            injected,
+            leftovers,
+            false_blames: Vec::new(),
+            costs: Vec::new(),
+        }
     }
 }
 
@@ -160,7 +224,7 @@ struct Soaked {
 
 fn run_soak(tb: &Testbed, nodes: usize, save: &Path, plan: &[soak::Planned], length: Duration) -> Soaked {
     let start = Instant::now();
-    let mut injector = Injector::new(tb, (0..=nodes).collect());
+    let mut injector = Injector::new(tb, save, (0..=nodes).collect());
     soak::run_schedule(&mut injector, plan, start, length, || false);
     let wall = start.elapsed();
     let kept = soak::kept(save, Duration::from_secs(5));
@@ -213,7 +277,10 @@ fn with_herd(
     let host = |i: usize| tb.nodes()[i].addr.clone();
     let false_blames = soak::false_blames(&blamed, &s.injected, host, Duration::from_secs(180));
     let leftovers = soak::leftovers(tb);
-    Measure { false_blames, ..Measure::new("herd", s.wall, s.kept, rate, s.injected, leftovers) }
+    let starts = soak::starts(&save);
+    let mut costs = soak::costs(&s.injected, &starts);
+    soak::supervised(&mut costs, &s.injected, &events, &starts);
+    Measure { false_blames, costs, ..Measure::new("herd", s.wall, s.kept, rate, s.injected, leftovers) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -271,7 +338,8 @@ fn with_elastic(
     let leftovers = soak::leftovers(tb);
     let _ = server.kill();
     let _ = server.wait();
-    Measure::new("torchrun elastic", s.wall, s.kept, rate, s.injected, leftovers)
+    let costs = soak::costs(&s.injected, &soak::starts(&save));
+    Measure { costs, ..Measure::new("torchrun elastic", s.wall, s.kept, rate, s.injected, leftovers) }
 }
 
 fn with_loop(
@@ -305,7 +373,8 @@ fn with_loop(
         s
     });
     let leftovers = soak::leftovers(tb);
-    Measure::new("shell loop", s.wall, s.kept, rate, s.injected, leftovers)
+    let costs = soak::costs(&s.injected, &soak::starts(&save));
+    Measure { costs, ..Measure::new("shell loop", s.wall, s.kept, rate, s.injected, leftovers) }
 }
 
 /// One round of the shell loop: `ssh nodeI torchrun --node-rank I ...` on the first `n` nodes.

@@ -39,7 +39,7 @@ fn a_job_keeps_training_through_faults_one_after_another() {
         &kinds,
         1,
     );
-    let mut injector = Injector::new(&cluster.tb, (0..5).collect());
+    let mut injector = Injector::new(&cluster.tb, &dir, (0..5).collect());
     soak::run_schedule(&mut injector, &plan, start, LENGTH, || false);
     injector.heal_all();
     // The last fault's recovery: training goes on past where it was when the last came.
@@ -71,6 +71,16 @@ fn a_job_keeps_training_through_faults_one_after_another() {
     out.assert_code(0);
     assert!(kinds_met.len() >= 4, "{injected:?}");
     assert!(false_blames.is_empty(), "healthy nodes blamed: {false_blames:?}\n{out}");
+    // What each fault cost, split; every restart herd made is in its record.
+    let starts = soak::starts(&dir);
+    let mut costs = soak::costs(injected, &starts);
+    soak::supervised(&mut costs, injected, &events, &starts);
+    for c in &costs {
+        eprintln!("soak: {c:?}");
+    }
+    let restarted: Vec<&soak::Cost> = costs.iter().filter(|c| c.to_training.is_some()).collect();
+    assert!(restarted.len() >= 3, "the job started again after only {} of the faults: {costs:?}", restarted.len());
+    assert!(restarted.iter().all(|c| c.supervised.detect.is_some()), "a restart herd has no teardown for: {costs:?}");
     assert!(leftovers.is_empty(), "left on the nodes: {leftovers:?}");
 }
 
@@ -107,11 +117,59 @@ mod pure {
     }
 
     #[test]
+    fn each_fault_costs_until_the_first_start_after_it_and_a_fault_in_a_recovery_shares_it() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let s = Duration::from_secs;
+        let fault = |fault, at, step| Injected {
+            at: s(at),
+            wall: t0 + s(at),
+            fault,
+            node: 0,
+            what: String::new(),
+            step: Some(step),
+        };
+        let start = |began: u64, resumed| Start {
+            began: t0 + s(began),
+            imported: t0 + s(began + 3),
+            up: t0 + s(began + 5),
+            resumed,
+        };
+        // The first start is the job's own; the kill at 100 s restarts it at 110 s from the
+        // checkpoint at step 60; the cut at 200 s is met by the reboot at 205 s before any start.
+        let faults =
+            [fault(Fault::Kill, 100, 80), fault(Fault::Cut, 200, 150), fault(Fault::Reboot, 205, 150)];
+        let starts = [start(0, 0), start(110, 60), start(230, 140)];
+        let c = costs(&faults, &starts);
+        assert_eq!(c[0].to_process, Some(s(10)));
+        assert_eq!(c[0].to_training, Some(s(15)));
+        assert_eq!((c[0].import, c[0].rendezvous, c[0].redone), (Some(s(3)), Some(s(2)), Some(20)));
+        assert_eq!(c[1].to_training, None, "the reboot came before the cut's recovery");
+        assert_eq!((c[2].to_training, c[2].redone), (Some(s(30)), Some(10)));
+        // herd's record splits the part before the process: the teardown that followed the
+        // kill, its failure, the backoff it drew and the next attempt's start.
+        let ts = |at: f64| humantime::format_rfc3339_millis(t0 + Duration::from_secs_f64(at)).to_string();
+        let events: Vec<serde_json::Value> = [
+            serde_json::json!({"event": "teardown_started", "ts": ts(102.0)}),
+            serde_json::json!({"event": "attempt_failed", "ts": ts(104.0)}),
+            serde_json::json!({"event": "restart_scheduled", "ts": ts(104.0), "delay_ms": 500}),
+            serde_json::json!({"event": "attempt_started", "ts": ts(105.5)}),
+        ]
+        .into();
+        let mut c = c;
+        supervised(&mut c, &faults, &events, &starts);
+        let h = &c[0].supervised;
+        assert_eq!((h.detect, h.teardown), (Some(s(2)), Some(s(2))));
+        assert_eq!((h.backoff, h.own_start), (Some(Duration::from_millis(500)), Some(s(1))));
+        assert_eq!(h.spawn, Some(Duration::from_millis(4500)));
+        assert_eq!(c[1].supervised, Supervised::default());
+    }
+
+    #[test]
     fn a_blame_is_false_unless_a_fault_of_that_node_came_just_before() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let s = Duration::from_secs;
         let injected =
-            |fault, node, at| Injected { at: s(at), wall: t0 + s(at), fault, node, what: String::new() };
+            |fault, node, at| Injected { at: s(at), wall: t0 + s(at), fault, node, what: String::new(), step: None };
         let faults = [injected(Fault::Kill, 1, 10), injected(Fault::Cut, 2, 50)];
         let host = |n: usize| format!("h{n}");
         let blamed =

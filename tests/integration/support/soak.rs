@@ -133,6 +133,8 @@ pub struct Injected {
     pub fault: Fault,
     pub node: usize,
     pub what: String,
+    /// The step rank 0 had reached when it came (`DIR/progress`), if it had written one.
+    pub step: Option<u64>,
 }
 
 /// A process of a node: its pid and whole command line.
@@ -208,6 +210,8 @@ pub fn kept(save_dir: &Path, fresh: Duration) -> u64 {
 /// Performs a schedule's faults on the testbed, and heals what heals.
 pub struct Injector<'a> {
     tb: &'a Testbed,
+    /// The job's checkpoint folder, whose progress each fault records.
+    save: PathBuf,
     /// Testbed indices the faults may hit (the job's nodes and its spares).
     nodes: Vec<usize>,
     lost: BTreeSet<usize>,
@@ -217,9 +221,10 @@ pub struct Injector<'a> {
 }
 
 impl<'a> Injector<'a> {
-    pub fn new(tb: &'a Testbed, nodes: Vec<usize>) -> Injector<'a> {
+    pub fn new(tb: &'a Testbed, save: &Path, nodes: Vec<usize>) -> Injector<'a> {
         Injector {
             tb,
+            save: save.to_path_buf(),
             nodes,
             lost: BTreeSet::new(),
             cuts: Vec::new(),
@@ -322,7 +327,8 @@ impl<'a> Injector<'a> {
 
     fn record(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
         let wall = SystemTime::now();
-        self.injected.push(Injected { at, wall, fault, node, what });
+        let step = progress(&self.save).map(|(step, _)| step);
+        self.injected.push(Injected { at, wall, fault, node, what, step });
     }
 
     /// Heals the cuts and throttles whose time is up.
@@ -426,4 +432,113 @@ pub fn false_blames(
         })
         .map(|(host, _)| host.clone())
         .collect()
+}
+
+/// One start of the job, as rank 0 wrote it in `DIR/starts` (`examples/train_resumable.py`):
+/// when its process began, when torch was imported, when the process group was up, and the
+/// step it resumed at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Start {
+    pub began: SystemTime,
+    pub imported: SystemTime,
+    pub up: SystemTime,
+    pub resumed: u64,
+}
+
+/// The job's starts, in order; a line cut short (a rank killed while writing) is left out.
+pub fn starts(save_dir: &Path) -> Vec<Start> {
+    let text = std::fs::read_to_string(save_dir.join("starts")).unwrap_or_default();
+    let at = |w: &str| Some(SystemTime::UNIX_EPOCH + Duration::try_from_secs_f64(w.parse().ok()?).ok()?);
+    text.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let [began, imported, up, resumed, _world] = w[..] else { return None };
+            Some(Start { began: at(began)?, imported: at(imported)?, up: at(up)?, resumed: resumed.parse().ok()? })
+        })
+        .collect()
+}
+
+/// What the launcher's own record says of a restart (herd's events; the peers keep none):
+/// from the fault to the teardown's start (detection), the teardown, the backoff, and herd's
+/// own start of the next attempt (its checks, sweep, port and env) until its agents are told
+/// to start the job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Supervised {
+    pub detect: Option<Duration>,
+    pub teardown: Option<Duration>,
+    pub backoff: Option<Duration>,
+    pub own_start: Option<Duration>,
+    /// From the agents told to start to the job's process began.
+    pub spawn: Option<Duration>,
+}
+
+/// What one fault cost until the job trained again: all of it (to the process group up), its
+/// parts, and the steps done again. `None` where the job did not start again before the next
+/// fault (that fault met this one's recovery) or the soak's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cost {
+    pub fault: Fault,
+    pub at: Duration,
+    pub to_training: Option<Duration>,
+    /// From the fault to the job's next process began: detection, teardown, the launcher's start.
+    pub to_process: Option<Duration>,
+    pub import: Option<Duration>,
+    pub rendezvous: Option<Duration>,
+    pub redone: Option<u64>,
+    pub supervised: Supervised,
+}
+
+fn between(from: SystemTime, to: SystemTime) -> Option<Duration> {
+    to.duration_since(from).ok()
+}
+
+/// Each fault's cost: the first start after it and before the next fault. Pure.
+pub fn costs(injected: &[Injected], starts: &[Start]) -> Vec<Cost> {
+    injected
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let next = injected.get(i + 1).map(|n| n.wall);
+            let start = starts.iter().find(|s| s.began >= f.wall && next.is_none_or(|n| s.began < n));
+            Cost {
+                fault: f.fault,
+                at: f.at,
+                to_training: start.and_then(|s| between(f.wall, s.up)),
+                to_process: start.and_then(|s| between(f.wall, s.began)),
+                import: start.and_then(|s| between(s.began, s.imported)),
+                rendezvous: start.and_then(|s| between(s.imported, s.up)),
+                redone: start.and_then(|s| Some(f.step?.saturating_sub(s.resumed))),
+                supervised: Supervised::default(),
+            }
+        })
+        .collect()
+}
+
+/// herd's part of each cost, from its events: the first teardown after the fault, the attempt's
+/// failure and restart after it, and the next attempt's start; and the job's process start.
+pub fn supervised(costs: &mut [Cost], injected: &[Injected], events: &[serde_json::Value], starts: &[Start]) {
+    let at = |e: &serde_json::Value| humantime::parse_rfc3339(e["ts"].as_str()?).ok();
+    let named = |name: &'static str| events.iter().filter(move |e| e["event"] == name).filter_map(at);
+    for (cost, f) in costs.iter_mut().zip(injected) {
+        if cost.to_process.is_none() {
+            continue;
+        }
+        let after = |name: &'static str, t: SystemTime| named(name).find(|&e| e >= t);
+        let Some(torn) = after("teardown_started", f.wall) else { continue };
+        let failed = after("attempt_failed", torn);
+        let scheduled = events.iter().find(|e| e["event"] == "restart_scheduled" && at(e).is_some_and(|t| t >= torn));
+        let backoff = scheduled.and_then(|e| Some(Duration::from_millis(e["delay_ms"].as_u64()?)));
+        let started = failed.and_then(|t| after("attempt_started", t));
+        let began = started.and_then(|t| starts.iter().find(|s| s.began >= t)).map(|s| s.began);
+        cost.supervised = Supervised {
+            detect: between(f.wall, torn),
+            teardown: failed.and_then(|t| between(torn, t)),
+            backoff,
+            own_start: failed
+                .zip(started)
+                .and_then(|(a, b)| between(a, b))
+                .map(|d| d.saturating_sub(backoff.unwrap_or_default())),
+            spawn: started.zip(began).and_then(|(a, b)| between(a, b)),
+        };
+    }
 }
