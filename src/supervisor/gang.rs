@@ -6,10 +6,10 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant as Deadline;
+use tokio::time::Instant;
 
 use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
 use super::node::{self, sleep_until, Liveness, NodeCommand, NodeReport, NodeResult, NodeRun, Stop};
@@ -150,10 +150,10 @@ struct Gang<'a> {
     stopped: Stop,
     processes: Vec<Vec<ProcessState>>,
     stacks: Vec<Vec<RankStack>>,
-    kill_at: Option<Deadline>,
+    kill_at: Option<Instant>,
     /// When the ranks' time to checkpoint is over (`Action::TermAfter`).
-    term_at: Option<Deadline>,
-    probe_at: Option<Deadline>,
+    term_at: Option<Instant>,
+    probe_at: Option<Instant>,
     /// When the agents were asked for their stacks (the attempt's age), if they were.
     probed_at: Option<Duration>,
     tick: tokio::time::Interval,
@@ -383,8 +383,8 @@ impl<'a> Gang<'a> {
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
-            Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
-            Action::TermAfter(grace) => self.term_at = Some(Deadline::now() + grace),
+            Action::KillAfter(grace) => self.kill_at = Some(Instant::now() + grace),
+            Action::TermAfter(grace) => self.term_at = Some(Instant::now() + grace),
             Action::SignalRanks => {
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
@@ -395,7 +395,7 @@ impl<'a> Gang<'a> {
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
-                self.probe_at = Some(Deadline::now() + attempt::PROBE_WAIT);
+                self.probe_at = Some(Instant::now() + attempt::PROBE_WAIT);
                 let wait_secs = attempt::PROBE_WAIT.as_secs();
                 let _ =
                     events.send(Event::StacksRequested { attempt: self.attempt, reason, wait_secs }).await;

@@ -4,12 +4,13 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use regex::Regex;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::config::CheckpointSignal;
 use crate::events::Event;
@@ -132,7 +133,8 @@ struct FatalWatch {
 }
 
 /// When the attempt last made progress and when each node's agent was last heard from,
-/// shared between the node tasks that see it and the supervisor that judges it.
+/// shared between the node tasks that see it and the supervisor that judges it. On tokio's
+/// clock, as the attempt's timers are: under a test's paused time, silences grow with them.
 pub struct Liveness {
     start: Instant,
     last_progress_ms: AtomicU64,
@@ -387,7 +389,7 @@ impl Controller {
                     Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
                             waited = kill_wait;
-                            give_up_at = Some(tokio::time::Instant::now() + kill_wait);
+                            give_up_at = Some(Instant::now() + kill_wait);
                         }
                         self.stop(stop, fast).await;
                     }
@@ -422,7 +424,7 @@ impl Controller {
 }
 
 /// Sleep until `at`; never, without one.
-pub(super) async fn sleep_until(at: Option<tokio::time::Instant>) {
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
