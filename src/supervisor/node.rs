@@ -80,7 +80,7 @@ pub type Reports = mpsc::UnboundedSender<(usize, NodeReport)>;
 
 /// How long a node's output may stay open, with nothing read from it, after its agent
 /// exited. Output that is still flowing (the reporter catching up) is always read to the end.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
+pub(super) const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The last lines a node printed, kept for classification and the summary: enough to hold
 /// the failure itself behind torchrun's teardown traceback and summary.
