@@ -733,6 +733,7 @@ async fn pump_agent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::sim::{say, Expect, Heard, SimNode, Step};
 
     #[test]
     fn a_node_is_silent_only_after_its_agent_first_spoke() {
@@ -762,5 +763,151 @@ mod tests {
         assert!(l.since_heard(1) >= Duration::from_millis(40));
         l.output(1);
         assert!(l.since_heard(1) < Duration::from_millis(40));
+    }
+
+    /// One node's task on a simulated node: what the supervisor tells it, what it reports.
+    struct Task {
+        tell: mpsc::UnboundedSender<NodeCommand>,
+        reports: mpsc::UnboundedReceiver<(usize, NodeReport)>,
+        events: tokio::task::JoinHandle<Vec<Event>>,
+    }
+
+    impl Task {
+        fn start(node: &SimNode) -> Task {
+            let (tell, commands) = mpsc::unbounded_channel();
+            let (reports_tx, reports) = mpsc::unbounded_channel();
+            let (events_tx, mut seen) = mpsc::channel(16);
+            let invocation = AgentInvocation {
+                grace_secs: 5,
+                heartbeat_secs: 3,
+                marker: "HERD_MARKER=k:r:0:0".into(),
+                job: "train".into(),
+                cleanup: None,
+                presweep: None,
+                report_ports: false,
+                probe: None,
+            };
+            let node_run = NodeRun {
+                node_rank: 0,
+                host: "n1".into(),
+                attempt: 0,
+                invocation,
+                early: None,
+                commands,
+                reports: reports_tx,
+                liveness: Arc::new(Liveness::new(1)),
+                progress_pattern: None,
+                fatal_pattern: None,
+            };
+            let conn = Arc::new(Connection::Sim(node.clone()));
+            tokio::spawn(run(conn, node_run, events_tx));
+            let events = tokio::spawn(async move {
+                let mut all = Vec::new();
+                while let Some(event) = seen.recv().await {
+                    all.push(event);
+                }
+                all
+            });
+            Task { tell, reports, events }
+        }
+
+        fn tell(&self, command: NodeCommand) {
+            self.tell.send(command).expect("the node's task runs");
+        }
+
+        /// Every report up to the last, how the node ended.
+        async fn ended(mut self) -> (Vec<NodeReport>, NodeResult, Vec<Event>) {
+            let mut reports = Vec::new();
+            while let Some((_, report)) = self.reports.recv().await {
+                if let NodeReport::Ended(result) = report {
+                    return (reports, result, self.events.await.unwrap());
+                }
+                reports.push(report);
+            }
+            panic!("no end reported; reports: {reports:?}");
+        }
+    }
+
+    fn env() -> NodeCommand {
+        NodeCommand::Env(crate::remote::shell::env_block([("RANK", "0")]))
+    }
+
+    fn stop(stop: Stop) -> NodeCommand {
+        NodeCommand::Stop { stop, fast: false, kill_wait: super::super::attempt::KILL_DEADLINE }
+    }
+
+    fn started() -> Vec<Step> {
+        vec![Step::Up, Step::Await(Expect::Env), say("herd-agent pgid 10")]
+    }
+
+    /// The agent reads the first line after its env's count as the env: a probe asked
+    /// before the env goes after it, and a sample or a checkpoint, with no job to act on,
+    /// not at all.
+    #[tokio::test(start_paused = true)]
+    async fn what_is_asked_before_the_env_goes_after_it_or_not_at_all() {
+        let answer = vec![
+            Step::Await(Expect::Line("probe")),
+            say("herd-agent probe 10:S:0:0"),
+            say("herd-agent stacks-done"),
+            Step::Await(Expect::Stop),
+            Step::Exit(143),
+        ];
+        let node = SimNode::agent([started(), answer].concat());
+        let task = Task::start(&node);
+        task.tell(NodeCommand::Probe);
+        task.tell(NodeCommand::Sample);
+        task.tell(NodeCommand::Checkpoint(crate::config::CheckpointSignal::ALL[0], false));
+        task.tell(env());
+        task.tell(stop(Stop::Term));
+        let (reports, result, _) = task.ended().await;
+        let env = Heard::Env(vec!["export RANK=0".into()]);
+        assert_eq!(node.heard(), [env, Heard::Line("probe".into()), Heard::Line("term".into())]);
+        assert!(matches!(reports[..], [NodeReport::Processes(_), NodeReport::Stacks(_)]), "{reports:?}");
+        assert_eq!(result.exit, NodeExit::Signal(15));
+    }
+
+    /// A stop before the env goes in its place, and the agent ends having started nothing;
+    /// the env that comes after it is never sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_before_the_env_takes_its_place() {
+        let node = SimNode::agent(started());
+        let task = Task::start(&node);
+        task.tell(stop(Stop::Term));
+        task.tell(env());
+        let (_, result, events) = task.ended().await;
+        assert_eq!(node.heard(), [Heard::Line("term".into())]);
+        assert_eq!(result.exit, NodeExit::Signal(15));
+        assert!(!events.iter().any(|e| matches!(e, Event::NodeStarted { .. })), "{events:?}");
+    }
+
+    /// A stop never goes down: `term` after `kill` is not sent, nor `kill` twice.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_weaker_than_one_sent_is_not_sent() {
+        let killed = vec![Step::Await(Expect::Stop), Step::Sleep(Duration::from_secs(1)), Step::Exit(137)];
+        let node = SimNode::agent([started(), killed].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        task.tell(stop(Stop::Kill));
+        task.tell(stop(Stop::Term));
+        task.tell(stop(Stop::Kill));
+        let (_, result, _) = task.ended().await;
+        assert_eq!(node.lines(), ["kill"]);
+        assert_eq!(result.exit, NodeExit::Signal(9));
+    }
+
+    /// How a node whose agent said no exit status is lost: its link gone, or its agent gone
+    /// before its job.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_gone_without_an_exit_status_is_lost_saying_how() {
+        for (end, why) in [
+            (vec![Step::Drop], "the ssh connection to the node was lost"),
+            (vec![], "agent ended with exit code 0 before the job did"),
+        ] {
+            let node = SimNode::agent([started(), end].concat());
+            let task = Task::start(&node);
+            task.tell(env());
+            let (_, result, _) = task.ended().await;
+            assert!(matches!(&result.exit, NodeExit::Lost(w) if w.contains(why)), "{:?}", result.exit);
+        }
     }
 }
