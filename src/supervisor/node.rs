@@ -295,6 +295,7 @@ async fn node_exit(
     handle: crate::transport::AgentHandle,
     conn: &Connection,
 ) -> NodeExit {
+    let given_up = gave_up.is_some();
     let transport_exit = match gave_up {
         Some(why) => {
             handle.abandon();
@@ -315,6 +316,9 @@ async fn node_exit(
         (None, TransportExit::Disconnected(why)) => {
             let slurm = matches!(conn, Connection::Slurm(_));
             NodeExit::Lost(match tokio::time::timeout(DRAIN_DEADLINE, conn.check()).await {
+                // Its link works: herd stopped waiting for an agent that still runs, or the
+                // agent's output ended.
+                Ok(Ok(())) if given_up => why,
                 Ok(Ok(())) => format!("the agent's output ended without an exit status ({why})"),
                 Ok(Err(e)) if slurm => format!("{e} ({why})"),
                 _ if slurm => format!("Slurm did not say how the node is ({why})"),
@@ -909,5 +913,20 @@ mod tests {
             let (_, result, _) = task.ended().await;
             assert!(matches!(&result.exit, NodeExit::Lost(w) if w.contains(why)), "{:?}", result.exit);
         }
+    }
+
+    /// A node deaf to SIGKILL is given up on after the kill wait, and lost for that: its link
+    /// is up, and its output never ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_given_up_on_after_sigkill_is_lost_for_that() {
+        let node = SimNode::agent([started(), vec![Step::Hang]].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        task.tell(stop(Stop::Kill));
+        let (_, result, _) = task.ended().await;
+        let why = "no exit status 15 s after SIGKILL was requested; stopped waiting for it";
+        assert_eq!(result.exit, NodeExit::Lost(why.into()));
+        let given_up = super::super::attempt::KILL_DEADLINE + DRAIN_DEADLINE;
+        assert!(result.ended_at >= given_up && result.ended_at < given_up + Duration::from_secs(1));
     }
 }
