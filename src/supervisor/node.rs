@@ -273,7 +273,8 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
     ));
     let control = Controller { line: session.control, rank, sent: Stop::Run };
     let (agent_status, gave_up) = control.serve(err_pump, node.commands).await;
-    let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
+    drain(out_pump, rank, &progress).await;
+    let tail = progress.take_tail();
     let exit = Box::pin(node_exit(agent_status, gave_up, session.handle, &conn)).await;
     let _ = events
         .send(Event::NodeExited {
@@ -435,23 +436,44 @@ pub(super) async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// What an output pump is doing, for `drain`.
+/// What an output pump has read and is doing, shared with its node's task: the tail is kept
+/// even when the task stops waiting for the pump (`drain`).
 #[derive(Default)]
 struct PumpProgress {
     /// Bytes read so far.
     read: AtomicU64,
     /// Waiting for room in the event queue: the reporter is behind, not the node.
     sending: AtomicBool,
+    /// The last lines read, for classification and the summary.
+    tail: std::sync::Mutex<VecDeque<TimedLine>>,
+}
+
+impl PumpProgress {
+    /// `lines` at the tail's end, the oldest dropped past `TAIL_LINES`.
+    fn keep(&self, lines: impl Iterator<Item = TimedLine>) {
+        let mut tail = self.tail.lock().expect("not poisoned");
+        for line in lines {
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+
+    /// The last lines read so far, taken.
+    fn take_tail(&self) -> Vec<TimedLine> {
+        std::mem::take(&mut *self.tail.lock().expect("not poisoned")).into()
+    }
 }
 
 /// Wait for a pump to reach end of stream, but not forever: a process that escaped every
 /// teardown could hold the pipe open. A pump that still reads, or waits for the reporter to
 /// take what it read, is only behind, and is waited for: no output is dropped.
-async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize, progress: &PumpProgress) -> Option<T> {
+async fn drain(mut pump: tokio::task::JoinHandle<()>, rank: usize, progress: &PumpProgress) {
     let mut seen = progress.read.load(Ordering::Relaxed);
     loop {
         match tokio::time::timeout(DRAIN_DEADLINE, &mut pump).await {
-            Ok(joined) => return joined.ok(),
+            Ok(_) => return,
             Err(_) => {
                 let now = progress.read.load(Ordering::Relaxed);
                 if now != seen || progress.sending.load(Ordering::Relaxed) {
@@ -464,13 +486,13 @@ async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize, progress: &
                     DRAIN_DEADLINE.as_secs()
                 );
                 pump.abort();
-                return None;
+                return;
             }
         }
     }
 }
 
-/// Forward the job's output as lines; return the last few for the summary.
+/// Forward the job's output as lines, keeping the last few in `progress`.
 async fn pump_output(
     mut stdout: impl AsyncRead + Unpin,
     progress: Arc<PumpProgress>,
@@ -479,9 +501,8 @@ async fn pump_output(
     liveness: Arc<Liveness>,
     progress_pattern: Option<Arc<Regex>>,
     mut fatal: Option<FatalWatch>,
-) -> Vec<TimedLine> {
+) {
     let mut split = SourceSplitter::default();
-    let mut tail: VecDeque<TimedLine> = VecDeque::new();
     // Most nodes of a large job print little: their buffer grows only when a read fills it.
     let mut buf = vec![0u8; READ_FIRST];
     loop {
@@ -505,24 +526,12 @@ async fn pump_output(
             }
         };
         for (source, lines) in batches {
-            pass_on(
-                rank,
-                source,
-                lines,
-                &mut tail,
-                &events,
-                &liveness,
-                &progress,
-                &progress_pattern,
-                &mut fatal,
-            )
-            .await;
+            pass_on(rank, source, lines, &events, &liveness, &progress, &progress_pattern, &mut fatal).await;
         }
         if n == 0 {
             break;
         }
     }
-    tail.into()
 }
 
 /// A node's output as lines of each source: the multiplexer's records (see
@@ -615,7 +624,6 @@ async fn pass_on(
     rank: usize,
     source: Source,
     mut lines: Lines,
-    tail: &mut VecDeque<TimedLine>,
     events: &mpsc::Sender<Event>,
     liveness: &Liveness,
     progress: &PumpProgress,
@@ -648,12 +656,8 @@ async fn pass_on(
         }
         // Only the last TAIL_LINES of a batch can stay in the tail.
         let non_empty = lines.iter().filter(|l| !l.text.is_empty()).count();
-        for line in lines.iter().filter(|l| !l.text.is_empty()).skip(non_empty.saturating_sub(TAIL_LINES)) {
-            if tail.len() == TAIL_LINES {
-                tail.pop_front();
-            }
-            tail.push_back(TimedLine { at, text: text(line) });
-        }
+        let last = lines.iter().filter(|l| !l.text.is_empty()).skip(non_empty.saturating_sub(TAIL_LINES));
+        progress.keep(last.map(|line| TimedLine { at, text: text(line) }));
         // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
         if !lines.is_empty() {
             lines.shrink_to_fit();
@@ -928,5 +932,19 @@ mod tests {
         assert_eq!(result.exit, NodeExit::Lost(why.into()));
         let given_up = super::super::attempt::KILL_DEADLINE + DRAIN_DEADLINE;
         assert!(result.ended_at >= given_up && result.ended_at < given_up + Duration::from_secs(1));
+    }
+
+    /// A process of the job that escaped the teardown holds the node's output open: herd
+    /// stops reading it, and keeps the lines it read, which may say why the node failed.
+    #[tokio::test(start_paused = true)]
+    async fn output_held_open_after_the_exit_keeps_the_lines_read() {
+        let job = vec![Step::Print("ValueError: bad lr\n".into()), Step::Exit(1), Step::Hang];
+        let node = SimNode::agent([started(), job].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        let (_, result, _) = task.ended().await;
+        assert_eq!(result.exit, NodeExit::ExitCode(1));
+        let tail: Vec<&str> = result.tail.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(tail, ["ValueError: bad lr"]);
     }
 }
