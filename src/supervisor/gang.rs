@@ -662,6 +662,23 @@ mod tests {
         node.lines().into_iter().filter(|l| l != "sample").collect()
     }
 
+    /// Asserts that each of `nodes` was sent `lines`, samples aside.
+    #[track_caller]
+    fn all_asked<'a>(nodes: impl IntoIterator<Item = &'a SimNode>, lines: &[&str]) {
+        for (i, n) in nodes.into_iter().enumerate() {
+            assert_eq!(asked(n), lines, "the {i}th node");
+        }
+    }
+
+    /// Asserts that each of `nodes` was sent one env, and nothing else, with `port` in it.
+    #[track_caller]
+    fn all_started_on(nodes: &[SimNode], port: u16) {
+        for n in nodes {
+            let [Heard::Env(env)] = &n.heard()[..] else { panic!("{:?}", n.heard()) };
+            assert!(env.contains(&format!("export MASTER_PORT={port}")), "{env:?}");
+        }
+    }
+
     fn envs(node: &SimNode) -> usize {
         node.heard().iter().filter(|h| matches!(h, Heard::Env(_))).count()
     }
@@ -678,11 +695,8 @@ mod tests {
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
         assert_eq!(ran.end.port, Some(29500));
         assert!(ran.end.first_progress.is_some());
-        for n in &nodes {
-            let [Heard::Env(env)] = &n.heard()[..] else { panic!("{:?}", n.heard()) };
-            assert!(env.contains(&"export MASTER_PORT=29500".to_string()), "{env:?}");
-            assert_eq!(n.started(), 1);
-        }
+        all_started_on(&nodes, 29500);
+        assert!(nodes.iter().all(|n| n.started() == 1));
         assert_eq!(ran.count(|e| matches!(e, Event::NodeStarted { .. })), 3);
     }
 
@@ -706,10 +720,9 @@ mod tests {
         assert_eq!(lost_at, Some(S(1)));
         assert_eq!(ran.end.port, None, "no port was chosen");
         assert_eq!(ran.count(|e| matches!(e, Event::AttemptStarted { .. })), 0);
-        for n in [&nodes[0], &nodes[2]] {
-            assert_eq!(envs(n), 0, "{:?}", n.heard());
-            assert_eq!(asked(n), ["term-fast"]);
-        }
+        // In place of their env.
+        all_asked([&nodes[0], &nodes[2]], &["term-fast"]);
+        assert_eq!(envs(&nodes[0]) + envs(&nodes[2]), 0);
         // Each ended as agent.sh ends on a stop in place of its env, at once.
         assert!(ran.took < S(4), "{:?}", ran.took);
     }
@@ -724,9 +737,7 @@ mod tests {
         let ran = attempt(&p, &nodes, no_signal).await;
         assert_eq!(ran.lost(1, "the ssh connection to the node was lost"), Some(S(2)));
         let outcomes = ran.verdict().1;
-        for n in [&nodes[0], &nodes[2]] {
-            assert_eq!(asked(n), ["probe", "term-fast"]);
-        }
+        all_asked([&nodes[0], &nodes[2]], &["probe", "term-fast"]);
         assert_eq!(outcomes[0].stacks.len(), 1);
         assert_eq!(outcomes[0].processes.len(), 1);
         let collected = ran.count(|e| matches!(e, Event::StacksCollected { .. }));
@@ -802,9 +813,7 @@ mod tests {
             attempt(&p, &nodes, |e| matches!(e, Event::StacksRequested { .. }).then_some(Signal::Interrupt))
                 .await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Interrupted), "{:?}", ran.end.outcome);
-        for n in &nodes {
-            assert_eq!(asked(n), ["probe", "term-fast"]);
-        }
+        all_asked(&nodes, &["probe", "term-fast"]);
         assert!(ran.took >= S(30) && ran.took < S(31), "{:?}", ran.took);
     }
 
@@ -823,9 +832,7 @@ mod tests {
         let (verdict, outcomes) = ran.verdict();
         assert_eq!(verdict.class, FailureClass::User, "{verdict:?}");
         assert_eq!(verdict.root_cause.as_ref().unwrap().node_rank, 0);
-        for n in &nodes[1..] {
-            assert_eq!(asked(n), ["probe", "term-fast"]);
-        }
+        all_asked(&nodes[1..], &["probe", "term-fast"]);
         assert_eq!(outcomes[2].stacks.len(), 1, "the late answer was waited for");
         assert_eq!(ran.count(|e| matches!(e, Event::CheckpointRequested { .. })), 0);
     }
@@ -914,27 +921,32 @@ mod tests {
         assert!(lost_at >= p.login_timeout && lost_at < p.login_timeout + S(1), "{lost_at:?}");
     }
 
+    /// An attempt whose every node does `then` once told to checkpoint, `why` coming as
+    /// the job starts: it ends as preempted.
+    async fn preempted(p: &LaunchPlan, why: Preemption, then: Vec<Step>) -> (Ran, [SimNode; 3]) {
+        let node = |rank: u32| {
+            let told = vec![Step::Await(Expect::Line("checkpoint USR1"))];
+            SimNode::agent([started(10 + rank), told, then.clone()].concat())
+        };
+        let nodes = [node(0), node(1), node(2)];
+        let warned = Signal::Checkpoint(why);
+        let ran =
+            attempt(p, &nodes, move |e| matches!(e, Event::AttemptStarted { .. }).then_some(warned)).await;
+        assert!(
+            matches!(&ran.end.outcome, AttemptOutcome::Preempted(w) if *w == why),
+            "{:?}",
+            ran.end.outcome
+        );
+        (ran, nodes)
+    }
+
     /// A time limit's warning: every rank is told to checkpoint, the nodes that then end are
     /// no failure, and the attempt ends as preempted.
     #[tokio::test(start_paused = true)]
     async fn a_time_limit_asks_every_rank_to_checkpoint_and_ends_preempted() {
-        let p = plan("29500");
-        let saves = |rank: u32| {
-            let save = vec![Step::Await(Expect::Line("checkpoint USR1")), Step::Sleep(S(2)), Step::Exit(0)];
-            SimNode::agent([started(10 + rank), save].concat())
-        };
-        let nodes = [saves(0), saves(1), saves(2)];
-        let warned = Signal::Checkpoint(Preemption::TimeLimit);
-        let ran =
-            attempt(&p, &nodes, move |e| matches!(e, Event::AttemptStarted { .. }).then_some(warned)).await;
-        assert!(
-            matches!(ran.end.outcome, AttemptOutcome::Preempted(Preemption::TimeLimit)),
-            "{:?}",
-            ran.end.outcome
-        );
-        for n in &nodes {
-            assert_eq!(asked(n), ["checkpoint USR1"]);
-        }
+        let (_, nodes) =
+            preempted(&plan("29500"), Preemption::TimeLimit, vec![Step::Sleep(S(2)), Step::Exit(0)]).await;
+        all_asked(&nodes, &["checkpoint USR1"]);
     }
 
     /// With `port = "auto"`, no node gets its env before the master reported its ports, and
@@ -954,10 +966,7 @@ mod tests {
         let ran = attempt(&p, &nodes, no_signal).await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
         assert_eq!(ran.end.port, Some(29501));
-        for n in &nodes {
-            let [Heard::Env(env)] = &n.heard()[..] else { panic!("{:?}", n.heard()) };
-            assert!(env.contains(&"export MASTER_PORT=29501".to_string()), "{env:?}");
-        }
+        all_started_on(&nodes, 29501);
         assert!(ran.took >= S(2), "{:?}", ran.took);
     }
 
@@ -994,5 +1003,55 @@ mod tests {
         let ran = attempt(&p, &nodes, no_signal).await;
         assert_eq!(ran.lost(1, "no agent to start"), Some(Duration::ZERO));
         assert!(ran.took < S(1), "{:?}", ran.took);
+    }
+
+    /// Ranks that do not exit within `restart.checkpoint_grace` are stopped as in any
+    /// teardown, and the attempt still ends as preempted.
+    #[tokio::test(start_paused = true)]
+    async fn ranks_still_running_after_the_checkpoint_grace_are_stopped() {
+        let p = plan_with("29500", "checkpoint_grace = \"20s\"\n");
+        let (ran, nodes) = preempted(&p, Preemption::Preempted, until_stopped()).await;
+        all_asked(&nodes, &["checkpoint USR1", "term-fast"]);
+        assert!(ran.took >= S(20) && ran.took < S(21), "{:?}", ran.took);
+    }
+
+    /// A master whose socket tables cannot be read leaves no port to choose: nothing starts.
+    #[tokio::test(start_paused = true)]
+    async fn a_master_without_socket_tables_ends_the_attempt_with_no_port() {
+        let p = plan("\"auto\"");
+        let master = vec![Step::Up, say("herd-agent ports ?"), Step::Await(Expect::Env), Step::Hang];
+        let waiting = |rank: u32| SimNode::agent([started(10 + rank), vec![Step::Hang]].concat());
+        let nodes = [SimNode::agent(master), waiting(1), waiting(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let AttemptOutcome::NoPort(RunError::Port { host, .. }) = &ran.end.outcome else {
+            panic!("{:?}", ran.end.outcome)
+        };
+        assert_eq!(host, "n1");
+        assert!(nodes.iter().all(|n| envs(n) == 0 && asked(n) == ["term-fast"]));
+    }
+
+    /// A hang's probe that a node does not answer in time ends with the wait; the ranks of
+    /// that node have a stack that says so, and the others' are theirs.
+    #[tokio::test(start_paused = true)]
+    async fn a_hangs_probe_ends_with_its_wait_and_says_who_did_not_answer() {
+        let p = plan_with("29500", "hang_timeout = \"30s\"\n");
+        let stuck = [started(11), until_stopped()].concat();
+        let nodes = [running(0), SimNode::agent(stuck), running(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let (verdict, _) = ran.verdict();
+        assert_eq!(verdict.class, FailureClass::Hang, "{verdict:?}");
+        let collected: Vec<(usize, Vec<Result<String, String>>)> = (ran.events.iter())
+            .filter_map(|e| match e {
+                Event::StacksCollected { node_rank, stacks, .. } => {
+                    Some((*node_rank, stacks.iter().map(|s| s.dump.clone()).collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(collected.len(), 3, "{collected:?}");
+        assert!(collected[0].1[0].is_ok() && collected[2].1[0].is_ok(), "{collected:?}");
+        assert_eq!(collected[1].1, [Err("node 1 (n2) did not answer within 5 s".to_string())]);
+        assert_eq!(ran.count(|e| matches!(e, Event::StacksSummarized { .. })), 1);
+        assert!(ran.took >= S(30) + attempt::PROBE_WAIT, "{:?}", ran.took);
     }
 }
