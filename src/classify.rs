@@ -162,7 +162,8 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         .filter_map(|(i, l)| rules.class_of(&l.text).map(|c| (c, i, l)))
         .collect();
     // Lines printed after herd asked the node to stop are the teardown's, not the failure's.
-    let stop_noise = |l: &TimedLine| node.stop_requested_at.is_some_and(|at| l.at >= at);
+    // A line at the stop's own instant came before it: it may be the line that made herd stop.
+    let stop_noise = |l: &TimedLine| node.stop_requested_at.is_some_and(|at| l.at > at);
     let best = NODE_PRIORITY
         .iter()
         .find_map(|class| matched.iter().find(|(c, _, l)| c == class && !stop_noise(l)))
@@ -347,7 +348,7 @@ fn hang_culprit(nodes: &[NodeOutcome], stacks: Option<&stacks::Summary>) -> Opti
     }
     // What printed while being stopped is not the hang's.
     let last_before_stop = |n: &NodeOutcome| {
-        n.lines.iter().rev().find(|l| n.stop_requested_at.is_none_or(|at| l.at < at)).cloned()
+        n.lines.iter().rev().find(|l| n.stop_requested_at.is_none_or(|at| l.at <= at)).cloned()
     };
     let mut last: Vec<(Option<Duration>, &NodeOutcome)> =
         nodes.iter().map(|n| (last_before_stop(n).map(|l| l.at), n)).collect();
@@ -683,6 +684,30 @@ mod tests {
         let consequences: Vec<(usize, FailureClass)> =
             v.consequences.iter().map(|c| (c.node_rank, c.class)).collect();
         assert_eq!(consequences, [(0, FailureClass::Comm), (2, FailureClass::Comm)]);
+    }
+
+    /// herd sees a fatal line no sooner than the node printed it, and its stop is as of then:
+    /// on a clock that does not move between the two (a test's paused time), the line is at
+    /// the stop's own instant, and is still the failure's, not the teardown's.
+    #[test]
+    fn the_line_that_made_herd_stop_is_the_failure_even_at_the_stops_instant() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [
+            node(
+                0,
+                "step 1\nSegmentation fault (core dumped)\n",
+                NodeExit::Signal(15),
+                999,
+                1_100,
+                Some(1_000),
+            ),
+            node(1, "step 1\n", NodeExit::Signal(15), 999, 1_100, Some(1_000)),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).expect("a failure");
+        assert_eq!(v.class, FailureClass::Crash);
+        let root = v.root_cause.unwrap();
+        assert_eq!((root.node_rank, root.line.as_deref()), (0, Some("Segmentation fault (core dumped)")));
+        assert!(v.consequences.is_empty(), "{:?}", v.consequences);
     }
 
     /// herd stops the gang at torchrun's first "failed (exitcode: -9)" line, so torchrun on

@@ -233,6 +233,13 @@ impl Fleet {
         (Fleet { links }, errors)
     }
 
+    /// A fleet of connections made elsewhere (a unit test's simulated nodes), by node rank.
+    #[cfg(test)]
+    pub fn of(connections: Vec<Connection>) -> Fleet {
+        let link = |c| Link { conn: Ok(Arc::new(c)), connect_ms: 0 };
+        Fleet { links: connections.into_iter().map(link).collect() }
+    }
+
     pub fn links(&self) -> &[Link] {
         &self.links
     }

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant as Deadline;
+use tokio::time::Instant;
 
 use super::attempt::{self, Action, Attempt, Clock, Ended, Input, Stopping};
 use super::node::{self, sleep_until, Liveness, NodeCommand, NodeReport, NodeResult, NodeRun, Stop};
@@ -37,6 +37,7 @@ pub(super) struct AttemptContext<'a> {
     pub events: &'a mpsc::Sender<Event>,
 }
 
+#[derive(Debug)]
 pub(super) enum AttemptOutcome {
     Succeeded,
     /// The verdict, and what each node left, which may blame some (see `blame`).
@@ -150,10 +151,10 @@ struct Gang<'a> {
     stopped: Stop,
     processes: Vec<Vec<ProcessState>>,
     stacks: Vec<Vec<RankStack>>,
-    kill_at: Option<Deadline>,
+    kill_at: Option<Instant>,
     /// When the ranks' time to checkpoint is over (`Action::TermAfter`).
-    term_at: Option<Deadline>,
-    probe_at: Option<Deadline>,
+    term_at: Option<Instant>,
+    probe_at: Option<Instant>,
     /// When the agents were asked for their stacks (the attempt's age), if they were.
     probed_at: Option<Duration>,
     tick: tokio::time::Interval,
@@ -383,8 +384,8 @@ impl<'a> Gang<'a> {
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
-            Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
-            Action::TermAfter(grace) => self.term_at = Some(Deadline::now() + grace),
+            Action::KillAfter(grace) => self.kill_at = Some(Instant::now() + grace),
+            Action::TermAfter(grace) => self.term_at = Some(Instant::now() + grace),
             Action::SignalRanks => {
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
@@ -395,7 +396,7 @@ impl<'a> Gang<'a> {
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
-                self.probe_at = Some(Deadline::now() + attempt::PROBE_WAIT);
+                self.probe_at = Some(Instant::now() + attempt::PROBE_WAIT);
                 let wait_secs = attempt::PROBE_WAIT.as_secs();
                 let _ =
                     events.send(Event::StacksRequested { attempt: self.attempt, reason, wait_secs }).await;
@@ -526,5 +527,531 @@ impl Gang<'_> {
         let _ =
             events.send(Event::StacksSummarized { attempt: self.attempt, summary: summary.clone() }).await;
         Some(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::FailureClass;
+    use crate::transport::sim::{self, say, Expect, Heard, SimNode, Step};
+    use crate::transport::Connection;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+    /// How long a job takes to end once signalled. Never no time, as a paused clock would have
+    /// it: an end at the stop's own instant is read as the node's own, before the stop.
+    const MOMENT: Duration = Duration::from_millis(100);
+
+    /// Three nodes, n1 (the master) to n3, one torchrun rank each, the master port `port`,
+    /// with `restart` added to `[restart]`.
+    fn plan_with(port: &str, restart: &str) -> LaunchPlan {
+        let text = format!(
+            "[ssh]\nlogin_timeout = \"1m\"\n[[nodes]]\nhost = \"n[1-3]\"\n[job]\nscript = \"t.py\"\n\
+             [rendezvous]\nport = {port}\nport_range = [29500, 29501]\n\
+             [restart]\nheartbeat_timeout = \"15s\"\ngrace_period = \"5s\"\n{restart}"
+        );
+        let config = crate::config::parse(std::path::Path::new("c.toml"), &text).unwrap();
+        crate::plan::build(&config, &Default::default())
+    }
+
+    fn plan(port: &str) -> LaunchPlan {
+        plan_with(port, "")
+    }
+
+    /// A node that logs in, and starts its job on its env.
+    fn started(pgid: u32) -> Vec<Step> {
+        vec![Step::Up, Step::Await(Expect::Env), say(format!("herd-agent pgid {pgid}"))]
+    }
+
+    /// The job ends as agent.sh ends it on a stop, SIGTERM, a moment later.
+    fn until_stopped() -> Vec<Step> {
+        vec![Step::Await(Expect::Stop), Step::Sleep(MOMENT), Step::Exit(143)]
+    }
+
+    /// The answer to `probe` of a node whose one rank is `rank`: its process, its stack, done.
+    fn answer(rank: u32) -> Vec<Step> {
+        let pid = 100 + rank;
+        let ask = vec![Step::Await(Expect::Line("probe")), say(format!("herd-agent probe {pid}:S:{rank}:0"))];
+        let dump = format!("Thread {pid}\n  all_reduce (t.py:{rank})\n");
+        [ask, sim::stack(rank, pid, &dump), vec![say("herd-agent stacks-done")]].concat()
+    }
+
+    /// A node whose job runs until stopped, and answers a probe.
+    fn running(rank: u32) -> SimNode {
+        SimNode::agent([started(10 + rank), answer(rank), until_stopped()].concat())
+    }
+
+    /// An attempt, run to its end: how it ended, every event it sent, how long it took.
+    struct Ran {
+        end: AttemptEnd,
+        events: Vec<Event>,
+        took: Duration,
+    }
+
+    impl Ran {
+        fn verdict(&self) -> (&Verdict, &[NodeOutcome]) {
+            match &self.end.outcome {
+                AttemptOutcome::Failed(verdict, nodes) => (verdict, nodes),
+                other => panic!("not a failure: {other:?}"),
+            }
+        }
+
+        /// Asserts that the attempt failed for `node_rank`'s loss, for a reason that says
+        /// `why`. When herd saw it lost.
+        #[track_caller]
+        fn lost(&self, node_rank: usize, why: &str) -> Option<Duration> {
+            let (verdict, outcomes) = self.verdict();
+            let root = verdict.root_cause.as_ref().expect("a root cause");
+            assert_eq!((verdict.class, root.node_rank), (FailureClass::NodeLost, node_rank), "{verdict:?}");
+            assert!(matches!(&root.exit, NodeExit::Lost(w) if w.contains(why)), "{root:?}");
+            outcomes[node_rank].lost_at
+        }
+
+        fn count(&self, is: impl Fn(&Event) -> bool) -> usize {
+            self.events.iter().filter(|e| is(e)).count()
+        }
+    }
+
+    /// Attempt 0 of `plan` on `nodes`. `react` may answer an event with a signal to herd
+    /// (Ctrl-C, a preemption), which comes as the event is seen.
+    async fn attempt(
+        plan: &LaunchPlan,
+        nodes: &[SimNode],
+        react: impl FnMut(&Event) -> Option<Signal> + Send + 'static,
+    ) -> Ran {
+        attempt_after(plan, nodes, Vec::new(), react).await
+    }
+
+    /// `attempt`, with the agents started `early`.
+    async fn attempt_after(
+        plan: &LaunchPlan,
+        nodes: &[SimNode],
+        early: Vec<Option<Started>>,
+        mut react: impl FnMut(&Event) -> Option<Signal> + Send + 'static,
+    ) -> Ran {
+        let fleet = Fleet::of(nodes.iter().cloned().map(Connection::Sim).collect());
+        let (events, mut seen) = mpsc::channel(16);
+        let (signals, signalled) = mpsc::unbounded_channel();
+        let collect = tokio::spawn(async move {
+            let mut all = Vec::new();
+            while let Some(event) = seen.recv().await {
+                if let Some(signal) = react(&event) {
+                    let _ = signals.send(signal);
+                }
+                all.push(event);
+            }
+            all
+        });
+        let ctx = AttemptContext { plan, run_id: "r1", interfaces: &[], events: &events };
+        let mut interrupts = Interrupts::new(signalled);
+        let start = Instant::now();
+        let used = BTreeSet::new();
+        let end = run_attempt(&ctx, 0, &Preflighted::default(), early, &used, &fleet, &mut interrupts).await;
+        let took = start.elapsed();
+        drop(events);
+        Ran { end, events: collect.await.unwrap(), took }
+    }
+
+    fn no_signal(_: &Event) -> Option<Signal> {
+        None
+    }
+
+    /// The control lines a node was sent, but the samples that go every `SAMPLE_EVERY` while
+    /// its job runs.
+    fn asked(node: &SimNode) -> Vec<String> {
+        node.lines().into_iter().filter(|l| l != "sample").collect()
+    }
+
+    /// Asserts that each of `nodes` was sent `lines`, samples aside.
+    #[track_caller]
+    fn all_asked<'a>(nodes: impl IntoIterator<Item = &'a SimNode>, lines: &[&str]) {
+        for (i, n) in nodes.into_iter().enumerate() {
+            assert_eq!(asked(n), lines, "the {i}th node");
+        }
+    }
+
+    /// Asserts that each of `nodes` was sent one env, and nothing else, with `port` in it.
+    #[track_caller]
+    fn all_started_on(nodes: &[SimNode], port: u16) {
+        for n in nodes {
+            let [Heard::Env(env)] = &n.heard()[..] else { panic!("{:?}", n.heard()) };
+            assert!(env.contains(&format!("export MASTER_PORT={port}")), "{env:?}");
+        }
+    }
+
+    fn envs(node: &SimNode) -> usize {
+        node.heard().iter().filter(|h| matches!(h, Heard::Env(_))).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nodes_that_all_exit_zero_succeed_each_started_once_on_the_known_port() {
+        let p = plan("29500");
+        let node = |rank: u32| {
+            let job = vec![Step::Print(format!("step 1 of rank {rank}\n")), Step::Exit(0)];
+            SimNode::agent([started(10 + rank), job].concat())
+        };
+        let nodes = [node(0), node(1), node(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
+        assert_eq!(ran.end.port, Some(29500));
+        assert!(ran.end.first_progress.is_some());
+        all_started_on(&nodes, 29500);
+        assert!(nodes.iter().all(|n| n.started() == 1));
+        assert_eq!(ran.count(|e| matches!(e, Event::NodeStarted { .. })), 3);
+    }
+
+    /// A worker's link drops while the master is still choosing the port: every node is
+    /// stopped in place of its env, and the master's report, late, starts nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_lost_mid_start_stops_the_others_before_any_starts() {
+        let p = plan("\"auto\"");
+        let master = vec![
+            Step::Up,
+            Step::Sleep(S(3)),
+            say("herd-agent ports 16 7404"),
+            Step::Await(Expect::Env),
+            Step::Hang,
+        ];
+        let lost = vec![Step::Up, Step::Sleep(S(1)), Step::Drop];
+        let waiting = [started(12), vec![Step::Hang]].concat();
+        let nodes = [SimNode::agent(master), SimNode::agent(lost), SimNode::agent(waiting)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let lost_at = ran.lost(1, "the ssh connection to the node was lost");
+        assert_eq!(lost_at, Some(S(1)));
+        assert_eq!(ran.end.port, None, "no port was chosen");
+        assert_eq!(ran.count(|e| matches!(e, Event::AttemptStarted { .. })), 0);
+        // In place of their env.
+        all_asked([&nodes[0], &nodes[2]], &["term-fast"]);
+        assert_eq!(envs(&nodes[0]) + envs(&nodes[2]), 0);
+        // Each ended as agent.sh ends on a stop in place of its env, at once.
+        assert!(ran.took < S(4), "{:?}", ran.took);
+    }
+
+    /// A node's link drops after its job started: the others, running, are asked for their
+    /// stacks first, then stopped.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_lost_after_the_start_is_the_root_cause_and_the_others_stacks_are_taken() {
+        let p = plan("29500");
+        let lost = [started(11), vec![Step::Sleep(S(2)), Step::Drop]].concat();
+        let nodes = [running(0), SimNode::agent(lost), running(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        assert_eq!(ran.lost(1, "the ssh connection to the node was lost"), Some(S(2)));
+        let outcomes = ran.verdict().1;
+        all_asked([&nodes[0], &nodes[2]], &["probe", "term-fast"]);
+        assert_eq!(outcomes[0].stacks.len(), 1);
+        assert_eq!(outcomes[0].processes.len(), 1);
+        let collected = ran.count(|e| matches!(e, Event::StacksCollected { .. }));
+        assert_eq!(collected, 3, "{:?}", ran.events);
+        assert!(ran.took < S(2) + attempt::PROBE_WAIT, "the answers ended the wait: {:?}", ran.took);
+    }
+
+    /// What agents say comes in any order that their writers (the agent, its watcher, the
+    /// heartbeat, a background py-spy) allow: a heartbeat and a sample between a stack's
+    /// pieces, a stack after the agent said its job exited. Each is still its node's answer.
+    #[tokio::test(start_paused = true)]
+    async fn answers_interleaved_and_after_the_exit_are_still_the_nodes_answers() {
+        let p = plan("29500");
+        // Node 0's job ends as it answers: its stack, from py-spy in the background, comes
+        // after the agent's exit.
+        let late = [
+            started(10),
+            vec![Step::Await(Expect::Line("probe")), say("herd-agent probe 100:S:0:0")],
+            vec![Step::Sleep(MOMENT), say("herd-agent exit 1")],
+            sim::stack(0, 100, "Thread 100\n  all_reduce (t.py:0)\n"),
+            vec![say("herd-agent stacks-done")],
+        ];
+        // Node 1's pieces come with a heartbeat and a sample between them.
+        let mut pieces = sim::stack(1, 101, "Thread 101\n  all_reduce (t.py:1)\n");
+        pieces.insert(1, say("herd-agent alive"));
+        pieces.insert(3, say("herd-agent sample 100.0 100 1:5:0"));
+        let interleaved = [
+            started(11),
+            vec![Step::Await(Expect::Line("probe")), say("herd-agent probe 101:S:1:0")],
+            pieces,
+            vec![say("herd-agent stacks-done")],
+            until_stopped(),
+        ];
+        let crashed =
+            [started(12), vec![Step::Sleep(S(1)), Step::Print("Segmentation fault (core dumped)\n".into())]];
+        let crashed = [crashed.concat(), answer(2), until_stopped()].concat();
+        let nodes =
+            [SimNode::agent(late.concat()), SimNode::agent(interleaved.concat()), SimNode::agent(crashed)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let (verdict, outcomes) = ran.verdict();
+        assert_eq!(verdict.class, FailureClass::Crash, "{verdict:?}");
+        assert_eq!(verdict.root_cause.as_ref().unwrap().node_rank, 2);
+        for (rank, n) in outcomes[..2].iter().enumerate() {
+            let [stack] = &n.stacks[..] else { panic!("node {rank}: {:?}", n.stacks) };
+            assert_eq!(stack.dump, Ok(format!("Thread 10{rank}\n  all_reduce (t.py:{rank})\n")));
+        }
+        assert_eq!(outcomes[0].exit, NodeExit::ExitCode(1));
+        // The failing node keeps its launcher's grace; the others end fast.
+        assert_eq!(asked(&nodes[2]), ["probe", "term"]);
+        assert_eq!(asked(&nodes[1]), ["probe", "term-fast"]);
+        assert!(ran.took < S(1) + attempt::PROBE_WAIT, "{:?}", ran.took);
+    }
+
+    /// A node whose job raised: it prints why and exits 1.
+    fn raised() -> Vec<Step> {
+        let job = vec![Step::Sleep(S(1)), Step::Print("ValueError: bad lr\n".into()), Step::Exit(1)];
+        [started(10), job].concat()
+    }
+
+    fn exit_of(outcomes: &[NodeOutcome], node_rank: usize) -> &NodeExit {
+        &outcomes.iter().find(|n| n.node_rank == node_rank).expect("its outcome").exit
+    }
+
+    /// Ctrl-C while herd waits for the stacks of a hang: the nodes are stopped at once, not
+    /// once the wait is over.
+    #[tokio::test(start_paused = true)]
+    async fn an_interrupt_during_a_hangs_probe_stops_every_node_at_once() {
+        let p = plan_with("29500", "hang_timeout = \"30s\"\n");
+        // Their py-spy never answers.
+        let stuck = |rank: u32| SimNode::agent([started(10 + rank), until_stopped()].concat());
+        let nodes = [stuck(0), stuck(1), stuck(2)];
+        let ran =
+            attempt(&p, &nodes, |e| matches!(e, Event::StacksRequested { .. }).then_some(Signal::Interrupt))
+                .await;
+        assert!(matches!(ran.end.outcome, AttemptOutcome::Interrupted), "{:?}", ran.end.outcome);
+        all_asked(&nodes, &["probe", "term-fast"]);
+        assert!(ran.took >= S(30) && ran.took < S(31), "{:?}", ran.took);
+    }
+
+    /// A time limit's warning while a failure's stacks are awaited: the failure's teardown goes
+    /// on as it was (no checkpoint asked of ranks being stopped), and the attempt is judged
+    /// as the failure it was.
+    #[tokio::test(start_paused = true)]
+    async fn a_preemption_during_a_failures_probe_neither_cuts_it_short_nor_asks_a_checkpoint() {
+        let p = plan("29500");
+        // Node 2 answers late, a second after the warning came.
+        let late = [started(12), vec![Step::Sleep(S(3))], answer(2), until_stopped()].concat();
+        let nodes = [SimNode::agent(raised()), running(1), SimNode::agent(late)];
+        let preempt = Signal::Checkpoint(Preemption::TimeLimit);
+        let ran =
+            attempt(&p, &nodes, move |e| matches!(e, Event::StacksRequested { .. }).then_some(preempt)).await;
+        let (verdict, outcomes) = ran.verdict();
+        assert_eq!(verdict.class, FailureClass::User, "{verdict:?}");
+        assert_eq!(verdict.root_cause.as_ref().unwrap().node_rank, 0);
+        all_asked(&nodes[1..], &["probe", "term-fast"]);
+        assert_eq!(outcomes[2].stacks.len(), 1, "the late answer was waited for");
+        assert_eq!(ran.count(|e| matches!(e, Event::CheckpointRequested { .. })), 0);
+    }
+
+    /// A node whose link drops while herd stops it ends lost, but herd's own teardown lost
+    /// it: the failure that started the teardown stays the root cause.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_lost_during_the_teardown_is_no_root_cause() {
+        let p = plan("29500");
+        let dropped = [started(11), answer(1), vec![Step::Await(Expect::Stop), Step::Drop]].concat();
+        let stopped = [started(12), answer(2), until_stopped()].concat();
+        let nodes = [SimNode::agent(raised()), SimNode::agent(dropped), SimNode::agent(stopped)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let (verdict, outcomes) = ran.verdict();
+        assert_eq!(verdict.class, FailureClass::User, "{verdict:?}");
+        let root = verdict.root_cause.as_ref().unwrap();
+        assert_eq!((root.node_rank, root.line.as_deref()), (0, Some("ValueError: bad lr")));
+        assert!(matches!(exit_of(outcomes, 1), NodeExit::Lost(_)), "{:?}", outcomes[1].exit);
+        assert_eq!(outcomes[1].lost_at, None, "not seen lost: herd was stopping it");
+    }
+
+    /// A node that ignores SIGTERM and SIGKILL alike (a process stuck in the kernel, an agent
+    /// wedged) does not hold the attempt: herd gives up on it after the kill wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_ignores_every_stop_is_given_up_on_after_the_kill_wait() {
+        let p = plan("29500");
+        let deaf = [started(11), answer(1), vec![Step::Hang]].concat();
+        let stopped = [started(12), answer(2), until_stopped()].concat();
+        let nodes = [SimNode::agent(raised()), SimNode::agent(deaf), SimNode::agent(stopped)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let (verdict, outcomes) = ran.verdict();
+        assert_eq!(verdict.root_cause.as_ref().unwrap().node_rank, 0, "{verdict:?}");
+        assert_eq!(asked(&nodes[1]), ["probe", "term-fast", "kill"]);
+        let NodeExit::Lost(why) = exit_of(outcomes, 1) else { panic!("{:?}", outcomes[1].exit) };
+        assert!(why.contains("no exit status 15 s after SIGKILL"), "{why}");
+        // The failure at 1 s, the grace, the kill wait, then the wait for its output to end.
+        let given_up = S(1) + p.restart.grace_period + attempt::KILL_DEADLINE + node::DRAIN_DEADLINE;
+        assert!(ran.took >= given_up && ran.took < given_up + S(1), "{:?}", ran.took);
+    }
+
+    /// What SIGKILL could not stop is reported, and the node still ends.
+    #[tokio::test(start_paused = true)]
+    async fn processes_that_outlive_sigkill_are_reported() {
+        let p = plan("29500");
+        let unkillable = [
+            started(11),
+            answer(1),
+            vec![Step::Await(Expect::Stop), say("herd-agent unstopped 4242 4243"), Step::Exit(143)],
+        ];
+        let stopped = [started(12), answer(2), until_stopped()].concat();
+        let nodes = [SimNode::agent(raised()), SimNode::agent(unkillable.concat()), SimNode::agent(stopped)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let unstopped: Vec<_> = (ran.events.iter())
+            .filter_map(|e| match e {
+                Event::ProcessesUnstopped { node_rank, pids, .. } => Some((*node_rank, pids.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(unstopped, [(1, vec![4242, 4243])]);
+        assert_eq!(ran.verdict().0.root_cause.as_ref().unwrap().node_rank, 0);
+    }
+
+    /// A node that stops beating is lost after the heartbeat timeout, killed once the others'
+    /// stacks are in, and given up on after the kill wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_goes_silent_is_lost_after_the_heartbeat_timeout() {
+        let p = plan("29500");
+        let silent = [started(11), vec![Step::Silence, Step::Hang]].concat();
+        let nodes = [running(0), SimNode::agent(silent), running(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let lost_at = ran.lost(1, "no heartbeat for 15s").expect("seen lost");
+        assert!(lost_at >= S(15) && lost_at < S(16), "{lost_at:?}");
+        // A silent node cannot act on `term`: it is killed.
+        assert_eq!(asked(&nodes[1]), ["probe", "kill"]);
+        assert_eq!(asked(&nodes[0]), ["probe", "kill"]);
+    }
+
+    /// A login shell that never starts the agent (a stuck conda init) is lost at
+    /// `ssh.login_timeout`, not at the heartbeat timeout: nothing was heard to time out.
+    #[tokio::test(start_paused = true)]
+    async fn a_login_that_never_reaches_the_agent_is_lost_at_the_login_timeout() {
+        let p = plan("29500");
+        let nodes = [running(0), running(1), SimNode::agent(vec![Step::Hang])];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let lost_at = ran.lost(2, "ssh.login_timeout").expect("seen lost");
+        assert!(lost_at >= p.login_timeout && lost_at < p.login_timeout + S(1), "{lost_at:?}");
+    }
+
+    /// An attempt whose every node does `then` once told to checkpoint, `why` coming as
+    /// the job starts: it ends as preempted.
+    async fn preempted(p: &LaunchPlan, why: Preemption, then: Vec<Step>) -> (Ran, [SimNode; 3]) {
+        let node = |rank: u32| {
+            let told = vec![Step::Await(Expect::Line("checkpoint USR1"))];
+            SimNode::agent([started(10 + rank), told, then.clone()].concat())
+        };
+        let nodes = [node(0), node(1), node(2)];
+        let warned = Signal::Checkpoint(why);
+        let ran =
+            attempt(p, &nodes, move |e| matches!(e, Event::AttemptStarted { .. }).then_some(warned)).await;
+        assert!(
+            matches!(&ran.end.outcome, AttemptOutcome::Preempted(w) if *w == why),
+            "{:?}",
+            ran.end.outcome
+        );
+        (ran, nodes)
+    }
+
+    /// A time limit's warning: every rank is told to checkpoint, the nodes that then end are
+    /// no failure, and the attempt ends as preempted.
+    #[tokio::test(start_paused = true)]
+    async fn a_time_limit_asks_every_rank_to_checkpoint_and_ends_preempted() {
+        let (_, nodes) =
+            preempted(&plan("29500"), Preemption::TimeLimit, vec![Step::Sleep(S(2)), Step::Exit(0)]).await;
+        all_asked(&nodes, &["checkpoint USR1"]);
+    }
+
+    /// With `port = "auto"`, no node gets its env before the master reported its ports, and
+    /// the env carries the port chosen from them.
+    #[tokio::test(start_paused = true)]
+    async fn the_port_is_chosen_from_the_masters_late_report_before_any_env() {
+        let p = plan("\"auto\"");
+        // 29500 (733C) is in use on the master.
+        let master =
+            [vec![Step::Up, Step::Sleep(S(2)), say("herd-agent ports 16 733C")], started(10)[1..].to_vec()];
+        let done = vec![Step::Exit(0)];
+        let nodes = [
+            SimNode::agent([master.concat(), done.clone()].concat()),
+            SimNode::agent([started(11), done.clone()].concat()),
+            SimNode::agent([started(12), done].concat()),
+        ];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
+        assert_eq!(ran.end.port, Some(29501));
+        all_started_on(&nodes, 29501);
+        assert!(ran.took >= S(2), "{:?}", ran.took);
+    }
+
+    /// The agent started ahead (its login overlapping the connections) is the attempt's own
+    /// when it was started as the attempt's; otherwise another is, and the early one ends
+    /// having started nothing.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_started_ahead_is_used_only_if_started_as_the_attempts() {
+        let p = plan("29500");
+        let job = || [started(10), vec![Step::Exit(0)]].concat();
+        let unused = vec![Step::Up, Step::Await(Expect::Env)];
+        let nodes = [SimNode::agent(job()), SimNode::agents([unused, job()]), SimNode::agent(job())];
+        let mut early = Vec::new();
+        for (rank, node) in nodes.iter().enumerate().take(2) {
+            let sweep = presweep("r1", 0, false, false);
+            let mut inv = job_invocation(&p, "r1", &p.nodes[rank], 0, true, sweep);
+            if rank == 1 {
+                inv.grace_secs += 1;
+            }
+            early.push(Some(Started::start(&Connection::Sim(node.clone()), inv).await.unwrap()));
+        }
+        let ran = attempt_after(&p, &nodes, early, no_signal).await;
+        assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
+        assert_eq!(nodes.iter().map(SimNode::started).collect::<Vec<_>>(), [1, 2, 1]);
+        assert_eq!(envs(&nodes[1]), 1, "{:?}", nodes[1].heard());
+    }
+
+    /// A node on which no agent can start is lost at once: nothing waits for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_whose_agent_cannot_start_is_lost_at_once() {
+        let p = plan("29500");
+        let waiting = |rank: u32| SimNode::agent([started(10 + rank), until_stopped()].concat());
+        let nodes = [waiting(0), SimNode::agents([]), waiting(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        assert_eq!(ran.lost(1, "no agent to start"), Some(Duration::ZERO));
+        assert!(ran.took < S(1), "{:?}", ran.took);
+    }
+
+    /// Ranks that do not exit within `restart.checkpoint_grace` are stopped as in any
+    /// teardown, and the attempt still ends as preempted.
+    #[tokio::test(start_paused = true)]
+    async fn ranks_still_running_after_the_checkpoint_grace_are_stopped() {
+        let p = plan_with("29500", "checkpoint_grace = \"20s\"\n");
+        let (ran, nodes) = preempted(&p, Preemption::Preempted, until_stopped()).await;
+        all_asked(&nodes, &["checkpoint USR1", "term-fast"]);
+        assert!(ran.took >= S(20) && ran.took < S(21), "{:?}", ran.took);
+    }
+
+    /// A master whose socket tables cannot be read leaves no port to choose: nothing starts.
+    #[tokio::test(start_paused = true)]
+    async fn a_master_without_socket_tables_ends_the_attempt_with_no_port() {
+        let p = plan("\"auto\"");
+        let master = vec![Step::Up, say("herd-agent ports ?"), Step::Await(Expect::Env), Step::Hang];
+        let waiting = |rank: u32| SimNode::agent([started(10 + rank), vec![Step::Hang]].concat());
+        let nodes = [SimNode::agent(master), waiting(1), waiting(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let AttemptOutcome::NoPort(RunError::Port { host, .. }) = &ran.end.outcome else {
+            panic!("{:?}", ran.end.outcome)
+        };
+        assert_eq!(host, "n1");
+        assert!(nodes.iter().all(|n| envs(n) == 0 && asked(n) == ["term-fast"]));
+    }
+
+    /// A hang's probe that a node does not answer in time ends with the wait; the ranks of
+    /// that node have a stack that says so, and the others' are theirs.
+    #[tokio::test(start_paused = true)]
+    async fn a_hangs_probe_ends_with_its_wait_and_says_who_did_not_answer() {
+        let p = plan_with("29500", "hang_timeout = \"30s\"\n");
+        let stuck = [started(11), until_stopped()].concat();
+        let nodes = [running(0), SimNode::agent(stuck), running(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        let (verdict, _) = ran.verdict();
+        assert_eq!(verdict.class, FailureClass::Hang, "{verdict:?}");
+        let collected: Vec<(usize, Vec<Result<String, String>>)> = (ran.events.iter())
+            .filter_map(|e| match e {
+                Event::StacksCollected { node_rank, stacks, .. } => {
+                    Some((*node_rank, stacks.iter().map(|s| s.dump.clone()).collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(collected.len(), 3, "{collected:?}");
+        assert!(collected[0].1[0].is_ok() && collected[2].1[0].is_ok(), "{collected:?}");
+        assert_eq!(collected[1].1, [Err("node 1 (n2) did not answer within 5 s".to_string())]);
+        assert_eq!(ran.count(|e| matches!(e, Event::StacksSummarized { .. })), 1);
+        assert!(ran.took >= S(30) + attempt::PROBE_WAIT, "{:?}", ran.took);
     }
 }

@@ -4,12 +4,13 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use regex::Regex;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::config::CheckpointSignal;
 use crate::events::Event;
@@ -79,7 +80,7 @@ pub type Reports = mpsc::UnboundedSender<(usize, NodeReport)>;
 
 /// How long a node's output may stay open, with nothing read from it, after its agent
 /// exited. Output that is still flowing (the reporter catching up) is always read to the end.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
+pub(super) const DRAIN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The last lines a node printed, kept for classification and the summary: enough to hold
 /// the failure itself behind torchrun's teardown traceback and summary.
@@ -132,7 +133,8 @@ struct FatalWatch {
 }
 
 /// When the attempt last made progress and when each node's agent was last heard from,
-/// shared between the node tasks that see it and the supervisor that judges it.
+/// shared between the node tasks that see it and the supervisor that judges it. On tokio's
+/// clock, as the attempt's timers are: under a test's paused time, silences grow with them.
 pub struct Liveness {
     start: Instant,
     last_progress_ms: AtomicU64,
@@ -271,7 +273,8 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
     ));
     let control = Controller { line: session.control, rank, sent: Stop::Run };
     let (agent_status, gave_up) = control.serve(err_pump, node.commands).await;
-    let tail = drain(out_pump, rank, &progress).await.unwrap_or_default();
+    drain(out_pump, rank, &progress).await;
+    let tail = progress.take_tail();
     let exit = Box::pin(node_exit(agent_status, gave_up, session.handle, &conn)).await;
     let _ = events
         .send(Event::NodeExited {
@@ -293,6 +296,7 @@ async fn node_exit(
     handle: crate::transport::AgentHandle,
     conn: &Connection,
 ) -> NodeExit {
+    let given_up = gave_up.is_some();
     let transport_exit = match gave_up {
         Some(why) => {
             handle.abandon();
@@ -313,6 +317,9 @@ async fn node_exit(
         (None, TransportExit::Disconnected(why)) => {
             let slurm = matches!(conn, Connection::Slurm(_));
             NodeExit::Lost(match tokio::time::timeout(DRAIN_DEADLINE, conn.check()).await {
+                // Its link works: herd stopped waiting for an agent that still runs, or the
+                // agent's output ended.
+                Ok(Ok(())) if given_up => why,
                 Ok(Ok(())) => format!("the agent's output ended without an exit status ({why})"),
                 Ok(Err(e)) if slurm => format!("{e} ({why})"),
                 _ if slurm => format!("Slurm did not say how the node is ({why})"),
@@ -387,7 +394,7 @@ impl Controller {
                     Some(NodeCommand::Stop { stop, fast, kill_wait }) => {
                         if stop == Stop::Kill && self.sent < Stop::Kill {
                             waited = kill_wait;
-                            give_up_at = Some(tokio::time::Instant::now() + kill_wait);
+                            give_up_at = Some(Instant::now() + kill_wait);
                         }
                         self.stop(stop, fast).await;
                     }
@@ -422,30 +429,51 @@ impl Controller {
 }
 
 /// Sleep until `at`; never, without one.
-pub(super) async fn sleep_until(at: Option<tokio::time::Instant>) {
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
 
-/// What an output pump is doing, for `drain`.
+/// What an output pump has read and is doing, shared with its node's task: the tail is kept
+/// even when the task stops waiting for the pump (`drain`).
 #[derive(Default)]
 struct PumpProgress {
     /// Bytes read so far.
     read: AtomicU64,
     /// Waiting for room in the event queue: the reporter is behind, not the node.
     sending: AtomicBool,
+    /// The last lines read, for classification and the summary.
+    tail: std::sync::Mutex<VecDeque<TimedLine>>,
+}
+
+impl PumpProgress {
+    /// `lines` at the tail's end, the oldest dropped past `TAIL_LINES`.
+    fn keep(&self, lines: impl Iterator<Item = TimedLine>) {
+        let mut tail = self.tail.lock().expect("not poisoned");
+        for line in lines {
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    }
+
+    /// The last lines read so far, taken.
+    fn take_tail(&self) -> Vec<TimedLine> {
+        std::mem::take(&mut *self.tail.lock().expect("not poisoned")).into()
+    }
 }
 
 /// Wait for a pump to reach end of stream, but not forever: a process that escaped every
 /// teardown could hold the pipe open. A pump that still reads, or waits for the reporter to
 /// take what it read, is only behind, and is waited for: no output is dropped.
-async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize, progress: &PumpProgress) -> Option<T> {
+async fn drain(mut pump: tokio::task::JoinHandle<()>, rank: usize, progress: &PumpProgress) {
     let mut seen = progress.read.load(Ordering::Relaxed);
     loop {
         match tokio::time::timeout(DRAIN_DEADLINE, &mut pump).await {
-            Ok(joined) => return joined.ok(),
+            Ok(_) => return,
             Err(_) => {
                 let now = progress.read.load(Ordering::Relaxed);
                 if now != seen || progress.sending.load(Ordering::Relaxed) {
@@ -458,13 +486,13 @@ async fn drain<T>(mut pump: tokio::task::JoinHandle<T>, rank: usize, progress: &
                     DRAIN_DEADLINE.as_secs()
                 );
                 pump.abort();
-                return None;
+                return;
             }
         }
     }
 }
 
-/// Forward the job's output as lines; return the last few for the summary.
+/// Forward the job's output as lines, keeping the last few in `progress`.
 async fn pump_output(
     mut stdout: impl AsyncRead + Unpin,
     progress: Arc<PumpProgress>,
@@ -473,9 +501,8 @@ async fn pump_output(
     liveness: Arc<Liveness>,
     progress_pattern: Option<Arc<Regex>>,
     mut fatal: Option<FatalWatch>,
-) -> Vec<TimedLine> {
+) {
     let mut split = SourceSplitter::default();
-    let mut tail: VecDeque<TimedLine> = VecDeque::new();
     // Most nodes of a large job print little: their buffer grows only when a read fills it.
     let mut buf = vec![0u8; READ_FIRST];
     loop {
@@ -499,24 +526,12 @@ async fn pump_output(
             }
         };
         for (source, lines) in batches {
-            pass_on(
-                rank,
-                source,
-                lines,
-                &mut tail,
-                &events,
-                &liveness,
-                &progress,
-                &progress_pattern,
-                &mut fatal,
-            )
-            .await;
+            pass_on(rank, source, lines, &events, &liveness, &progress, &progress_pattern, &mut fatal).await;
         }
         if n == 0 {
             break;
         }
     }
-    tail.into()
 }
 
 /// A node's output as lines of each source: the multiplexer's records (see
@@ -609,7 +624,6 @@ async fn pass_on(
     rank: usize,
     source: Source,
     mut lines: Lines,
-    tail: &mut VecDeque<TimedLine>,
     events: &mpsc::Sender<Event>,
     liveness: &Liveness,
     progress: &PumpProgress,
@@ -642,12 +656,8 @@ async fn pass_on(
         }
         // Only the last TAIL_LINES of a batch can stay in the tail.
         let non_empty = lines.iter().filter(|l| !l.text.is_empty()).count();
-        for line in lines.iter().filter(|l| !l.text.is_empty()).skip(non_empty.saturating_sub(TAIL_LINES)) {
-            if tail.len() == TAIL_LINES {
-                tail.pop_front();
-            }
-            tail.push_back(TimedLine { at, text: text(line) });
-        }
+        let last = lines.iter().filter(|l| !l.text.is_empty()).skip(non_empty.saturating_sub(TAIL_LINES));
+        progress.keep(last.map(|line| TimedLine { at, text: text(line) }));
         // If nobody listens any more, keep reading anyway: a job must never block on a full pipe.
         if !lines.is_empty() {
             lines.shrink_to_fit();
@@ -731,6 +741,7 @@ async fn pump_agent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::sim::{say, Expect, Heard, SimNode, Step};
 
     #[test]
     fn a_node_is_silent_only_after_its_agent_first_spoke() {
@@ -760,5 +771,180 @@ mod tests {
         assert!(l.since_heard(1) >= Duration::from_millis(40));
         l.output(1);
         assert!(l.since_heard(1) < Duration::from_millis(40));
+    }
+
+    /// One node's task on a simulated node: what the supervisor tells it, what it reports.
+    struct Task {
+        tell: mpsc::UnboundedSender<NodeCommand>,
+        reports: mpsc::UnboundedReceiver<(usize, NodeReport)>,
+        events: tokio::task::JoinHandle<Vec<Event>>,
+    }
+
+    impl Task {
+        fn start(node: &SimNode) -> Task {
+            let (tell, commands) = mpsc::unbounded_channel();
+            let (reports_tx, reports) = mpsc::unbounded_channel();
+            let (events_tx, mut seen) = mpsc::channel(16);
+            let invocation = AgentInvocation {
+                grace_secs: 5,
+                heartbeat_secs: 3,
+                marker: "HERD_MARKER=k:r:0:0".into(),
+                job: "train".into(),
+                cleanup: None,
+                presweep: None,
+                report_ports: false,
+                probe: None,
+            };
+            let node_run = NodeRun {
+                node_rank: 0,
+                host: "n1".into(),
+                attempt: 0,
+                invocation,
+                early: None,
+                commands,
+                reports: reports_tx,
+                liveness: Arc::new(Liveness::new(1)),
+                progress_pattern: None,
+                fatal_pattern: None,
+            };
+            let conn = Arc::new(Connection::Sim(node.clone()));
+            tokio::spawn(run(conn, node_run, events_tx));
+            let events = tokio::spawn(async move {
+                let mut all = Vec::new();
+                while let Some(event) = seen.recv().await {
+                    all.push(event);
+                }
+                all
+            });
+            Task { tell, reports, events }
+        }
+
+        fn tell(&self, command: NodeCommand) {
+            self.tell.send(command).expect("the node's task runs");
+        }
+
+        /// Every report up to the last, how the node ended.
+        async fn ended(mut self) -> (Vec<NodeReport>, NodeResult, Vec<Event>) {
+            let mut reports = Vec::new();
+            while let Some((_, report)) = self.reports.recv().await {
+                if let NodeReport::Ended(result) = report {
+                    return (reports, result, self.events.await.unwrap());
+                }
+                reports.push(report);
+            }
+            panic!("no end reported; reports: {reports:?}");
+        }
+    }
+
+    fn env() -> NodeCommand {
+        NodeCommand::Env(crate::remote::shell::env_block([("RANK", "0")]))
+    }
+
+    fn stop(stop: Stop) -> NodeCommand {
+        NodeCommand::Stop { stop, fast: false, kill_wait: super::super::attempt::KILL_DEADLINE }
+    }
+
+    fn started() -> Vec<Step> {
+        vec![Step::Up, Step::Await(Expect::Env), say("herd-agent pgid 10")]
+    }
+
+    /// The agent reads the first line after its env's count as the env: a probe asked
+    /// before the env goes after it, and a sample or a checkpoint, with no job to act on,
+    /// not at all.
+    #[tokio::test(start_paused = true)]
+    async fn what_is_asked_before_the_env_goes_after_it_or_not_at_all() {
+        let answer = vec![
+            Step::Await(Expect::Line("probe")),
+            say("herd-agent probe 10:S:0:0"),
+            say("herd-agent stacks-done"),
+            Step::Await(Expect::Stop),
+            Step::Exit(143),
+        ];
+        let node = SimNode::agent([started(), answer].concat());
+        let task = Task::start(&node);
+        task.tell(NodeCommand::Probe);
+        task.tell(NodeCommand::Sample);
+        task.tell(NodeCommand::Checkpoint(crate::config::CheckpointSignal::ALL[0], false));
+        task.tell(env());
+        task.tell(stop(Stop::Term));
+        let (reports, result, _) = task.ended().await;
+        let env = Heard::Env(vec!["export RANK=0".into()]);
+        assert_eq!(node.heard(), [env, Heard::Line("probe".into()), Heard::Line("term".into())]);
+        assert!(matches!(reports[..], [NodeReport::Processes(_), NodeReport::Stacks(_)]), "{reports:?}");
+        assert_eq!(result.exit, NodeExit::Signal(15));
+    }
+
+    /// A stop before the env goes in its place, and the agent ends having started nothing;
+    /// the env that comes after it is never sent.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_before_the_env_takes_its_place() {
+        let node = SimNode::agent(started());
+        let task = Task::start(&node);
+        task.tell(stop(Stop::Term));
+        task.tell(env());
+        let (_, result, events) = task.ended().await;
+        assert_eq!(node.heard(), [Heard::Line("term".into())]);
+        assert_eq!(result.exit, NodeExit::Signal(15));
+        assert!(!events.iter().any(|e| matches!(e, Event::NodeStarted { .. })), "{events:?}");
+    }
+
+    /// A stop never goes down: `term` after `kill` is not sent, nor `kill` twice.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_weaker_than_one_sent_is_not_sent() {
+        let killed = vec![Step::Await(Expect::Stop), Step::Sleep(Duration::from_secs(1)), Step::Exit(137)];
+        let node = SimNode::agent([started(), killed].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        task.tell(stop(Stop::Kill));
+        task.tell(stop(Stop::Term));
+        task.tell(stop(Stop::Kill));
+        let (_, result, _) = task.ended().await;
+        assert_eq!(node.lines(), ["kill"]);
+        assert_eq!(result.exit, NodeExit::Signal(9));
+    }
+
+    /// How a node whose agent said no exit status is lost: its link gone, or its agent gone
+    /// before its job.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_gone_without_an_exit_status_is_lost_saying_how() {
+        for (end, why) in [
+            (vec![Step::Drop], "the ssh connection to the node was lost"),
+            (vec![], "agent ended with exit code 0 before the job did"),
+        ] {
+            let node = SimNode::agent([started(), end].concat());
+            let task = Task::start(&node);
+            task.tell(env());
+            let (_, result, _) = task.ended().await;
+            assert!(matches!(&result.exit, NodeExit::Lost(w) if w.contains(why)), "{:?}", result.exit);
+        }
+    }
+
+    /// A node deaf to SIGKILL is given up on after the kill wait, and lost for that: its link
+    /// is up, and its output never ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_given_up_on_after_sigkill_is_lost_for_that() {
+        let node = SimNode::agent([started(), vec![Step::Hang]].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        task.tell(stop(Stop::Kill));
+        let (_, result, _) = task.ended().await;
+        let why = "no exit status 15 s after SIGKILL was requested; stopped waiting for it";
+        assert_eq!(result.exit, NodeExit::Lost(why.into()));
+        let given_up = super::super::attempt::KILL_DEADLINE + DRAIN_DEADLINE;
+        assert!(result.ended_at >= given_up && result.ended_at < given_up + Duration::from_secs(1));
+    }
+
+    /// A process of the job that escaped the teardown holds the node's output open: herd
+    /// stops reading it, and keeps the lines it read, which may say why the node failed.
+    #[tokio::test(start_paused = true)]
+    async fn output_held_open_after_the_exit_keeps_the_lines_read() {
+        let job = vec![Step::Print("ValueError: bad lr\n".into()), Step::Exit(1), Step::Hang];
+        let node = SimNode::agent([started(), job].concat());
+        let task = Task::start(&node);
+        task.tell(env());
+        let (_, result, _) = task.ended().await;
+        assert_eq!(result.exit, NodeExit::ExitCode(1));
+        let tail: Vec<&str> = result.tail.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(tail, ["ValueError: bad lr"]);
     }
 }

@@ -2,9 +2,11 @@
 //! system OpenSSH client, so ~/.ssh/config, ssh-agent and ProxyJump keep working), with every
 //! later action multiplexed over it; inside a Slurm allocation, one job step for the nodes
 //! that start together (`step`), or a step per node and action (`slurm`); or this machine
-//! directly, for `localhost`.
+//! directly, for `localhost`. In unit tests, a simulated node (`sim`).
 
 pub mod session;
+#[cfg(test)]
+pub mod sim;
 pub mod slurm;
 pub mod step;
 
@@ -56,6 +58,9 @@ pub enum Connection {
     Ssh(SshLink),
     /// Nothing is held open: each action is a job step of its own.
     Slurm(SlurmTarget),
+    /// A unit test's node, whose agent is a script (`sim`).
+    #[cfg(test)]
+    Sim(sim::SimNode),
 }
 
 /// A node's SSH master connection, with what it takes to open it again: a connection found
@@ -132,6 +137,8 @@ pub enum AgentHandle {
     /// The agent's task in a fleet step.
     Step(step::Member),
     Ssh(openssh::Child<Arc<Session>>),
+    #[cfg(test)]
+    Sim(sim::Ended),
 }
 
 /// How an agent process ended, as the transport sees it.
@@ -291,6 +298,8 @@ impl Connection {
                     handle: AgentHandle::Ssh(child),
                 })
             }
+            #[cfg(test)]
+            Connection::Sim(node) => node.spawn(inv),
         }
     }
 
@@ -322,6 +331,8 @@ impl Connection {
                 })
                 .await
             }
+            #[cfg(test)]
+            Connection::Sim(_) => Err(TransportError::Spawn("a simulated node runs no commands".into())),
         }
     }
 
@@ -333,6 +344,8 @@ impl Connection {
             Connection::Ssh(link) => {
                 link.session().check().await.map_err(|e| TransportError::Connect(error_chain(&e)))
             }
+            #[cfg(test)]
+            Connection::Sim(node) => node.check(),
         }
     }
 
@@ -370,6 +383,8 @@ impl AgentHandle {
             }
             AgentHandle::Ssh(child) => child.wait().await.map_err(|e| error_chain(&e)),
             AgentHandle::Step(member) => return member.wait().await,
+            #[cfg(test)]
+            AgentHandle::Sim(agent) => return agent.wait().await,
         };
         match status {
             Ok(s) => match (s.code(), s.signal()) {
