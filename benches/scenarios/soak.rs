@@ -366,9 +366,10 @@ fn with_loop(
         stop.store(true, Ordering::SeqCst);
         std::fs::write(&until, "").unwrap();
         if !poll(Duration::from_secs(120), || looping.is_finished()) {
-            // A round hung (a node gone, a rank stopped): what a user does is Ctrl-C, which
-            // ends the ssh clients, not what they started.
-            let _ = Command::new("pkill").args(["-f", "torchrun --nnodes"]).status();
+            // A round hung (a node gone, a rank stopped): what a user does is kill what is
+            // left on the nodes by hand. This testbed's nodes only: another suite on this host
+            // runs torchrun too.
+            clean(tb);
         }
         s
     });
