@@ -414,6 +414,83 @@ mod tests {
     }
     use crate::doctor::Check;
 
+    /// A node's measurement as `score` gives it, its ratio and slow sides from `reference`.
+    fn net(rank: usize, send: Option<f64>, recv: Option<f64>, reference: f64, slow: (bool, bool)) -> NodeNet {
+        let mbps = send.zip(recv).map(|(a, b)| a.min(b));
+        NodeNet {
+            node_rank: rank,
+            send_mbps: send,
+            recv_mbps: recv,
+            mbps,
+            latency_us: mbps.map(|_| 95.4),
+            ratio: mbps.map(|m| m / reference),
+            slow: slow.0 || slow.1,
+            slow_send: slow.0,
+            slow_recv: slow.1,
+            low_because_of: Vec::new(),
+        }
+    }
+
+    /// Rows for the slow, the unmeasured and a node low only because of its peers; each slow
+    /// node named by the sides it is slow on; the reference the median was found too slow for.
+    #[test]
+    fn the_network_verdict_has_a_row_per_node_then_each_slow_node_named() {
+        let hosts: Vec<String> = ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"].map(String::from).to_vec();
+        let mut nodes = vec![
+            net(0, Some(900.0), Some(910.0), 900.0, (false, false)),
+            net(1, Some(12.3), Some(900.0), 900.0, (true, false)),
+            net(2, Some(10.0), Some(11.0), 900.0, (true, true)),
+            net(3, Some(900.0), Some(12.0), 900.0, (false, false)),
+            net(4, None, None, 900.0, (false, false)),
+        ];
+        nodes[3].low_because_of = vec![1, 2];
+        let report = NetReport {
+            nodes,
+            median_mbps: Some(455.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: true,
+        };
+        insta::assert_snapshot!(net_text(&report, &hosts));
+    }
+
+    /// Two nodes cannot say which end of their pair is slow; a node past the hosts is `?`.
+    #[test]
+    fn two_nodes_name_both_ends() {
+        let two = NetReport {
+            nodes: vec![
+                net(0, Some(2.0), Some(900.0), 900.0, (true, false)),
+                net(1, Some(900.0), Some(2.0), 900.0, (false, true)),
+            ],
+            median_mbps: Some(451.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: true,
+        };
+        insta::assert_snapshot!(net_text(&two, &["gpu-a".to_string()]));
+    }
+
+    /// Past MAX_TABLE_ROWS nodes, only the slow and the unmeasured have a row.
+    #[test]
+    fn a_large_network_verdict_shows_only_the_nodes_not_fine() {
+        let hosts: Vec<String> = (0..40).map(|r| format!("gpu-{r:02}")).collect();
+        let nodes = (0..40)
+            .map(|r| match r {
+                7 => net(r, Some(900.0), Some(3.0), 900.0, (false, true)),
+                9 => net(r, None, None, 900.0, (false, false)),
+                _ => net(r, Some(900.0), Some(900.0), 900.0, (false, false)),
+            })
+            .collect();
+        let report = NetReport {
+            nodes,
+            median_mbps: Some(900.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: false,
+        };
+        insta::assert_snapshot!(net_text(&report, &hosts));
+    }
+
     fn node(rank: usize, statuses: &[(&'static str, Status)]) -> NodeChecks {
         NodeChecks {
             node_rank: rank,
