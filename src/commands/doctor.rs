@@ -49,32 +49,17 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     });
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
     let mut interrupted = false;
-    let network = match (args.deep, report.ok(), &report.port) {
-        (false, _, _) => None,
-        (true, false, _) => {
-            eprintln!("herd: the network was not measured (--deep): every node's checks must pass first");
-            None
-        }
-        (true, true, _) if plan.nnodes() < 2 => {
-            eprintln!("herd: the network was not measured (--deep): it takes two nodes or more");
-            None
-        }
-        (true, true, _) if plan.container.is_some() => {
-            eprintln!(
-                "herd: the network was not measured (--deep): with [container], torch is in the image, \
-                 and the measurement does not run in containers yet"
-            );
-            None
-        }
-        (true, true, Some(Ok(port))) => {
-            let envs = net::envs(&plan, *port, &report.route_devs);
+    let network = match deep_port(&plan, &report) {
+        _ if !args.deep => None,
+        Ok(port) => {
+            let envs = net::envs(&plan, port, &report.route_devs);
             let limit = deep_limit(checks_started.elapsed());
-            let network = runtime.block_on(measure(&plan, *port, &envs, &hosts, args.slow_below, limit));
+            let network = runtime.block_on(measure(&plan, port, &envs, &hosts, args.slow_below, limit));
             interrupted = network.is_none();
             network
         }
-        (true, true, _) => {
-            eprintln!("herd: the network was not measured (--deep): no master port was found free");
+        Err(why) => {
+            eprintln!("herd: the network was not measured (--deep): {why}");
             None
         }
     };
@@ -93,6 +78,26 @@ pub(super) fn doctor_command(args: DoctorArgs) -> Result<u8, Error> {
     }
     let deep_ok = !args.deep || network.as_ref().is_some_and(NetReport::ok);
     Ok(if report.ok() && deep_ok { exit::OK } else { exit::PREFLIGHT })
+}
+
+/// The master port `--deep` measures on (the one the checks found free and reachable), or
+/// why it cannot measure.
+fn deep_port(plan: &LaunchPlan, report: &doctor::Report) -> Result<u16, &'static str> {
+    if !report.ok() {
+        return Err("every node's checks must pass first");
+    }
+    if plan.nnodes() < 2 {
+        return Err("it takes two nodes or more");
+    }
+    if plan.container.is_some() {
+        return Err(
+            "with [container], torch is in the image, and the measurement does not run in containers yet",
+        );
+    }
+    match report.port {
+        Some(Ok(port)) => Ok(port),
+        _ => Err("no master port was found free"),
+    }
 }
 
 /// The measurement on every node at once, under their agents (stopped everywhere at
@@ -155,6 +160,39 @@ async fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deep_measures_on_the_checked_port_only_when_every_check_passed_on_two_bare_nodes_or_more() {
+        let plan = |extra: &str| {
+            let text = format!("[[nodes]]\nhost = \"n[1-2]\"\n[job]\nscript = \"t.py\"\n{extra}");
+            let config = crate::config::parse(std::path::Path::new("c.toml"), &text).unwrap();
+            crate::plan::build(&config, &Default::default())
+        };
+        let report = |port: Option<u16>, status: doctor::Status| doctor::Report {
+            nodes: vec![doctor::NodeChecks {
+                node_rank: 0,
+                host: "n1".into(),
+                checks: vec![doctor::Check { name: "ssh", status, detail: String::new(), fix: None }],
+            }],
+            route_devs: Vec::new(),
+            port: port.map(Ok),
+            swept: Vec::new(),
+            agents: Vec::new(),
+        };
+        let (pass, fail) = (doctor::Status::Pass, doctor::Status::Fail);
+        assert_eq!(deep_port(&plan(""), &report(Some(29500), pass)), Ok(29500));
+        assert_eq!(deep_port(&plan(""), &report(None, pass)), Err("no master port was found free"));
+        assert_eq!(
+            deep_port(&plan(""), &report(Some(29500), fail)),
+            Err("every node's checks must pass first")
+        );
+        let one = plan("nnodes = 1\n");
+        assert_eq!(deep_port(&one, &report(Some(29500), pass)), Err("it takes two nodes or more"));
+        let container = plan("[container]\nimage = \"img:1\"\n");
+        assert!(deep_port(&container, &report(Some(29500), pass))
+            .unwrap_err()
+            .starts_with("with [container]"));
+    }
 
     #[test]
     fn the_measurement_gets_longer_with_the_checks_before_it() {

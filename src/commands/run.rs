@@ -2,7 +2,7 @@
 //! reading the run's events; then the run's summary, its closing line and the exit code that
 //! says how it ended.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
@@ -31,19 +31,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     // of this config, which must never hit a live one.
     let _lock = lock_config(&plan)?;
 
-    // The run's files exist before any node is contacted: a run that cannot keep its logs
-    // does not start.
-    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
-    let files = RunFiles::create(&plan.logs_dir, &run_id, hosts).map_err(Error::io(format!(
-        "cannot create the run's log directory under {}",
-        plan.logs_dir.display()
-    )))?;
+    let (files, cwd) = create_run_files(&plan, &args.config.config, &run_id)?;
     let run_dir = files.run_dir().to_path_buf();
-    let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
-    output::record::write_start(&run_dir, &plan, &args.config.config, &cwd)
-        .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
     let started = SystemTime::now();
-    let console = plan.console.clone();
     let mut notifier = notifier(&plan, &args.config.config, &run_id, &cwd, &run_dir);
     let hooks = notifier.as_ref().map(notify::Notifier::stopper);
     let gate = notifier.as_mut().and_then(notify::Notifier::gate);
@@ -51,18 +41,15 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
-    let on_stdout_closed = Some(interrupt_tx.clone());
-    let reporter = std::thread::spawn(move || {
-        let sinks = Sinks {
-            stdout: Box::new(std::io::stdout()),
-            stderr: Box::new(std::io::stderr()),
-            mode,
-            on_stdout_closed,
-            console,
-            notify: notifier,
-        };
-        output::report(files, events_rx, sinks)
-    });
+    let sinks = Sinks {
+        stdout: Box::new(std::io::stdout()),
+        stderr: Box::new(std::io::stderr()),
+        mode,
+        on_stdout_closed: Some(interrupt_tx.clone()),
+        console: plan.console.clone(),
+        notify: notifier,
+    };
+    let reporter = std::thread::spawn(move || output::report(files, events_rx, sinks));
 
     let end = supervisor::RunEnd::default();
     let requeue = crate::preempt::Requeue::new(args.requeue, end.clone());
@@ -81,6 +68,21 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     let ended = outcome.as_ref().ok().map(|o| (o.status, o.kept.as_ref()));
     runtime.block_on(requeue.after_run(ended));
     finish(outcome, &run_dir, report.stdout_closed)
+}
+
+/// The run's files and the record of its start, and the directory herd runs in. They exist
+/// before any node is contacted: a run that cannot keep its logs does not start.
+fn create_run_files(plan: &LaunchPlan, config: &Path, run_id: &str) -> Result<(RunFiles, PathBuf), Error> {
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    let files = RunFiles::create(&plan.logs_dir, run_id, hosts).map_err(Error::io(format!(
+        "cannot create the run's log directory under {}",
+        plan.logs_dir.display()
+    )))?;
+    let run_dir = files.run_dir();
+    let cwd = std::env::current_dir().map_err(Error::io("cannot read the current directory"))?;
+    output::record::write_start(run_dir, plan, config, &cwd)
+        .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
+    Ok((files, cwd))
 }
 
 /// `[notify]`'s hooks for this run, if the config has any.

@@ -23,85 +23,92 @@ pub fn latest_glob(arg: &str) -> Option<&str> {
 }
 
 impl Cx<'_> {
-    /// `[restart]`, for a job of `nnodes` active nodes.
+    /// `[restart]`, for a job of `nnodes` active nodes: a key left out is its default. The keys
+    /// are checked in this order, which says which error is shown when several are wrong.
     pub(super) fn restart(&self, raw: Option<RawRestart>, nnodes: usize) -> Result<Restart> {
         let defaults = Restart::default();
         let Some(raw) = raw else {
             return Ok(defaults);
         };
-        let max_restarts = match &raw.max_restarts {
-            None => defaults.max_restarts,
-            Some(n) => u32::try_from(*n.get_ref()).map_err(|_| {
-                self.err(
-                    n.span(),
-                    format!("restart.max_restarts must be between 0 and {}, found {}", u32::MAX, n.get_ref()),
-                )
-            })?,
-        };
-        let on = match raw.on {
-            None => defaults.on,
-            Some(classes) => {
-                classes.iter().map(|c| self.failure_class(c, "restart.on")).collect::<Result<_>>()?
-            }
-        };
         let duration = |v: &Option<Spanned<DurationText>>, what: &str, default: Duration| match v {
             Some(d) => self.duration(d, what),
             None => Ok(default),
         };
+        let max_restarts =
+            (raw.max_restarts.as_ref()).map_or(Ok(defaults.max_restarts), |n| self.max_restarts(n))?;
+        let on = (raw.on.as_ref()).map_or(Ok(defaults.on), |classes| {
+            classes.iter().map(|c| self.failure_class(c, "restart.on")).collect()
+        })?;
         let backoff = duration(&raw.backoff, "restart.backoff", defaults.backoff)?;
         let backoff_max = duration(&raw.backoff_max, "restart.backoff_max", defaults.backoff_max)?;
         // Point at whichever was written (backoff_max first); the defaults are consistent.
         self.backoff_within(raw.backoff_max.as_ref().or(raw.backoff.as_ref()), backoff, backoff_max)?;
-        let hang_timeout = raw
-            .hang_timeout
-            .as_ref()
+        let hang_timeout = (raw.hang_timeout.as_ref())
             .map(|d| self.positive_duration(d, "restart.hang_timeout"))
             .transpose()?;
-        let stall_timeout = match &raw.stall_timeout {
-            Some(d) if d.get_ref().0.trim() == "off" => None,
-            Some(d) => Some(self.positive_duration(d, "restart.stall_timeout")?),
-            None => defaults.stall_timeout,
-        };
+        let stall_timeout =
+            (raw.stall_timeout.as_ref()).map_or(Ok(defaults.stall_timeout), |d| self.stall_timeout(d))?;
         let progress_pattern = raw.progress_pattern.map(|p| self.progress_pattern(p)).transpose()?;
         let rules = self.rules(raw.rules.unwrap_or_default())?;
         let min_nodes = (raw.min_nodes.as_ref())
             .map(|n| self.count_up_to(n, "restart.min_nodes", nnodes, "the job's node count"))
             .transpose()?;
         let resume_args = raw.resume_args.map(|a| self.resume_args(a)).transpose()?.unwrap_or_default();
+        let grace_period = duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?;
+        let node_wait = duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?;
+        let heartbeat_timeout = (raw.heartbeat_timeout.as_ref())
+            .map_or(Ok(defaults.heartbeat_timeout), |d| self.heartbeat_timeout(d))?;
+        let on_straggler = raw.on_straggler.map(|v| self.on_straggler(v)).transpose()?.unwrap_or_default();
+        let checkpoint_signal =
+            raw.checkpoint_signal.map(|v| self.checkpoint_signal(v)).transpose()?.unwrap_or_default();
+        let checkpoint_grace =
+            duration(&raw.checkpoint_grace, "restart.checkpoint_grace", defaults.checkpoint_grace)?;
         Ok(Restart {
-            resume_args,
             max_restarts,
             on,
             backoff,
             backoff_max,
-            grace_period: duration(&raw.grace_period, "restart.grace_period", defaults.grace_period)?,
+            grace_period,
             hang_timeout,
             stall_timeout,
             progress_pattern,
-            node_wait: duration(&raw.node_wait, "restart.node_wait", defaults.node_wait)?,
-            heartbeat_timeout: match &raw.heartbeat_timeout {
-                Some(d) => self.duration_at_least(
-                    d,
-                    "restart.heartbeat_timeout",
-                    crate::policy::MIN_HEARTBEAT_TIMEOUT,
-                    "three of the agent's heartbeats, which come at most once a second",
-                )?,
-                None => defaults.heartbeat_timeout,
-            },
+            node_wait,
+            heartbeat_timeout,
             rules,
+            resume_args,
             min_nodes,
-            on_straggler: raw.on_straggler.map(|v| self.on_straggler(v)).transpose()?.unwrap_or_default(),
-            checkpoint_signal: raw
-                .checkpoint_signal
-                .map(|v| self.checkpoint_signal(v))
-                .transpose()?
-                .unwrap_or_default(),
-            checkpoint_grace: duration(
-                &raw.checkpoint_grace,
-                "restart.checkpoint_grace",
-                defaults.checkpoint_grace,
-            )?,
+            on_straggler,
+            checkpoint_signal,
+            checkpoint_grace,
         })
+    }
+
+    /// `restart.max_restarts`: any count a `u32` holds.
+    fn max_restarts(&self, n: &Spanned<i64>) -> Result<u32> {
+        u32::try_from(*n.get_ref()).map_err(|_| {
+            self.err(
+                n.span(),
+                format!("restart.max_restarts must be between 0 and {}, found {}", u32::MAX, n.get_ref()),
+            )
+        })
+    }
+
+    /// `restart.stall_timeout`: a duration, or `"off"` (`None`).
+    fn stall_timeout(&self, d: &Spanned<DurationText>) -> Result<Option<Duration>> {
+        if d.get_ref().0.trim() == "off" {
+            return Ok(None);
+        }
+        self.positive_duration(d, "restart.stall_timeout").map(Some)
+    }
+
+    /// `restart.heartbeat_timeout`: long enough for the agent's heartbeats to come.
+    fn heartbeat_timeout(&self, d: &Spanned<DurationText>) -> Result<Duration> {
+        self.duration_at_least(
+            d,
+            "restart.heartbeat_timeout",
+            crate::policy::MIN_HEARTBEAT_TIMEOUT,
+            "three of the agent's heartbeats, which come at most once a second",
+        )
     }
 
     /// `restart.backoff` no longer than `restart.backoff_max`; `written`: where to point if

@@ -49,16 +49,14 @@ impl Cx<'_> {
         let (kind, srun_args, steps) = raw.map(|t| (t.kind, t.srun_args, t.steps)).unwrap_or_default();
         let slurm = self.options.slurm || self.is_slurm(kind.as_ref())?;
         if !slurm {
-            if let Some(steps) = steps {
+            let slurms_own = [
+                ("transport.steps", steps.map(|s| s.span())),
+                ("transport.srun_args", srun_args.map(|a| a.span())),
+            ];
+            if let Some((key, span)) = slurms_own.into_iter().find_map(|(key, span)| Some((key, span?))) {
                 return Err(self.err(
-                    steps.span(),
-                    "transport.steps is for kind = \"slurm\": remove it, or set kind = \"slurm\"",
-                ));
-            }
-            if let Some(args) = srun_args {
-                return Err(self.err(
-                    args.span(),
-                    "transport.srun_args is for kind = \"slurm\": remove it, or set kind = \"slurm\"",
+                    span,
+                    format!("{key} is for kind = \"slurm\": remove it, or set kind = \"slurm\""),
                 ));
             }
             return Ok((TransportSettings::Ssh, self.node_source(nodes, nodes_from)?));
@@ -68,46 +66,52 @@ impl Cx<'_> {
             (Some(kind), false) => ("transport.kind = \"slurm\"", Some(kind.span())),
             _ => ("--slurm", None),
         };
-        let nodes = if self.options.slurm {
-            self.slurm_nodes(what, None)?
-        } else if let Some(nodes) = nodes {
-            return Err(self.err(
-                nodes.span(),
-                "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in, not on \
-                 [[nodes]]: remove [[nodes]] (to ssh to the allocation's nodes instead, keep kind = \
-                 \"ssh\" and write nodes_from = \"slurm\")",
-            ));
-        } else {
-            match nodes_from {
-                Some(from) if from.get_ref() != "slurm" => {
-                    return Err(self.err(
-                        from.span(),
-                        "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in: \
-                         remove nodes_from",
-                    ))
-                }
-                _ => self.slurm_nodes(what, span.clone())?,
-            }
-        };
+        let nodes = self.allocation_nodes(nodes, nodes_from, what, span.clone())?;
         let job_id = self.slurm_job_id(what, span)?;
-        let srun_args = match srun_args {
-            Some(args) => self.srun_args(args)?,
-            None => Vec::new(),
-        };
-        let per_node_steps = match steps {
-            None => false,
-            Some(steps) => match steps.get_ref().as_str() {
-                "fleet" => false,
-                "per-node" => true,
-                other => {
-                    return Err(self.err(
-                        steps.span(),
-                        format!("unknown transport.steps {other:?}: expected \"fleet\" (one step for all the nodes) or \"per-node\""),
-                    ))
-                }
-            },
-        };
+        let srun_args = srun_args.map(|args| self.srun_args(args)).transpose()?.unwrap_or_default();
+        let per_node_steps = steps.map(|steps| self.per_node_steps(&steps)).transpose()?.unwrap_or(false);
         Ok((TransportSettings::Slurm(SlurmSettings { job_id, srun_args, per_node_steps }), nodes))
+    }
+
+    /// With Slurm, the nodes of the allocation herd is in (`what`, `span`: what asked for
+    /// it, and where). The file's own nodes are refused unless `--slurm` overrides them.
+    fn allocation_nodes(
+        &self,
+        nodes: Option<Spanned<Vec<RawNode>>>,
+        nodes_from: Option<Spanned<String>>,
+        what: &str,
+        span: Option<Range<usize>>,
+    ) -> Result<Vec<Node>> {
+        if !self.options.slurm {
+            if let Some(nodes) = nodes {
+                return Err(self.err(
+                    nodes.span(),
+                    "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in, not on \
+                     [[nodes]]: remove [[nodes]] (to ssh to the allocation's nodes instead, keep kind = \
+                     \"ssh\" and write nodes_from = \"slurm\")",
+                ));
+            }
+            if let Some(from) = nodes_from.filter(|from| from.get_ref() != "slurm") {
+                return Err(self.err(
+                    from.span(),
+                    "transport.kind = \"slurm\" runs on the nodes of the allocation herd is in: \
+                     remove nodes_from",
+                ));
+            }
+        }
+        self.slurm_nodes(what, span)
+    }
+
+    /// `transport.steps`: `"fleet"`, one step for all the nodes (the default), or `"per-node"`.
+    fn per_node_steps(&self, steps: &Spanned<String>) -> Result<bool> {
+        match steps.get_ref().as_str() {
+            "fleet" => Ok(false),
+            "per-node" => Ok(true),
+            other => Err(self.err(
+                steps.span(),
+                format!("unknown transport.steps {other:?}: expected \"fleet\" (one step for all the nodes) or \"per-node\""),
+            )),
+        }
     }
 
     fn is_slurm(&self, kind: Option<&Spanned<String>>) -> Result<bool> {

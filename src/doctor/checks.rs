@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::{Device, LauncherKind};
+use crate::container::ContainerPlan;
 use crate::plan::LaunchPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -215,7 +216,7 @@ fn node_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: boo
         return;
     }
     match &plan.container {
-        Some(c) => container_checks(plan, rank, f, c.runtime.as_str(), fast, checks),
+        Some(container) => container_checks(plan, container, rank, f, fast, checks),
         None => bare_checks(plan, rank, f, fast, torch, checks),
     }
 }
@@ -249,22 +250,35 @@ fn start_failure(plan: &LaunchPlan, f: &Facts, checks: &mut Vec<Check>) -> Optio
 /// With `[container]`: probes run on the node, not in the image: what the node must provide.
 fn container_checks(
     plan: &LaunchPlan,
+    container: &ContainerPlan,
     rank: usize,
     f: &Facts,
-    runtime: &str,
     fast: bool,
     checks: &mut Vec<Check>,
 ) {
-    let Some(container) = &plan.container else { return };
-    match f.get("runtime") {
-        Some(path) => checks.push(Check::pass("runtime", path)),
-        None => checks.push(Check::fail(
+    let runtime = container.runtime.as_str();
+    checks.push(match f.get("runtime") {
+        Some(path) => Check::pass("runtime", path),
+        None => Check::fail(
             "runtime",
             format!("{runtime} not found on PATH ([container] is set)"),
             format!("install {runtime} on this node, or set container.runtime"),
-        )),
+        ),
+    });
+    checks.extend(image_check(container, f));
+    if let Some(rc) = f.get("container_rc") {
+        checks.push(trial_check(plan, runtime, rc, f.get("container_out").unwrap_or("")));
     }
-    let image = &container.image;
+    if !fast {
+        gpu_check(plan, rank, f, checks);
+    }
+    host_checks(plan, rank, f, fast, checks);
+}
+
+/// Whether the node has the image, pulls it as the job starts, or its runtime cannot say;
+/// nothing without a runtime (its own check says so).
+fn image_check(container: &ContainerPlan, f: &Facts) -> Option<Check> {
+    let (runtime, image) = (container.runtime.as_str(), &container.image);
     // What the engines say of an image they do not have (podman, docker).
     let missing = |error: &str| {
         let error = error.to_ascii_lowercase();
@@ -273,16 +287,16 @@ fn container_checks(
             || error.contains("no such object")
     };
     match (f.get("image_id"), f.values.get("image_error")) {
-        (Some(id), _) => checks.push(Check::pass("image", format!("{image} {}", short_id(id)))),
+        (Some(id), _) => Some(Check::pass("image", format!("{image} {}", short_id(id)))),
         // No runtime: its own check says so.
-        (None, None) => {}
-        (None, Some(error)) if !missing(error) => checks.push(Check::fail(
+        (None, None) => None,
+        (None, Some(error)) if !missing(error) => Some(Check::fail(
             "image",
             format!("{runtime} cannot look at its images: {error}"),
             format!("run `{runtime} image inspect {image}` as the SSH user on this node: the engine must be usable without a prompt"),
         )),
         // `--pull` in args: the user means the nodes to pull it.
-        (None, Some(_)) if container.pulls() => checks.push(Check::warn(
+        (None, Some(_)) if container.pulls() => Some(Check::warn(
             "image",
             format!("{image} is not on this node: it pulls it as the job starts (--pull in container.args)"),
             format!(
@@ -290,7 +304,7 @@ fn container_checks(
                  attempt slow, and one failed pull fails it"
             ),
         )),
-        (None, Some(_)) => checks.push(Check::fail(
+        (None, Some(_)) => Some(Check::fail(
             "image",
             format!("{image} is not on this node"),
             format!(
@@ -298,17 +312,6 @@ fn container_checks(
                  the job starts: --pull missing in container.args)"
             ),
         )),
-    }
-    if let Some(rc) = f.get("container_rc") {
-        checks.push(trial_check(plan, runtime, rc, f.get("container_out").unwrap_or("")));
-    }
-    if !fast {
-        gpu_check(plan, rank, f, checks);
-        hostname_check(plan, f, checks);
-    }
-    interface_check(plan, f, checks);
-    if !fast {
-        resource_checks(plan, rank, f, checks);
     }
 }
 
@@ -379,6 +382,14 @@ fn bare_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, torch: boo
         if plan.uses_torch {
             checks.extend(nccl_check(plan.device, f));
         }
+    }
+    host_checks(plan, rank, f, fast, checks);
+}
+
+/// What the node itself must get right, in a container or not: its hostname, its interface to
+/// the master, and its limits (`fast`: only the interface, as `herd run` checks).
+fn host_checks(plan: &LaunchPlan, rank: usize, f: &Facts, fast: bool, checks: &mut Vec<Check>) {
+    if !fast {
         hostname_check(plan, f, checks);
     }
     interface_check(plan, f, checks);

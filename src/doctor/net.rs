@@ -172,18 +172,7 @@ pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetRepor
         // Two nodes share their one pair's slow direction: the other direction is all there
         // is to compare with.
         2 => pairs.iter().map(|s| s.mbps).reduce(f64::max),
-        // Each side apart: one fast pair is the best of its sender's sending and of its
-        // receiver's receiving, and must not make two of four nodes look fast (a clean
-        // 4-node testbed once had one pair at 2.5 times the others, and every node named).
-        _ => {
-            let fast_send = upper_quartile(send.iter().flatten().copied().collect());
-            let fast_recv = upper_quartile(recv.iter().flatten().copied().collect());
-            let fast = fast_send.into_iter().chain(fast_recv).reduce(f64::max);
-            match (median_mbps, fast) {
-                (Some(med), Some(fast)) if med < slow_below * fast => Some(fast),
-                (med, _) => med,
-            }
-        }
+        _ => reference(median_mbps, &send, &recv, slow_below),
     };
     let low = |v: Option<f64>| matches!((v, reference_mbps), (Some(v), Some(r)) if v < slow_below * r);
     let low_send: Vec<bool> = send.iter().map(|&v| low(v)).collect();
@@ -195,20 +184,6 @@ pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetRepor
             let mbps = send[n].zip(recv[n]).map(|(a, b)| a.min(b));
             let latency_us =
                 pairs.iter().filter(|s| s.src == n || s.dst == n).map(|s| s.latency_us).reduce(f64::min);
-            let mut low_because_of: Vec<usize> = Vec::new();
-            if !named.node(n) {
-                for s in &pairs {
-                    let peer = match (s.dst == n && low_recv[n], s.src == n && low_send[n]) {
-                        (true, _) => s.src,
-                        (_, true) => s.dst,
-                        _ => continue,
-                    };
-                    if named.node(peer) && !low_because_of.contains(&peer) {
-                        low_because_of.push(peer);
-                    }
-                }
-                low_because_of.sort_unstable();
-            }
             NodeNet {
                 node_rank: n,
                 send_mbps: send[n],
@@ -219,7 +194,7 @@ pub fn score(nnodes: usize, samples: &[PairSample], slow_below: f64) -> NetRepor
                 slow: named.node(n),
                 slow_send: named.send[n],
                 slow_recv: named.recv[n],
-                low_because_of,
+                low_because_of: named.explaining(n, &pairs, &low_send, &low_recv),
             }
         })
         .collect();
@@ -237,6 +212,33 @@ struct Named {
 impl Named {
     fn node(&self, n: usize) -> bool {
         self.send[n] || self.recv[n]
+    }
+
+    /// The named peers that node `n`'s low sides run with, when `n` itself is not named: they
+    /// are why its side is low.
+    fn explaining(
+        &self,
+        n: usize,
+        pairs: &[&PairSample],
+        low_send: &[bool],
+        low_recv: &[bool],
+    ) -> Vec<usize> {
+        let mut peers: Vec<usize> = Vec::new();
+        if self.node(n) {
+            return peers;
+        }
+        for s in pairs {
+            let peer = match (s.dst == n && low_recv[n], s.src == n && low_send[n]) {
+                (true, _) => s.src,
+                (_, true) => s.dst,
+                _ => continue,
+            };
+            if self.node(peer) && !peers.contains(&peer) {
+                peers.push(peer);
+            }
+        }
+        peers.sort_unstable();
+        peers
     }
 }
 
@@ -301,6 +303,26 @@ fn explain(nnodes: usize, pairs: &[&PairSample], low_send: &[bool], low_recv: &[
         named.extend(sides.iter().filter(|&&x| has(m, x)));
     }
     done(named, ambiguous)
+}
+
+/// What each node is measured against, with three nodes or more: the `median` of every
+/// side's best, unless it is below `slow_below` of the fastest quarter's (most nodes slow).
+/// Each side apart: one fast pair is the best of its sender's sending and of its receiver's
+/// receiving, and must not make two of four nodes look fast (a clean 4-node testbed once had
+/// one pair at 2.5 times the others, and every node named).
+fn reference(
+    median: Option<f64>,
+    send: &[Option<f64>],
+    recv: &[Option<f64>],
+    slow_below: f64,
+) -> Option<f64> {
+    let fast_send = upper_quartile(send.iter().flatten().copied().collect());
+    let fast_recv = upper_quartile(recv.iter().flatten().copied().collect());
+    let fast = fast_send.into_iter().chain(fast_recv).reduce(f64::max);
+    match (median, fast) {
+        (Some(med), Some(fast)) if med < slow_below * fast => Some(fast),
+        (med, _) => med,
+    }
 }
 
 /// The value a quarter of `xs` are at or above (the second fastest of four).

@@ -29,66 +29,33 @@ pub fn json(nodes: &[NodeChecks], network: Option<&NetReport>, deep: bool) -> St
 /// `--deep`'s verdict: one row per node (up to MAX_TABLE_ROWS; past that, only the nodes that
 /// are slow or were not measured), then each slow node named, then a summary line.
 pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
-    let mut s = String::new();
-    let mbps = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let reference = match (r.median_mbps, r.reference_mbps) {
-        (Some(m), Some(f)) if f > m && r.nodes.len() > 2 => {
-            format!("the median {m:.1} MB/s is itself slow: measured against the fastest nodes' {f:.1} MB/s")
-        }
-        _ => format!("median {} MB/s", mbps(r.median_mbps)),
-    };
-    let _ = writeln!(
-        s,
-        "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1, 2 and -1 ({reference})"
-    );
+    let host = |n: &NodeNet| hosts.get(n.node_rank).map_or("?", String::as_str);
     let width = hosts.iter().map(|h| h.len()).max().unwrap_or(4).max(4);
-    let _ = writeln!(
-        s,
-        "{:>5}  {:<width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}",
-        "node", "host", "send", "receive", "MB/s", "of ref", "latency µs"
-    );
+    let mut s = net_header(r, width);
     let shown = |n: &&NodeNet| r.nodes.len() <= MAX_TABLE_ROWS || n.slow || n.mbps.is_none();
     for n in r.nodes.iter().filter(shown) {
-        let ratio = n.ratio.map_or("-".to_string(), |v| format!("{v:.2}"));
-        let lat = n.latency_us.map_or("-".to_string(), |v| format!("{v:.0}"));
-        let mark = if n.slow {
-            "  SLOW".to_string()
-        } else if n.mbps.is_none() {
-            "  not measured".to_string()
-        } else if !n.low_because_of.is_empty() {
-            format!("  low only with slow node {}", nodes_list(&n.low_because_of))
-        } else {
-            String::new()
-        };
-        let host = hosts.get(n.node_rank).map_or("?", String::as_str);
         let _ = writeln!(
             s,
-            "{:>5}  {host:<width$}  {:>9}  {:>9}  {:>9}  {ratio:>9}  {lat:>10}{mark}",
+            "{:>5}  {:<width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}{}",
             n.node_rank,
-            mbps(n.send_mbps),
-            mbps(n.recv_mbps),
-            mbps(n.mbps),
+            host(n),
+            number(n.send_mbps, 1),
+            number(n.recv_mbps, 1),
+            number(n.mbps, 1),
+            number(n.ratio, 2),
+            number(n.latency_us, 0),
+            net_mark(n),
         );
     }
     let slow: Vec<&NodeNet> = r.slow().collect();
     for n in &slow {
-        let host = hosts.get(n.node_rank).map_or("?", String::as_str);
-        let reference = r.reference_mbps.unwrap_or(f64::NAN);
-        let side = |dir: &str, v: Option<f64>| {
-            let v = v.unwrap_or(0.0);
-            format!("{v:.1} MB/s at best {dir}, {:.2} of the reference", v / reference)
-        };
-        let what = match (n.slow_send, n.slow_recv) {
-            (true, true) => {
-                format!("{} and {}", side("sending", n.send_mbps), side("receiving", n.recv_mbps))
-            }
-            (true, false) => side("sending", n.send_mbps),
-            _ => side("receiving", n.recv_mbps),
-        };
         let _ = writeln!(
             s,
-            "SLOW: node {} ({host}): {what} (below {:.2}): check its link speed (ethtool), its cable and its NIC's errors",
-            n.node_rank, r.slow_below
+            "SLOW: node {} ({}): {} (below {:.2}): check its link speed (ethtool), its cable and its NIC's errors",
+            n.node_rank,
+            host(n),
+            slow_sides(n, r.reference_mbps.unwrap_or(f64::NAN)),
+            r.slow_below
         );
     }
     if r.ambiguous && !slow.is_empty() {
@@ -106,6 +73,52 @@ pub fn net_text(r: &NetReport, hosts: &[String]) -> String {
         slow.len()
     );
     s
+}
+
+/// What the nodes were measured against, then the table's header (`width`: the hosts').
+fn net_header(r: &NetReport, width: usize) -> String {
+    let reference = match (r.median_mbps, r.reference_mbps) {
+        (Some(m), Some(f)) if f > m && r.nodes.len() > 2 => {
+            format!("the median {m:.1} MB/s is itself slow: measured against the fastest nodes' {f:.1} MB/s")
+        }
+        (m, _) => format!("median {} MB/s", number(m, 1)),
+    };
+    format!(
+        "\nnetwork: each node's best MB/s sending and receiving, in a ring of shifts 1, 2 and -1 ({reference})\n\
+         {:>5}  {:<width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}\n",
+        "node", "host", "send", "receive", "MB/s", "of ref", "latency µs"
+    )
+}
+
+/// `v` with `decimals` places, or `-` where it was not measured.
+fn number(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+/// What a node's row says after its numbers: slow, not measured, or low only with slow peers.
+fn net_mark(n: &NodeNet) -> String {
+    if n.slow {
+        "  SLOW".to_string()
+    } else if n.mbps.is_none() {
+        "  not measured".to_string()
+    } else if !n.low_because_of.is_empty() {
+        format!("  low only with slow node {}", nodes_list(&n.low_because_of))
+    } else {
+        String::new()
+    }
+}
+
+/// The sides a slow node is named for, each with its best and its share of `reference`.
+fn slow_sides(n: &NodeNet, reference: f64) -> String {
+    let side = |dir: &str, v: Option<f64>| {
+        let v = v.unwrap_or(0.0);
+        format!("{v:.1} MB/s at best {dir}, {:.2} of the reference", v / reference)
+    };
+    match (n.slow_send, n.slow_recv) {
+        (true, true) => format!("{} and {}", side("sending", n.send_mbps), side("receiving", n.recv_mbps)),
+        (true, false) => side("sending", n.send_mbps),
+        _ => side("receiving", n.recv_mbps),
+    }
 }
 
 /// How one node's measurement ended, for [`net_failures`].
@@ -413,6 +426,83 @@ mod tests {
         assert_eq!(net_failures(&[NetEnd::Ok, NetEnd::Ok], &hosts), "");
     }
     use crate::doctor::Check;
+
+    /// A node's measurement as `score` gives it, its ratio and slow sides from `reference`.
+    fn net(rank: usize, send: Option<f64>, recv: Option<f64>, reference: f64, slow: (bool, bool)) -> NodeNet {
+        let mbps = send.zip(recv).map(|(a, b)| a.min(b));
+        NodeNet {
+            node_rank: rank,
+            send_mbps: send,
+            recv_mbps: recv,
+            mbps,
+            latency_us: mbps.map(|_| 95.4),
+            ratio: mbps.map(|m| m / reference),
+            slow: slow.0 || slow.1,
+            slow_send: slow.0,
+            slow_recv: slow.1,
+            low_because_of: Vec::new(),
+        }
+    }
+
+    /// Rows for the slow, the unmeasured and a node low only because of its peers; each slow
+    /// node named by the sides it is slow on; the reference the median was found too slow for.
+    #[test]
+    fn the_network_verdict_has_a_row_per_node_then_each_slow_node_named() {
+        let hosts: Vec<String> = ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"].map(String::from).to_vec();
+        let mut nodes = vec![
+            net(0, Some(900.0), Some(910.0), 900.0, (false, false)),
+            net(1, Some(12.3), Some(900.0), 900.0, (true, false)),
+            net(2, Some(10.0), Some(11.0), 900.0, (true, true)),
+            net(3, Some(900.0), Some(12.0), 900.0, (false, false)),
+            net(4, None, None, 900.0, (false, false)),
+        ];
+        nodes[3].low_because_of = vec![1, 2];
+        let report = NetReport {
+            nodes,
+            median_mbps: Some(455.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: true,
+        };
+        insta::assert_snapshot!(net_text(&report, &hosts));
+    }
+
+    /// Two nodes cannot say which end of their pair is slow; a node past the hosts is `?`.
+    #[test]
+    fn two_nodes_name_both_ends() {
+        let two = NetReport {
+            nodes: vec![
+                net(0, Some(2.0), Some(900.0), 900.0, (true, false)),
+                net(1, Some(900.0), Some(2.0), 900.0, (false, true)),
+            ],
+            median_mbps: Some(451.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: true,
+        };
+        insta::assert_snapshot!(net_text(&two, &["gpu-a".to_string()]));
+    }
+
+    /// Past MAX_TABLE_ROWS nodes, only the slow and the unmeasured have a row.
+    #[test]
+    fn a_large_network_verdict_shows_only_the_nodes_not_fine() {
+        let hosts: Vec<String> = (0..40).map(|r| format!("gpu-{r:02}")).collect();
+        let nodes = (0..40)
+            .map(|r| match r {
+                7 => net(r, Some(900.0), Some(3.0), 900.0, (false, true)),
+                9 => net(r, None, None, 900.0, (false, false)),
+                _ => net(r, Some(900.0), Some(900.0), 900.0, (false, false)),
+            })
+            .collect();
+        let report = NetReport {
+            nodes,
+            median_mbps: Some(900.0),
+            reference_mbps: Some(900.0),
+            slow_below: 0.5,
+            ambiguous: false,
+        };
+        insta::assert_snapshot!(net_text(&report, &hosts));
+    }
 
     fn node(rank: usize, statuses: &[(&'static str, Status)]) -> NodeChecks {
         NodeChecks {

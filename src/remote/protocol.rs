@@ -205,73 +205,61 @@ fn parse_sample(words: &str) -> Option<Sample> {
     Some(Sample { uptime, hz, ranks })
 }
 
-/// One line of the agent's stderr, without its newline.
+/// One line of the agent's stderr, without its newline: `herd-agent WORD` or `herd-agent
+/// WORD ARGS`; any other line, or one whose args do not parse, is `Other`.
 pub fn parse_agent_line(line: &str) -> AgentMessage {
-    match line {
-        "herd-agent alive" => return AgentMessage::Alive,
-        "herd-agent up" => return AgentMessage::Up,
-        _ => {}
+    let message = line.strip_prefix("herd-agent ").and_then(|rest| match rest.split_once(' ') {
+        Some((word, args)) => agent_message(word, Some(args)),
+        None => agent_message(rest, None),
+    });
+    message.unwrap_or_else(|| AgentMessage::Other(line.to_string()))
+}
+
+/// The words of the agent's messages, and what each carries (`None`: nothing after the word).
+fn agent_message(word: &str, args: Option<&str>) -> Option<AgentMessage> {
+    use AgentMessage as M;
+    Some(match (word, args) {
+        ("up", None) => M::Up,
+        ("alive", None) => M::Alive,
+        ("stacks-done", None) => M::StacksDone,
+        ("stack-end", None) => M::StackEnd,
+        ("ports", ports) => M::Ports(parse_ports(ports.unwrap_or_default())),
+        ("probe", processes) => M::Probe(
+            processes.unwrap_or_default().split_whitespace().filter_map(ProcessState::parse).collect(),
+        ),
+        ("fact", Some(fact)) => M::Fact(fact.to_string()),
+        ("probed", Some(status)) => M::Probed(status.trim().parse().ok()?),
+        ("swept", Some(swept)) => M::Swept(swept.to_string()),
+        ("unstopped", Some(pids)) => M::Unstopped(parse_pids(pids)),
+        ("clock", Some(clock)) => M::Clock(clock.trim().parse().ok()?),
+        ("sample", Some(sample)) => M::Sample(parse_sample(sample)?),
+        ("stack+", Some(chunk)) => M::StackPart(chunk.to_string()),
+        ("stack", Some(start)) => parse_stack_start(start)?,
+        ("pgid", Some(pgid)) => M::Started { pgid: pgid.parse().ok()? },
+        ("exit", Some(status)) => M::Exited { status: status.parse().ok()? },
+        _ => return None,
+    })
+}
+
+/// `HEX HEX ...`, the local ports in use; a `?` among them: the socket tables cannot be read.
+fn parse_ports(words: &str) -> Option<std::collections::BTreeSet<u16>> {
+    let words: Vec<&str> = words.split_whitespace().collect();
+    if words.contains(&"?") {
+        return None;
     }
-    if let Some(rest) = line.strip_prefix("herd-agent ports") {
-        if rest.is_empty() || rest.starts_with(' ') {
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            if words.contains(&"?") {
-                return AgentMessage::Ports(None);
-            }
-            return AgentMessage::Ports(Some(
-                words.iter().filter_map(|w| u16::from_str_radix(w, 16).ok()).collect(),
-            ));
-        }
-    }
-    if let Some(fact) = line.strip_prefix("herd-agent fact ") {
-        return AgentMessage::Fact(fact.to_string());
-    }
-    if let Some(status) = line.strip_prefix("herd-agent probed ").and_then(|s| s.trim().parse().ok()) {
-        return AgentMessage::Probed(status);
-    }
-    if let Some(swept) = line.strip_prefix("herd-agent swept ") {
-        return AgentMessage::Swept(swept.to_string());
-    }
-    if let Some(pids) = line.strip_prefix("herd-agent unstopped ") {
-        return AgentMessage::Unstopped(parse_pids(pids));
-    }
-    if let Some(clock) = line.strip_prefix("herd-agent clock ").and_then(|c| c.trim().parse().ok()) {
-        return AgentMessage::Clock(clock);
-    }
-    if let Some(sample) = line.strip_prefix("herd-agent sample ").and_then(parse_sample) {
-        return AgentMessage::Sample(sample);
-    }
-    if line == "herd-agent stacks-done" {
-        return AgentMessage::StacksDone;
-    }
-    if line == "herd-agent stack-end" {
-        return AgentMessage::StackEnd;
-    }
-    if let Some(chunk) = line.strip_prefix("herd-agent stack+ ") {
-        return AgentMessage::StackPart(chunk.to_string());
-    }
-    if let Some(rest) = line.strip_prefix("herd-agent stack ") {
-        let w: Vec<&str> = rest.split(' ').collect();
-        if let [rank, pid, status] = w[..] {
-            if let (Ok(rank), Ok(pid)) = (rank.parse(), pid.parse()) {
-                return AgentMessage::StackStart { rank, pid, status: status.to_string() };
-            }
-        }
-    }
-    if let Some(rest) = line.strip_prefix("herd-agent probe") {
-        if rest.is_empty() || rest.starts_with(' ') {
-            return AgentMessage::Probe(rest.split_whitespace().filter_map(ProcessState::parse).collect());
-        }
-    }
-    let parsed =
-        line.strip_prefix("herd-agent ").and_then(|rest| rest.split_once(' ')).and_then(|(key, value)| {
-            match key {
-                "pgid" => value.parse().ok().map(|pgid| AgentMessage::Started { pgid }),
-                "exit" => value.parse().ok().map(|status| AgentMessage::Exited { status }),
-                _ => None,
-            }
-        });
-    parsed.unwrap_or_else(|| AgentMessage::Other(line.to_string()))
+    Some(words.iter().filter_map(|w| u16::from_str_radix(w, 16).ok()).collect())
+}
+
+/// `RANK PID STATUS`, the start of one rank's stack.
+fn parse_stack_start(words: &str) -> Option<AgentMessage> {
+    let [rank, pid, status] = words.split(' ').collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    Some(AgentMessage::StackStart {
+        rank: rank.parse().ok()?,
+        pid: pid.parse().ok()?,
+        status: status.to_string(),
+    })
 }
 
 /// The pids a sweep printed, or an `unstopped` message holds.

@@ -37,7 +37,7 @@ use crate::roster::{Blamed, Change, Roster};
 use crate::transport::{slurm, Started, TransportError};
 
 pub use decide::{requeue as requeue_verdict, Kept, RequeueVerdict};
-use decide::{Allocation, Ended, Failure, Next, Replace};
+use decide::{Allocation, Decision, Ended, Failure, Next, Replace};
 use gang::{AttemptContext, AttemptOutcome};
 pub use node::{Stop, READ_SIZE};
 use preflight::Preflighted;
@@ -126,49 +126,9 @@ struct Run<'a> {
 
 impl Run<'_> {
     async fn run(&mut self, interrupts: &mut Interrupts) -> Result<RunStatus, RunError> {
-        let connected = connect(&self.plan, self.run_id, self.options, self.events);
-        let Some((fleet, early, errors)) = interruptible(interrupts, connected).await else {
+        let Some((mut fleet, mut checked, mut jobs)) = self.first(interrupts).await? else {
             return Ok(RunStatus::Interrupted);
         };
-        // One agent per node: with a preflight, the probe is its first phase (see `connect`).
-        let probing = preflight::will_preflight(&self.plan, self.options);
-        let (probes, jobs): (Vec<_>, Vec<_>) = early
-            .into_iter()
-            .map(|mut agents| {
-                let agent = agents.pop().flatten();
-                if probing {
-                    (agent, None)
-                } else {
-                    (None, agent)
-                }
-            })
-            .unzip();
-        // A node that could not be connected changes the plan, or ends the run: either way
-        // the first agents are not used, and go before their connections close.
-        let jobs = if errors.iter().any(Option::is_some) { Vec::new() } else { jobs };
-        let first: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
-        let settled = self.settle(fleet, errors, probes, 0, false, &first);
-        let Some(settled) = interruptible(interrupts, settled).await else {
-            return Ok(RunStatus::Interrupted);
-        };
-        let Settled { mut fleet, mut checked, replanned, agents } = match settled {
-            Ok(settled) => settled,
-            Err(Unsettled::Failed(e)) => return Err(e),
-            Err(Unsettled::Gone { .. }) => unreachable!("the first connections are not waited for"),
-        };
-        // The first attempt's agents are the first plan's: the preflight's, past their probe.
-        let mut jobs = match (replanned, probing) {
-            (true, _) => Vec::new(),
-            (false, true) => agents,
-            (false, false) => jobs,
-        };
-        // A Slurm job requeued after a time limit or a preemption goes on from its newest
-        // checkpoint: the first attempt resumes, as a restart does. The first agents, started
-        // with the plan before it, are not used.
-        if slurm::restart_count() > 0 && !self.plan.restart.resume_args.is_empty() {
-            self.resume(&fleet, 0).await;
-            jobs = Vec::new();
-        }
         let mut attempt = 0;
         loop {
             let early = std::mem::take(&mut jobs);
@@ -193,6 +153,58 @@ impl Run<'_> {
         }
     }
 
+    /// Every node connected and checked for the first attempt, and the agents already started
+    /// for its job where they can be used; `None`: interrupted meanwhile.
+    async fn first(
+        &mut self,
+        interrupts: &mut Interrupts,
+    ) -> Result<Option<(Fleet, Preflighted, Vec<Option<Started>>)>, RunError> {
+        let connected = connect(&self.plan, self.run_id, self.options, self.events);
+        let Some((fleet, early, errors)) = interruptible(interrupts, connected).await else {
+            return Ok(None);
+        };
+        // One agent per node: with a preflight, the probe is its first phase (see `connect`).
+        let probing = preflight::will_preflight(&self.plan, self.options);
+        let (probes, jobs): (Vec<_>, Vec<_>) = early
+            .into_iter()
+            .map(|mut agents| {
+                let agent = agents.pop().flatten();
+                if probing {
+                    (agent, None)
+                } else {
+                    (None, agent)
+                }
+            })
+            .unzip();
+        // A node that could not be connected changes the plan, or ends the run: either way
+        // the first agents are not used, and go before their connections close.
+        let jobs = if errors.iter().any(Option::is_some) { Vec::new() } else { jobs };
+        let first: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
+        let settled = self.settle(fleet, errors, probes, 0, false, &first);
+        let Some(settled) = interruptible(interrupts, settled).await else {
+            return Ok(None);
+        };
+        let Settled { fleet, checked, replanned, agents } = match settled {
+            Ok(settled) => settled,
+            Err(Unsettled::Failed(e)) => return Err(e),
+            Err(Unsettled::Gone { .. }) => unreachable!("the first connections are not waited for"),
+        };
+        // A Slurm job requeued after a time limit or a preemption goes on from its newest
+        // checkpoint: the first attempt resumes, as a restart does. The first agents, started
+        // with the plan before it, are not used.
+        if slurm::restart_count() > 0 && !self.plan.restart.resume_args.is_empty() {
+            self.resume(&fleet, 0).await;
+            return Ok(Some((fleet, checked, Vec::new())));
+        }
+        // The first attempt's agents are the first plan's: the preflight's, past their probe.
+        let jobs = match (replanned, probing) {
+            (true, _) => Vec::new(),
+            (false, true) => agents,
+            (false, false) => jobs,
+        };
+        Ok(Some((fleet, checked, jobs)))
+    }
+
     /// Attempt `attempt`, and what follows it (see `decide`), its events sent.
     async fn attempt(
         &mut self,
@@ -215,6 +227,15 @@ impl Run<'_> {
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
         let duration = started.elapsed();
+        let summary = AttemptSummary {
+            attempt,
+            started_at,
+            duration,
+            first_progress,
+            verdict: None,
+            nodes,
+            stragglers,
+        };
         let outcomes;
         let ended = match outcome {
             AttemptOutcome::Succeeded => Ended::Succeeded,
@@ -234,29 +255,28 @@ impl Run<'_> {
             roster: &plan.roster,
             unit: rand::random::<f64>(),
             slow: &still_slow,
-            named: &stragglers,
+            named: &summary.stragglers,
             preempted: interrupts.preempted(),
         };
         let decision = self.between.after_attempt(&ctx, attempt, ended);
-        let millis = duration.as_millis() as u64;
-        let summary = move |verdict| AttemptSummary {
-            attempt,
-            started_at,
-            duration,
-            first_progress,
-            verdict,
-            nodes,
-            stragglers,
-        };
+        Ok(self.record(summary, decision).await)
+    }
+
+    /// Attempt `summary.attempt` ended as `decision` says: its failure told, the nodes its
+    /// fault clears released, its summary kept, and what follows it announced.
+    async fn record(&mut self, mut summary: AttemptSummary, decision: Decision) -> Next {
+        let attempt = summary.attempt;
         if let Some(verdict) = &decision.verdict {
+            let millis = summary.duration.as_millis() as u64;
             let _ =
                 self.events.send(Event::AttemptFailed { attempt, millis, verdict: verdict.clone() }).await;
         }
         // Dated by this attempt, which showed it: no other may follow.
         self.release(decision.roster, decision.released, attempt).await;
-        self.attempts.push(summary(decision.verdict));
+        summary.verdict = decision.verdict;
+        self.attempts.push(summary);
         self.announce(&decision.next, attempt).await;
-        Ok(decision.next)
+        decision.next
     }
 
     /// What the decision after failed attempt `attempt` needs from outside: whether Slurm
