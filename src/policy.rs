@@ -64,10 +64,6 @@ pub fn connect_options(policy: &Restart, login_timeout: Duration) -> ConnectOpti
     }
 }
 
-/// The shortest `restart.heartbeat_timeout` herd takes: three heartbeats at the shortest
-/// interval below, so that one late heartbeat is no lost node.
-pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// How often the agent says it is alive: several times per timeout.
 pub fn heartbeat_interval(heartbeat_timeout: Duration) -> Duration {
     Duration::from_secs((heartbeat_timeout.as_secs() / 5).max(1))

@@ -99,7 +99,8 @@ fn print_costs(measured: &[(u64, Measure)], rate: f64) {
     };
     for (seed, m) in measured {
         let c: Vec<&soak::Cost> = m.costs.iter().filter(|c| c.to_training.is_some()).collect();
-        let part = |f: &dyn Fn(&soak::Cost) -> Option<Duration>| secs(c.iter().filter_map(|c| f(c)).collect());
+        let part =
+            |f: &dyn Fn(&soak::Cost) -> Option<Duration>| secs(c.iter().filter_map(|c| f(c)).collect());
         let lost = |c: &&soak::Cost| c.redone.map(|r| Duration::from_secs_f64(r as f64 / rate));
         println!(
             "| {seed} | {} | {} of {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",

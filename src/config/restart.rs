@@ -10,6 +10,11 @@ use super::raw::*;
 use super::suggest;
 use super::types::*;
 
+/// The shortest `restart.heartbeat_timeout` herd takes: three heartbeats at the shortest
+/// interval (`policy::heartbeat_interval`, at least a second), so that one late heartbeat is
+/// no lost node.
+pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How `{latest:GLOB}` in `restart.resume_args` starts. It is found on the master, in the
 /// workdir: the newest match of GLOB by modification time (the last checkpoint written,
 /// whatever its name's numbering).
@@ -106,7 +111,7 @@ impl Cx<'_> {
         self.duration_at_least(
             d,
             "restart.heartbeat_timeout",
-            crate::policy::MIN_HEARTBEAT_TIMEOUT,
+            MIN_HEARTBEAT_TIMEOUT,
             "three of the agent's heartbeats, which come at most once a second",
         )
     }

@@ -79,8 +79,15 @@ fn a_job_keeps_training_through_faults_one_after_another() {
         eprintln!("soak: {c:?}");
     }
     let restarted: Vec<&soak::Cost> = costs.iter().filter(|c| c.to_training.is_some()).collect();
-    assert!(restarted.len() >= 3, "the job started again after only {} of the faults: {costs:?}", restarted.len());
-    assert!(restarted.iter().all(|c| c.supervised.detect.is_some()), "a restart herd has no teardown for: {costs:?}");
+    assert!(
+        restarted.len() >= 3,
+        "the job started again after only {} of the faults: {costs:?}",
+        restarted.len()
+    );
+    assert!(
+        restarted.iter().all(|c| c.supervised.detect.is_some()),
+        "a restart herd has no teardown for: {costs:?}"
+    );
     assert!(leftovers.is_empty(), "left on the nodes: {leftovers:?}");
 }
 
@@ -168,8 +175,14 @@ mod pure {
     fn a_blame_is_false_unless_a_fault_of_that_node_came_just_before() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let s = Duration::from_secs;
-        let injected =
-            |fault, node, at| Injected { at: s(at), wall: t0 + s(at), fault, node, what: String::new(), step: None };
+        let injected = |fault, node, at| Injected {
+            at: s(at),
+            wall: t0 + s(at),
+            fault,
+            node,
+            what: String::new(),
+            step: None,
+        };
         let faults = [injected(Fault::Kill, 1, 10), injected(Fault::Cut, 2, 50)];
         let host = |n: usize| format!("h{n}");
         let blamed =

@@ -453,7 +453,12 @@ pub fn starts(save_dir: &Path) -> Vec<Start> {
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
             let [began, imported, up, resumed, _world] = w[..] else { return None };
-            Some(Start { began: at(began)?, imported: at(imported)?, up: at(up)?, resumed: resumed.parse().ok()? })
+            Some(Start {
+                began: at(began)?,
+                imported: at(imported)?,
+                up: at(up)?,
+                resumed: resumed.parse().ok()?,
+            })
         })
         .collect()
 }
@@ -526,7 +531,8 @@ pub fn supervised(costs: &mut [Cost], injected: &[Injected], events: &[serde_jso
         let after = |name: &'static str, t: SystemTime| named(name).find(|&e| e >= t);
         let Some(torn) = after("teardown_started", f.wall) else { continue };
         let failed = after("attempt_failed", torn);
-        let scheduled = events.iter().find(|e| e["event"] == "restart_scheduled" && at(e).is_some_and(|t| t >= torn));
+        let scheduled =
+            events.iter().find(|e| e["event"] == "restart_scheduled" && at(e).is_some_and(|t| t >= torn));
         let backoff = scheduled.and_then(|e| Some(Duration::from_millis(e["delay_ms"].as_u64()?)));
         let started = failed.and_then(|t| after("attempt_started", t));
         let began = started.and_then(|t| starts.iter().find(|s| s.began >= t)).map(|s| s.began);
