@@ -348,34 +348,8 @@ impl<'a> Gang<'a> {
     async fn perform(&mut self, action: Action) {
         let (plan, events) = (self.ctx.plan, self.ctx.events);
         match action {
-            Action::Start(port) => {
-                let values = AttemptValues {
-                    run_id: self.ctx.run_id,
-                    attempt: self.attempt,
-                    master_port: port,
-                    interfaces: self.ctx.interfaces,
-                };
-                self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
-                self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
-                let master_addr = plan.master.addr.clone();
-                let _ = events
-                    .send(Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port })
-                    .await;
-            }
-            Action::Term { failing } => {
-                // A stop request never goes down: a node that has not read a `kill` yet must
-                // not find a `term` in its place.
-                if self.stopped < Stop::Term {
-                    self.stopped = Stop::Term;
-                    let quick = plan.quick_launcher_exit();
-                    let kill_wait = self.kill_wait;
-                    self.tell_all(|rank| NodeCommand::Stop {
-                        stop: Stop::Term,
-                        fast: quick && failing != Some(rank),
-                        kill_wait,
-                    });
-                }
-            }
+            Action::Start(port) => self.start_job(port).await,
+            Action::Term { failing } => self.term_all(failing),
             Action::Kill => {
                 self.stopped = Stop::Kill;
                 let kill_wait = self.kill_wait;
@@ -411,6 +385,40 @@ impl<'a> Gang<'a> {
             }
             Action::LateHeartbeats(message) => tracing::warn!("{message}"),
         }
+    }
+
+    /// Every node's env, with the master port chosen: the job starts, and with it the rounds
+    /// of samples.
+    async fn start_job(&mut self, port: u16) {
+        let plan = self.ctx.plan;
+        let values = AttemptValues {
+            run_id: self.ctx.run_id,
+            attempt: self.attempt,
+            master_port: port,
+            interfaces: self.ctx.interfaces,
+        };
+        self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
+        self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
+        let master_addr = plan.master.addr.clone();
+        let started = Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port };
+        let _ = self.ctx.events.send(started).await;
+    }
+
+    /// SIGTERM to every node, fast but on the `failing` one (see `NodeCommand::Stop`).
+    fn term_all(&mut self, failing: Option<usize>) {
+        // A stop request never goes down: a node that has not read a `kill` yet must not find
+        // a `term` in its place.
+        if self.stopped >= Stop::Term {
+            return;
+        }
+        self.stopped = Stop::Term;
+        let quick = self.ctx.plan.quick_launcher_exit();
+        let kill_wait = self.kill_wait;
+        self.tell_all(|rank| NodeCommand::Stop {
+            stop: Stop::Term,
+            fast: quick && failing != Some(rank),
+            kill_wait,
+        });
     }
 
     /// Every node has ended: classify what they left.
