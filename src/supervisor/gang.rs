@@ -68,8 +68,7 @@ pub(super) async fn run_attempt(
         gang.perform(action).await;
     }
     // Silence counts from here: a slow start (the event queue full) is no stall of herd's.
-    gang.tick.reset();
-    gang.last_tick = Instant::now();
+    gang.timers.restart_tick();
     while let Some(input) = gang.next_input(&machine, interrupts).await {
         for action in machine.decide(gang.liveness.elapsed(), input) {
             gang.kill_wait = machine.kill_wait();
@@ -151,21 +150,56 @@ struct Gang<'a> {
     stopped: Stop,
     processes: Vec<Vec<ProcessState>>,
     stacks: Vec<Vec<RankStack>>,
-    kill_at: Option<Instant>,
-    /// When the ranks' time to checkpoint is over (`Action::TermAfter`).
-    term_at: Option<Instant>,
-    probe_at: Option<Instant>,
+    timers: Timers,
     /// When the agents were asked for their stacks (the attempt's age), if they were.
     probed_at: Option<Duration>,
-    tick: tokio::time::Interval,
-    last_tick: Instant,
     interrupts_open: bool,
     /// How long a node may take to end after SIGKILL (`Attempt::kill_wait`).
     kill_wait: Duration,
     /// The ranks' CPU samples, and the stragglers named.
     watch: StragglerWatch,
+}
+
+/// When the gang acts with no report or signal to act on: the attempt machine's timers, the
+/// tick, and the next round of samples.
+struct Timers {
+    kill_at: Option<Instant>,
+    /// When the ranks' time to checkpoint is over (`Action::TermAfter`).
+    term_at: Option<Instant>,
+    probe_at: Option<Instant>,
     /// When the next round of samples is asked for; `None` until the job has its env.
     sample_at: Option<Instant>,
+    tick: tokio::time::Interval,
+    last_tick: Instant,
+}
+
+impl Timers {
+    fn new() -> Timers {
+        let mut tick = tokio::time::interval(TICK);
+        // After a stall, one late tick, not a burst of them.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Timers {
+            kill_at: None,
+            term_at: None,
+            probe_at: None,
+            sample_at: None,
+            tick,
+            last_tick: Instant::now(),
+        }
+    }
+
+    /// The next tick a whole TICK from now, and the gap since the last one counted from now.
+    fn restart_tick(&mut self) {
+        self.tick.reset();
+        self.last_tick = Instant::now();
+    }
+
+    /// How long since the last tick, which is now.
+    fn gap(&mut self) -> Duration {
+        let gap = self.last_tick.elapsed();
+        self.last_tick = Instant::now();
+        gap
+    }
 }
 
 impl<'a> Gang<'a> {
@@ -208,9 +242,6 @@ impl<'a> Gang<'a> {
             };
             Some(node::run(conn.clone(), run, ctx.events.clone()))
         });
-        let mut tick = tokio::time::interval(TICK);
-        // After a stall, one late tick, not a burst of them.
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Gang {
             ctx,
             attempt,
@@ -222,23 +253,18 @@ impl<'a> Gang<'a> {
             stopped: Stop::Run,
             processes: plan.nodes.iter().map(|_| Vec::new()).collect(),
             stacks: plan.nodes.iter().map(|_| Vec::new()).collect(),
-            kill_at: None,
-            term_at: None,
-            probe_at: None,
+            timers: Timers::new(),
             probed_at: None,
-            tick,
-            last_tick: Instant::now(),
             interrupts_open: true,
             kill_wait: attempt::KILL_DEADLINE,
             watch: StragglerWatch::new(),
-            sample_at: None,
         }
     }
 
     /// What happens next; `None` once every node's task has ended.
     async fn next_input(&mut self, machine: &Attempt<'_>, interrupts: &mut Interrupts) -> Option<Input> {
         loop {
-            let (kill_at, probe_at, term_at) = (self.kill_at, self.probe_at, self.term_at);
+            let Timers { kill_at, probe_at, term_at, .. } = self.timers;
             tokio::select! {
                 report = self.reports.recv() => {
                     let Some((node_rank, report)) = report else {
@@ -256,18 +282,18 @@ impl<'a> Gang<'a> {
                     None => self.interrupts_open = false,
                 },
                 () = sleep_until(probe_at) => {
-                    self.probe_at = None;
+                    self.timers.probe_at = None;
                     return Some(Input::ProbeTimedOut);
                 }
                 () = sleep_until(term_at) => {
-                    self.term_at = None;
+                    self.timers.term_at = None;
                     return Some(Input::TermTimer);
                 }
                 () = sleep_until(kill_at) => {
-                    self.kill_at = None;
+                    self.timers.kill_at = None;
                     return Some(Input::KillTimer);
                 }
-                _ = self.tick.tick() => {
+                _ = self.timers.tick.tick() => {
                     self.sample_if_due().await;
                     return Some(Input::Tick(self.clock()));
                 }
@@ -304,7 +330,7 @@ impl<'a> Gang<'a> {
     /// Every SAMPLE_EVERY while the job runs: the stragglers of the round that ends, then a
     /// new round asked of every node (a node whose job has not started ignores it).
     async fn sample_if_due(&mut self) {
-        match self.sample_at {
+        match self.timers.sample_at {
             Some(at) if self.stopped == Stop::Run && Instant::now() >= at => {}
             _ => return,
         }
@@ -322,7 +348,7 @@ impl<'a> Gang<'a> {
             let _ = self.ctx.events.send(event).await;
         }
         self.tell_all(|_| NodeCommand::Sample);
-        self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
+        self.timers.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
     }
 
     /// `command` to every node.
@@ -333,11 +359,9 @@ impl<'a> Gang<'a> {
     }
 
     fn clock(&mut self) -> Clock {
-        let gap = self.last_tick.elapsed();
-        self.last_tick = Instant::now();
         let l = &self.liveness;
         Clock {
-            gap,
+            gap: self.timers.gap(),
             since_progress: l.since_progress(),
             heard: (0..self.results.len()).map(|r| l.has_heard(r).then(|| l.since_heard(r))).collect(),
             load: host_load(),
@@ -348,34 +372,8 @@ impl<'a> Gang<'a> {
     async fn perform(&mut self, action: Action) {
         let (plan, events) = (self.ctx.plan, self.ctx.events);
         match action {
-            Action::Start(port) => {
-                let values = AttemptValues {
-                    run_id: self.ctx.run_id,
-                    attempt: self.attempt,
-                    master_port: port,
-                    interfaces: self.ctx.interfaces,
-                };
-                self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
-                self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
-                let master_addr = plan.master.addr.clone();
-                let _ = events
-                    .send(Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port })
-                    .await;
-            }
-            Action::Term { failing } => {
-                // A stop request never goes down: a node that has not read a `kill` yet must
-                // not find a `term` in its place.
-                if self.stopped < Stop::Term {
-                    self.stopped = Stop::Term;
-                    let quick = plan.quick_launcher_exit();
-                    let kill_wait = self.kill_wait;
-                    self.tell_all(|rank| NodeCommand::Stop {
-                        stop: Stop::Term,
-                        fast: quick && failing != Some(rank),
-                        kill_wait,
-                    });
-                }
-            }
+            Action::Start(port) => self.start_job(port).await,
+            Action::Term { failing } => self.term_all(failing),
             Action::Kill => {
                 self.stopped = Stop::Kill;
                 let kill_wait = self.kill_wait;
@@ -384,8 +382,8 @@ impl<'a> Gang<'a> {
             Action::Teardown(reason) => {
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
-            Action::KillAfter(grace) => self.kill_at = Some(Instant::now() + grace),
-            Action::TermAfter(grace) => self.term_at = Some(Instant::now() + grace),
+            Action::KillAfter(grace) => self.timers.kill_at = Some(Instant::now() + grace),
+            Action::TermAfter(grace) => self.timers.term_at = Some(Instant::now() + grace),
             Action::SignalRanks => {
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
@@ -396,7 +394,7 @@ impl<'a> Gang<'a> {
             Action::Probe(reason) => {
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
-                self.probe_at = Some(Instant::now() + attempt::PROBE_WAIT);
+                self.timers.probe_at = Some(Instant::now() + attempt::PROBE_WAIT);
                 let wait_secs = attempt::PROBE_WAIT.as_secs();
                 let _ =
                     events.send(Event::StacksRequested { attempt: self.attempt, reason, wait_secs }).await;
@@ -411,6 +409,40 @@ impl<'a> Gang<'a> {
             }
             Action::LateHeartbeats(message) => tracing::warn!("{message}"),
         }
+    }
+
+    /// Every node's env, with the master port chosen: the job starts, and with it the rounds
+    /// of samples.
+    async fn start_job(&mut self, port: u16) {
+        let plan = self.ctx.plan;
+        let values = AttemptValues {
+            run_id: self.ctx.run_id,
+            attempt: self.attempt,
+            master_port: port,
+            interfaces: self.ctx.interfaces,
+        };
+        self.tell_all(|rank| NodeCommand::Env(plan.nodes[rank].env_block(&values)));
+        self.timers.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
+        let master_addr = plan.master.addr.clone();
+        let started = Event::AttemptStarted { attempt: self.attempt, master_addr, master_port: port };
+        let _ = self.ctx.events.send(started).await;
+    }
+
+    /// SIGTERM to every node, fast but on the `failing` one (see `NodeCommand::Stop`).
+    fn term_all(&mut self, failing: Option<usize>) {
+        // A stop request never goes down: a node that has not read a `kill` yet must not find
+        // a `term` in its place.
+        if self.stopped >= Stop::Term {
+            return;
+        }
+        self.stopped = Stop::Term;
+        let quick = self.ctx.plan.quick_launcher_exit();
+        let kill_wait = self.kill_wait;
+        self.tell_all(|rank| NodeCommand::Stop {
+            stop: Stop::Term,
+            fast: quick && failing != Some(rank),
+            kill_wait,
+        });
     }
 
     /// Every node has ended: classify what they left.

@@ -264,9 +264,7 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
     ));
     let err_pump = tokio::spawn(pump_agent(
         session.messages,
-        node.attempt,
-        rank,
-        node.host.clone(),
+        Relay::new(node.attempt, rank, node.host.clone()),
         events.clone(),
         node.liveness.clone(),
         node.reports.clone(),
@@ -668,74 +666,102 @@ async fn pass_on(
     }
 }
 
-/// Read the agent's own messages; anything that is not one is shown as node output.
-/// Returns the job's wait status if the agent reported one.
+/// Read the agent's own messages, each passed on where its relay routes it. Returns the job's
+/// wait status if the agent reported one.
 async fn pump_agent(
     mut messages: Messages,
-    attempt: u32,
-    rank: usize,
-    host: String,
+    mut relay: Relay,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
     reports: Reports,
 ) -> Option<i32> {
-    let mut status = None;
-    // A probe's stacks, as they come in.
-    let mut stacks: Vec<RankStack> = Vec::new();
     while let Some(message) = messages.next().await {
-        liveness.heard(rank);
-        let event = match message {
-            AgentMessage::Stack(stack) => {
-                stacks.push(stack);
-                continue;
+        liveness.heard(relay.rank);
+        match relay.route(message) {
+            None => {}
+            Some(Route::Report(report)) => {
+                let _ = reports.send((relay.rank, report));
             }
-            AgentMessage::Started { pgid } => {
-                Event::NodeStarted { attempt, node_rank: rank, host: host.clone(), pgid }
-            }
-            AgentMessage::Exited { status: s } => {
-                status = Some(s);
-                continue;
-            }
-            AgentMessage::Up | AgentMessage::Alive | AgentMessage::Clock(_) => continue,
-            // The probe phase's last words, read after it (the master's listener, which the
-            // job's env ends).
-            AgentMessage::Fact(_) | AgentMessage::Probed(_) => continue,
-            AgentMessage::Ports(in_use) => {
-                let _ = reports.send((rank, NodeReport::Ports(in_use)));
-                continue;
-            }
-            AgentMessage::Sample(sample) => {
-                let _ = reports.send((rank, NodeReport::Sample(sample)));
-                continue;
-            }
-            AgentMessage::Probe(processes) => {
-                stacks.clear();
-                let _ = reports.send((rank, NodeReport::Processes(processes)));
-                continue;
-            }
-            AgentMessage::StackStart { .. } | AgentMessage::StackPart(_) | AgentMessage::StackEnd => continue,
-            AgentMessage::StacksDone => {
-                let _ = reports.send((rank, NodeReport::Stacks(std::mem::take(&mut stacks))));
-                continue;
-            }
-            AgentMessage::Unstopped(pids) => {
-                Event::ProcessesUnstopped { node_rank: rank, host: host.clone(), pids }
-            }
-            AgentMessage::Swept(text) => {
-                for event in super::sweep::swept_events(rank, &host, &text) {
+            Some(Route::Events(routed)) => {
+                for event in routed {
                     let _ = events.send(event).await;
                 }
-                continue;
             }
-            AgentMessage::Other(text) => Event::NodeOutput {
+        }
+    }
+    relay.status
+}
+
+/// What the agent says besides its job's output, sorted: to the supervisor, to the reporter,
+/// or kept here until it is complete (a probe's stacks) or asked for (the job's wait status).
+struct Relay {
+    attempt: u32,
+    rank: usize,
+    host: String,
+    /// The job's wait status, once the agent said it.
+    status: Option<i32>,
+    /// A probe's stacks, as they come in.
+    stacks: Vec<RankStack>,
+}
+
+/// Where one agent message goes.
+#[derive(Debug)]
+enum Route {
+    Report(NodeReport),
+    Events(Vec<Event>),
+}
+
+impl Relay {
+    fn new(attempt: u32, rank: usize, host: String) -> Relay {
+        Relay { attempt, rank, host, status: None, stacks: Vec::new() }
+    }
+
+    /// Where `message` goes, if anywhere. Anything that is not a message is shown as node
+    /// output.
+    fn route(&mut self, message: AgentMessage) -> Option<Route> {
+        let report = |report| Some(Route::Report(report));
+        let event = |event| Some(Route::Events(vec![event]));
+        let rank = self.rank;
+        match message {
+            AgentMessage::Stack(stack) => {
+                self.stacks.push(stack);
+                None
+            }
+            AgentMessage::Started { pgid } => event(Event::NodeStarted {
+                attempt: self.attempt,
+                node_rank: rank,
+                host: self.host.clone(),
+                pgid,
+            }),
+            AgentMessage::Exited { status } => {
+                self.status = Some(status);
+                None
+            }
+            AgentMessage::Up | AgentMessage::Alive | AgentMessage::Clock(_) => None,
+            // The probe phase's last words, read after it (the master's listener, which the
+            // job's env ends).
+            AgentMessage::Fact(_) | AgentMessage::Probed(_) => None,
+            AgentMessage::Ports(in_use) => report(NodeReport::Ports(in_use)),
+            AgentMessage::Sample(sample) => report(NodeReport::Sample(sample)),
+            AgentMessage::Probe(processes) => {
+                self.stacks.clear();
+                report(NodeReport::Processes(processes))
+            }
+            AgentMessage::StackStart { .. } | AgentMessage::StackPart(_) | AgentMessage::StackEnd => None,
+            AgentMessage::StacksDone => report(NodeReport::Stacks(std::mem::take(&mut self.stacks))),
+            AgentMessage::Unstopped(pids) => {
+                event(Event::ProcessesUnstopped { node_rank: rank, host: self.host.clone(), pids })
+            }
+            AgentMessage::Swept(text) => {
+                Some(Route::Events(super::sweep::swept_events(rank, &self.host, &text)))
+            }
+            AgentMessage::Other(text) => event(Event::NodeOutput {
                 node_rank: rank,
                 source: crate::events::Source::default(),
                 lines: Lines::one(text.as_bytes(), crate::lines::LineEnd::Lf),
-            },
-        };
-        let _ = events.send(event).await;
+            }),
+        }
     }
-    status
 }
 
 #[cfg(test)]
@@ -771,6 +797,31 @@ mod tests {
         assert!(l.since_heard(1) >= Duration::from_millis(40));
         l.output(1);
         assert!(l.since_heard(1) < Duration::from_millis(40));
+    }
+
+    /// A probe's stacks go up together once the last has come, and a new probe's without an
+    /// older one's; the job's wait status is kept for the node's end, and a heartbeat goes
+    /// nowhere.
+    #[test]
+    fn a_probes_stacks_go_up_together_and_the_exit_status_waits_for_the_end() {
+        let mut relay = Relay::new(0, 1, "n2".into());
+        let stack =
+            |rank: u32| AgentMessage::Stack(RankStack { rank, pid: 100 + rank, dump: Ok(String::new()) });
+        assert!(matches!(
+            relay.route(AgentMessage::Probe(vec![])),
+            Some(Route::Report(NodeReport::Processes(_)))
+        ));
+        assert!(relay.route(stack(0)).is_none());
+        // An answer cut short, then the next probe's.
+        relay.route(AgentMessage::Probe(vec![]));
+        assert!(relay.route(stack(1)).is_none());
+        let Some(Route::Report(NodeReport::Stacks(stacks))) = relay.route(AgentMessage::StacksDone) else {
+            panic!("no stacks")
+        };
+        assert_eq!(stacks.iter().map(|s| s.rank).collect::<Vec<_>>(), [1]);
+        assert!(relay.route(AgentMessage::Alive).is_none());
+        assert!(relay.route(AgentMessage::Exited { status: 0 }).is_none());
+        assert_eq!(relay.status, Some(0));
     }
 
     /// One node's task on a simulated node: what the supervisor tells it, what it reports.
