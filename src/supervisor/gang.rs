@@ -75,6 +75,8 @@ pub(super) async fn run_attempt(
             gang.perform(action).await;
         }
     }
+    // Progress the last check missed (a short attempt) is told before the attempt's end.
+    gang.tell_progress().await;
     let first_progress = gang.liveness.first_progress();
     let stragglers = gang.watch.named().to_vec();
     let still_slow = gang.watch.still_slow();
@@ -165,6 +167,8 @@ struct Gang<'a> {
     watch: StragglerWatch,
     /// When the next round of samples is asked for; `None` until the job has its env.
     sample_at: Option<Instant>,
+    /// Whether the attempt's first progress has been told (`Event::ProgressSeen`).
+    progress_told: bool,
 }
 
 impl<'a> Gang<'a> {
@@ -231,6 +235,7 @@ impl<'a> Gang<'a> {
             kill_wait: attempt::KILL_DEADLINE,
             watch: StragglerWatch::new(),
             sample_at: None,
+            progress_told: false,
         }
     }
 
@@ -268,6 +273,7 @@ impl<'a> Gang<'a> {
                 }
                 _ = self.tick.tick() => {
                     self.sample_if_due().await;
+                    self.tell_progress().await;
                     return Some(Input::Tick(self.clock()));
                 }
             }
@@ -322,6 +328,18 @@ impl<'a> Gang<'a> {
         }
         self.tell_all(|_| NodeCommand::Sample);
         self.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
+    }
+
+    /// The attempt's first progress, once: at the first check that sees it, and before any
+    /// teardown, so that the record has it before the failure that ends the attempt.
+    async fn tell_progress(&mut self) {
+        if self.progress_told {
+            return;
+        }
+        let Some(after) = self.liveness.first_progress() else { return };
+        self.progress_told = true;
+        let millis = after.as_millis() as u64;
+        let _ = self.ctx.events.send(Event::ProgressSeen { attempt: self.attempt, millis }).await;
     }
 
     /// `command` to every node.
@@ -381,11 +399,13 @@ impl<'a> Gang<'a> {
                 self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false, kill_wait });
             }
             Action::Teardown(reason) => {
+                self.tell_progress().await;
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
             Action::KillAfter(grace) => self.kill_at = Some(Deadline::now() + grace),
             Action::TermAfter(grace) => self.term_at = Some(Deadline::now() + grace),
             Action::SignalRanks => {
+                self.tell_progress().await;
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
                 self.tell_all(|_| NodeCommand::Checkpoint(signal, group));
@@ -393,6 +413,7 @@ impl<'a> Gang<'a> {
                 let _ = events.send(Event::CheckpointRequested { attempt: self.attempt, signal }).await;
             }
             Action::Probe(reason) => {
+                self.tell_progress().await;
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
                 self.probe_at = Some(Deadline::now() + attempt::PROBE_WAIT);
