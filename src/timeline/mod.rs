@@ -10,6 +10,8 @@
 
 mod build;
 mod read;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
