@@ -12,7 +12,9 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::timeline::{share, AttemptTimes, MarkKind, Outcome, Row, Segment, State, Timeline};
+use super::summary::root_cause_words;
+use crate::outcome::RootCause;
+use crate::timeline::{share, AttemptTimes, Mark, Marked, Outcome, Row, Segment, State, Timeline};
 
 /// The SVG's coordinates: the page scales them to its width.
 const WIDTH: f64 = 1200.0;
@@ -187,21 +189,24 @@ fn svg(t: &Timeline) -> String {
     let half = (PLOT_W / faults.len().max(1) as f64 / 2.0).clamp(1.5, 4.5);
     for a in faults {
         if let (Some(at), Outcome::Failed { class, root_cause }) = (a.fault, &a.outcome) {
-            let cause = root_cause.as_deref().unwrap_or("no one node to blame");
-            let text = format!("attempt {} failed ({class}): {cause}, seen at {}", a.attempt, clock(at));
-            mark(&mut s, MarkKind::Fault, scale.x(at), JOB_Y, half, &text);
+            fault_mark(
+                &mut s,
+                scale.x(at),
+                JOB_Y,
+                half,
+                &fault_text(a.attempt, class, root_cause.as_ref(), at),
+            );
         }
     }
     for (i, row) in t.rows.iter().enumerate() {
         for m in &row.marks {
-            mark(
-                &mut s,
-                m.kind,
-                scale.x(m.at),
-                row_y(i),
-                4.5,
-                &format!("{}, seen at {}", m.text, clock(m.at)),
-            );
+            let (x, y) = (scale.x(m.at), row_y(i));
+            match &m.what {
+                Marked::Fault { attempt, class, cause } => {
+                    fault_mark(&mut s, x, y, 4.5, &fault_text(*attempt, class, Some(cause), m.at));
+                }
+                Marked::Straggler { .. } => straggler_mark(&mut s, x, y, &straggler_text(m)),
+            }
         }
     }
     s.push_str("</g>\n");
@@ -286,26 +291,44 @@ fn own_segments(s: &mut String, row: &Row, i: usize, scale: &Scale) {
     }
 }
 
-/// A mark at `x` on the row at `y`; a fault's is a triangle `half` wide each side.
-fn mark(s: &mut String, kind: MarkKind, x: f64, y: f64, half: f64, title: &str) {
-    let title = esc(title);
-    match kind {
-        MarkKind::Fault => {
-            let _ = writeln!(
-                s,
-                "<path d=\"M{:.1} {y:.1}h{:.1}l-{half:.1} 8z\" fill=\"#000000\"><title>fault: {title}</title></path>",
-                x - half,
-                2.0 * half
-            );
-        }
-        MarkKind::Straggler => {
-            let _ = writeln!(
-                s,
-                "<circle cx=\"{x:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"#FFFFFF\" stroke=\"#000000\"><title>straggler: {title}</title></circle>",
-                y + ROW_H / 2.0
-            );
-        }
-    }
+/// A fault at `x` on the row at `y`: a triangle `half` wide each side.
+fn fault_mark(s: &mut String, x: f64, y: f64, half: f64, title: &str) {
+    let _ = writeln!(
+        s,
+        "<path d=\"M{:.1} {y:.1}h{:.1}l-{half:.1} 8z\" fill=\"#000000\"><title>fault: {}</title></path>",
+        x - half,
+        2.0 * half,
+        esc(title)
+    );
+}
+
+/// A straggler at `x` on the row at `y`: a circle.
+fn straggler_mark(s: &mut String, x: f64, y: f64, title: &str) {
+    let _ = writeln!(
+        s,
+        "<circle cx=\"{x:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"#FFFFFF\" stroke=\"#000000\"><title>straggler: {}</title></circle>",
+        y + ROW_H / 2.0,
+        esc(title)
+    );
+}
+
+/// `attempt 3 failed (comm): node 1 (n2): exit code 1, seen at 12m04s`.
+fn fault_text(attempt: u32, class: &str, cause: Option<&RootCause>, at: Duration) -> String {
+    let cause = cause.map_or_else(|| "no one node to blame".to_string(), root_cause_words);
+    format!("attempt {attempt} failed ({class}): {cause}, seen at {}", clock(at))
+}
+
+fn straggler_text(m: &Mark) -> String {
+    let Marked::Straggler { attempt, rank, score, alone } = m.what else { return String::new() };
+    let whose = if alone {
+        "the job's own work (every other rank idle): no node blamed"
+    } else {
+        "the others wait for it"
+    };
+    format!(
+        "attempt {attempt}: rank {rank}, {score:.1}× the median rank's CPU; {whose}; seen at {}",
+        clock(m.at)
+    )
 }
 
 /// The rows' names on the left and their training shares on the right.
@@ -620,7 +643,7 @@ fn story(a: &AttemptTimes) -> String {
 fn outcome(o: &Outcome) -> String {
     match o {
         Outcome::Succeeded => "succeeded".into(),
-        Outcome::Failed { class, root_cause: Some(cause) } => format!("{class}, {cause}"),
+        Outcome::Failed { class, root_cause: Some(cause) } => format!("{class}, {}", root_cause_words(cause)),
         Outcome::Failed { class, root_cause: None } => format!("{class}, no one node to blame"),
         Outcome::Stopped(status) => status.clone(),
         Outcome::Unknown => "the record ends".into(),
@@ -773,7 +796,9 @@ mod tests {
         assert!(page.contains(
             "fault: attempt 0 failed (crash): node 1 (gpu-02): signal 11 (SIGSEGV), seen at 1m00s"
         ));
-        assert!(page.contains("straggler: attempt 0: rank 1 a straggler, 2.5× the median rank"));
+        assert!(page.contains(
+            "straggler: attempt 0: rank 1, 2.5× the median rank&#39;s CPU; the others wait for it"
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
-use super::{AttemptTimes, Mark, MarkKind, Outcome, Recorded, Row, Segment, Stamped, State, Timeline};
+use super::{AttemptTimes, Mark, Marked, Outcome, Recorded, Row, Segment, Stamped, State, Timeline};
 use crate::outcome::NodeExit;
 
 /// Why a record draws no timeline.
@@ -307,14 +307,14 @@ impl Builder {
                 let seen = root_cause.as_ref().and_then(|r| self.failed_at.get(&r.node_rank).copied());
                 let Some(a) = self.current(*attempt) else { return };
                 let fault = seen.or(a.stopping.as_ref().map(|(t, _)| *t)).unwrap_or(at);
-                let words = root_cause.as_ref().map(crate::output::summary::root_cause_words);
                 a.ended = Some(at);
                 a.fault = Some(fault);
-                a.outcome = Outcome::Failed { class: class.clone(), root_cause: words.clone() };
-                if let (Some(root), Some(words)) = (root_cause, words) {
-                    let node = self.node(&root.host);
-                    let text = format!("attempt {attempt} failed ({class}): {words}");
-                    self.nodes[node].marks.push(Mark { at: fault, kind: MarkKind::Fault, text });
+                a.outcome = Outcome::Failed { class: class.clone(), root_cause: root_cause.clone() };
+                if let Some(cause) = root_cause {
+                    let node = self.node(&cause.host);
+                    let what =
+                        Marked::Fault { attempt: *attempt, class: class.clone(), cause: cause.clone() };
+                    self.nodes[node].marks.push(Mark { at: fault, what });
                 }
             }
             Recorded::AttemptSucceeded { attempt } => {
@@ -333,15 +333,8 @@ impl Builder {
             }
             Recorded::Straggler { attempt, rank, host, score, alone } => {
                 let node = self.node(host);
-                let whose = if *alone {
-                    "the job's own work (every other rank idle): no node blamed"
-                } else {
-                    "the others wait for it"
-                };
-                let text = format!(
-                    "attempt {attempt}: rank {rank} a straggler, {score:.1}× the median rank's CPU; {whose}"
-                );
-                self.nodes[node].marks.push(Mark { at, kind: MarkKind::Straggler, text });
+                let what = Marked::Straggler { attempt: *attempt, rank: *rank, score: *score, alone: *alone };
+                self.nodes[node].marks.push(Mark { at, what });
             }
             Recorded::NodeWaiting { host, error } => {
                 let node = self.node(host);
@@ -496,17 +489,15 @@ mod tests {
         );
         assert_eq!(
             a.outcome,
-            Outcome::Failed {
-                class: "crash".into(),
-                root_cause: Some("node 1 (b): signal 9 (SIGKILL)".into())
-            }
+            Outcome::Failed { class: "crash".into(), root_cause: Some(root(1, "b", NodeExit::Signal(9))) }
         );
         assert_eq!(t.attempts[1].outcome, Outcome::Succeeded);
         // The fault is marked on its node, when it was seen.
         let marks = &row(&t, "b").marks;
         assert_eq!(marks.len(), 1);
-        assert_eq!((marks[0].at, marks[0].kind), (Duration::from_secs(100), MarkKind::Fault));
-        assert!(marks[0].text.contains("attempt 0 failed (crash)"), "{}", marks[0].text);
+        let fault =
+            Marked::Fault { attempt: 0, class: "crash".into(), cause: root(1, "b", NodeExit::Signal(9)) };
+        assert_eq!(marks[0], Mark { at: Duration::from_secs(100), what: fault });
         assert!(row(&t, "a").marks.is_empty());
     }
 
@@ -709,7 +700,8 @@ mod tests {
         assert_eq!((t.wall, t.status.clone()), (Duration::from_secs(40), None));
         assert_eq!(t.attempts[0].outcome, Outcome::Unknown);
         assert_eq!(spans(&t.job).last(), Some(&(Training, 5.0, 40.0)));
-        assert_eq!(row(&t, "a").marks[0].kind, MarkKind::Straggler);
+        let straggler = Marked::Straggler { attempt: 0, rank: 0, score: 3.0, alone: false };
+        assert_eq!(row(&t, "a").marks[0].what, straggler);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(crate) mod testing;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
+use crate::outcome::RootCause;
 pub use build::{build, Undrawable};
 pub use read::{read, Kept, Record, Recorded, Stamped};
 
@@ -102,19 +103,20 @@ impl Segment {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MarkKind {
-    /// The root cause of a failed attempt, when the failure was first seen.
-    Fault,
-    /// A rank named a straggler.
-    Straggler,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Something that happened on a node, at a moment.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Mark {
     pub at: Duration,
-    pub kind: MarkKind,
-    pub text: String,
+    pub what: Marked,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Marked {
+    /// The root cause of a failed attempt, when the failure was first seen.
+    Fault { attempt: u32, class: String, cause: RootCause },
+    /// A rank named a straggler, `score` times as busy as the median rank; `alone`: while
+    /// every other rank sat idle (the job's own work, which blames no node).
+    Straggler { attempt: u32, rank: u32, score: f64, alone: bool },
 }
 
 /// A node's row, or several nodes' with the same story (`Timeline::grouped`).
@@ -144,10 +146,10 @@ fn time_in(segments: &[Segment], state: State) -> Duration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Succeeded,
-    /// Its class, and its root cause in words when one node is to blame.
+    /// Its class, and its root cause when one node is to blame.
     Failed {
         class: String,
-        root_cause: Option<String>,
+        root_cause: Option<RootCause>,
     },
     /// Stopped with the run: `preempted`, `time-limit`, `interrupted`, or `failed` (a restart
     /// that could not start).

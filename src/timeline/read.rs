@@ -231,11 +231,15 @@ mod tests {
             Event::RunFinished { status: crate::events::RunStatus::TimeLimit, attempts: 3 },
             Event::PreflightStarted { nnodes: 2 },
         ];
-        let text: String = written
-            .iter()
-            .map(|e| String::from_utf8(crate::output::json::event_line(e, "2027-01-15T08:00:00.250Z".into())))
-            .collect::<Result<_, _>>()
-            .unwrap();
+        // As events.jsonl has them: the time, then the event's own fields.
+        let line = |e: &Event| {
+            let mut line = serde_json::json!({ "ts": "2027-01-15T08:00:00.250Z" });
+            line.as_object_mut()
+                .unwrap()
+                .extend(serde_json::to_value(e).unwrap().as_object().unwrap().clone());
+            format!("{line}\n")
+        };
+        let text: String = written.iter().map(line).collect();
         let record = read(&text);
         assert_eq!(record.skipped, Vec::<usize>::new());
         let at = humantime::parse_rfc3339("2027-01-15T08:00:00.250Z").unwrap();
