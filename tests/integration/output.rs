@@ -19,6 +19,15 @@ fn write_config(dir: &Path, script: &str) {
     std::fs::write(dir.join("cluster.toml"), text).unwrap();
 }
 
+/// `write_config`, with one restart 100 ms after a failure of the classes `on` (quoted, with
+/// commas between).
+fn write_config_restarting(dir: &Path, script: &str, on: &str) {
+    write_config(dir, script);
+    let mut text = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    text.push_str(&format!("[restart]\nmax_restarts = 1\non = [{on}]\nbackoff = \"100ms\"\n"));
+    std::fs::write(dir.join("cluster.toml"), text).unwrap();
+}
+
 /// `herd run --no-preflight` in `dir` with stdout piped for the test to read, and its stderr
 /// read to the end by a thread of its own.
 fn run_reading_stderr(dir: &Path) -> (std::process::Child, std::thread::JoinHandle<String>) {
@@ -135,15 +144,11 @@ fn logs_reads_back_a_past_run() {
     let dir = tempfile::tempdir().unwrap();
     // Attempt 0 fails everywhere, attempt 1 succeeds. A failing node waits a second, so that
     // the other has printed everything before the gang teardown stops it.
-    write_config(
+    write_config_restarting(
         dir.path(),
         r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; echo noise; [ $HERD_ATTEMPT = 1 ] || { sleep 1; exit 1; }"#,
+        r#""user", "crash", "launch", "comm""#,
     );
-    let mut text = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
-    text.push_str(
-        "[restart]\nmax_restarts = 1\non = [\"user\", \"crash\", \"launch\", \"comm\"]\nbackoff = \"100ms\"\n",
-    );
-    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
     let first =
         herd::only_run_dir(&dir.path().join("logs")).file_name().unwrap().to_string_lossy().into_owned();
@@ -340,13 +345,11 @@ fn a_closed_stdout_stops_the_run_and_the_logs_keep_everything() {
 #[test]
 fn logs_timeline_draws_a_run_and_says_what_it_cannot() {
     let dir = tempfile::tempdir().unwrap();
-    write_config(
+    write_config_restarting(
         dir.path(),
         r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; sleep 1; [ $HERD_ATTEMPT = 1 ] || [ $NODE_RANK = 0 ] || exit 1; sleep 1"#,
+        r#""user""#,
     );
-    let mut text = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
-    text.push_str("[restart]\nmax_restarts = 1\non = [\"user\"]\nbackoff = \"100ms\"\n");
-    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
     let run = herd::only_run_dir(&dir.path().join("logs"));
     let id = run.file_name().unwrap().to_string_lossy().into_owned();
