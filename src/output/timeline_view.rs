@@ -164,7 +164,7 @@ fn svg(t: &Timeline) -> String {
     s.push_str("<g shape-rendering=\"crispEdges\">\n");
     for cell in cells(&t.job, &scale) {
         let title = job_title(&cell, t);
-        rect(&mut s, cell.x0, JOB_Y, cell.x1 - cell.x0, bottom - JOB_Y, fill(cell.state), &title);
+        rect(&mut s, (cell.x0, cell.x1), (JOB_Y, bottom), fill(cell.state), &title);
     }
     s.push_str("</g>\n<g fill=\"#FFFFFF\" shape-rendering=\"crispEdges\">\n");
     let _ = writeln!(s, "<rect x=\"{PLOT_X}\" y=\"{}\" width=\"{PLOT_W}\" height=\"6\"/>", JOB_Y + JOB_H);
@@ -178,7 +178,7 @@ fn svg(t: &Timeline) -> String {
     }
     s.push_str("</g>\n");
     // The ticks' faint lines down the rows.
-    s.push_str("<g stroke=\"#FFFFFF\" stroke-opacity=\"0.4\" stroke-width=\"0.6\">\n");
+    s.push_str("<g stroke=\"#FFFFFF\" stroke-opacity=\"0.35\" shape-rendering=\"crispEdges\">\n");
     for &at in &ticks {
         let x = scale.x(Duration::from_secs(at));
         let _ = writeln!(s, "<line x1=\"{x:.1}\" y1=\"{JOB_Y}\" x2=\"{x:.1}\" y2=\"{bottom:.1}\"/>");
@@ -287,7 +287,8 @@ fn own_segments(s: &mut String, row: &Row, i: usize, scale: &Scale) {
                 let _ = write!(title, "\n{}", meaning(seg.state));
             }
         }
-        rect(s, x0, row_y(i), (x1 - x0).max(MIN_W), ROW_H, fill(seg.state), &title);
+        let y = row_y(i);
+        rect(s, (x0, x1.max(x0 + MIN_W)), (y, y + ROW_H), fill(seg.state), &title);
     }
 }
 
@@ -491,10 +492,15 @@ fn legend(s: &mut String, y: f64, t: &Timeline) {
     s.push_str("</g>\n");
 }
 
-fn rect(s: &mut String, x: f64, y: f64, w: f64, h: f64, fill: &str, title: &str) {
+/// A rectangle from `x.0` to `x.1` and `y.0` to `y.1`. Its ends are rounded, not its width:
+/// neighbours that meet still meet, with no seam between them.
+fn rect(s: &mut String, x: (f64, f64), y: (f64, f64), fill: &str, title: &str) {
+    let round = |v: f64| (v * 10.0).round() / 10.0;
+    let (x0, y0) = (round(x.0), round(y.0));
+    let (w, h) = (round(x.1) - x0, round(y.1) - y0);
     let _ = writeln!(
         s,
-        "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{fill}\"><title>{}</title></rect>",
+        "<rect x=\"{x0:.1}\" y=\"{y0:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{fill}\"><title>{}</title></rect>",
         esc(title)
     );
 }
