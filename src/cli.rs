@@ -48,10 +48,12 @@ pub enum Command {
     /// stops it everywhere.
     /// Exits with the highest exit status of any node; 255 when a node cannot be reached.
     Exec(ExecArgs),
-    /// Print a past run's node logs, each line prefixed with its node as it was live.
+    /// Print a past run's node logs, each line prefixed with its node as it was live; or draw
+    /// where its time went (--timeline).
     ///
     /// The latest run of the config by default. Logs are printed attempt by attempt and node
-    /// by node, exactly as each node wrote them.
+    /// by node, exactly as each node wrote them. --timeline writes one HTML page to open in a
+    /// browser, and prints its path.
     Logs(LogsArgs),
     /// Write a commented starter cluster file (every key, with its default) to edit.
     ///
@@ -290,6 +292,19 @@ pub struct LogsArgs {
     /// time limit or a preemption: each run's record names the one before), oldest first.
     #[arg(long, conflicts_with = "attempt")]
     pub lineage: bool,
+
+    /// Instead, draw where the run's time went: a row per node (launching, starting, training,
+    /// stopping, backoff; spare, lost, quarantined) over the run's wall time, each fault and
+    /// restart marked, and a table of the attempts. One HTML page with an inline SVG (no
+    /// script, nothing fetched), written from the run's events.jsonl to timeline.html in the
+    /// run's directory, or to --output; the path written is printed. Exit 1 when lines of a
+    /// record cut short (a run killed while writing) were skipped: the page shows the rest.
+    #[arg(long, conflicts_with_all = ["list", "node", "rank", "attempt", "grep", "lineage"])]
+    pub timeline: bool,
+
+    /// With --timeline: the file to write (`-`: stdout).
+    #[arg(short, long, value_name = "PATH", requires = "timeline")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -396,5 +411,17 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["herd", "kill", "--nodes", "a"]).is_err());
         assert!(Cli::try_parse_from(["herd", "logs", "--nodes", "a"]).is_err());
+    }
+
+    #[test]
+    fn logs_timeline_takes_a_run_and_an_output_and_no_selection() {
+        let cli = Cli::parse_from(["herd", "logs", "--timeline", "2026", "-o", "-"]);
+        let Command::Logs(a) = cli.command else { panic!("not logs") };
+        assert_eq!((a.timeline, a.run.as_deref(), a.output), (true, Some("2026"), Some(PathBuf::from("-"))));
+        assert!(Cli::try_parse_from(["herd", "logs", "-o", "t.html"]).is_err(), "--output needs --timeline");
+        for other in [&["--node", "1"][..], &["--grep", "x"], &["--list"], &["--attempt", "0"]] {
+            let args = ["herd", "logs", "--timeline"].into_iter().chain(other.iter().copied());
+            assert!(Cli::try_parse_from(args).is_err(), "{other:?}");
+        }
     }
 }

@@ -8,6 +8,9 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// The job failed: a node exited non-zero, was killed, or was lost.
     pub const JOB_FAILED: u8 = 1;
+    /// `herd logs --timeline`: the page was written, but lines of the run's record that are
+    /// no whole event were left out (a run killed while it wrote).
+    pub const RECORD_CUT: u8 = 1;
     /// Bad config or usage; nothing was contacted.
     pub const CONFIG: u8 = 2;
     /// A preflight check failed, a node unreachable over SSH included (`herd doctor`, or

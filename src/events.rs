@@ -110,6 +110,13 @@ pub enum Event {
         host: String,
         pgid: u32,
     },
+    /// The attempt's first progress (a rank's line, or one matching `restart.progress_pattern`),
+    /// `millis` after it began; told at the supervisor's next check (within 250 ms), and before
+    /// the teardown of the attempt, if any.
+    ProgressSeen {
+        attempt: u32,
+        millis: u64,
+    },
     /// Lines one source of a node (its launcher, or one rank: see `Source`) wrote, bytes
     /// exactly as they arrived.
     #[serde(skip)]

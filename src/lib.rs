@@ -34,6 +34,7 @@ pub mod stacks;
 pub mod state;
 pub mod submit;
 pub mod supervisor;
+pub mod timeline;
 pub mod transport;
 
 /// Diagnostics on stderr: warnings by default, more with -v, fewer with -q; RUST_LOG wins.

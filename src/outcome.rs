@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why an attempt failed. Ordered by how the classifier reports them, not by severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,8 +65,8 @@ impl std::fmt::Display for FailureClass {
     }
 }
 
-/// How a node's launcher ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// How a node's launcher ended. Read back too, from a run's record (`timeline::read`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeExit {
     /// It exited with this code.
@@ -173,7 +173,7 @@ pub enum Trigger {
     Hang,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootCause {
     /// Global rank of the failing process, when the launcher said which.
     pub rank: Option<u32>,

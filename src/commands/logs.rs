@@ -1,10 +1,12 @@
 //! `herd logs`: a past run's logs read back from the logs directory, by run, node, rank,
-//! attempt or pattern; nothing is contacted.
+//! attempt or pattern, or drawn as a timeline of where its time went; nothing is contacted.
+
+use std::path::Path;
 
 use super::{load_plan, plan_in_allocation, Active};
 use crate::cli::{LogsArgs, NodeSelection};
 use crate::error::{exit, Error};
-use crate::{config, logs, output};
+use crate::{config, logs, output, timeline};
 
 pub(super) fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     use std::io::Write;
@@ -30,6 +32,9 @@ pub(super) fn logs_command(args: LogsArgs) -> Result<u8, Error> {
     } else {
         let usage = |e: logs::LookupError| Error::Usage(format!("{e} (under {})", dir.display()));
         let run = logs::pick_run(&runs, args.run.as_deref()).map_err(usage)?;
+        if args.timeline {
+            return timeline(run, args.output.as_deref());
+        }
         let chain = if args.lineage { logs::lineage(&runs, run) } else { vec![run] };
         chain.iter().try_for_each(|run| {
             if args.lineage {
@@ -79,4 +84,48 @@ fn print_run(run: &logs::RunInfo, args: &LogsArgs, out: &mut impl std::io::Write
     let attempts = logs::per_attempt(run, &selection).map_err(usage)?;
     let color = output::mode::Surroundings::detect(false, true).color();
     logs::print(run, &selection, &attempts, color, out).map_err(Printed::Io)
+}
+
+/// `--timeline`: the run's events drawn as a page, written to `to` (`-`: stdout) or beside
+/// them; the path written printed. The lines of the record that are no whole event are left
+/// out, and said (exit 1).
+fn timeline(run: &logs::RunInfo, to: Option<&Path>) -> Result<u8, Error> {
+    use std::io::Write;
+    let events = run.dir.join("events.jsonl");
+    let text = std::fs::read(&events).map_err(Error::io(format!("cannot read {}", events.display())))?;
+    let record = timeline::read(&String::from_utf8_lossy(&text));
+    let drawn = timeline::build(&record.events)
+        .map_err(|e| Error::Usage(format!("{}: no timeline to draw: {e}", events.display())))?;
+    let page = output::timeline_view::html(&drawn.grouped(timeline::MAX_ROWS));
+    let to = to.map_or_else(|| run.dir.join("timeline.html"), Path::to_path_buf);
+    if to == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        match out.write_all(page.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(Error::io("cannot print the timeline")(e));
+            }
+            _ => {}
+        }
+    } else {
+        let context = format!("cannot write {} (another place: --output PATH)", to.display());
+        std::fs::write(&to, page).map_err(Error::io(context))?;
+        println!("{}", to.display());
+    }
+    if record.skipped.is_empty() {
+        return Ok(exit::OK);
+    }
+    eprintln!("herd: {}: {}", events.display(), skipped_words(&record.skipped));
+    Ok(exit::RECORD_CUT)
+}
+
+/// What `--timeline` says of the lines it skipped (counted from 1).
+fn skipped_words(lines: &[usize]) -> String {
+    let shown: Vec<String> = lines.iter().take(5).map(usize::to_string).collect();
+    let more = if lines.len() > 5 { format!(" and {} more", lines.len() - 5) } else { String::new() };
+    let (n, s) = (lines.len(), if lines.len() == 1 { "" } else { "s" });
+    format!(
+        "{n} line{s} skipped, no whole event (line{s} {}{more}): the run was killed while it wrote, or \
+         its disk filled; the timeline shows every whole line",
+        shown.join(", ")
+    )
 }

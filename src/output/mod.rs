@@ -18,6 +18,7 @@ pub mod record;
 mod screen;
 mod sink;
 pub mod summary;
+pub mod timeline_view;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

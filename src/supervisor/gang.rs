@@ -75,6 +75,8 @@ pub(super) async fn run_attempt(
             gang.perform(action).await;
         }
     }
+    // Progress the last check missed (a short attempt) is told before the attempt's end.
+    gang.tell_progress().await;
     let first_progress = gang.liveness.first_progress();
     let stragglers = gang.watch.named().to_vec();
     let still_slow = gang.watch.still_slow();
@@ -158,6 +160,8 @@ struct Gang<'a> {
     kill_wait: Duration,
     /// The ranks' CPU samples, and the stragglers named.
     watch: StragglerWatch,
+    /// Whether the attempt's first progress has been told (`Event::ProgressSeen`).
+    progress_told: bool,
 }
 
 /// When the gang acts with no report or signal to act on: the attempt machine's timers, the
@@ -258,6 +262,7 @@ impl<'a> Gang<'a> {
             interrupts_open: true,
             kill_wait: attempt::KILL_DEADLINE,
             watch: StragglerWatch::new(),
+            progress_told: false,
         }
     }
 
@@ -295,6 +300,7 @@ impl<'a> Gang<'a> {
                 }
                 _ = self.timers.tick.tick() => {
                     self.sample_if_due().await;
+                    self.tell_progress().await;
                     return Some(Input::Tick(self.clock()));
                 }
             }
@@ -351,6 +357,18 @@ impl<'a> Gang<'a> {
         self.timers.sample_at = Some(Instant::now() + straggler::SAMPLE_EVERY);
     }
 
+    /// The attempt's first progress, once: at the first check that sees it, and before any
+    /// teardown, so that the record has it before the failure that ends the attempt.
+    async fn tell_progress(&mut self) {
+        if self.progress_told {
+            return;
+        }
+        let Some(after) = self.liveness.first_progress() else { return };
+        self.progress_told = true;
+        let millis = after.as_millis() as u64;
+        let _ = self.ctx.events.send(Event::ProgressSeen { attempt: self.attempt, millis }).await;
+    }
+
     /// `command` to every node.
     fn tell_all(&self, command: impl Fn(usize) -> NodeCommand) {
         for (rank, tx) in self.commands.iter().enumerate() {
@@ -380,11 +398,13 @@ impl<'a> Gang<'a> {
                 self.tell_all(|_| NodeCommand::Stop { stop: Stop::Kill, fast: false, kill_wait });
             }
             Action::Teardown(reason) => {
+                self.tell_progress().await;
                 let _ = events.send(Event::TeardownStarted { attempt: self.attempt, reason }).await;
             }
             Action::KillAfter(grace) => self.timers.kill_at = Some(Instant::now() + grace),
             Action::TermAfter(grace) => self.timers.term_at = Some(Instant::now() + grace),
             Action::SignalRanks => {
+                self.tell_progress().await;
                 let signal = plan.restart.checkpoint_signal;
                 let group = plan.launcher == crate::config::LauncherKind::Command;
                 self.tell_all(|_| NodeCommand::Checkpoint(signal, group));
@@ -392,6 +412,7 @@ impl<'a> Gang<'a> {
                 let _ = events.send(Event::CheckpointRequested { attempt: self.attempt, signal }).await;
             }
             Action::Probe(reason) => {
+                self.tell_progress().await;
                 self.probed_at = Some(self.liveness.elapsed());
                 self.tell_all(|_| NodeCommand::Probe);
                 self.timers.probe_at = Some(Instant::now() + attempt::PROBE_WAIT);

@@ -19,6 +19,15 @@ fn write_config(dir: &Path, script: &str) {
     std::fs::write(dir.join("cluster.toml"), text).unwrap();
 }
 
+/// `write_config`, with one restart 100 ms after a failure of the classes `on` (quoted, with
+/// commas between).
+fn write_config_restarting(dir: &Path, script: &str, on: &str) {
+    write_config(dir, script);
+    let mut text = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    text.push_str(&format!("[restart]\nmax_restarts = 1\non = [{on}]\nbackoff = \"100ms\"\n"));
+    std::fs::write(dir.join("cluster.toml"), text).unwrap();
+}
+
 /// `herd run --no-preflight` in `dir` with stdout piped for the test to read, and its stderr
 /// read to the end by a thread of its own.
 fn run_reading_stderr(dir: &Path) -> (std::process::Child, std::thread::JoinHandle<String>) {
@@ -135,15 +144,11 @@ fn logs_reads_back_a_past_run() {
     let dir = tempfile::tempdir().unwrap();
     // Attempt 0 fails everywhere, attempt 1 succeeds. A failing node waits a second, so that
     // the other has printed everything before the gang teardown stops it.
-    write_config(
+    write_config_restarting(
         dir.path(),
         r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; echo noise; [ $HERD_ATTEMPT = 1 ] || { sleep 1; exit 1; }"#,
+        r#""user", "crash", "launch", "comm""#,
     );
-    let mut text = std::fs::read_to_string(dir.path().join("cluster.toml")).unwrap();
-    text.push_str(
-        "[restart]\nmax_restarts = 1\non = [\"user\", \"crash\", \"launch\", \"comm\"]\nbackoff = \"100ms\"\n",
-    );
-    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
     let first =
         herd::only_run_dir(&dir.path().join("logs")).file_name().unwrap().to_string_lossy().into_owned();
@@ -332,4 +337,75 @@ fn a_closed_stdout_stops_the_run_and_the_logs_keep_everything() {
     assert!(total >= 3, "the files hold fewer lines than stdout showed");
     let events = herd::event_names(&herd::events(&run));
     assert!(events.contains(&"teardown_started".to_string()), "{events:?}");
+}
+
+/// `herd logs --timeline` draws a real run's record: a failed attempt and its restart; to the
+/// run's directory, a file or stdout. A run that is not there, a record cut short and a run
+/// with no attempt are each said, naming what is wrong.
+#[test]
+fn logs_timeline_draws_a_run_and_says_what_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config_restarting(
+        dir.path(),
+        r#"echo "attempt $HERD_ATTEMPT node $NODE_RANK"; sleep 1; [ $HERD_ATTEMPT = 1 ] || [ $NODE_RANK = 0 ] || exit 1; sleep 1"#,
+        r#""user""#,
+    );
+    herd::run(dir.path(), &["run", "--no-preflight"], LIMIT).assert_code(0);
+    let run = herd::only_run_dir(&dir.path().join("logs"));
+    let id = run.file_name().unwrap().to_string_lossy().into_owned();
+    let names = herd::event_names(&herd::events(&run));
+    assert_eq!(names.iter().filter(|n| *n == "progress_seen").count(), 2, "{names:?}");
+
+    let out = herd::run(dir.path(), &["logs", "--timeline"], LIMIT);
+    out.assert_code(0);
+    // Paths as herd names them: under the logs directory as the config gives it.
+    let shown = Path::new("logs").join(&id);
+    assert_eq!(out.stdout, format!("{}\n", shown.join("timeline.html").display()), "{out}");
+    let page = std::fs::read_to_string(run.join("timeline.html")).unwrap();
+    for said in [
+        format!("<h1>herd run {id}</h1>"),
+        "succeeded · 2 attempts, 1 failed".into(),
+        "fault: attempt 0 failed (user): node 1 (127.0.0.1): exit code 1".into(),
+        "attempt 1 · training".into(),
+    ] {
+        assert!(page.contains(&said), "no {said:?} in\n{page}");
+    }
+    let out = herd::run(dir.path(), &["logs", "--timeline", &id, "-o", "-"], LIMIT);
+    out.assert_code(0);
+    assert_eq!(out.stdout, page);
+    let elsewhere = dir.path().join("t.html");
+    let out = herd::run(dir.path(), &["logs", "--timeline", "--output", elsewhere.to_str().unwrap()], LIMIT);
+    assert_eq!(
+        (out.stdout.trim(), std::fs::read_to_string(&elsewhere).unwrap()),
+        (elsewhere.to_str().unwrap(), page)
+    );
+
+    let out = herd::run(dir.path(), &["logs", "--timeline", "nope"], LIMIT);
+    out.assert_code(2);
+    assert!(out.stderr.contains("no run nope of this config") && out.stderr.contains("logs"), "{out}");
+
+    // A run killed as it wrote its last event.
+    let events = run.join("events.jsonl");
+    let mut cut = std::fs::read_to_string(&events).unwrap();
+    cut.push_str(r#"{"ts":"2027-01-15T08:00:00.000Z","event":"node_exi"#);
+    std::fs::write(&events, &cut).unwrap();
+    let lines = cut.lines().count();
+    let out = herd::run(dir.path(), &["logs", "--timeline"], LIMIT);
+    out.assert_code(1);
+    let said =
+        format!("{}: 1 line skipped, no whole event (line {lines})", shown.join("events.jsonl").display());
+    assert!(out.stderr.contains(&said), "{out}");
+    assert_eq!(out.stdout, format!("{}\n", shown.join("timeline.html").display()), "written all the same");
+
+    // A run that stopped before its first attempt.
+    let started = cut.lines().next().unwrap().replace(&id, "29991231-000000-none");
+    let none = dir.path().join("logs/29991231-000000-none");
+    std::fs::create_dir(&none).unwrap();
+    let finished =
+        r#"{"ts":"2027-01-15T08:00:01.000Z","event":"run_finished","status":"failed","attempts":0}"#;
+    std::fs::write(none.join("events.jsonl"), format!("{started}\n{finished}\n")).unwrap();
+    let out = herd::run(dir.path(), &["logs", "--timeline"], LIMIT);
+    out.assert_code(2);
+    let said = "logs/29991231-000000-none/events.jsonl: no timeline to draw: the run made no attempt";
+    assert!(out.stderr.contains(said), "{out}");
 }
