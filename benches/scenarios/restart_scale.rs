@@ -37,7 +37,10 @@ pub fn run() {
             clear_logs(dir.path());
             match restart(&config, dir.path(), n) {
                 Some(row) => got.push(row),
-                None => println!("| {n} | run {rep}: attempt 1 did not come up on every node | | | | | |"),
+                None => println!(
+                    "| {n} | run {rep}: attempt 1 did not come up on every node; herd's stderr: {} | | | | | |",
+                    dir.path().join("herd.stderr").display()
+                ),
             }
         }
         if got.is_empty() {
@@ -58,14 +61,19 @@ fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<
         .arg(config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("herd.stderr")).expect("herd.stderr"))
         .spawn()
         .expect("spawn herd");
     let logs = dir.join("logs");
     let running = |ev: &[serde_json::Value]| {
         ev.iter().filter(|e| e["event"] == "node_started" && e["attempt"] == 1).count() >= n
     };
-    let up = poll_until(Duration::from_secs(300), Duration::from_millis(200), || running(&run_events(&logs)));
+    let mut gone = false;
+    let up = poll_until(Duration::from_secs(300), Duration::from_millis(200), || {
+        gone = matches!(herd.try_wait(), Ok(Some(_)));
+        gone || running(&run_events(&logs))
+    })
+    .filter(|_| !gone);
     let _ = Command::new("kill").args(["-INT", &herd.id().to_string()]).status();
     let _ = herd.wait();
     up?;

@@ -5,6 +5,8 @@
 //! the end over the wall time × the fault-free step rate, measured first in the same session
 //! with plain torchrun on the same hosts.
 //!
+//! The peers' launchers' output is appended to `$TMPDIR/herd-soak-logs/node<i>.log`.
+//!
 //! Sizes (environment): BENCH_SOAK_NODES (8), BENCH_SOAK_SECS (1200), BENCH_SOAK_EVERY (120),
 //! BENCH_SOAK_SEEDS (`41`, comma-separated), BENCH_SOAK_LAUNCHERS (`herd,elastic,loop`),
 //! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot`).
@@ -406,7 +408,13 @@ fn remote(tb: &Testbed, i: usize, venv: &Path, command: &str) -> Child {
         env!("CARGO_MANIFEST_DIR"),
         venv.display()
     );
-    tb.ssh_command(i).arg(line).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    // What the peers' launchers say, kept to read after the bench: appended a node a file.
+    let dir = std::env::temp_dir().join("herd-soak-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("node{i}.log"))).unwrap();
+    let err = log.try_clone().unwrap();
+    tb.ssh_command(i).arg(line).stdout(log).stderr(err).spawn().unwrap()
 }
 
 /// Whatever a launcher left: killed, so the next starts clean (it was counted first).

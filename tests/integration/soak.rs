@@ -3,6 +3,7 @@
 //! the checkpoint interval (a hang is found by the default `restart.stall_timeout`). The run
 //! must keep training through all of them, blame no healthy node, and leave nothing behind. The bench's `soak`
 //! scenario is the long form, side by side with torchrun's elastic agent and a shell loop.
+//! HERD_SOAK_TIMELINE=PATH keeps the run's `herd logs --timeline` page there, to look at.
 
 use std::time::{Duration, Instant};
 
@@ -88,6 +89,15 @@ fn a_job_keeps_training_through_faults_one_after_another() {
         restarted.iter().all(|c| c.supervised.detect.is_some()),
         "a restart herd has no teardown for: {costs:?}"
     );
+    // The run's picture: every attempt of it drawn from its record.
+    let drawn = herd::run(cluster.tb.dir(), &["logs", "--timeline", "-c", &config], Duration::from_secs(60));
+    drawn.assert_code(0);
+    let page = std::fs::read_to_string(drawn.stdout.trim()).unwrap();
+    let attempts = herd::event_names(&events).iter().filter(|e| *e == "attempt_started").count();
+    assert!(page.contains("<svg") && attempts > 1, "{attempts} attempts\n{drawn}");
+    if let Some(keep) = std::env::var_os("HERD_SOAK_TIMELINE") {
+        std::fs::write(keep, &page).unwrap();
+    }
     assert!(leftovers.is_empty(), "left on the nodes: {leftovers:?}");
 }
 
