@@ -322,8 +322,10 @@ end_idle_launcher() {
 # Each rank's time on a CPU and waiting for one, for stragglers (`supervisor::straggler`
 # scores them), and the bytes it has read and written (any file, pipe or socket: rchar and
 # wchar of /proc/PID/io), which tell a rank that waits on I/O from one that waits on nothing
-# (a stall): `herd-agent sample UPTIME HZ RANK:CPU:WAIT:IO ...`, times in units of 1/HZ s, IO
-# in bytes and left out where the node does not show it, each summed over the rank's processes. Where the kernel keeps scheduler statistics
+# (a stall): `herd-agent sample UPTIME HZ RANK:CPU:WAIT:IO[:D] ...`, times in units of 1/HZ s, IO
+# in bytes and left out where the node does not show it, each summed over the rank's processes;
+# D is 1 for a process with a thread in uninterruptible sleep (state D: an fsync, a close on
+# NFS, a large write to a slow disk), whose bytes count only once the call returns. Where the kernel keeps scheduler statistics
 # (/proc/PID/task/TID/schedstat: time on a CPU, then time ready to run but waiting for one,
 # in ns), both come from it, over every thread: a rank slowed by a throttled cgroup or a noisy
 # neighbour waits for a CPU rather than computing more. Elsewhere, CPU is the user and system
@@ -339,9 +341,10 @@ else
 fi
 # times_of PID: its CPU time and its wait for a CPU, in units of 1/hz, into `cpu` and
 # `waited`, and its bytes read and written into `io` (empty where /proc/PID/io is not
-# readable); false if it is gone.
+# readable), and `blocked` 1 if a thread of it is in uninterruptible sleep (else empty);
+# false if it is gone.
 times_of() {
-  cpu=0 waited=0 io=
+  cpu=0 waited=0 io='' blocked=''
   { while read -r k v; do
     case $k in rchar: | wchar:) io=$((${io:-0} + v)) ;; esac
   done <"/proc/$1/io"; } 2>/dev/null
@@ -349,10 +352,13 @@ times_of() {
     for t in /proc/"$1"/task/*/schedstat; do
       { read -r on ready _ <"$t"; } 2>/dev/null || continue
       cpu=$((cpu + on)) waited=$((waited + ready))
+      [ -z "$blocked" ] && herd_stat "${t%schedstat}stat" && [ "$herd_state" = D ] && blocked=1
     done
     [ "$cpu" != 0 ] || [ -d "/proc/$1/task" ]
   else
-    herd_stat "/proc/$1/stat" && cpu=$herd_cpu
+    herd_stat "/proc/$1/stat" || return 1
+    cpu=$herd_cpu
+    [ "$herd_state" != D ] || blocked=1
   fi
 }
 sample_job() {
@@ -370,7 +376,7 @@ sample_job() {
     case $r in '' | *[!0-9]*) continue ;; esac
     times_of "$p" || continue
     # A rank's processes, one word each: herd sums them.
-    s="$s$r:$cpu:$waited${io:+:$io} "
+    s="$s$r:$cpu:$waited${io:+:$io${blocked:+:1}} "
   done
   ranks=$live
   read -r up _ </proc/uptime

@@ -123,6 +123,9 @@ pub struct RankTimes {
     pub wait: u64,
     /// Bytes read and written, to anything (`None` where the node cannot say).
     pub io: Option<u64>,
+    /// A thread of it was in uninterruptible sleep (state D: an fsync, a close on NFS), whose
+    /// bytes count only once the call returns.
+    pub blocked: bool,
 }
 
 /// One node's answer to `sample`: its uptime (seconds), the units of its times in a second,
@@ -190,6 +193,11 @@ fn parse_sample(words: &str) -> Option<Sample> {
             None => None,
             Some(io) => Some(io.parse().ok()?),
         };
+        let blocked = match fields.next() {
+            None => false,
+            Some("1") => true,
+            Some(_) => return None,
+        };
         if fields.next().is_some() {
             return None;
         }
@@ -198,8 +206,9 @@ fn parse_sample(words: &str) -> Option<Sample> {
                 sum.cpu += cpu;
                 sum.wait += wait;
                 sum.io = sum.io.zip(io).map(|(a, b)| a + b);
+                sum.blocked |= blocked;
             }
-            None => ranks.push((rank, RankTimes { cpu, wait, io })),
+            None => ranks.push((rank, RankTimes { cpu, wait, io, blocked })),
         }
     }
     Some(Sample { uptime, hz, ranks })
@@ -323,11 +332,13 @@ mod tests {
         );
         assert_eq!(parse_agent_line("herd-agent unstopped 4 5"), AgentMessage::Unstopped(vec![4, 5]));
         // A rank's processes (its data loaders) are summed; no rank at all is a sample too.
-        let times = |cpu, wait, io| RankTimes { cpu, wait, io };
-        let ranks = vec![(3, times(170, 9, None)), (2, times(40, 0, None)), (1, times(7, 1, Some(4096)))];
+        let times = |cpu, wait, io| RankTimes { cpu, wait, io, blocked: false };
+        let waiting = RankTimes { blocked: true, ..times(7, 1, Some(4096)) };
+        let ranks = vec![(3, times(170, 9, None)), (2, times(40, 0, None)), (1, waiting)];
         let sample = Sample { uptime: 812.5, hz: 100, ranks };
-        // Bytes are known for a rank only when they are for every process of it.
-        let line = "herd-agent sample 812.5 100 3:150:4:100 2:40 3:20:5 1:3:1:1000 1:4:0:3096";
+        // Bytes are known for a rank only when they are for every process of it; one process
+        // in uninterruptible sleep makes the rank blocked.
+        let line = "herd-agent sample 812.5 100 3:150:4:100 2:40 3:20:5 1:3:1:1000 1:4:0:3096:1";
         assert_eq!(parse_agent_line(line), AgentMessage::Sample(sample));
         let none = Sample { uptime: 9.0, hz: 250, ranks: vec![] };
         assert_eq!(parse_agent_line("herd-agent sample 9.00 250"), AgentMessage::Sample(none));
@@ -336,6 +347,7 @@ mod tests {
             "herd-agent sample 9.0 100 x:2",
             "herd-agent sample 9.0",
             "herd-agent sample 9.0 100 1:2:3:4:5",
+            "herd-agent sample 9.0 100 1:2:3:4:1:1",
             "herd-agent sample 9.0 100 1:2:3:x",
             "herd-agent sample 9.0 100 1:2:x",
         ] {

@@ -107,7 +107,9 @@ impl StragglerWatch {
                     // the rank counts less than it did, this round, rather than none.
                     let cpu = now.cpu.saturating_sub(then.cpu) as f64 / per_sec;
                     let busy = cpu + now.wait.saturating_sub(then.wait) as f64 / per_sec;
-                    let still = now.io.zip(then.io).is_some_and(|(now, then)| now == then);
+                    // A rank waiting in an fsync or a close on NFS moves its bytes only as the
+                    // call returns: it is not still while it waits there.
+                    let still = !now.blocked && now.io.zip(then.io).is_some_and(|(now, then)| now == then);
                     self.shares.insert(*rank, Shares { node_rank, cpu, busy, still });
                 }
             } else if dt >= 0.0 {
@@ -409,7 +411,7 @@ mod tests {
         let s = |uptime: f64, cpu: u64, wait: u64| Sample {
             uptime,
             hz: 100,
-            ranks: vec![(0, RankTimes { cpu, wait, io: Some(0) })],
+            ranks: vec![(0, RankTimes { cpu, wait, io: Some(0), blocked: false })],
         };
         w.sample(0, &s(100.0, 0, 0));
         w.sample(0, &s(100.5, 40, 0));
@@ -430,6 +432,17 @@ mod tests {
         cpu: impl Fn(usize, u32) -> f64,
         io: impl Fn(usize, u32) -> Option<u64>,
     ) -> Vec<u64> {
+        still_blocked(rounds, cpu, io, |_, _| false)
+    }
+
+    /// `still`, with `blocked(round, rank)`: a thread of the rank in uninterruptible sleep
+    /// as the round's sample is taken.
+    fn still_blocked(
+        rounds: usize,
+        cpu: impl Fn(usize, u32) -> f64,
+        io: impl Fn(usize, u32) -> Option<u64>,
+        blocked: impl Fn(usize, u32) -> bool,
+    ) -> Vec<u64> {
         let mut w = StragglerWatch::new();
         let mut sums = [RankTimes { io: Some(0), ..RankTimes::default() }; 4];
         let mut out = Vec::new();
@@ -446,6 +459,7 @@ mod tests {
                     },
                 );
                 for r in ranks {
+                    sums[r as usize].blocked = blocked(round + 1, r);
                     sums[r as usize].cpu += (cpu(round, r) * 500.0) as u64;
                     sums[r as usize].io = sums[r as usize].io.zip(io(round, r)).map(|(a, b)| a + b);
                 }
@@ -485,5 +499,14 @@ mod tests {
         // One byte moved starts it over (after round 4: the round at 25 s counts it).
         let again = still(8, |_, _| 0.0, |r, _| Some(u64::from(r == 4)));
         assert_eq!(again, [0, 5, 10, 15, 20, 0, 5, 10, 15]);
+    }
+
+    /// Rank 0 in an fsync (or a close on NFS) for rounds 2 to 6, moving no byte until it
+    /// returns, the others waiting for it: no stall while it waits there; once it is out and
+    /// every rank sits still again, the stall counts from there.
+    #[test]
+    fn a_rank_in_uninterruptible_sleep_is_not_still() {
+        let fsync = still_blocked(9, |_, _| 0.0, |_, _| Some(0), |r, rank| rank == 0 && (2..=6).contains(&r));
+        assert_eq!(fsync, [0, 5, 0, 0, 0, 0, 0, 5, 10, 15]);
     }
 }
