@@ -293,12 +293,14 @@ pub struct LogsArgs {
     #[arg(long, conflicts_with = "attempt")]
     pub lineage: bool,
 
-    /// Instead, draw where the run's time went: a row per node (launching, starting, training,
-    /// stopping, backoff; spare, lost, quarantined) over the run's wall time, each fault and
-    /// restart marked, and a table of the attempts. One HTML page with an inline SVG (no
-    /// script, nothing fetched), written from the run's events.jsonl to timeline.html in the
-    /// run's directory, or to --output; the path written is printed. Exit 1 when lines of a
-    /// record cut short (a run killed while writing) were skipped: the page shows the rest.
+    /// Draw where the run's time went, as one HTML page, in place of its logs.
+    ///
+    /// A row per node (launching, starting, training, stopping, backoff; spare, lost,
+    /// quarantined) over the run's wall time, each fault and restart marked, and a table of
+    /// the attempts. One HTML page with an inline SVG (no script, nothing fetched), written
+    /// from the run's events.jsonl to timeline.html in the run's directory, or to --output;
+    /// the path written is printed. Exit 1 when lines of a record cut short (a run killed
+    /// while writing) were skipped: the page shows the rest.
     #[arg(long, conflicts_with_all = ["list", "node", "rank", "attempt", "grep", "lineage"])]
     pub timeline: bool,
 

@@ -90,7 +90,6 @@ fn print_run(run: &logs::RunInfo, args: &LogsArgs, out: &mut impl std::io::Write
 /// them; the path written printed. The lines of the record that are no whole event are left
 /// out, and said (exit 1).
 fn timeline(run: &logs::RunInfo, to: Option<&Path>) -> Result<u8, Error> {
-    use std::io::Write;
     let events = run.dir.join("events.jsonl");
     let text = std::fs::read(&events).map_err(Error::io(format!("cannot read {}", events.display())))?;
     let record = timeline::read(&String::from_utf8_lossy(&text));
@@ -99,17 +98,11 @@ fn timeline(run: &logs::RunInfo, to: Option<&Path>) -> Result<u8, Error> {
     let page = output::timeline_view::html(&drawn.grouped(timeline::MAX_ROWS));
     let to = to.map_or_else(|| run.dir.join("timeline.html"), Path::to_path_buf);
     if to == Path::new("-") {
-        let mut out = std::io::stdout().lock();
-        match out.write_all(page.as_bytes()).and_then(|()| out.flush()) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                return Err(Error::io("cannot print the timeline")(e));
-            }
-            _ => {}
-        }
+        super::out(&page)?;
     } else {
         let context = format!("cannot write {} (another place: --output PATH)", to.display());
         std::fs::write(&to, page).map_err(Error::io(context))?;
-        println!("{}", to.display());
+        super::out(&format!("{}\n", to.display()))?;
     }
     if record.skipped.is_empty() {
         return Ok(exit::OK);
