@@ -206,17 +206,6 @@ fn fault_free_rate(tb: &Testbed, venv: &Path, root: &Path, n: usize) -> f64 {
     rate
 }
 
-fn poll(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    false
-}
-
 /// The soak's common part: `schedule` against a launcher started at `start`, then the
 /// training kept, the job told to end, and what is left once the launcher is gone.
 struct Soaked {
@@ -423,4 +412,9 @@ fn clean(tb: &Testbed) {
         let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         let _ = Command::new("kill").args(["-CONT", &pid.to_string()]).status();
     }
+}
+
+/// `cond` polled every 200 ms until it holds or `limit` passes: whether it held.
+fn poll(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    measure::poll_until(limit, Duration::from_millis(200), cond).is_some()
 }
