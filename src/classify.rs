@@ -152,6 +152,10 @@ struct NodeFailure<'a> {
     class: FailureClass,
     line: Option<String>,
     at: Duration,
+    /// Ended lost only after herd asked it to stop (no exit status by the kill deadline): on
+    /// a loaded launch host that is herd's teardown, not the node; never the root cause while
+    /// another node failed first.
+    by_teardown: bool,
 }
 
 fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFailure<'a>> {
@@ -197,7 +201,9 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         FailureClass::NodeLost => node.lost_at.unwrap_or(node.ended_at),
         _ => first_sign.min(node.ended_at),
     };
-    Some(NodeFailure { node, class, line, at })
+    let by_teardown =
+        matches!(node.exit, NodeExit::Lost(_)) && node.lost_at.is_none() && node.stop_requested_at.is_some();
+    Some(NodeFailure { node, class, line, at, by_teardown })
 }
 
 /// `[rank3]: `, which torch puts before each line a rank prints to stderr.
@@ -263,11 +269,15 @@ pub fn classify_with(
     let root_index = if trigger == Trigger::Hang {
         None
     } else {
-        let primary = failures.iter().enumerate().filter(|(_, f)| f.class != FailureClass::Comm);
-        let earliest = |it: &mut dyn Iterator<Item = (usize, &NodeFailure)>| {
-            it.min_by_key(|(_, f)| (f.at, f.node.node_rank)).map(|(i, _)| i)
+        // A node's own failure before a communication error (its peers' consequence), before
+        // a node that only the teardown ended lost.
+        let own = |f: &&NodeFailure| !f.by_teardown;
+        let primary = |f: &&NodeFailure| own(f) && f.class != FailureClass::Comm;
+        let earliest = |keep: &dyn Fn(&&NodeFailure) -> bool| {
+            let kept = failures.iter().enumerate().filter(|(_, f)| keep(f));
+            kept.min_by_key(|(_, f)| (f.at, f.node.node_rank)).map(|(i, _)| i)
         };
-        earliest(&mut primary.into_iter()).or_else(|| earliest(&mut failures.iter().enumerate()))
+        earliest(&primary).or_else(|| earliest(&own)).or_else(|| earliest(&|_| true))
     };
 
     let (class, root_cause) = match root_index {
@@ -827,6 +837,30 @@ mod tests {
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::NodeLost);
         assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 2, "{v:?}");
+    }
+
+    #[test]
+    fn a_node_the_teardown_ended_lost_is_no_root_cause_before_a_comm_error() {
+        // 252 nodes on a host at load 300 (issue 39, item 4): node 3 printed a communication
+        // error and exited 1; herd stopped the rest, and gave up on node 1's exit status at
+        // the kill deadline. The attempt was node 3's, not a lost node's.
+        let rules = RuleTable::new(&[]);
+        let gave_up = NodeExit::Lost("no exit status 15 s after SIGKILL was requested".into());
+        let nodes = [
+            node(0, "", NodeExit::Signal(9), 0, 3_000, Some(2_000)),
+            node(1, "", gave_up.clone(), 0, 39_000, Some(2_000)),
+            node(3, "RuntimeError: Connection closed by peer\n", NodeExit::ExitCode(1), 1_999, 2_000, None),
+        ];
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!(v.class, FailureClass::Comm, "{v:?}");
+        assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 3, "{v:?}");
+        assert_eq!(
+            v.consequences.iter().map(|c| (c.node_rank, c.class)).collect::<Vec<_>>(),
+            [(1, FailureClass::NodeLost)]
+        );
+        // With nothing else failed, the node is still named: the loss is all there is.
+        let v = classify(&nodes[..2], Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!((v.class, v.root_cause.unwrap().node_rank), (FailureClass::NodeLost, 1));
     }
 
     /// The hang fixture, stopped by herd where torchrun says "Received 15 death signal".
