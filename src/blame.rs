@@ -32,7 +32,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::classify::RuleTable;
-use crate::outcome::{FailureClass, NodeExit, NodeOutcome, Verdict};
+use crate::outcome::{FailureClass, NodeExit, NodeOutcome, RootCause, Verdict};
 use crate::roster::Blamed;
 
 /// How far apart herd may see nodes lost and still judge them lost at once (one cut of a
@@ -84,7 +84,11 @@ fn blame(
             add(node.node_rank, format!("hardware: {}", line.text.trim()));
         }
     }
-    let for_fault = match root_fault(verdict, previous).filter(|_| !rank_fault) {
+    // A root cause lost while herd's own host was strained (see `NodeOutcome::late_fleet`)
+    // is no node's fault, however often it comes.
+    let strained = |r: &RootCause| nodes.iter().any(|n| n.node_rank == r.node_rank && n.late_fleet);
+    let root_late = root.is_some_and(strained);
+    let for_fault = match root_fault(verdict, previous).filter(|_| !rank_fault && !root_late) {
         Some((node_rank, reason)) => add(node_rank, reason),
         None => false,
     };
@@ -321,7 +325,7 @@ mod tests {
 
     use super::*;
     use crate::config::RuleSpec;
-    use crate::outcome::{RootCause, TimedLine};
+    use crate::outcome::TimedLine;
 
     /// `lost_together` of a heartbeat timeout of 15 s.
     const TOGETHER: Duration = Duration::from_secs(23);
@@ -690,5 +694,10 @@ mod tests {
         // A hang with no culprit blames nobody.
         let hang = verdict(FailureClass::Hang, None);
         assert_eq!(blame(&hang, &nodes, &rules, Some(("n2", FailureClass::Hang))), []);
+        // Lost twice while herd's host was too loaded to hear it: the host's strain, not n2's.
+        let mut strained = [node(2, NodeExit::Lost("the ssh connection to the node was lost".into()), &[])];
+        strained[0].late_fleet = true;
+        let lost = verdict(FailureClass::NodeLost, Some((2, None, strained[0].exit.clone())));
+        assert_eq!(blame(&lost, &strained, &rules, Some(("n2", FailureClass::NodeLost))), []);
     }
 }

@@ -191,8 +191,11 @@ pub struct Attempt<'a> {
     extra: Duration,
     /// The longest wait was granted for this host's overload, and holds while it lasts.
     overload_held: bool,
-    /// Nodes judged silent after the late heartbeats were warned of.
+    /// Nodes judged silent after the late heartbeats were warned of, or whose connection
+    /// was lost while this host was strained.
     late_fleet: BTreeSet<usize>,
+    /// When a tick last found this host overloaded, or herd itself not running for a while.
+    strained_at: Option<Duration>,
     /// The first time limit or preemption.
     preempted: Option<Preemption>,
 }
@@ -219,6 +222,7 @@ impl<'a> Attempt<'a> {
             extra: Duration::ZERO,
             overload_held: false,
             late_fleet: BTreeSet::new(),
+            strained_at: None,
             preempted: None,
         }
     }
@@ -324,6 +328,13 @@ impl<'a> Attempt<'a> {
         if matches!(exit, NodeExit::Lost(_)) && !self.term_sent {
             self.lost_at[node_rank].get_or_insert(now);
         }
+        // A connection lost while this host was too loaded to answer its keepalives (load 896
+        // on 2 cores: 37 of 252 nodes' SSH masters gave up within seconds) is no evidence
+        // against the node: like a silence judged then, it blames none.
+        let strained = self.strained_at.is_some_and(|at| now <= at + self.plan.restart.heartbeat_timeout);
+        if matches!(exit, NodeExit::Lost(_)) && !self.silent.contains_key(&node_rank) && strained {
+            self.late_fleet.insert(node_rank);
+        }
         let failed = !exit.success();
         let reason = format!("{} failed: {exit}", self.who(node_rank));
         self.exits[node_rank] = Some(exit);
@@ -381,6 +392,9 @@ impl<'a> Attempt<'a> {
     }
 
     fn tick(&mut self, now: Duration, mut clock: Clock, actions: &mut Vec<Action>) {
+        if clock.gap >= STALLED || clock.load.is_some_and(|l| l.overloaded()) {
+            self.strained_at = Some(now);
+        }
         if clock.gap >= STALLED {
             // What the nodes said meanwhile is still unread: nobody's silence counts.
             actions.push(Action::Forgive(clock.gap));
@@ -1089,6 +1103,32 @@ mod tests {
         let mut c = Attempt::new(&p, Some(1), &used);
         c.decide(S(30), tick([Some(16), Some(1), Some(2)], 0, 250));
         assert!(c.ended().late_fleet.is_empty(), "a silence judged with no warning is the node's");
+    }
+
+    #[test]
+    fn a_connection_lost_while_this_host_is_strained_blames_no_node() {
+        let p = plan("");
+        let used = BTreeSet::new();
+        let lost = || NodeExit::Lost("the ssh connection to the node was lost".into());
+        let mut a = Attempt::new(&p, Some(1), &used);
+        a.decide(S(30), loaded([Some(3), Some(2), Some(2)], 896.0));
+        a.decide(S(36), Input::NodeEnded { node_rank: 1, exit: lost() });
+        assert_eq!(a.ended().late_fleet, [1].into());
+        // herd itself not running for a while (starved) is the same.
+        let mut b = Attempt::new(&p, Some(1), &used);
+        b.decide(S(30), tick([Some(1), Some(1), Some(1)], 0, 3_000));
+        b.decide(S(31), Input::NodeEnded { node_rank: 2, exit: lost() });
+        assert_eq!(b.ended().late_fleet, [2].into());
+        // On a host at ease, or long after the strain, the loss is the node's.
+        let mut c = Attempt::new(&p, Some(1), &used);
+        c.decide(S(30), loaded([Some(1), Some(1), Some(1)], 1.0));
+        c.decide(S(31), Input::NodeEnded { node_rank: 1, exit: lost() });
+        assert!(c.ended().late_fleet.is_empty());
+        let mut d = Attempt::new(&p, Some(1), &used);
+        d.decide(S(30), loaded([Some(1), Some(1), Some(1)], 896.0));
+        d.decide(S(60), loaded([Some(1), Some(1), Some(1)], 1.0));
+        d.decide(S(61), Input::NodeEnded { node_rank: 1, exit: lost() });
+        assert!(d.ended().late_fleet.is_empty());
     }
 
     #[test]
