@@ -147,7 +147,7 @@ fn node_run(
         commands,
         reports: reports.clone(),
         liveness: liveness.clone(),
-        progress_pattern: None,
+        progress: super::node::Progress::AnyLine,
         fatal_pattern: None,
     };
     (tell, run)

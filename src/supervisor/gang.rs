@@ -241,7 +241,7 @@ impl<'a> Gang<'a> {
                 commands: commands_rx,
                 reports: reports_tx.clone(),
                 liveness: liveness.clone(),
-                progress_pattern: plan.patterns.progress.clone(),
+                progress: node::Progress::of(plan),
                 fatal_pattern: plan.patterns.crash.clone(),
             };
             Some(node::run(conn.clone(), run, ctx.events.clone()))
@@ -736,18 +736,33 @@ mod tests {
         node.heard().iter().filter(|h| matches!(h, Heard::Env(_))).count()
     }
 
+    /// torchrun's own lines as it starts (its OMP_NUM_THREADS warning) are no training: an
+    /// attempt whose ranks then crash within seconds, again and again, is a crash loop whose
+    /// backoff doubles (`policy::trained`), not one restarted at once each time.
+    #[tokio::test(start_paused = true)]
+    async fn a_torch_launchers_own_lines_are_no_progress() {
+        let p = plan("29500");
+        let node = |rank: u32| {
+            let job = vec![Step::Print("WARNING: Setting OMP_NUM_THREADS\n".into()), Step::Exit(1)];
+            SimNode::agent([started(10 + rank), job].concat())
+        };
+        let nodes = [node(0), node(1), node(2)];
+        let ran = attempt(&p, &nodes, no_signal).await;
+        assert_eq!(ran.end.first_progress, None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn nodes_that_all_exit_zero_succeed_each_started_once_on_the_known_port() {
         let p = plan("29500");
         let node = |rank: u32| {
-            let job = vec![Step::Print(format!("step 1 of rank {rank}\n")), Step::Exit(0)];
+            let job = vec![sim::rank_prints(rank, &format!("step 1 of rank {rank}")), Step::Exit(0)];
             SimNode::agent([started(10 + rank), job].concat())
         };
         let nodes = [node(0), node(1), node(2)];
         let ran = attempt(&p, &nodes, no_signal).await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
         assert_eq!(ran.end.port, Some(29500));
-        assert!(ran.end.first_progress.is_some());
+        assert!(ran.end.first_progress.is_some(), "a rank's line is progress");
         all_started_on(&nodes, 29500);
         assert!(nodes.iter().all(|n| n.started() == 1));
         assert_eq!(ran.count(|e| matches!(e, Event::NodeStarted { .. })), 3);

@@ -118,11 +118,44 @@ pub struct NodeRun {
     /// agent message is a sign of life, far too many for a channel, while the supervisor only
     /// reads the latest of each, at its tick.
     pub liveness: Arc<Liveness>,
-    /// Only lines matching it count as progress; `None`: every line does.
-    pub progress_pattern: Option<Arc<Regex>>,
+    /// Which of its lines are the job's progress.
+    pub progress: Progress,
     /// Lines that mean the node has failed (see `RuleTable::crash_pattern`): the first one
     /// is reported (`NodeReport::Fatal`) as soon as it arrives.
     pub fatal_pattern: Option<Arc<regex::bytes::Regex>>,
+}
+
+/// Which lines of a node's output are the job's progress: what the stall rule waits for, and
+/// what tells an attempt that trained from a crash loop (`policy::trained`).
+#[derive(Clone)]
+pub enum Progress {
+    /// Lines matching `restart.progress_pattern`, whoever prints them.
+    Pattern(Arc<Regex>),
+    /// Any line of a rank's: a torch launcher's own (its warnings as it starts, its
+    /// "restarting workers") are not the job's.
+    RankLines,
+    /// Any line: a `command` job's lines are all its own.
+    AnyLine,
+}
+
+impl Progress {
+    /// `Pattern`'s, or a torch launcher's ranks' lines, or any line (`command`).
+    pub fn of(plan: &crate::plan::LaunchPlan) -> Progress {
+        match (&plan.patterns.progress, plan.launcher) {
+            (Some(p), _) => Progress::Pattern(p.clone()),
+            (None, crate::config::LauncherKind::Command) => Progress::AnyLine,
+            (None, _) => Progress::RankLines,
+        }
+    }
+
+    /// Whether the non-empty line `text`, from `source`, is progress.
+    fn counts(&self, source: &Source, text: impl FnOnce() -> String) -> bool {
+        match self {
+            Progress::Pattern(p) => p.is_match(&text()),
+            Progress::RankLines => source.rank.is_some(),
+            Progress::AnyLine => true,
+        }
+    }
 }
 
 /// Where a node reports its first fatal line.
@@ -259,7 +292,7 @@ async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Ev
         rank,
         events.clone(),
         node.liveness.clone(),
-        node.progress_pattern.clone(),
+        node.progress.clone(),
         node.fatal_pattern.clone().map(|pattern| FatalWatch { pattern, report: node.reports.clone() }),
     ));
     let err_pump = tokio::spawn(pump_agent(
@@ -497,7 +530,7 @@ async fn pump_output(
     rank: usize,
     events: mpsc::Sender<Event>,
     liveness: Arc<Liveness>,
-    progress_pattern: Option<Arc<Regex>>,
+    progress_rule: Progress,
     mut fatal: Option<FatalWatch>,
 ) {
     let mut split = SourceSplitter::default();
@@ -524,7 +557,7 @@ async fn pump_output(
             }
         };
         for (source, lines) in batches {
-            pass_on(rank, source, lines, &events, &liveness, &progress, &progress_pattern, &mut fatal).await;
+            pass_on(rank, source, lines, &events, &liveness, &progress, &progress_rule, &mut fatal).await;
         }
         if n == 0 {
             break;
@@ -625,7 +658,7 @@ async fn pass_on(
     events: &mpsc::Sender<Event>,
     liveness: &Liveness,
     progress: &PumpProgress,
-    progress_pattern: &Option<Arc<Regex>>,
+    progress_rule: &Progress,
     fatal: &mut Option<FatalWatch>,
 ) {
     {
@@ -636,10 +669,8 @@ async fn pass_on(
                 .take(TAIL_LINE_CHARS)
                 .collect()
         };
-        let progressed = match progress_pattern {
-            None => lines.iter().any(|l| !l.text.is_empty()),
-            Some(p) => lines.iter().any(|l| !l.text.is_empty() && p.is_match(&text(l))),
-        };
+        let progressed =
+            lines.iter().any(|l| !l.text.is_empty() && progress_rule.counts(&source, || text(l)));
         if progressed {
             liveness.progress();
         }
@@ -767,6 +798,19 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torch_launchers_own_lines_are_not_the_jobs_progress() {
+        let (rank, launcher) =
+            (Source { rank: Some(3), local_rank: Some(1), stderr: false }, Source::default());
+        let text = || "WARNING: Setting OMP_NUM_THREADS environment variable".to_string();
+        assert!(Progress::RankLines.counts(&rank, text));
+        assert!(!Progress::RankLines.counts(&launcher, text), "torchrun's warning as it starts");
+        assert!(Progress::AnyLine.counts(&launcher, text), "a command job's lines are its own");
+        let steps = Progress::Pattern(Arc::new(Regex::new("^step ").unwrap()));
+        assert!(!steps.counts(&rank, text));
+        assert!(steps.counts(&launcher, || "step 7 loss 0.1".to_string()));
+    }
     use crate::transport::sim::{say, Expect, Heard, SimNode, Step};
 
     #[test]
@@ -855,7 +899,7 @@ mod tests {
                 commands,
                 reports: reports_tx,
                 liveness: Arc::new(Liveness::new(1)),
-                progress_pattern: None,
+                progress: Progress::AnyLine,
                 fatal_pattern: None,
             };
             let conn = Arc::new(Connection::Sim(node.clone()));

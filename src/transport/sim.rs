@@ -55,6 +55,14 @@ pub fn say(line: impl Into<String>) -> Step {
     Step::Say(line.into())
 }
 
+/// The job's output as the output multiplexer frames it (see `remote::frames`): `rank`'s
+/// stdout, its one line `text`. The node's first output: the multiplexer's magic starts it.
+pub fn rank_prints(rank: u32, text: &str) -> Step {
+    let magic = String::from_utf8(crate::remote::frames::MAGIC.to_vec()).expect("ascii");
+    let line = format!("{text}\n");
+    Step::Print(format!("{magic}+1 o {rank} 0\n1 {}\n{line}", line.len()))
+}
+
 /// One rank's stack as `herd_stack` (procs.sh) sends it: its start, its base64 in two pieces,
 /// its end.
 pub fn stack(rank: u32, pid: u32, dump: &str) -> Vec<Step> {
