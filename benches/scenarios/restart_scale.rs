@@ -37,10 +37,15 @@ pub fn run() {
             clear_logs(dir.path());
             match restart(&config, dir.path(), n) {
                 Some(row) => got.push(row),
-                None => println!(
-                    "| {n} | run {rep}: attempt 1 did not come up on every node; herd's stderr: {} | | | | | |",
-                    dir.path().join("herd.stderr").display()
-                ),
+                None => {
+                    // The tempdir goes with the bench: herd's stderr is kept apart.
+                    let kept = std::env::temp_dir().join(format!("herd-restart-scale-{n}-{rep}.stderr"));
+                    let _ = std::fs::copy(dir.path().join("herd.stderr"), &kept);
+                    println!(
+                        "| {n} | run {rep}: attempt 1 did not come up on every node; herd's stderr: {} | | | | | |",
+                        kept.display()
+                    )
+                }
             }
         }
         if got.is_empty() {

@@ -324,7 +324,7 @@ fn done(
 
 /// `roster` with `released` let back in, and those that were in its quarantine (a node
 /// blamed without room for a replacement never was); `None` when none was.
-fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Roster>, Vec<(String, String)>) {
+pub fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Roster>, Vec<(String, String)>) {
     let mut next: Option<Roster> = None;
     let mut done = Vec::new();
     for (host, why) in released {
@@ -334,6 +334,19 @@ fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Roster>,
         }
     }
     (next, done)
+}
+
+/// The hosts a restart with no room left for its blamed nodes may try again, to let back in
+/// as spares those that answer: the ones this run quarantined (not in `before`, the
+/// quarantine it started with) for being out of reach, a node lost or one that could not be
+/// connected, which a link cut for a while is too; never one blamed for what it did (a crash,
+/// a failing check, a straggler). `tried`: hosts already tried for this restart.
+pub fn rejoinable(roster: &Roster, before: &[String], tried: &[String]) -> Vec<String> {
+    let out_of_reach = |why: &str| why.starts_with("node-lost: ") || why.starts_with("ssh: ");
+    (roster.quarantined_hosts())
+        .filter(|(host, why)| out_of_reach(why) && !before.iter().chain(tried).any(|h| h == host))
+        .map(|(host, _)| host.to_string())
+        .collect()
 }
 
 /// What becomes of `blamed` nodes of `roster` (see `Roster::without`).
@@ -981,6 +994,30 @@ mod tests {
         // The same fault on another host (the ranks moved): n1 was blamed, never quarantined.
         let second = b.after_attempt(&case.ctx(), 1, failed(segv("n0"), &nodes));
         assert_eq!((second.released, second.roster), (Vec::new(), None));
+    }
+
+    #[test]
+    fn a_node_quarantined_out_of_reach_by_this_run_may_rejoin_once_a_restart_has_no_room() {
+        // n0 was quarantined by an earlier run; this one lost n1 (a link cut), could not
+        // connect n2, and blamed n3 for a segfault.
+        let mut file = BTreeMap::new();
+        file.insert("n0".to_string(), "node-lost: no heartbeat for 15s".to_string());
+        let start =
+            Roster::new((0..6).map(|i| format!("n{i}")).collect(), Some(2), None, None, &file).unwrap();
+        let before: Vec<String> = start.quarantined_hosts().map(|(h, _)| h.to_string()).collect();
+        let blame = |node_rank, reason: &str| Blamed { node_rank, reason: reason.into() };
+        let (r, _) = start.without(&[blame(0, "node-lost: no heartbeat for 15s")]).unwrap();
+        let (r, _) = r.without(&[blame(1, "ssh: connection timed out")]).unwrap();
+        let (r, _) = r.without(&[blame(0, "rank 1 died of SIGSEGV")]).unwrap();
+        let quarantined: Vec<&str> = r.quarantined_hosts().map(|(h, _)| h).collect();
+        assert_eq!(quarantined, ["n0", "n1", "n2", "n3"]);
+        assert_eq!(rejoinable(&r, &before, &[]), ["n1", "n2"]);
+        // Each is tried once a restart: one that did not answer waits for the next.
+        assert_eq!(rejoinable(&r, &before, &["n1".to_string()]), ["n2"]);
+        // Let back in, it is a spare again, in file order.
+        let (back, released) = release(&r, vec![("n2".into(), "answers again".into())]);
+        assert_eq!(released.len(), 1);
+        assert_eq!(back.unwrap().spare_hosts().collect::<Vec<_>>(), ["n2"]);
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub async fn run(
         end: end.clone(),
         resumed_from: None,
         kept: None,
+        quarantined_before: plan.roster.quarantined_hosts().map(|(h, _)| h.to_string()).collect(),
+        rejoin_tried: (0, Vec::new()),
     };
     let status = run.run(&mut interrupts).await;
     end.decide();
@@ -122,6 +124,11 @@ struct Run<'a> {
     resumed_from: Option<String>,
     /// What the run kept for the Slurm job's next generation (see `keep`).
     kept: Option<decide::Kept>,
+    /// The hosts the config's quarantine file held when the run started: no later restart
+    /// lets them back in (see `rejoin`).
+    quarantined_before: Vec<String>,
+    /// The attempt a restart is readying, and the hosts `rejoin` tried for it.
+    rejoin_tried: (u32, Vec<String>),
 }
 
 impl Run<'_> {
@@ -608,6 +615,12 @@ impl Run<'_> {
     /// attempt `attempt`, the first without them; the one before is returned. `None`: nothing
     /// blamed, or no room; the plan is unchanged.
     async fn replace(&mut self, replace: Replace, attempt: u32) -> Option<LaunchPlan> {
+        let replace = match replace {
+            Replace::NoRoom { blamed, reserve: true } if self.rejoin(attempt).await => {
+                decide::replacement(&self.plan.roster, blamed)
+            }
+            replace => replace,
+        };
         let (blamed, roster, changes) = match replace {
             Replace::Nothing => return None,
             Replace::NoRoom { blamed, reserve } => {
@@ -665,6 +678,27 @@ impl Run<'_> {
                 tracing::debug!("node {rank} ({host}) is to blame ({}); no spare", b.reason);
             }
         }
+    }
+
+    /// With no spare left for the nodes blamed for attempt `attempt`: the nodes this run
+    /// quarantined for being out of reach that answer again let back in as spares, each
+    /// tried once for the attempt (see `decide::rejoinable`); whether any was. The checks a
+    /// spare passes before an attempt uses it are still to come.
+    async fn rejoin(&mut self, attempt: u32) -> bool {
+        if self.rejoin_tried.0 != attempt {
+            self.rejoin_tried = (attempt, Vec::new());
+        }
+        let hosts = decide::rejoinable(&self.plan.roster, &self.quarantined_before, &self.rejoin_tried.1);
+        self.rejoin_tried.1.extend(hosts.iter().cloned());
+        if hosts.is_empty() {
+            return false;
+        }
+        let why = |host: String| (host, "out of reach when quarantined, it answers again".to_string());
+        let answered = reserve::answering(&self.plan, hosts).await.into_iter().map(why).collect();
+        let (roster, released) = decide::release(&self.plan.roster, answered);
+        let any = roster.is_some();
+        self.release(roster, released, attempt).await;
+        any
     }
 
     /// Let back in the nodes this run quarantined for a fault that turned out to be no

@@ -101,6 +101,35 @@ pub(super) fn keep_out(
     true
 }
 
+/// Of `hosts` (see `decide::rejoinable`), those that answer now: connected, and the
+/// connection checked, all at once, each within its connect timeout (and `ANSWER_WAIT` in all).
+pub(super) async fn answering(plan: &LaunchPlan, hosts: Vec<String>) -> Vec<String> {
+    let options = plan.timing.connect;
+    let mut set = tokio::task::JoinSet::new();
+    for host in hosts {
+        let Some(transport) = plan.transport_of(&host) else { continue };
+        set.spawn(async move {
+            let conn = crate::transport::connect(&transport, options).await.ok()?;
+            let answered = conn.check().await.is_ok();
+            conn.close().await;
+            answered.then_some(host)
+        });
+    }
+    let mut answered = Vec::new();
+    let _ = tokio::time::timeout(ANSWER_WAIT, async {
+        while let Some(joined) = set.join_next().await {
+            answered.extend(joined.ok().flatten());
+        }
+    })
+    .await;
+    answered.sort();
+    answered
+}
+
+/// The longest a restart asks the nodes it quarantined for being out of reach whether they
+/// answer again: past SSH's own connect timeout, a host that slow is not one to promote.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Which run's quarantine entries: the plan's config, and the run's id.
 #[derive(Clone, Copy)]
 pub(super) struct Of<'a> {

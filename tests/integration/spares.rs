@@ -61,6 +61,19 @@ fn wait_training(c: &Cluster, running: &mut herd::Running, node: usize) {
     assert!(trained, "training did not start");
 }
 
+/// Whether attempt `attempt` has trained (its `progress_seen` event: a rank's line), before
+/// herd exits or `LIMIT` passes. Node logs are written in blocks: the event is told at once.
+fn training_in(c: &Cluster, running: &mut herd::Running, attempt: u32) -> bool {
+    // Read as herd writes it: a line not yet whole is passed over.
+    let seen = |run: &std::path::PathBuf| {
+        let text = std::fs::read_to_string(run.join("events.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|e| e["event"] == "progress_seen" && e["attempt"] == attempt)
+    };
+    running.until(LIMIT, || run_dirs(&c.logs()).iter().any(seen))
+}
+
 #[test]
 fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     let c = Cluster::new(4);
@@ -168,6 +181,55 @@ fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
     let clean = wait_until(Duration::from_secs(60), || herd::processes_with_env_prefix(&mark).is_empty());
     assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
+}
+
+/// The soak's finding (issue 41): a link cut for a while costs the only spare, and a node lost
+/// for good after it then left the run waiting `restart.node_wait` for it. The node the cut
+/// quarantined answers again by then: it takes the lost one's place, as a spare would.
+#[test]
+fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_next_lost_one() {
+    let c = Cluster::new(4);
+    c.write_config(
+        &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"150\"", "nnodes = 3"),
+        FAST_RESTART,
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    wait_training(&c, &mut running, 2);
+    c.tb.link_down(2);
+    // Attempt 1 on the spare; the cut heals; then node 1 is cut for good.
+    if !training_in(&c, &mut running, 1) {
+        panic!("attempt 1 did not train on the spare\n{}", running.wait(Duration::ZERO));
+    }
+    c.tb.link_up(2);
+    c.tb.link_down(1);
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let quarantined: Vec<(u64, &str)> = all(&ev, "node_quarantined")
+        .iter()
+        .map(|e| (e["attempt"].as_u64().unwrap(), e["host"].as_str().unwrap()))
+        .collect();
+    assert_eq!(quarantined, [(1, c.addr(2)), (2, c.addr(1))], "{out}");
+    let released = all(&ev, "node_released");
+    assert_eq!(released.len(), 1, "{out}");
+    assert_eq!((released[0]["host"].as_str(), released[0]["attempt"].as_u64()), (Some(c.addr(2)), Some(2)));
+    assert!(released[0]["reason"].as_str().unwrap().contains("answers again"), "{}", released[0]);
+    let promoted: Vec<(u64, &str)> = all(&ev, "spare_promoted")
+        .iter()
+        .map(|e| (e["node_rank"].as_u64().unwrap(), e["host"].as_str().unwrap()))
+        .collect();
+    assert_eq!(promoted, [(2, c.addr(3)), (1, c.addr(2))], "{out}");
+    assert!(
+        all(&ev, "node_waiting").iter().all(|e| e["host"] != c.addr(1)),
+        "the lost node is not waited for"
+    );
+    assert_eq!(results(&out, 2).len(), 6, "{out}");
+    // Released, it is out of the quarantine file too; the node lost for good is in it.
+    let nodes = herd::run(c.tb.dir(), &["nodes"], LIMIT);
+    assert!(nodes.stdout.contains(&format!("  {}  node-lost: ", c.addr(1))), "{nodes}");
+    assert!(!nodes.stdout.contains(&format!("  {}  node-lost", c.addr(2))), "{nodes}");
+    c.tb.link_up(1);
 }
 
 #[test]
