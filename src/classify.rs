@@ -152,9 +152,10 @@ struct NodeFailure<'a> {
     class: FailureClass,
     line: Option<String>,
     at: Duration,
-    /// Ended lost only after herd asked it to stop (no exit status by the kill deadline): on
-    /// a loaded launch host that is herd's teardown, not the node; never the root cause while
-    /// another node failed first.
+    /// Ended lost only after herd asked it to stop (no exit status by the kill deadline)
+    /// while herd's own host was strained (`late_fleet`): herd's teardown, not the node;
+    /// never the root cause while another node failed first. On a host at ease, a node that
+    /// does not end by the kill deadline (wedged in a driver) still may be.
     by_teardown: bool,
 }
 
@@ -201,8 +202,10 @@ fn node_failure<'a>(node: &'a NodeOutcome, rules: &RuleTable) -> Option<NodeFail
         FailureClass::NodeLost => node.lost_at.unwrap_or(node.ended_at),
         _ => first_sign.min(node.ended_at),
     };
-    let by_teardown =
-        matches!(node.exit, NodeExit::Lost(_)) && node.lost_at.is_none() && node.stop_requested_at.is_some();
+    let by_teardown = matches!(node.exit, NodeExit::Lost(_))
+        && node.lost_at.is_none()
+        && node.stop_requested_at.is_some()
+        && node.late_fleet;
     Some(NodeFailure { node, class, line, at, by_teardown })
 }
 
@@ -843,14 +846,19 @@ mod tests {
     fn a_node_the_teardown_ended_lost_is_no_root_cause_before_a_comm_error() {
         // 252 nodes on a host at load 300 (issue 39, item 4): node 3 printed a communication
         // error and exited 1; herd stopped the rest, and gave up on node 1's exit status at
-        // the kill deadline. The attempt was node 3's, not a lost node's.
+        // the kill deadline, its host strained. The attempt was node 3's, not a lost node's.
         let rules = RuleTable::new(&[]);
         let gave_up = NodeExit::Lost("no exit status 15 s after SIGKILL was requested".into());
-        let nodes = [
+        let mut nodes = [
             node(0, "", NodeExit::Signal(9), 0, 3_000, Some(2_000)),
             node(1, "", gave_up.clone(), 0, 39_000, Some(2_000)),
             node(3, "RuntimeError: Connection closed by peer\n", NodeExit::ExitCode(1), 1_999, 2_000, None),
         ];
+        // On a host at ease, a node that does not end by the kill deadline (wedged in a
+        // driver) is the attempt's own failure, before a peer's comm error.
+        let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
+        assert_eq!((v.class, v.root_cause.as_ref().unwrap().node_rank), (FailureClass::NodeLost, 1), "{v:?}");
+        nodes[1].late_fleet = true;
         let v = classify(&nodes, Trigger::NodeFailed, &rules).unwrap();
         assert_eq!(v.class, FailureClass::Comm, "{v:?}");
         assert_eq!(v.root_cause.as_ref().unwrap().node_rank, 3, "{v:?}");

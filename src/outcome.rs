@@ -152,8 +152,9 @@ pub struct NodeOutcome {
     /// node ends only once herd stops waiting for it.
     pub lost_at: Option<Duration>,
     /// Its silence was judged while heartbeats were late on many nodes at once, which herd
-    /// had warned of: the fleet's lateness (herd's own host overloaded), no evidence against
-    /// this node. A node truly gone is blamed at the restart, when it cannot be connected.
+    /// had warned of, or its connection was lost while herd found its own host overloaded:
+    /// the fleet's lateness, no evidence against this node. A node truly gone so is waited
+    /// for at the restart (`restart.node_wait`), not replaced.
     pub late_fleet: bool,
     /// Its last lines.
     pub lines: Vec<TimedLine>,

@@ -651,14 +651,14 @@ impl LaunchPlan {
         self.nodes.len()
     }
 
-    /// The same run's plan on another roster (after a node was quarantined): node ranks,
-    /// world size, master and every command line follow it. What the command line changed
-    /// after the build (the console ranks) and the resume are kept.
     /// How to reach `host`, any node of the config's (a spare, a quarantined one too).
     pub fn transport_of(&self, host: &str) -> Option<Transport> {
         self.basis.nodes.iter().find(|n| n.host == host).map(|n| n.transport.clone())
     }
 
+    /// The same run's plan on another roster (after a node was quarantined): node ranks,
+    /// world size, master and every command line follow it. What the command line changed
+    /// after the build (the console ranks) and the resume are kept.
     pub fn with_roster(&self, roster: Roster) -> LaunchPlan {
         self.rebuilt(roster, self.resume.clone())
     }

@@ -336,13 +336,27 @@ pub fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Rost
     (next, done)
 }
 
-/// The hosts a restart with no room left for its blamed nodes may try again, to let back in
+/// Whether a node blamed so (`Blamed::reason`) was out of reach: silent, its SSH connection
+/// lost or never made; not one whose link worked (its agent ended early), nor one blamed for
+/// what it did. A run without room waits for such a node (`restart.node_wait`) where it goes
+/// on with one blamed for a crash: only for it is a node let back in (see `rejoinable`).
+pub fn out_of_reach(reason: &str) -> bool {
+    const OUT_OF_REACH: [&str; 4] = [
+        "node-lost: no heartbeat",
+        "node-lost: the ssh connection to the node was lost",
+        "node-lost: its login shell",
+        "ssh: ",
+    ];
+    OUT_OF_REACH.iter().any(|p| reason.starts_with(p))
+}
+
+/// The hosts a restart with no room left for a blamed node out of reach may try again, to let back in
 /// as spares those that answer: the ones this run quarantined (not in `before`, the
-/// quarantine it started with) for being out of reach, a node lost or one that could not be
-/// connected, which a link cut for a while is too; never one blamed for what it did (a crash,
-/// a failing check, a straggler). `tried`: hosts already tried for this restart.
+/// quarantine it started with, and the hosts already let back in so) for being out of
+/// reach, silent or its SSH connection lost or never made, which a link cut for a while is
+/// too; never one whose link worked (its agent ended early) nor one blamed for what it did
+/// (a crash, a failing check, a straggler). `tried`: hosts already tried for this restart.
 pub fn rejoinable(roster: &Roster, before: &[String], tried: &[String]) -> Vec<String> {
-    let out_of_reach = |why: &str| why.starts_with("node-lost: ") || why.starts_with("ssh: ");
     (roster.quarantined_hosts())
         .filter(|(host, why)| out_of_reach(why) && !before.iter().chain(tried).any(|h| h == host))
         .map(|(host, _)| host.to_string())
@@ -1003,14 +1017,22 @@ mod tests {
         let mut file = BTreeMap::new();
         file.insert("n0".to_string(), "node-lost: no heartbeat for 15s".to_string());
         let start =
-            Roster::new((0..6).map(|i| format!("n{i}")).collect(), Some(2), None, None, &file).unwrap();
+            Roster::new((0..7).map(|i| format!("n{i}")).collect(), Some(2), None, None, &file).unwrap();
         let before: Vec<String> = start.quarantined_hosts().map(|(h, _)| h.to_string()).collect();
         let blame = |node_rank, reason: &str| Blamed { node_rank, reason: reason.into() };
         let (r, _) = start.without(&[blame(0, "node-lost: no heartbeat for 15s")]).unwrap();
         let (r, _) = r.without(&[blame(1, "ssh: connection timed out")]).unwrap();
         let (r, _) = r.without(&[blame(0, "rank 1 died of SIGSEGV")]).unwrap();
+        // Its link worked: the agent ended early.
+        let (r, _) =
+            r.without(&[blame(1, "node-lost: agent ended with exit code 1 before the job did")]).unwrap();
         let quarantined: Vec<&str> = r.quarantined_hosts().map(|(h, _)| h).collect();
-        assert_eq!(quarantined, ["n0", "n1", "n2", "n3"]);
+        assert_eq!(quarantined, ["n0", "n1", "n2", "n3", "n4"]);
+        // Only a node out of reach is worth letting one back in for: the run waits for it.
+        assert!(out_of_reach("node-lost: no heartbeat for 15s") && out_of_reach("ssh: connection timed out"));
+        assert!(
+            !out_of_reach("rank 1 died of SIGSEGV") && !out_of_reach("node-lost: agent killed by signal 9")
+        );
         assert_eq!(rejoinable(&r, &before, &[]), ["n1", "n2"]);
         // Each is tried once a restart: one that did not answer waits for the next.
         assert_eq!(rejoinable(&r, &before, &["n1".to_string()]), ["n2"]);

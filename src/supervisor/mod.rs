@@ -71,7 +71,7 @@ pub async fn run(
         end: end.clone(),
         resumed_from: None,
         kept: None,
-        quarantined_before: plan.roster.quarantined_hosts().map(|(h, _)| h.to_string()).collect(),
+        never_rejoin: plan.roster.quarantined_hosts().map(|(h, _)| h.to_string()).collect(),
         rejoin_tried: (0, Vec::new()),
     };
     let status = run.run(&mut interrupts).await;
@@ -124,9 +124,9 @@ struct Run<'a> {
     resumed_from: Option<String>,
     /// What the run kept for the Slurm job's next generation (see `keep`).
     kept: Option<decide::Kept>,
-    /// The hosts the config's quarantine file held when the run started: no later restart
-    /// lets them back in (see `rejoin`).
-    quarantined_before: Vec<String>,
+    /// Hosts no restart lets back in (see `rejoin`): those the config's quarantine file held
+    /// when the run started, and those a restart let back in once already.
+    never_rejoin: Vec<String>,
     /// The attempt a restart is readying, and the hosts `rejoin` tried for it.
     rejoin_tried: (u32, Vec<String>),
 }
@@ -616,7 +616,12 @@ impl Run<'_> {
     /// blamed, or no room; the plan is unchanged.
     async fn replace(&mut self, replace: Replace, attempt: u32) -> Option<LaunchPlan> {
         let replace = match replace {
-            Replace::NoRoom { blamed, reserve: true } if self.rejoin(attempt).await => {
+            // A node out of reach is waited for (`restart.node_wait`); one blamed for a
+            // crash keeps its place and the run goes on: only for the first is a node that
+            // was out of reach let back in, a risk worth its while only then.
+            Replace::NoRoom { blamed, reserve: true }
+                if blamed.iter().any(|b| decide::out_of_reach(&b.reason)) && self.rejoin(attempt).await =>
+            {
                 decide::replacement(&self.plan.roster, blamed)
             }
             replace => replace,
@@ -682,13 +687,14 @@ impl Run<'_> {
 
     /// With no spare left for the nodes blamed for attempt `attempt`: the nodes this run
     /// quarantined for being out of reach that answer again let back in as spares, each
-    /// tried once for the attempt (see `decide::rejoinable`); whether any was. The checks a
+    /// tried once for the attempt, and let back in once in the run (see
+    /// `decide::rejoinable`); whether any was. The checks a
     /// spare passes before an attempt uses it are still to come.
     async fn rejoin(&mut self, attempt: u32) -> bool {
         if self.rejoin_tried.0 != attempt {
             self.rejoin_tried = (attempt, Vec::new());
         }
-        let hosts = decide::rejoinable(&self.plan.roster, &self.quarantined_before, &self.rejoin_tried.1);
+        let hosts = decide::rejoinable(&self.plan.roster, &self.never_rejoin, &self.rejoin_tried.1);
         self.rejoin_tried.1.extend(hosts.iter().cloned());
         if hosts.is_empty() {
             return false;
@@ -696,6 +702,7 @@ impl Run<'_> {
         let why = |host: String| (host, "out of reach when quarantined, it answers again".to_string());
         let answered = reserve::answering(&self.plan, hosts).await.into_iter().map(why).collect();
         let (roster, released) = decide::release(&self.plan.roster, answered);
+        self.never_rejoin.extend(released.iter().map(|(host, _)| host.clone()));
         let any = roster.is_some();
         self.release(roster, released, attempt).await;
         any

@@ -101,13 +101,15 @@ pub(super) fn keep_out(
     true
 }
 
-/// Of `hosts` (see `decide::rejoinable`), those that answer now: connected, and the
+/// Of `hosts` (see `decide::rejoinable`), those that answer now over SSH: connected, and the
 /// connection checked, all at once, each within its connect timeout (and `ANSWER_WAIT` in all).
+/// Through Slurm a node's state is what `sinfo` says, which shows a dead node as fine for
+/// minutes, and a local host always answers: neither is tried.
 pub(super) async fn answering(plan: &LaunchPlan, hosts: Vec<String>) -> Vec<String> {
     let options = plan.timing.connect;
     let mut set = tokio::task::JoinSet::new();
     for host in hosts {
-        let Some(transport) = plan.transport_of(&host) else { continue };
+        let Some(transport @ crate::plan::Transport::Ssh(_)) = plan.transport_of(&host) else { continue };
         set.spawn(async move {
             let conn = crate::transport::connect(&transport, options).await.ok()?;
             let answered = conn.check().await.is_ok();
