@@ -685,11 +685,11 @@ impl Run<'_> {
         }
     }
 
-    /// With no spare left for the nodes blamed for attempt `attempt`: the nodes this run
-    /// quarantined for being out of reach that answer again let back in as spares, each
-    /// tried once for the attempt, and let back in once in the run (see
-    /// `decide::rejoinable`); whether any was. The checks a
-    /// spare passes before an attempt uses it are still to come.
+    /// With no spare left for a node out of reach blamed for attempt `attempt`: the nodes
+    /// this run quarantined for being out of reach that answer again let back in as spares,
+    /// each tried once for the attempt and let back in once in the run (see
+    /// `decide::rejoinable`); whether any was. The checks a spare passes before an attempt
+    /// uses it are still to come.
     async fn rejoin(&mut self, attempt: u32) -> bool {
         if self.rejoin_tried.0 != attempt {
             self.rejoin_tried = (attempt, Vec::new());
