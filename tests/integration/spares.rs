@@ -64,14 +64,12 @@ fn wait_training(c: &Cluster, running: &mut herd::Running, node: usize) {
 /// Whether attempt `attempt` has trained (its `progress_seen` event: a rank's line), before
 /// herd exits or `LIMIT` passes. Node logs are written in blocks: the event is told at once.
 fn training_in(c: &Cluster, running: &mut herd::Running, attempt: u32) -> bool {
-    // Read as herd writes it: a line not yet whole is passed over.
-    let seen = |run: &std::path::PathBuf| {
-        let text = std::fs::read_to_string(run.join("events.jsonl")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let seen = || {
+        herd::events_so_far(&c.logs())
+            .iter()
             .any(|e| e["event"] == "progress_seen" && e["attempt"] == attempt)
     };
-    running.until(LIMIT, || run_dirs(&c.logs()).iter().any(seen))
+    running.until(LIMIT, seen)
 }
 
 #[test]
@@ -230,6 +228,9 @@ fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_nex
     assert!(nodes.stdout.contains(&format!("  {}  node-lost: ", c.addr(1))), "{nodes}");
     assert!(!nodes.stdout.contains(&format!("  {}  node-lost", c.addr(2))), "{nodes}");
     c.tb.link_up(1);
+    let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
+    let clean = wait_until(Duration::from_secs(60), || herd::processes_with_env_prefix(&mark).is_empty());
+    assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
 }
 
 #[test]

@@ -230,15 +230,7 @@ fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
 fn wait_for_event(logs: &Path, name: &str, limit: Duration) -> Option<Value> {
     let mut found = None;
     wait_until(limit, || {
-        let Ok(dir) = std::fs::read_dir(logs) else { return false };
-        for run in dir.flatten().filter(|e| !e.file_name().to_string_lossy().starts_with('.')) {
-            if let Ok(text) = std::fs::read_to_string(run.path().join("events.jsonl")) {
-                found = text
-                    .lines()
-                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                    .find(|e| e["event"] == name);
-            }
-        }
+        found = herd::events_so_far(logs).into_iter().find(|e| e["event"] == name);
         found.is_some()
     });
     found

@@ -192,6 +192,16 @@ pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The events written so far by every run under `logs`, as herd writes them: a file not
+/// there yet, or a last line not yet whole, is passed over.
+pub fn events_so_far(logs: &Path) -> Vec<serde_json::Value> {
+    let runs = std::fs::read_dir(logs).into_iter().flatten().flatten();
+    runs.filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|run| std::fs::read_to_string(run.path().join("events.jsonl")).ok())
+        .flat_map(|text| text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect::<Vec<_>>())
+        .collect()
+}
+
 pub fn event_names(events: &[serde_json::Value]) -> Vec<String> {
     events.iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
 }
