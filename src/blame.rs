@@ -9,12 +9,17 @@
 //!   one cut reaches each connection's keepalives and heartbeat at a slightly different time.
 //!   A node that ended lost only after herd sent SIGTERM was not seen lost (its silence aside):
 //!   herd's teardown ends it so (a cancelled Slurm step), and it does not count;
-//! - the attempt's failing rank on it died of SIGSEGV or SIGBUS;
+//! - the attempt's failing rank on it died of SIGBUS (a memory or a mapped file's fault: the
+//!   node's). A SIGSEGV alone does not blame: it is far more often the program's (a bug, a
+//!   killed worker's peer, a fault injected), and a node with bad memory segfaults again,
+//!   which the next rule catches;
 //! - it printed a line of a blaming rule (the built-in hardware rules, or the user's with
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
 //!   attempt's root cause: when a node dies, its peers' InfiniBand reports errors too;
-//! - it is the root cause of this attempt and of the one before, with the same class (not
-//!   `port`: a port clash is the port's, not the node's).
+//! - it is the root cause of this attempt and of the one before, with the same class and the
+//!   same exit (not `port`: a port clash is the port's, not the node's). Two different faults
+//!   that happen to land on one host in a row (a rank killed, then one segfaulting) are two
+//!   faults, not a node's.
 //!
 //! But a rank that fails the same way (class, exit, rank, and its root-cause line but for
 //! numbers, addresses and host names) on another host, after its node was replaced or the
@@ -50,15 +55,15 @@ pub fn lost_together(heartbeat_timeout: Duration, probe_wait: Duration) -> Durat
 
 /// The nodes `verdict` and `nodes` blame, by node rank, one reason each, and whether the root
 /// cause's node was blamed for its rank's fault alone (`root_fault`), which a fault that
-/// follows its rank later explains. `previous`: the host that was the root cause of the
-/// attempt before, if it failed, and its class. `together`: see `lost_together`.
+/// follows its rank later explains. `previous`: the root cause of the attempt before, if it
+/// failed. `together`: see `lost_together`.
 /// `rank_fault`: the root cause's failure follows its rank, and blames its node for nothing
 /// but a loss or a hardware line.
 fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
     rules: &RuleTable,
-    previous: Option<(&str, FailureClass)>,
+    previous: Option<&Last>,
     together: Duration,
     rank_fault: bool,
 ) -> (Vec<Blamed>, bool) {
@@ -95,17 +100,22 @@ fn blame(
     (blamed, for_fault)
 }
 
-/// Whether the root cause's own failure blames its node, and why: its rank died of SIGSEGV or
-/// SIGBUS, or it is the root cause of this attempt and of the one before, with the same class
+/// Whether the root cause's own failure blames its node, and why: its rank died of SIGBUS, or
+/// it is the root cause of this attempt and of the one before, with the same class and exit
 /// (not `port`). A fault that follows its rank explains both.
-fn root_fault(verdict: &Verdict, previous: Option<(&str, FailureClass)>) -> Option<(usize, String)> {
+fn root_fault(verdict: &Verdict, previous: Option<&Last>) -> Option<(usize, String)> {
     let root = verdict.root_cause.as_ref()?;
-    if let NodeExit::Signal(sig @ (7 | 11)) = root.exit {
+    if let NodeExit::Signal(sig @ 7) = root.exit {
         let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
         return Some((root.node_rank, format!("{who} died of {}", crate::outcome::signal_name(sig))));
     }
-    let (host, class) = previous?;
-    (root.host == host && class == verdict.class && class != FailureClass::Port)
+    let last = previous?;
+    let same_exit = match (&last.exit, &root.exit) {
+        // Lost for one reason or another: the node went away both times.
+        (NodeExit::Lost(_), NodeExit::Lost(_)) => true,
+        (a, b) => a == b,
+    };
+    (root.host == last.host && last.class == verdict.class && same_exit && last.class != FailureClass::Port)
         .then(|| (root.node_rank, "the root cause of two attempts in a row".to_string()))
 }
 
@@ -240,12 +250,22 @@ impl Fault {
     }
 }
 
+/// A failed attempt's root cause, as the next attempt's blame needs it.
+#[derive(Debug, Clone)]
+struct Last {
+    host: String,
+    class: FailureClass,
+    exit: NodeExit,
+    /// Its fault, if a rank's.
+    fault: Option<Fault>,
+}
+
 /// What a run's failed attempts tell the blame of the next ones: the last root cause, the
 /// faults seen to follow their rank to another host, and the hosts blamed for a fault.
 #[derive(Debug, Default)]
 pub struct History {
-    /// The last failed attempt's root cause: its host and class, and its fault if a rank's.
-    last: Option<(String, FailureClass, Option<Fault>)>,
+    /// The last failed attempt's root cause.
+    last: Option<Last>,
     /// Faults that hit the same rank the same way on two hosts: the program's, no node's.
     follow_rank: Vec<Fault>,
     /// The hosts blamed for their root cause's fault alone (`root_fault`), with it: not those
@@ -275,7 +295,8 @@ impl History {
         together: Duration,
     ) -> Judged {
         let fault = Fault::of(verdict);
-        if let (Some((host, f)), Some((last_host, _, Some(last)))) = (&fault, &self.last) {
+        if let (Some((host, f)), Some(Last { host: last_host, fault: Some(last), .. })) = (&fault, &self.last)
+        {
             if f.same(last) && host != last_host && !self.follows(f) {
                 self.follow_rank.push(f.clone());
             }
@@ -285,14 +306,12 @@ impl History {
         // destroy_process_group, on rank 5 and then rank 4) show the program's fault twice,
         // not the host's: no repetition that blames it.
         let alike_on_two_ranks = match (&fault, &self.last) {
-            (Some((host, f)), Some((last_host, _, Some(last)))) => {
+            (Some((host, f)), Some(Last { host: last_host, fault: Some(last), .. })) => {
                 host == last_host && f.alike_on_another_rank(last)
             }
             _ => false,
         };
-        let previous = (self.last.as_ref())
-            .filter(|_| !alike_on_two_ranks)
-            .map(|(host, class, _)| (host.as_str(), *class));
+        let previous = self.last.as_ref().filter(|_| !alike_on_two_ranks);
         let (blamed, for_fault) = blame(verdict, nodes, rules, previous, together, rank_fault);
         let mut released = Vec::new();
         if let Some((host, f)) = &fault {
@@ -310,7 +329,12 @@ impl History {
             }
         }
         let root = verdict.root_cause.as_ref();
-        self.last = root.map(|r| (r.host.clone(), verdict.class, fault.map(|(_, f)| f)));
+        self.last = root.map(|r| Last {
+            host: r.host.clone(),
+            class: verdict.class,
+            exit: r.exit.clone(),
+            fault: fault.map(|(_, f)| f),
+        });
         Judged { blamed, released }
     }
 
@@ -337,7 +361,11 @@ mod tests {
         rules: &RuleTable,
         previous: Option<(&str, FailureClass)>,
     ) -> Vec<Blamed> {
-        super::blame(verdict, nodes, rules, previous, TOGETHER, false).0
+        // The attempt before failed with the same exit as this one's root cause.
+        let exit = verdict.root_cause.as_ref().map_or(NodeExit::ExitCode(1), |r| r.exit.clone());
+        let previous =
+            previous.map(|(host, class)| Last { host: host.into(), class, exit: exit.clone(), fault: None });
+        super::blame(verdict, nodes, rules, previous.as_ref(), TOGETHER, false).0
     }
 
     fn node(node_rank: usize, exit: NodeExit, lines: &[&str]) -> NodeOutcome {
@@ -489,34 +517,34 @@ mod tests {
     #[test]
     fn a_fault_that_follows_its_rank_to_another_host_blames_no_node_and_releases_the_blamed() {
         let rules = RuleTable::new(&[]);
-        let nodes = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &[])];
+        let nodes = [node(0, NodeExit::Signal(7), &[]), node(1, NodeExit::Signal(15), &[])];
         let on = |host: &str, rank: u32, exit: NodeExit| {
             let mut v = verdict(FailureClass::Crash, Some((0, Some(rank), exit)));
             v.root_cause.as_mut().unwrap().host = host.into();
             v
         };
-        let segv = NodeExit::Signal(11);
+        let bus = NodeExit::Signal(7);
         let mut h = History::default();
-        // Rank 0 segfaults on n0: its node is blamed, and a spare, n2, takes its node rank.
-        let first = h.judge(&on("n0", 0, segv.clone()), &nodes, &rules, TOGETHER);
-        assert_eq!(reasons(&first.blamed), [(0, "rank 0 died of SIGSEGV")]);
+        // Rank 0 dies of SIGBUS on n0: its node is blamed, and a spare, n2, takes its node rank.
+        let first = h.judge(&on("n0", 0, bus.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&first.blamed), [(0, "rank 0 died of SIGBUS")]);
         assert!(first.released.is_empty());
-        // Rank 0 segfaults on n2 too: the fault is the rank's. n2 is not blamed, n0 released.
-        let second = h.judge(&on("n2", 0, segv.clone()), &nodes, &rules, TOGETHER);
+        // Rank 0 dies of SIGBUS on n2 too: the fault is the rank's. n2 is not blamed, n0 released.
+        let second = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER);
         assert_eq!(second.blamed, []);
         assert_eq!(
             second.released,
-            [("n0".to_string(), "rank 0 failed the same way (crash, signal 11 (SIGSEGV)) on n2: the fault follows the rank, not the node".to_string())]
+            [("n0".to_string(), "rank 0 failed the same way (crash, signal 7 (SIGBUS)) on n2: the fault follows the rank, not the node".to_string())]
         );
         // Nor is n2 blamed the next time: not for the signal, nor as the root cause twice.
-        let third = h.judge(&on("n2", 0, segv.clone()), &nodes, &rules, TOGETHER);
+        let third = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER);
         assert_eq!(third, Judged::default());
         // Another rank's fault, or another failure, is judged as ever.
-        let other = h.judge(&on("n2", 1, segv.clone()), &nodes, &rules, TOGETHER);
-        assert_eq!(reasons(&other.blamed), [(0, "rank 1 died of SIGSEGV")]);
+        let other = h.judge(&on("n2", 1, bus.clone()), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&other.blamed), [(0, "rank 1 died of SIGBUS")]);
         // A hardware line of another node still blames it.
-        let xid = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &["NVRM: Xid 79"])];
-        let with_xid = h.judge(&on("n2", 0, segv), &xid, &rules, TOGETHER);
+        let xid = [node(0, NodeExit::Signal(7), &[]), node(1, NodeExit::Signal(15), &["NVRM: Xid 79"])];
+        let with_xid = h.judge(&on("n2", 0, bus), &xid, &rules, TOGETHER);
         assert_eq!(reasons(&with_xid.blamed), [(1, "hardware: NVRM: Xid 79")]);
     }
 
@@ -613,23 +641,44 @@ mod tests {
         // above: n0 twice). And a rank failing differently on the new host is no repetition.
         let mut h = History::default();
         h.judge(&on("n0"), &nodes, &rules, TOGETHER);
-        let segv = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(11))));
-        let other = h.judge(&segv, &nodes, &rules, TOGETHER);
-        assert_eq!(reasons(&other.blamed), [(0, "rank 0 died of SIGSEGV")]);
+        let bus = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(7))));
+        let other = h.judge(&bus, &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&other.blamed), [(0, "rank 0 died of SIGBUS")]);
     }
 
     #[test]
-    fn a_segfault_blames_its_node_and_a_plain_crash_or_user_error_does_not() {
+    fn a_bus_error_blames_its_node_and_a_segfault_crash_or_user_error_does_not() {
         let rules = RuleTable::new(&[]);
         let nodes = [node(0, NodeExit::ExitCode(1), &[]), node(1, NodeExit::ExitCode(1), &[])];
-        let segv = verdict(FailureClass::Crash, Some((1, Some(3), NodeExit::Signal(11))));
-        assert_eq!(reasons(&blame(&segv, &nodes, &rules, None)), [(1, "rank 3 died of SIGSEGV")]);
         let bus = verdict(FailureClass::Crash, Some((0, None, NodeExit::Signal(7))));
         assert_eq!(reasons(&blame(&bus, &nodes, &rules, None)), [(0, "a process died of SIGBUS")]);
-        for exit in [NodeExit::Signal(9), NodeExit::Signal(6), NodeExit::ExitCode(1)] {
+        let rank = verdict(FailureClass::Crash, Some((1, Some(3), NodeExit::Signal(7))));
+        assert_eq!(reasons(&blame(&rank, &nodes, &rules, None)), [(1, "rank 3 died of SIGBUS")]);
+        for exit in [NodeExit::Signal(11), NodeExit::Signal(9), NodeExit::Signal(6), NodeExit::ExitCode(1)] {
             let v = verdict(FailureClass::Crash, Some((1, Some(3), exit)));
             assert_eq!(blame(&v, &nodes, &rules, None), [], "{v:?}");
         }
+    }
+
+    #[test]
+    fn two_faults_of_different_exits_on_one_host_in_a_row_do_not_blame_it() {
+        // The soak's case: a rank SIGKILLed on n1, then the next fault, a segfault, lands on
+        // n1 too. Two faults, not a node's; a node with bad memory segfaults twice.
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(1, NodeExit::Signal(11), &[])];
+        let on_n1 = |exit: NodeExit| verdict(FailureClass::Crash, Some((1, Some(3), exit)));
+        let mut h = History::default();
+        assert_eq!(h.judge(&on_n1(NodeExit::Signal(9)), &nodes, &rules, TOGETHER), Judged::default());
+        assert_eq!(h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER), Judged::default());
+        let again = h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER);
+        assert_eq!(reasons(&again.blamed), [(1, "the root cause of two attempts in a row")]);
+        // Lost twice, for whatever reasons, is the same exit: the node went away both times.
+        let lost = |why: &str| verdict(FailureClass::NodeLost, Some((1, None, NodeExit::Lost(why.into()))));
+        let mut h = History::default();
+        let quiet = [node(1, NodeExit::ExitCode(0), &[])];
+        h.judge(&lost("no heartbeat for 15s"), &quiet, &rules, TOGETHER);
+        let twice = h.judge(&lost("the ssh connection to the node was lost"), &quiet, &rules, TOGETHER);
+        assert_eq!(reasons(&twice.blamed), [(1, "the root cause of two attempts in a row")]);
     }
 
     #[test]

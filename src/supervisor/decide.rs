@@ -518,13 +518,13 @@ mod tests {
         Verdict { class, root_cause: Some(root), consequences: Vec::new(), hint: "" }
     }
 
-    /// Rank 1 of two nodes, on node rank 1 (`host`), died of SIGSEGV.
-    fn segv(host: &str) -> Verdict {
-        verdict(FailureClass::Crash, 1, host, 1, NodeExit::Signal(11))
+    /// Rank 1 of two nodes, on node rank 1 (`host`), died of SIGBUS (which blames its node at once).
+    fn bus(host: &str) -> Verdict {
+        verdict(FailureClass::Crash, 1, host, 1, NodeExit::Signal(7))
     }
 
     fn outcomes() -> [NodeOutcome; 2] {
-        [node(0, NodeExit::Signal(15)), node(1, NodeExit::Signal(11))]
+        [node(0, NodeExit::Signal(15)), node(1, NodeExit::Signal(7))]
     }
 
     fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
@@ -815,7 +815,7 @@ mod tests {
         let case = Case::new(policy(3), cluster(3, Some(2), None));
         let nodes = outcomes();
         let ended = Failure {
-            verdict: segv("n1"),
+            verdict: bus("n1"),
             outcomes: &nodes,
             allocation: Allocation::Ended(AllocationEnd {
                 why: "allocation 7 was cancelled".into(),
@@ -833,7 +833,7 @@ mod tests {
         // Cancelled (scancel under salloc): the user's stop, as a batch job's cancel is (130),
         // not a failed run (1).
         let cancelled = Failure {
-            verdict: segv("n1"),
+            verdict: bus("n1"),
             outcomes: &nodes,
             allocation: Allocation::Ended(AllocationEnd {
                 why: "allocation 7 was cancelled".into(),
@@ -850,7 +850,7 @@ mod tests {
             [(Preemption::OutOfTime, RunStatus::TimeLimit), (Preemption::Preempted, RunStatus::Preempted)]
         {
             let ended = Failure {
-                verdict: segv("n1"),
+                verdict: bus("n1"),
                 outcomes: &nodes,
                 allocation: Allocation::Ended(AllocationEnd {
                     why: "allocation 7 was cancelled".into(),
@@ -865,14 +865,14 @@ mod tests {
         }
         // Ctrl-C while Slurm was asked: interrupted, the verdict as it was.
         let asked = Failure {
-            verdict: segv("n1"),
+            verdict: bus("n1"),
             outcomes: &nodes,
             allocation: Allocation::Interrupted,
             interrupted: false,
             trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
-        assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
+        assert_eq!(d, ended_as(Some(bus("n1")), RunStatus::Interrupted, None));
     }
 
     /// Told to stop for its time limit or a preemption, a run does not restart in this
@@ -883,16 +883,16 @@ mod tests {
     fn a_run_told_to_stop_for_its_time_limit_restarts_in_the_next_allocation_only() {
         let mut case = Case::new(policy(3), cluster(3, Some(2), None));
         let nodes = outcomes();
-        let restarts = Between::default().after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        let restarts = Between::default().after_attempt(&case.ctx(), 0, failed(bus("n1"), &nodes));
         assert!(matches!(restarts.next, Next::Restart { .. }), "{restarts:?}");
         for (why, status) in
             [(Preemption::TimeLimit, RunStatus::TimeLimit), (Preemption::Preempted, RunStatus::Preempted)]
         {
             case.preempted = Some(why);
-            let d = Between::default().after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
-            assert_eq!((d.verdict, d.next), (Some(segv("n1")), Next::Done { status, abandoned: None }));
+            let d = Between::default().after_attempt(&case.ctx(), 0, failed(bus("n1"), &nodes));
+            assert_eq!((d.verdict, d.next), (Some(bus("n1")), Next::Done { status, abandoned: None }));
             let allocation = Failure {
-                verdict: segv("n1"),
+                verdict: bus("n1"),
                 outcomes: &nodes,
                 allocation: Allocation::Ended(AllocationEnd {
                     why: "allocation 7 ended".into(),
@@ -921,8 +921,9 @@ mod tests {
     fn an_interrupt_during_the_dumps_ends_the_run_after_the_judgement() {
         let case = Case::new(policy(3), cluster(3, Some(2), None));
         let nodes = outcomes();
+        let crash = || verdict(FailureClass::Crash, 1, "n1", 1, NodeExit::ExitCode(1));
         let during = Failure {
-            verdict: segv("n1"),
+            verdict: crash(),
             outcomes: &nodes,
             allocation: Allocation::Runs,
             interrupted: true,
@@ -930,13 +931,9 @@ mod tests {
         };
         let mut b = Between::default();
         let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));
-        assert_eq!(d, ended_as(Some(segv("n1")), RunStatus::Interrupted, None));
+        assert_eq!(d, ended_as(Some(crash()), RunStatus::Interrupted, None));
         // The failure was judged all the same: n1, the root cause again, is blamed as such.
-        let again = b.after_attempt(
-            &case.ctx(),
-            1,
-            failed(verdict(FailureClass::Crash, 1, "n1", 1, NodeExit::ExitCode(1)), &nodes),
-        );
+        let again = b.after_attempt(&case.ctx(), 1, failed(crash(), &nodes));
         let Next::Restart { replace: Replace::With { blamed, .. }, .. } = again.next else {
             panic!("{again:?}")
         };
@@ -947,7 +944,7 @@ mod tests {
     fn a_blamed_node_is_replaced_by_a_spare_and_without_one_by_fewer_nodes_down_to_min_nodes() {
         let nodes = outcomes();
         let replace = |case: &Case| match Between::default()
-            .after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes))
+            .after_attempt(&case.ctx(), 0, failed(bus("n1"), &nodes))
             .next
         {
             Next::Restart { replace, .. } => replace,
@@ -956,7 +953,7 @@ mod tests {
         // A spare, n2, takes node rank 1.
         let spare = Case::new(policy(3), cluster(3, Some(2), None));
         let Replace::With { blamed, roster, changes } = replace(&spare) else { panic!() };
-        assert_eq!(blamed, [Blamed { node_rank: 1, reason: "rank 1 died of SIGSEGV".into() }]);
+        assert_eq!(blamed, [Blamed { node_rank: 1, reason: "rank 1 died of SIGBUS".into() }]);
         let promoted = Change::Promoted { node_rank: 1, spare: "n2".into(), replaced: "n1".into() };
         assert_eq!(changes, [promoted]);
         assert_eq!(roster.active_host(1), "n2");
@@ -983,12 +980,12 @@ mod tests {
         let nodes = outcomes();
         let mut case = Case::new(policy(3), cluster(3, Some(2), None));
         let mut b = Between::default();
-        let first = b.after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        let first = b.after_attempt(&case.ctx(), 0, failed(bus("n1"), &nodes));
         let Next::Restart { replace: Replace::With { roster, .. }, .. } = first.next else { panic!() };
         assert!(first.released.is_empty() && first.roster.is_none());
         case.roster = roster;
         // Rank 1 segfaults on n2, the spare, too: the program's fault; n1 is let back in.
-        let second = b.after_attempt(&case.ctx(), 1, failed(segv("n2"), &nodes));
+        let second = b.after_attempt(&case.ctx(), 1, failed(bus("n2"), &nodes));
         assert_eq!(second.released.len(), 1);
         assert_eq!(second.released[0].0, "n1");
         let roster = second.roster.expect("released");
@@ -1003,10 +1000,10 @@ mod tests {
         let nodes = outcomes();
         let case = Case::new(policy(3), cluster(2, None, None));
         let mut b = Between::default();
-        let first = b.after_attempt(&case.ctx(), 0, failed(segv("n1"), &nodes));
+        let first = b.after_attempt(&case.ctx(), 0, failed(bus("n1"), &nodes));
         assert!(matches!(first.next, Next::Restart { replace: Replace::NoRoom { .. }, .. }));
         // The same fault on another host (the ranks moved): n1 was blamed, never quarantined.
-        let second = b.after_attempt(&case.ctx(), 1, failed(segv("n0"), &nodes));
+        let second = b.after_attempt(&case.ctx(), 1, failed(bus("n0"), &nodes));
         assert_eq!((second.released, second.roster), (Vec::new(), None));
     }
 
@@ -1022,7 +1019,7 @@ mod tests {
         let blame = |node_rank, reason: &str| Blamed { node_rank, reason: reason.into() };
         let (r, _) = start.without(&[blame(0, "node-lost: no heartbeat for 15s")]).unwrap();
         let (r, _) = r.without(&[blame(1, "ssh: connection timed out")]).unwrap();
-        let (r, _) = r.without(&[blame(0, "rank 1 died of SIGSEGV")]).unwrap();
+        let (r, _) = r.without(&[blame(0, "rank 1 died of SIGBUS")]).unwrap();
         // Its link worked: the agent ended early.
         let (r, _) =
             r.without(&[blame(1, "node-lost: agent ended with exit code 1 before the job did")]).unwrap();
@@ -1031,7 +1028,7 @@ mod tests {
         // Only a node out of reach is worth letting one back in for: the run waits for it.
         assert!(out_of_reach("node-lost: no heartbeat for 15s") && out_of_reach("ssh: connection timed out"));
         assert!(
-            !out_of_reach("rank 1 died of SIGSEGV") && !out_of_reach("node-lost: agent killed by signal 9")
+            !out_of_reach("rank 1 died of SIGBUS") && !out_of_reach("node-lost: agent killed by signal 9")
         );
         assert_eq!(rejoinable(&r, &before, &[]), ["n1", "n2"]);
         // Each is tried once a restart: one that did not answer waits for the next.

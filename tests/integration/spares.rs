@@ -271,11 +271,11 @@ fn the_root_cause_of_two_attempts_in_a_row_is_replaced() {
 }
 
 #[test]
-fn a_segfault_that_follows_its_rank_to_the_spare_releases_the_node_blamed_for_it() {
+fn a_bus_error_that_follows_its_rank_to_the_spare_releases_the_node_blamed_for_it() {
     let c = Cluster::new(4);
     c.write_config(
         &torchrun(
-            "\"--steps\", \"3\", \"--fault-step\", \"1\", \"--signal-rank\", \"0:SIGSEGV\"",
+            "\"--steps\", \"3\", \"--fault-step\", \"1\", \"--signal-rank\", \"0:SIGBUS\"",
             "nnodes = 2",
         ),
         &format!("{FAST_RESTART}max_restarts = 1\n"),
@@ -291,7 +291,7 @@ fn a_segfault_that_follows_its_rank_to_the_spare_releases_the_node_blamed_for_it
     assert_eq!(q.len(), 1, "{out}");
     assert_eq!(
         (q[0]["host"].as_str(), q[0]["reason"].as_str()),
-        (Some(c.addr(0)), Some("rank 0 died of SIGSEGV"))
+        (Some(c.addr(0)), Some("rank 0 died of SIGBUS"))
     );
     let released = all(&ev, "node_released");
     assert_eq!(released.len(), 1, "{out}");
@@ -349,8 +349,8 @@ fn a_spare_with_a_broken_torch_is_skipped_for_the_next_one() {
     let fake = c.tb.dir().join("broken-python/torch");
     std::fs::create_dir_all(&fake).unwrap();
     std::fs::write(fake.join("__init__.py"), "raise ImportError('broken on purpose')\n").unwrap();
-    // Node 1 dies of SIGSEGV (blamed at once); node 3, the first spare, has a broken torch.
-    let doomed = format!("\"--signal-on-node\", \"{}:SIGSEGV\"", c.addr(1));
+    // Node 1 dies of SIGBUS (blamed at once); node 3, the first spare, has a broken torch.
+    let doomed = format!("\"--signal-on-node\", \"{}:SIGBUS\"", c.addr(1));
     let path = c.write_config(
         &torchrun(&format!("\"--steps\", \"3\", \"--fault-step\", \"1\", {doomed}"), "nnodes = 3"),
         FAST_RESTART,
