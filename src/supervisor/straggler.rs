@@ -78,8 +78,8 @@ pub struct StragglerWatch {
     streaks: BTreeMap<u32, (u32, f64, u32)>,
     /// Ranks named already: once each per attempt.
     named: Vec<Straggler>,
-    /// The most ranks a round has held: a round with fewer (a node that answered late) says
-    /// nothing of a stall.
+    /// The most ranks a round has held, or its nodes had sent a sample of: a round with fewer
+    /// (a node that answered late) says nothing of a stall.
     most: usize,
     /// Since when (the round before the first of them) every rank sat still, if they do.
     still_since: Option<f64>,
@@ -169,11 +169,18 @@ impl StragglerWatch {
     /// all do when the job is stuck. Blind where every rank spins a core while it waits
     /// (NCCL on GPUs) and where a node shows no bytes (`RankTimes::io`): never a stall there.
     fn stall(&mut self, shares: &BTreeMap<u32, Shares>, at: f64) {
-        self.most = self.most.max(shares.len());
-        let still = !shares.is_empty()
-            && shares.len() == self.most
-            && shares.values().all(|s| s.still && s.cpu < IDLE);
-        self.still_since = match (still, self.still_since) {
+        let known: usize = self.last.values().map(|(_, ranks)| ranks.len()).sum();
+        self.most = self.most.max(shares.len()).max(known);
+        let quiet = |s: &Shares| s.still && s.cpu < IDLE;
+        let all_still = !shares.is_empty() && shares.values().all(quiet);
+        if all_still && shares.len() < self.most {
+            // A node answered late (a loaded launch host, hundreds of nodes): the ranks heard
+            // say nothing against a stall, the others nothing at all. The round neither
+            // starts, ends nor extends one; the late node's next sample spans the gap, and a
+            // byte it moved meanwhile ends the stall then.
+            return;
+        }
+        self.still_since = match (all_still, self.still_since) {
             (false, _) => None,
             (true, Some(since)) => Some(since),
             (true, None) => Some(self.last_round.unwrap_or(at)),
@@ -432,16 +439,18 @@ mod tests {
         cpu: impl Fn(usize, u32) -> f64,
         io: impl Fn(usize, u32) -> Option<u64>,
     ) -> Vec<u64> {
-        still_blocked(rounds, cpu, io, |_, _| false)
+        still_late(rounds, cpu, io, |_, _| false, |_, _| false)
     }
 
     /// `still`, with `blocked(round, rank)`: a thread of the rank in uninterruptible sleep
-    /// as the round's sample is taken.
-    fn still_blocked(
+    /// as the round's sample is taken, and `late(round, node)`: the node's sample misses the
+    /// round (its times go on adding up, for its next one).
+    fn still_late(
         rounds: usize,
         cpu: impl Fn(usize, u32) -> f64,
         io: impl Fn(usize, u32) -> Option<u64>,
         blocked: impl Fn(usize, u32) -> bool,
+        late: impl Fn(usize, usize) -> bool,
     ) -> Vec<u64> {
         let mut w = StragglerWatch::new();
         let mut sums = [RankTimes { io: Some(0), ..RankTimes::default() }; 4];
@@ -450,14 +459,16 @@ mod tests {
             for node in 0..2 {
                 let ranks = [2 * node as u32, 2 * node as u32 + 1];
                 let uptime = 100.0 + 5.0 * round as f64;
-                w.sample(
-                    node,
-                    &Sample {
-                        uptime,
-                        hz: 100,
-                        ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
-                    },
-                );
+                if !late(round, node) {
+                    w.sample(
+                        node,
+                        &Sample {
+                            uptime,
+                            hz: 100,
+                            ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
+                        },
+                    );
+                }
                 for r in ranks {
                     sums[r as usize].blocked = blocked(round + 1, r);
                     sums[r as usize].cpu += (cpu(round, r) * 500.0) as u64;
@@ -506,7 +517,34 @@ mod tests {
     /// every rank sits still again, the stall counts from there.
     #[test]
     fn a_rank_in_uninterruptible_sleep_is_not_still() {
-        let fsync = still_blocked(9, |_, _| 0.0, |_, _| Some(0), |r, rank| rank == 0 && (2..=6).contains(&r));
+        let fsync = still_late(
+            9,
+            |_, _| 0.0,
+            |_, _| Some(0),
+            |r, rank| rank == 0 && (2..=6).contains(&r),
+            |_, _| false,
+        );
         assert_eq!(fsync, [0, 5, 0, 0, 0, 0, 0, 5, 10, 15]);
+    }
+
+    /// A node whose sample misses a round (herd's host loaded, hundreds of nodes) does not
+    /// start a stuck job's stall over: at 254 nodes, some node is late nearly every round,
+    /// and the hang would never be found. Nor does it hide a rank that moved meanwhile: its
+    /// next sample spans the gap.
+    #[test]
+    fn a_node_answering_late_neither_ends_a_stall_nor_hides_a_move() {
+        let late = |r: usize, node: usize| node == 1 && [3, 5, 6].contains(&r);
+        let stuck = still_late(9, |_, _| 0.0, |_, _| Some(0), |_, _| false, late);
+        assert_eq!(stuck, [0, 5, 10, 10, 20, 20, 20, 35, 40, 45]);
+        // Rank 2 (node 1) writes a byte in round 4, while its node is late in rounds 5 and
+        // 6: the sample of round 7 shows it, and the stall starts over from there.
+        let moved =
+            still_late(9, |_, _| 0.0, |r, rank| Some(u64::from(rank == 2 && r == 4)), |_, _| false, late);
+        assert_eq!(moved, [0, 5, 10, 10, 20, 20, 20, 0, 5, 10]);
+        // A checkpoint by rank 0 on a node late every other round never looks like a stall.
+        let busy_late = |r: usize, node: usize| node == 0 && r % 2 == 1;
+        let checkpoint =
+            still_late(9, |_, _| 0.0, |_, rank| Some(u64::from(rank == 0) << 20), |_, _| false, busy_late);
+        assert!(checkpoint.iter().all(|&s| s == 0), "{checkpoint:?}");
     }
 }
