@@ -55,15 +55,15 @@ pub fn lost_together(heartbeat_timeout: Duration, probe_wait: Duration) -> Durat
 
 /// The nodes `verdict` and `nodes` blame, by node rank, one reason each, and whether the root
 /// cause's node was blamed for its rank's fault alone (`root_fault`), which a fault that
-/// follows its rank later explains. `previous`: the root cause of the attempt before, if it
-/// failed. `together`: see `lost_together`.
+/// follows its rank later explains. `repetition`: how many attempts in a row the root cause
+/// was the same (see `History::judge`), when that many blame it. `together`: see `lost_together`.
 /// `rank_fault`: the root cause's failure follows its rank, and blames its node for nothing
 /// but a loss or a hardware line.
 fn blame(
     verdict: &Verdict,
     nodes: &[NodeOutcome],
     rules: &RuleTable,
-    previous: Option<&Last>,
+    repetition: Option<u32>,
     together: Duration,
     rank_fault: bool,
 ) -> (Vec<Blamed>, bool) {
@@ -93,7 +93,7 @@ fn blame(
     // is no node's fault, however often it comes.
     let strained = |r: &RootCause| nodes.iter().any(|n| n.node_rank == r.node_rank && n.late_fleet);
     let root_late = root.is_some_and(strained);
-    let for_fault = match root_fault(verdict, previous).filter(|_| !rank_fault && !root_late) {
+    let for_fault = match root_fault(verdict, repetition).filter(|_| !rank_fault && !root_late) {
         Some((node_rank, reason)) => add(node_rank, reason),
         None => false,
     };
@@ -101,22 +101,20 @@ fn blame(
 }
 
 /// Whether the root cause's own failure blames its node, and why: its rank died of SIGBUS, or
-/// it is the root cause of this attempt and of the one before, with the same class and exit
-/// (not `port`). A fault that follows its rank explains both.
-fn root_fault(verdict: &Verdict, previous: Option<&Last>) -> Option<(usize, String)> {
+/// it is the root cause of `repetition` attempts in a row (see `History::judge`). A fault that
+/// follows its rank explains both.
+fn root_fault(verdict: &Verdict, repetition: Option<u32>) -> Option<(usize, String)> {
     let root = verdict.root_cause.as_ref()?;
     if let NodeExit::Signal(sig @ 7) = root.exit {
         let who = root.rank.map_or("a process".to_string(), |r| format!("rank {r}"));
         return Some((root.node_rank, format!("{who} died of {}", crate::outcome::signal_name(sig))));
     }
-    let last = previous?;
-    let same_exit = match (&last.exit, &root.exit) {
-        // Lost for one reason or another: the node went away both times.
-        (NodeExit::Lost(_), NodeExit::Lost(_)) => true,
-        (a, b) => a == b,
+    let times = match repetition? {
+        2 => "two".to_string(),
+        3 => "three".to_string(),
+        n => n.to_string(),
     };
-    (root.host == last.host && last.class == verdict.class && same_exit && last.class != FailureClass::Port)
-        .then(|| (root.node_rank, "the root cause of two attempts in a row".to_string()))
+    Some((root.node_rank, format!("the root cause of {times} attempts in a row")))
 }
 
 /// The nodes lost before herd stopped anything, or the node whose silence made herd stop (the
@@ -258,6 +256,22 @@ struct Last {
     exit: NodeExit,
     /// Its fault, if a rank's.
     fault: Option<Fault>,
+    /// How many attempts in a row, this one included, had this root cause (`repeated_by`).
+    repeats: u32,
+}
+
+impl Last {
+    /// Whether `verdict`'s root cause is this one again: the same host, class and exit (lost
+    /// for one reason or another is the same: the node went away both times), not `port` (a
+    /// port clash is the port's, not the node's).
+    fn repeated_by(&self, verdict: &Verdict) -> bool {
+        let Some(root) = verdict.root_cause.as_ref() else { return false };
+        let same_exit = match (&self.exit, &root.exit) {
+            (NodeExit::Lost(_), NodeExit::Lost(_)) => true,
+            (a, b) => a == b,
+        };
+        root.host == self.host && self.class == verdict.class && same_exit && self.class != FailureClass::Port
+    }
 }
 
 /// What a run's failed attempts tell the blame of the next ones: the last root cause, the
@@ -287,12 +301,19 @@ impl History {
     /// cause's rank failed the same way on another host than the last attempt's root cause,
     /// the fault follows the rank. From then on it blames no node, and the hosts blamed for
     /// it are released.
+    ///
+    /// The same root cause again (`Last::repeated_by`) blames its node when the attempt did
+    /// not train (`trained`: see `policy::trained`): it failed again before the job got going,
+    /// a crash loop on that node. After training, the second failure is a new fault that
+    /// happened to land on the same node (at 16 nodes, one pair of faults in 16 does): only a
+    /// third in a row blames it.
     pub fn judge(
         &mut self,
         verdict: &Verdict,
         nodes: &[NodeOutcome],
         rules: &RuleTable,
         together: Duration,
+        trained: bool,
     ) -> Judged {
         let fault = Fault::of(verdict);
         if let (Some((host, f)), Some(Last { host: last_host, fault: Some(last), .. })) = (&fault, &self.last)
@@ -311,8 +332,12 @@ impl History {
             }
             _ => false,
         };
-        let previous = self.last.as_ref().filter(|_| !alike_on_two_ranks);
-        let (blamed, for_fault) = blame(verdict, nodes, rules, previous, together, rank_fault);
+        let repeats = match self.last.as_ref().filter(|_| !alike_on_two_ranks) {
+            Some(last) if last.repeated_by(verdict) => last.repeats + 1,
+            _ => 1,
+        };
+        let repetition = (repeats >= 3 || (repeats == 2 && !trained)).then_some(repeats);
+        let (blamed, for_fault) = blame(verdict, nodes, rules, repetition, together, rank_fault);
         let mut released = Vec::new();
         if let Some((host, f)) = &fault {
             if rank_fault {
@@ -334,6 +359,7 @@ impl History {
             class: verdict.class,
             exit: r.exit.clone(),
             fault: fault.map(|(_, f)| f),
+            repeats,
         });
         Judged { blamed, released }
     }
@@ -353,6 +379,8 @@ mod tests {
 
     /// `lost_together` of a heartbeat timeout of 15 s.
     const TOGETHER: Duration = Duration::from_secs(23);
+    /// The attempt judged failed before it trained.
+    const UNTRAINED: bool = false;
 
     /// The blame of an attempt alone, its root cause's failure not known to follow its rank.
     fn blame(
@@ -361,11 +389,14 @@ mod tests {
         rules: &RuleTable,
         previous: Option<(&str, FailureClass)>,
     ) -> Vec<Blamed> {
-        // The attempt before failed with the same exit as this one's root cause.
+        // The attempt before failed with the same exit as this one's root cause, and this one
+        // did not train.
         let exit = verdict.root_cause.as_ref().map_or(NodeExit::ExitCode(1), |r| r.exit.clone());
-        let previous =
-            previous.map(|(host, class)| Last { host: host.into(), class, exit: exit.clone(), fault: None });
-        super::blame(verdict, nodes, rules, previous.as_ref(), TOGETHER, false).0
+        let repeated = previous.is_some_and(|(host, class)| {
+            Last { host: host.into(), class, exit: exit.clone(), fault: None, repeats: 1 }
+                .repeated_by(verdict)
+        });
+        super::blame(verdict, nodes, rules, repeated.then_some(2), TOGETHER, false).0
     }
 
     fn node(node_rank: usize, exit: NodeExit, lines: &[&str]) -> NodeOutcome {
@@ -526,25 +557,25 @@ mod tests {
         let bus = NodeExit::Signal(7);
         let mut h = History::default();
         // Rank 0 dies of SIGBUS on n0: its node is blamed, and a spare, n2, takes its node rank.
-        let first = h.judge(&on("n0", 0, bus.clone()), &nodes, &rules, TOGETHER);
+        let first = h.judge(&on("n0", 0, bus.clone()), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&first.blamed), [(0, "rank 0 died of SIGBUS")]);
         assert!(first.released.is_empty());
         // Rank 0 dies of SIGBUS on n2 too: the fault is the rank's. n2 is not blamed, n0 released.
-        let second = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER);
+        let second = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(second.blamed, []);
         assert_eq!(
             second.released,
             [("n0".to_string(), "rank 0 failed the same way (crash, signal 7 (SIGBUS)) on n2: the fault follows the rank, not the node".to_string())]
         );
         // Nor is n2 blamed the next time: not for the signal, nor as the root cause twice.
-        let third = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER);
+        let third = h.judge(&on("n2", 0, bus.clone()), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(third, Judged::default());
         // Another rank's fault, or another failure, is judged as ever.
-        let other = h.judge(&on("n2", 1, bus.clone()), &nodes, &rules, TOGETHER);
+        let other = h.judge(&on("n2", 1, bus.clone()), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&other.blamed), [(0, "rank 1 died of SIGBUS")]);
         // A hardware line of another node still blames it.
         let xid = [node(0, NodeExit::Signal(7), &[]), node(1, NodeExit::Signal(15), &["NVRM: Xid 79"])];
-        let with_xid = h.judge(&on("n2", 0, bus), &xid, &rules, TOGETHER);
+        let with_xid = h.judge(&on("n2", 0, bus), &xid, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&with_xid.blamed), [(1, "hardware: NVRM: Xid 79")]);
     }
 
@@ -560,14 +591,14 @@ mod tests {
         let mut h = History::default();
         // Rank 0 segfaults on n0, which also printed an Xid: blamed for the hardware.
         let with_xid = [node(0, NodeExit::Signal(11), &[xid]), node(1, NodeExit::Signal(15), &[])];
-        let first = h.judge(&on("n0"), &with_xid, &rules, TOGETHER);
+        let first = h.judge(&on("n0"), &with_xid, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&first.blamed), [(0, format!("hardware: {xid}").as_str())]);
         // Rank 0 segfaults on n2: the fault follows the rank, but n0's Xid is no rank's: n0
         // stays blamed.
         let plain = [node(0, NodeExit::Signal(11), &[]), node(1, NodeExit::Signal(15), &[])];
-        assert_eq!(h.judge(&on("n2"), &plain, &rules, TOGETHER), Judged::default());
+        assert_eq!(h.judge(&on("n2"), &plain, &rules, TOGETHER, UNTRAINED), Judged::default());
         // The root cause's own Xid still blames its node when the segfault follows the rank.
-        let again = h.judge(&on("n3"), &with_xid, &rules, TOGETHER);
+        let again = h.judge(&on("n3"), &with_xid, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&again.blamed), [(0, format!("hardware: {xid}").as_str())]);
     }
 
@@ -585,15 +616,16 @@ mod tests {
             format!("[rank0]: RuntimeError: CUDA error: an illegal memory access at {at} on {host}")
         };
         let mut h = History::default();
-        h.judge(&on("n0", &illegal("0x7f3a00", "n0")), &nodes, &rules, TOGETHER);
-        let twice = h.judge(&on("n0", &illegal("0x7f3a80", "n0")), &nodes, &rules, TOGETHER);
+        h.judge(&on("n0", &illegal("0x7f3a00", "n0")), &nodes, &rules, TOGETHER, UNTRAINED);
+        let twice = h.judge(&on("n0", &illegal("0x7f3a80", "n0")), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&twice.blamed), [(0, "the root cause of two attempts in a row")]);
         // On n2, rank 0 exits 1 too, but of another error: n0 keeps its blame.
-        let other = h.judge(&on("n2", "ValueError: shapes do not match"), &nodes, &rules, TOGETHER);
+        let other =
+            h.judge(&on("n2", "ValueError: shapes do not match"), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(other, Judged::default());
         // The same error, its address and host aside, on n3: it follows the rank.
-        h.judge(&on("n0", &illegal("0x1", "n0")), &nodes, &rules, TOGETHER);
-        let moved = h.judge(&on("n3", &illegal("0x2", "gpu-03")), &nodes, &rules, TOGETHER);
+        h.judge(&on("n0", &illegal("0x1", "n0")), &nodes, &rules, TOGETHER, UNTRAINED);
+        let moved = h.judge(&on("n3", &illegal("0x2", "gpu-03")), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(moved.released.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["n0"]);
         assert_eq!(gist("[rank0]: OSError: [Errno 5] on host-a", "host-a"), "OSError: [Errno #] on #");
     }
@@ -614,10 +646,15 @@ mod tests {
             format!("[rank{rank}]: terminate called without an active exception (pid {pid})")
         };
         let mut h = History::default();
-        h.judge(&on(5, &abort(5, 4711)), &nodes, &rules, TOGETHER);
-        assert_eq!(h.judge(&on(4, &abort(4, 4802)), &nodes, &rules, TOGETHER), Judged::default());
-        let other =
-            h.judge(&on(5, "RuntimeError: CUDA error: unspecified launch failure"), &nodes, &rules, TOGETHER);
+        h.judge(&on(5, &abort(5, 4711)), &nodes, &rules, TOGETHER, UNTRAINED);
+        assert_eq!(h.judge(&on(4, &abort(4, 4802)), &nodes, &rules, TOGETHER, UNTRAINED), Judged::default());
+        let other = h.judge(
+            &on(5, "RuntimeError: CUDA error: unspecified launch failure"),
+            &nodes,
+            &rules,
+            TOGETHER,
+            UNTRAINED,
+        );
         assert_eq!(reasons(&other.blamed), [(2, "the root cause of two attempts in a row")]);
     }
 
@@ -631,18 +668,18 @@ mod tests {
             v
         };
         let mut h = History::default();
-        assert_eq!(h.judge(&on("n0"), &nodes, &rules, TOGETHER), Judged::default());
-        let twice = h.judge(&on("n0"), &nodes, &rules, TOGETHER);
+        assert_eq!(h.judge(&on("n0"), &nodes, &rules, TOGETHER, UNTRAINED), Judged::default());
+        let twice = h.judge(&on("n0"), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&twice.blamed), [(0, "the root cause of two attempts in a row")]);
-        let moved = h.judge(&on("n2"), &nodes, &rules, TOGETHER);
+        let moved = h.judge(&on("n2"), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!((moved.blamed.len(), moved.released.len()), (0, 1), "{moved:?}");
         assert_eq!(moved.released[0].0, "n0");
         // A host failing the same way while the ranks stay put keeps its blame (the test
         // above: n0 twice). And a rank failing differently on the new host is no repetition.
         let mut h = History::default();
-        h.judge(&on("n0"), &nodes, &rules, TOGETHER);
+        h.judge(&on("n0"), &nodes, &rules, TOGETHER, UNTRAINED);
         let bus = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(7))));
-        let other = h.judge(&bus, &nodes, &rules, TOGETHER);
+        let other = h.judge(&bus, &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&other.blamed), [(0, "rank 0 died of SIGBUS")]);
     }
 
@@ -668,17 +705,51 @@ mod tests {
         let nodes = [node(1, NodeExit::Signal(11), &[])];
         let on_n1 = |exit: NodeExit| verdict(FailureClass::Crash, Some((1, Some(3), exit)));
         let mut h = History::default();
-        assert_eq!(h.judge(&on_n1(NodeExit::Signal(9)), &nodes, &rules, TOGETHER), Judged::default());
-        assert_eq!(h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER), Judged::default());
-        let again = h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER);
+        assert_eq!(
+            h.judge(&on_n1(NodeExit::Signal(9)), &nodes, &rules, TOGETHER, UNTRAINED),
+            Judged::default()
+        );
+        assert_eq!(
+            h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER, UNTRAINED),
+            Judged::default()
+        );
+        let again = h.judge(&on_n1(NodeExit::Signal(11)), &nodes, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&again.blamed), [(1, "the root cause of two attempts in a row")]);
         // Lost twice, for whatever reasons, is the same exit: the node went away both times.
         let lost = |why: &str| verdict(FailureClass::NodeLost, Some((1, None, NodeExit::Lost(why.into()))));
         let mut h = History::default();
         let quiet = [node(1, NodeExit::ExitCode(0), &[])];
-        h.judge(&lost("no heartbeat for 15s"), &quiet, &rules, TOGETHER);
-        let twice = h.judge(&lost("the ssh connection to the node was lost"), &quiet, &rules, TOGETHER);
+        h.judge(&lost("no heartbeat for 15s"), &quiet, &rules, TOGETHER, UNTRAINED);
+        let twice =
+            h.judge(&lost("the ssh connection to the node was lost"), &quiet, &rules, TOGETHER, UNTRAINED);
         assert_eq!(reasons(&twice.blamed), [(1, "the root cause of two attempts in a row")]);
+    }
+
+    #[test]
+    fn after_training_the_same_root_cause_blames_only_the_third_time_in_a_row() {
+        // The soak's case: the master's rank killed, then, a minute of training later, the
+        // master's rank killed again. Two faults that landed on one node, not a crash loop.
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(0, NodeExit::Signal(9), &[])];
+        let kill = verdict(FailureClass::Crash, Some((0, Some(0), NodeExit::Signal(9))));
+        let mut h = History::default();
+        assert_eq!(h.judge(&kill, &nodes, &rules, TOGETHER, true), Judged::default());
+        assert_eq!(h.judge(&kill, &nodes, &rules, TOGETHER, true), Judged::default());
+        let third = h.judge(&kill, &nodes, &rules, TOGETHER, true);
+        assert_eq!(reasons(&third.blamed), [(0, "the root cause of three attempts in a row")]);
+        // Failing again before the job trained is a crash loop on the node: blamed at once.
+        let mut h = History::default();
+        h.judge(&kill, &nodes, &rules, TOGETHER, true);
+        let looped = h.judge(&kill, &nodes, &rules, TOGETHER, UNTRAINED);
+        assert_eq!(reasons(&looped.blamed), [(0, "the root cause of two attempts in a row")]);
+        // Another root cause between them starts the count over.
+        let mut h = History::default();
+        h.judge(&kill, &nodes, &rules, TOGETHER, true);
+        h.judge(&kill, &nodes, &rules, TOGETHER, true);
+        let mut elsewhere = kill.clone();
+        elsewhere.root_cause.as_mut().unwrap().host = "n5".into();
+        h.judge(&elsewhere, &nodes, &rules, TOGETHER, true);
+        assert_eq!(h.judge(&kill, &nodes, &rules, TOGETHER, true), Judged::default());
     }
 
     #[test]

@@ -196,12 +196,12 @@ impl Between {
             }
         }
         let together = blame::lost_together(ctx.restart.heartbeat_timeout, super::attempt::PROBE_WAIT);
-        let mut judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together);
+        let trained = policy::trained(ctx.restart, failure.trained_for);
+        let mut judged = self.history.judge(&failure.verdict, failure.outcomes, ctx.rules, together, trained);
         judged.released.extend(slow_released);
         let (roster, released) = release(ctx.roster, judged.released);
         let class = failure.verdict.class;
         let verdict = Some(failure.verdict);
-        let trained = policy::trained(ctx.restart, failure.trained_for);
         self.untrained = if trained { 0 } else { self.untrained + 1 };
         let next = if failure.interrupted {
             Next::Done { status: RunStatus::Interrupted, abandoned: None }
