@@ -9,7 +9,7 @@
 //!
 //! Sizes (environment): BENCH_SOAK_NODES (8), BENCH_SOAK_SECS (1200), BENCH_SOAK_EVERY (120),
 //! BENCH_SOAK_SEEDS (`41`, comma-separated), BENCH_SOAK_LAUNCHERS (`herd,elastic,loop`),
-//! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot`).
+//! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot,port,slow-login`).
 //!
 //! The peers' configuration, as their docs give it at its best:
 //! - torchrun elastic: `--nnodes N:N+1` on every node (the spare too) through ssh, c10d
@@ -39,10 +39,11 @@ pub fn run() {
     let every = Duration::from_secs(measure::env_usize("BENCH_SOAK_EVERY", 120) as u64);
     let seeds: Vec<u64> = env_list("BENCH_SOAK_SEEDS", "41").iter().filter_map(|s| s.parse().ok()).collect();
     let launchers = env_list("BENCH_SOAK_LAUNCHERS", "herd,elastic,loop");
-    let kinds: Vec<Fault> = env_list("BENCH_SOAK_KINDS", "kill,segv,hang,cut-link,lose-node,reboot")
-        .iter()
-        .map(|k| Fault::named(k).unwrap_or_else(|| panic!("BENCH_SOAK_KINDS: no fault {k}")))
-        .collect();
+    let kinds: Vec<Fault> =
+        env_list("BENCH_SOAK_KINDS", "kill,segv,hang,cut-link,lose-node,reboot,port,slow-login")
+            .iter()
+            .map(|k| Fault::named(k).unwrap_or_else(|| panic!("BENCH_SOAK_KINDS: no fault {k}")))
+            .collect();
     let venv = herd_support::torch_venv();
     let mut tb = Testbed::new(n + 1);
     tb.name_every_node();

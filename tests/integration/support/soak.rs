@@ -21,6 +21,13 @@ pub const CUT_FOR: Duration = Duration::from_secs(20);
 /// How long a throttled node stays slow (a busy neighbour that leaves).
 pub const THROTTLE_FOR: Duration = Duration::from_secs(60);
 
+/// How long a node's logins stay slow after `Fault::SlowLogin`, and how slow.
+pub const SLOW_FOR: Duration = Duration::from_secs(60);
+pub const SLOW_LOGIN: f64 = 10.0;
+
+/// How long the master port stays taken after `Fault::Port`, once it was free to take.
+pub const PORT_HELD_FOR: Duration = Duration::from_secs(30);
+
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
@@ -38,11 +45,27 @@ pub enum Fault {
     Reboot,
     /// The node throttled to 5 % of a core for [`THROTTLE_FOR`] (a straggler).
     Throttle,
+    /// A rank of the master SIGKILLed, and the master port (the launcher's rendezvous store)
+    /// taken by another process for [`PORT_HELD_FOR`] as soon as it is free: the restart
+    /// meets it taken, as after a job whose port another grabbed.
+    Port,
+    /// The node's logins made slow ([`SLOW_LOGIN`] s, a shared home's conda init) for
+    /// [`SLOW_FOR`], and a rank of it SIGKILLed: the restart pays the slow login.
+    SlowLogin,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] =
-        [Fault::Kill, Fault::Segv, Fault::Stop, Fault::Cut, Fault::Lose, Fault::Reboot, Fault::Throttle];
+    pub const ALL: [Fault; 9] = [
+        Fault::Kill,
+        Fault::Segv,
+        Fault::Stop,
+        Fault::Cut,
+        Fault::Lose,
+        Fault::Reboot,
+        Fault::Throttle,
+        Fault::Port,
+        Fault::SlowLogin,
+    ];
 
     /// The kind named `name` (see [`Fault::name`]).
     pub fn named(name: &str) -> Option<Fault> {
@@ -58,6 +81,8 @@ impl Fault {
             Fault::Lose => "lose-node",
             Fault::Reboot => "reboot",
             Fault::Throttle => "throttle",
+            Fault::Port => "port",
+            Fault::SlowLogin => "slow-login",
         }
     }
 
@@ -217,6 +242,9 @@ pub struct Injector<'a> {
     lost: BTreeSet<usize>,
     cuts: Vec<(Instant, usize)>,
     throttles: Vec<(Instant, CpuThrottle)>,
+    slow: Vec<(Instant, usize)>,
+    /// Processes holding a master port (`Fault::Port`): they end by themselves.
+    holders: Vec<std::process::Child>,
     pub injected: Vec<Injected>,
 }
 
@@ -229,6 +257,8 @@ impl<'a> Injector<'a> {
             lost: BTreeSet::new(),
             cuts: Vec::new(),
             throttles: Vec::new(),
+            slow: Vec::new(),
+            holders: Vec::new(),
             injected: Vec::new(),
         }
     }
@@ -241,6 +271,38 @@ impl<'a> Injector<'a> {
             alive.iter().map(|&n| (n, ranks(self.tb, n))).filter(|(_, r)| !r.is_empty()).collect();
         let pick = |len: usize| (planned.draw % len.max(1) as u64) as usize;
         let (node, what) = match planned.fault {
+            Fault::Port | Fault::SlowLogin => {
+                let Some((node, pids)) = busy.get(pick(busy.len())).cloned() else {
+                    return self.record(planned.fault, 0, at, "no job running: nothing done".into());
+                };
+                // The port a launcher listens on, on the master (torchrun elastic's store may
+                // live off the nodes: then only the rank is killed).
+                let port = (planned.fault == Fault::Port)
+                    .then(|| busy.iter().find_map(|(n, _)| Some((*n, self.store_port(*n)?))))
+                    .flatten();
+                let pid = pids[(planned.draw >> 16) as usize % pids.len()];
+                let what = match (planned.fault, port) {
+                    (Fault::Port, Some((master, port))) => {
+                        self.holders.push(self.hold_port(master, port));
+                        format!(
+                            "rank pid {pid} sent SIGKILL, port {port} of node {master} taken as soon as it is free"
+                        )
+                    }
+                    (Fault::Port, None) => {
+                        format!("rank pid {pid} sent SIGKILL; no launcher listens on a node")
+                    }
+                    _ => {
+                        self.tb.slow_login(node, SLOW_LOGIN);
+                        self.slow.push((Instant::now(), node));
+                        format!(
+                            "logins slowed to {SLOW_LOGIN} s for {} s, rank pid {pid} sent SIGKILL",
+                            SLOW_FOR.as_secs()
+                        )
+                    }
+                };
+                signal(pid, "KILL");
+                (node, what)
+            }
             Fault::Kill | Fault::Segv | Fault::Stop => {
                 let Some((node, pids)) = busy.get(pick(busy.len())).cloned() else {
                     // Between attempts, a rank fault is a launcher's: the restart meets it.
@@ -317,6 +379,48 @@ impl<'a> Injector<'a> {
         }
     }
 
+    /// The port a launcher of the node listens on: the rendezvous store's, on the master
+    /// (the ranks' own listening sockets, gloo's, are not the launcher's).
+    fn store_port(&self, node: usize) -> Option<u16> {
+        let launchers = self.launchers(node);
+        let out = self.tb.ns_exec(node, "ss -Hltnp");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines().find_map(|l| {
+            let owned = launchers.iter().any(|p| l.contains(&format!("pid={p},")));
+            let local = l.split_whitespace().nth(3)?;
+            owned.then(|| local.rsplit(':').next()?.parse().ok()).flatten()
+        })
+    }
+
+    /// A process in the node's namespace that takes `port` as soon as it can (within a
+    /// minute) and holds it for [`PORT_HELD_FOR`].
+    fn hold_port(&self, node: usize, port: u16) -> std::process::Child {
+        let script = format!(
+            r#"
+import socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+end = time.time() + 60
+while time.time() < end:
+    try:
+        s.bind(("", {port}))
+        s.listen()
+        time.sleep({held})
+        break
+    except OSError:
+        time.sleep(0.05)
+"#,
+            held = PORT_HELD_FOR.as_secs()
+        );
+        Command::new("ip")
+            .args(["netns", "exec", &self.tb.nodes()[node].netns, "python3", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 in the node's namespace")
+    }
+
     fn launchers(&self, node: usize) -> Vec<u32> {
         node_processes(self.tb, node)
             .into_iter()
@@ -342,6 +446,14 @@ impl<'a> Injector<'a> {
             !done
         });
         self.throttles.retain(|(since, _)| since.elapsed() < THROTTLE_FOR);
+        self.slow.retain(|(since, node)| {
+            let done = since.elapsed() >= SLOW_FOR;
+            if done {
+                tb.fast_login(*node);
+            }
+            !done
+        });
+        self.holders.retain_mut(|h| matches!(h.try_wait(), Ok(None)));
     }
 
     /// Heals everything, the lost nodes too: the soak is over.
@@ -353,6 +465,13 @@ impl<'a> Injector<'a> {
             self.tb.link_up(node);
         }
         self.throttles.clear();
+        for (_, node) in std::mem::take(&mut self.slow) {
+            self.tb.fast_login(node);
+        }
+        for mut h in std::mem::take(&mut self.holders) {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
     }
 }
 

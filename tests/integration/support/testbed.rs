@@ -250,6 +250,11 @@ sleep {secs}
         );
     }
 
+    /// Undoes `slow_login`: the node's logins start at once again.
+    pub fn fast_login(&self, node: usize) {
+        let _ = fs::remove_file(self.home(node).join(".bashrc"));
+    }
+
     /// Makes `shell` (e.g. `/usr/bin/tcsh`) root's login shell on the node's host: sshd runs
     /// every command sent to it with `shell -c`.
     pub fn login_shell(&self, node: usize, shell: &str) {
