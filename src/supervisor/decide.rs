@@ -88,8 +88,9 @@ pub struct Failure<'a> {
     pub allocation: Allocation,
     /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
     pub interrupted: bool,
-    /// How long it went on after its first progress, if it made any: whether it trained
-    /// before it failed (`policy::trained`), which makes its restart a new fault's.
+    /// How long it went on after its first progress until it failed (see `trained_for`), if
+    /// it made any: whether it trained before it failed (`policy::trained`), which makes its
+    /// restart a new fault's.
     pub trained_for: Option<Duration>,
 }
 
@@ -372,6 +373,26 @@ pub fn replacement(roster: &Roster, blamed: Vec<Blamed>) -> Replace {
         Some((roster, changes)) => Replace::With { blamed, roster, changes },
         None => Replace::NoRoom { blamed, reserve: roster.reserve },
     }
+}
+
+/// How long a failed attempt trained: from its first progress (`first_progress`, since the
+/// attempt started) to its failure, the first node that ended by itself or herd's first
+/// request to stop (what `outcomes` say), not to the attempt's end (`ended`): the teardown's
+/// grace and kill are no training, and counting them makes a crash loop look trained.
+pub fn trained_for(
+    first_progress: Option<Duration>,
+    outcomes: &[NodeOutcome],
+    ended: Duration,
+) -> Option<Duration> {
+    let failed_at = outcomes
+        .iter()
+        .filter_map(|o| match o.stop_requested_at {
+            Some(stop) => Some(stop),
+            None => (!o.exit.success()).then_some(o.lost_at.unwrap_or(o.ended_at)),
+        })
+        .min()
+        .unwrap_or(ended);
+    first_progress.map(|p| failed_at.saturating_sub(p))
 }
 
 /// The reason a run ends in an allocation Slurm has ended.
@@ -915,6 +936,31 @@ mod tests {
             assert_eq!(run_end(RunStatus::Succeeded, Some(why)), RunStatus::Succeeded);
         }
         assert_eq!(run_end(RunStatus::Interrupted, None), RunStatus::Interrupted);
+    }
+
+    #[test]
+    fn an_attempt_trained_until_its_failure_not_through_its_teardown() {
+        let s = Duration::from_secs;
+        // Node 1 crashed at 12 s; herd asked node 0 to stop at 13 s; the grace and the kill
+        // ended the attempt at 30 s. Progress from 5 s: it trained for 7 s, not 25.
+        let crashed = NodeOutcome { ended_at: s(12), ..node(1, NodeExit::ExitCode(1)) };
+        let stopped =
+            NodeOutcome { ended_at: s(30), stop_requested_at: Some(s(13)), ..node(0, NodeExit::Signal(9)) };
+        assert_eq!(trained_for(Some(s(5)), &[stopped.clone(), crashed.clone()], s(30)), Some(s(7)));
+        // A node lost counts from when herd saw it lost, not from the end it was given.
+        let lost = NodeOutcome {
+            ended_at: s(40),
+            lost_at: Some(s(20)),
+            ..node(1, NodeExit::Lost("no heartbeat for 15s".into()))
+        };
+        let late_stop = NodeOutcome { stop_requested_at: Some(s(25)), ..stopped.clone() };
+        assert_eq!(trained_for(Some(s(5)), &[late_stop, lost], s(40)), Some(s(15)));
+        // A node that succeeded early is no failure; nothing said: the attempt's end.
+        let done = NodeOutcome { ended_at: s(2), ..node(1, NodeExit::ExitCode(0)) };
+        assert_eq!(trained_for(Some(s(5)), &[done], s(30)), Some(s(25)));
+        // No progress, no training; progress after the failure (a late line), none either.
+        assert_eq!(trained_for(None, std::slice::from_ref(&crashed), s(30)), None);
+        assert_eq!(trained_for(Some(s(20)), &[crashed], s(30)), Some(Duration::ZERO));
     }
 
     #[test]

@@ -251,7 +251,7 @@ impl Run<'_> {
             AttemptOutcome::NoPort(e) => return Err(e),
             AttemptOutcome::Failed(verdict, o) => {
                 outcomes = o;
-                let trained_for = first_progress.map(|p| duration.saturating_sub(p));
+                let trained_for = decide::trained_for(first_progress, &outcomes, duration);
                 Ended::Failed(self.failure(fleet, attempt, verdict, &outcomes, trained_for, interrupts).await)
             }
         };
