@@ -17,9 +17,11 @@
 //!   `blame = "node"`). A blaming rule of class `comm` (an InfiniBand error) blames only the
 //!   attempt's root cause: when a node dies, its peers' InfiniBand reports errors too;
 //! - it is the root cause of this attempt and of the one before, with the same class and the
-//!   same exit (not `port`: a port clash is the port's, not the node's). Two different faults
-//!   that happen to land on one host in a row (a rank killed, then one segfaulting) are two
-//!   faults, not a node's.
+//!   same exit (any exit of a hang, which herd's teardown gives it), and this attempt failed
+//!   before it trained: a crash loop on that node. After training, only a third time in a row
+//!   blames it: unrelated faults land on the same node one pair in N. Not `port`: a port
+//!   clash is the port's, not the node's. Two different faults that happen to land on one
+//!   host in a row (a rank killed, then one segfaulting) are two faults, not a node's.
 //!
 //! But a rank that fails the same way (class, exit, rank, and its root-cause line but for
 //! numbers, addresses and host names) on another host, after its node was replaced or the
@@ -268,6 +270,8 @@ impl Last {
         let Some(root) = verdict.root_cause.as_ref() else { return false };
         let same_exit = match (&self.exit, &root.exit) {
             (NodeExit::Lost(_), NodeExit::Lost(_)) => true,
+            // A hang's exit is whatever herd's teardown made of it (SIGTERM, SIGKILL, lost).
+            _ if verdict.class == FailureClass::Hang => true,
             (a, b) => a == b,
         };
         root.host == self.host && self.class == verdict.class && same_exit && self.class != FailureClass::Port
@@ -326,9 +330,12 @@ impl History {
         // Two ranks of one host that fail alike (gloo's abort at exit from a script without
         // destroy_process_group, on rank 5 and then rank 4) show the program's fault twice,
         // not the host's: no repetition that blames it.
+        // Not a memory fault, though: bad memory faults whichever rank runs on it.
         let alike_on_two_ranks = match (&fault, &self.last) {
             (Some((host, f)), Some(Last { host: last_host, fault: Some(last), .. })) => {
-                host == last_host && f.alike_on_another_rank(last)
+                host == last_host
+                    && f.alike_on_another_rank(last)
+                    && !matches!(f.exit, NodeExit::Signal(7 | 11))
             }
             _ => false,
         };
@@ -359,7 +366,8 @@ impl History {
             class: verdict.class,
             exit: r.exit.clone(),
             fault: fault.map(|(_, f)| f),
-            repeats,
+            // A fault that follows its rank is the program's: no count against the host.
+            repeats: if rank_fault { 0 } else { repeats },
         });
         Judged { blamed, released }
     }
@@ -750,6 +758,46 @@ mod tests {
         elsewhere.root_cause.as_mut().unwrap().host = "n5".into();
         h.judge(&elsewhere, &nodes, &rules, TOGETHER, true);
         assert_eq!(h.judge(&kill, &nodes, &rules, TOGETHER, true), Judged::default());
+    }
+
+    #[test]
+    fn a_repetition_is_a_hang_whatever_its_exit_and_a_segfault_on_any_rank_of_the_host() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(1, NodeExit::Signal(9), &[])];
+        // A hang's exit is the teardown's: SIGTERM once, SIGKILL the next time.
+        let hang = |exit| verdict(FailureClass::Hang, Some((1, Some(2), exit)));
+        let mut h = History::default();
+        h.judge(&hang(NodeExit::Signal(15)), &nodes, &rules, TOGETHER, UNTRAINED);
+        let again = h.judge(&hang(NodeExit::Signal(9)), &nodes, &rules, TOGETHER, UNTRAINED);
+        assert_eq!(reasons(&again.blamed), [(1, "the root cause of two attempts in a row")]);
+        // Bad memory segfaults whichever rank runs there, with the same line: still the host's.
+        let segv = |rank| {
+            let mut v = verdict(FailureClass::Crash, Some((1, Some(rank), NodeExit::Signal(11))));
+            v.root_cause.as_mut().unwrap().line = Some("Segmentation fault (core dumped)".into());
+            v
+        };
+        let mut h = History::default();
+        h.judge(&segv(2), &nodes, &rules, TOGETHER, UNTRAINED);
+        let other_rank = h.judge(&segv(3), &nodes, &rules, TOGETHER, UNTRAINED);
+        assert_eq!(reasons(&other_rank.blamed), [(1, "the root cause of two attempts in a row")]);
+    }
+
+    #[test]
+    fn a_fault_that_follows_its_rank_counts_for_no_repetition_of_its_host() {
+        let rules = RuleTable::new(&[]);
+        let nodes = [node(0, NodeExit::Signal(6), &[])];
+        let on = |host: &str, rank: u32| {
+            let mut v = verdict(FailureClass::Crash, Some((0, Some(rank), NodeExit::Signal(6))));
+            v.root_cause.as_mut().unwrap().host = host.into();
+            v
+        };
+        let mut h = History::default();
+        // Rank 0's abort on n0, then on n2: the program's. Then on n2 again, trained each time.
+        h.judge(&on("n0", 0), &nodes, &rules, TOGETHER, true);
+        h.judge(&on("n2", 0), &nodes, &rules, TOGETHER, true);
+        assert_eq!(h.judge(&on("n2", 0), &nodes, &rules, TOGETHER, true), Judged::default());
+        // Rank 1 aborts on n2 after training: the first of its own, not a third in a row.
+        assert_eq!(h.judge(&on("n2", 1), &nodes, &rules, TOGETHER, true), Judged::default());
     }
 
     #[test]
