@@ -64,6 +64,24 @@ struct Shares {
     busy: f64,
     /// It read or wrote nothing since the sample before (`false` where the node cannot say).
     still: bool,
+    /// The node's seconds these shares are over.
+    secs: f64,
+}
+
+impl Shares {
+    /// Two spans of one rank's in one round (a node's late sample came with its next one):
+    /// its shares over both, still only if it was in each.
+    fn and(self, later: Shares) -> Shares {
+        let secs = self.secs + later.secs;
+        let mean = |a: f64, b: f64| (a * self.secs + b * later.secs) / secs;
+        Shares {
+            node_rank: later.node_rank,
+            cpu: mean(self.cpu, later.cpu),
+            busy: mean(self.busy, later.busy),
+            still: self.still && later.still,
+            secs,
+        }
+    }
 }
 
 /// Every rank's samples over one attempt.
@@ -110,7 +128,12 @@ impl StragglerWatch {
                     // A rank waiting in an fsync or a close on NFS moves its bytes only as the
                     // call returns: it is not still while it waits there.
                     let still = !now.blocked && now.io.zip(then.io).is_some_and(|(now, then)| now == then);
-                    self.shares.insert(*rank, Shares { node_rank, cpu, busy, still });
+                    let shares = Shares { node_rank, cpu, busy, still, secs: dt };
+                    let merged = match self.shares.get(rank) {
+                        Some(earlier) => earlier.and(shares),
+                        None => shares,
+                    };
+                    self.shares.insert(*rank, merged);
                 }
             } else if dt >= 0.0 {
                 return;
@@ -172,11 +195,18 @@ impl StragglerWatch {
         let known: usize = self.last.values().map(|(_, ranks)| ranks.len()).sum();
         self.most = self.most.max(shares.len()).max(known);
         let quiet = |s: &Shares| s.still && s.cpu < IDLE;
-        let all_still = !shares.is_empty() && shares.values().all(quiet);
-        if all_still && shares.len() < self.most {
-            // A node answered late (a loaded launch host, hundreds of nodes): the ranks heard
-            // say nothing against a stall, the others nothing at all. The round neither
-            // starts, ends nor extends one; the late node's next sample spans the gap, and a
+        let all_still = shares.values().all(quiet);
+        if shares.is_empty() && self.still_since.is_none() {
+            // No share yet (the first samples) or none this round: a stall that starts at the
+            // next counts from here at the latest.
+            self.last_round = Some(at);
+            return;
+        }
+        if shares.is_empty() || (all_still && shares.len() < self.most) {
+            // A node answered late (a loaded launch host, hundreds of nodes), or every node
+            // did: the ranks heard say nothing against a stall, the others nothing at all.
+            // The round neither starts, ends nor extends one. The late sample comes with the
+            // node's next one, in a round to come, whose shares span both (`Shares::and`): a
             // byte it moved meanwhile ends the stall then.
             return;
         }
@@ -293,8 +323,8 @@ mod tests {
         // 2 ranks in all (1 a node): the slow one against the other.
         let mut w = StragglerWatch::new();
         for round in 0..5 {
-            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.2, busy: 0.25, still: false });
-            w.shares.insert(1, Shares { node_rank: 1, cpu: 0.2, busy: 1.0, still: false });
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.2, busy: 0.25, still: false, secs: 5.0 });
+            w.shares.insert(1, Shares { node_rank: 1, cpu: 0.2, busy: 1.0, still: false, secs: 5.0 });
             let named = w.round(round as f64);
             assert_eq!(named.len(), usize::from(round == 2), "round {round}: {named:?}");
         }
@@ -305,9 +335,12 @@ mod tests {
         let mut w = StragglerWatch::new();
         let round = |w: &mut StragglerWatch, slow: f64| {
             for r in 0..3 {
-                w.shares.insert(r, Shares { node_rank: r as usize, cpu: 0.3, busy: 0.3, still: false });
+                w.shares.insert(
+                    r,
+                    Shares { node_rank: r as usize, cpu: 0.3, busy: 0.3, still: false, secs: 5.0 },
+                );
             }
-            w.shares.insert(3, Shares { node_rank: 3, cpu: slow, busy: slow, still: false });
+            w.shares.insert(3, Shares { node_rank: 3, cpu: slow, busy: slow, still: false, secs: 5.0 });
             w.round(0.0)
         };
         for _ in 0..3 {
@@ -322,7 +355,7 @@ mod tests {
         // missing from it ends, though too few ranks answered to judge any.
         round(&mut w, 0.9);
         assert_eq!(w.still_slow().len(), 1);
-        w.shares.insert(0, Shares { node_rank: 0, cpu: 0.3, busy: 0.3, still: false });
+        w.shares.insert(0, Shares { node_rank: 0, cpu: 0.3, busy: 0.3, still: false, secs: 5.0 });
         w.round(0.0);
         assert!(w.still_slow().is_empty(), "{:?}", w.streaks);
     }
@@ -361,9 +394,12 @@ mod tests {
         let mut alone = Vec::new();
         for (round, others) in others.into_iter().enumerate() {
             for r in 1..4 {
-                w.shares.insert(r, Shares { node_rank: r as usize, cpu: others, busy: others, still: false });
+                w.shares.insert(
+                    r,
+                    Shares { node_rank: r as usize, cpu: others, busy: others, still: false, secs: 5.0 },
+                );
             }
-            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95, still: false });
+            w.shares.insert(0, Shares { node_rank: 0, cpu: 0.95, busy: 0.95, still: false, secs: 5.0 });
             w.round(round as f64);
             alone.push(w.named().first().map(|s| s.alone));
         }
@@ -382,7 +418,7 @@ mod tests {
     fn a_round_without_the_rank_breaks_its_streak() {
         let mut w = StragglerWatch::new();
         let share = |w: &mut StragglerWatch, r: u32, s: f64| {
-            w.shares.insert(r, Shares { node_rank: 0, cpu: s, busy: s, still: false });
+            w.shares.insert(r, Shares { node_rank: 0, cpu: s, busy: s, still: false, secs: 5.0 });
         };
         for (round, with_rank_5) in [true, true, false, true, true].into_iter().enumerate() {
             for r in 0..4 {
@@ -425,11 +461,11 @@ mod tests {
         assert!(w.shares.is_empty(), "less than a second apart: not a share");
         w.sample(0, &s(50.0, 10, 0));
         w.sample(0, &s(55.0, 260, 100));
-        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7, still: true });
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.5, busy: 0.7, still: true, secs: 5.0 });
         // A thread gone with its wait: what is left counts, none of it below zero.
         w.shares.clear();
         w.sample(0, &s(60.0, 300, 50));
-        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.08, busy: 0.08, still: true });
+        assert_eq!(w.shares[&0], Shares { node_rank: 0, cpu: 0.08, busy: 0.08, still: true, secs: 5.0 });
     }
 
     /// Four ranks on two nodes, a round every 5 s: `io(round, rank)` bytes and `cpu(round,
@@ -444,7 +480,7 @@ mod tests {
 
     /// `still`, with `blocked(round, rank)`: a thread of the rank in uninterruptible sleep
     /// as the round's sample is taken, and `late(round, node)`: the node's sample misses the
-    /// round (its times go on adding up, for its next one).
+    /// round, and comes in the next round it does not miss, just before that round's own.
     fn still_late(
         rounds: usize,
         cpu: impl Fn(usize, u32) -> f64,
@@ -455,19 +491,20 @@ mod tests {
         let mut w = StragglerWatch::new();
         let mut sums = [RankTimes { io: Some(0), ..RankTimes::default() }; 4];
         let mut out = Vec::new();
+        let mut held: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
         for round in 0..=rounds {
-            for node in 0..2 {
+            for (node, held) in held.iter_mut().enumerate() {
                 let ranks = [2 * node as u32, 2 * node as u32 + 1];
                 let uptime = 100.0 + 5.0 * round as f64;
+                held.push(Sample {
+                    uptime,
+                    hz: 100,
+                    ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
+                });
                 if !late(round, node) {
-                    w.sample(
-                        node,
-                        &Sample {
-                            uptime,
-                            hz: 100,
-                            ranks: ranks.iter().map(|&r| (r, sums[r as usize])).collect(),
-                        },
-                    );
+                    for sample in std::mem::take(held) {
+                        w.sample(node, &sample);
+                    }
                 }
                 for r in ranks {
                     sums[r as usize].blocked = blocked(round + 1, r);
@@ -529,8 +566,8 @@ mod tests {
 
     /// A node whose sample misses a round (herd's host loaded, hundreds of nodes) does not
     /// start a stuck job's stall over: at 254 nodes, some node is late nearly every round,
-    /// and the hang would never be found. Nor does it hide a rank that moved meanwhile: its
-    /// next sample spans the gap.
+    /// and the hang would never be found. Nor does it hide a rank that moved meanwhile: the
+    /// late samples come with the next one, and the round's shares span them all.
     #[test]
     fn a_node_answering_late_neither_ends_a_stall_nor_hides_a_move() {
         let late = |r: usize, node: usize| node == 1 && [3, 5, 6].contains(&r);
