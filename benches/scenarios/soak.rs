@@ -222,7 +222,7 @@ fn run_soak(tb: &Testbed, nodes: usize, save: &Path, plan: &[soak::Planned], len
     let wall = start.elapsed();
     let kept = soak::kept(save, Duration::from_secs(5));
     injector.heal_all();
-    Soaked { wall, kept, injected: injector.injected }
+    Soaked { wall, kept, injected: std::mem::take(&mut injector.injected) }
 }
 
 fn with_herd(

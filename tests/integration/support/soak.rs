@@ -45,9 +45,10 @@ pub enum Fault {
     Reboot,
     /// The node throttled to 5 % of a core for [`THROTTLE_FOR`] (a straggler).
     Throttle,
-    /// A rank of the master SIGKILLed, and the master port (the launcher's rendezvous store)
-    /// taken by another process for [`PORT_HELD_FOR`] as soon as it is free: the restart
-    /// meets it taken, as after a job whose port another grabbed.
+    /// A rank SIGKILLed, and the master port (where a launcher listens on a node: the
+    /// rendezvous store) taken by another process for [`PORT_HELD_FOR`] as soon as it is free:
+    /// the restart meets it taken, as after a job whose port another grabbed. torchrun
+    /// elastic's agents outlive their workers and keep their ports: for it, a kill.
     Port,
     /// The node's logins made slow ([`SLOW_LOGIN`] s, a shared home's conda init) for
     /// [`SLOW_FOR`], and a rank of it SIGKILLed: the restart pays the slow login.
@@ -242,7 +243,8 @@ pub struct Injector<'a> {
     lost: BTreeSet<usize>,
     cuts: Vec<(Instant, usize)>,
     throttles: Vec<(Instant, CpuThrottle)>,
-    slow: Vec<(Instant, usize)>,
+    /// Nodes whose logins are slow: since when, and their shell init before.
+    slow: Vec<(Instant, usize, Option<String>)>,
     /// Processes holding a master port (`Fault::Port`): they end by themselves.
     holders: Vec<std::process::Child>,
     pub injected: Vec<Injected>,
@@ -292,8 +294,14 @@ impl<'a> Injector<'a> {
                         format!("rank pid {pid} sent SIGKILL; no launcher listens on a node")
                     }
                     _ => {
+                        match self.slow.iter_mut().find(|(_, n, _)| *n == node) {
+                            Some(slow) => slow.0 = Instant::now(),
+                            None => {
+                                let before = std::fs::read_to_string(self.tb.login_rc(node)).ok();
+                                self.slow.push((Instant::now(), node, before));
+                            }
+                        }
                         self.tb.slow_login(node, SLOW_LOGIN);
-                        self.slow.push((Instant::now(), node));
                         format!(
                             "logins slowed to {SLOW_LOGIN} s for {} s, rank pid {pid} sent SIGKILL",
                             SLOW_FOR.as_secs()
@@ -392,23 +400,22 @@ impl<'a> Injector<'a> {
         })
     }
 
-    /// A process in the node's namespace that takes `port` as soon as it can (within a
-    /// minute) and holds it for [`PORT_HELD_FOR`].
+    /// A process in the node's namespace that takes `port` (IPv4 and IPv6) as soon as it can
+    /// (within a minute) and holds it for [`PORT_HELD_FOR`].
     fn hold_port(&self, node: usize, port: u16) -> std::process::Child {
         let script = format!(
             r#"
 import socket, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+dual = socket.has_dualstack_ipv6()
 end = time.time() + 60
 while time.time() < end:
     try:
-        s.bind(("", {port}))
-        s.listen()
-        time.sleep({held})
-        break
+        s = socket.create_server(("", {port}), family=socket.AF_INET6 if dual else socket.AF_INET, dualstack_ipv6=dual)
     except OSError:
         time.sleep(0.05)
+        continue
+    time.sleep({held})
+    break
 "#,
             held = PORT_HELD_FOR.as_secs()
         );
@@ -446,10 +453,10 @@ while time.time() < end:
             !done
         });
         self.throttles.retain(|(since, _)| since.elapsed() < THROTTLE_FOR);
-        self.slow.retain(|(since, node)| {
+        self.slow.retain(|(since, node, before)| {
             let done = since.elapsed() >= SLOW_FOR;
             if done {
-                tb.fast_login(*node);
+                fast_login(tb, *node, before);
             }
             !done
         });
@@ -465,14 +472,34 @@ while time.time() < end:
             self.tb.link_up(node);
         }
         self.throttles.clear();
-        for (_, node) in std::mem::take(&mut self.slow) {
-            self.tb.fast_login(node);
+        for (_, node, before) in std::mem::take(&mut self.slow) {
+            fast_login(self.tb, node, &before);
         }
+        self.free_ports();
+    }
+
+    fn free_ports(&mut self) {
         for mut h in std::mem::take(&mut self.holders) {
             let _ = h.kill();
             let _ = h.wait();
         }
     }
+}
+
+/// A soak that ends early (a failed assertion) leaves no process holding a port.
+impl Drop for Injector<'_> {
+    fn drop(&mut self) {
+        self.free_ports();
+    }
+}
+
+/// The node's logins as they were before they were made slow.
+fn fast_login(tb: &Testbed, node: usize, before: &Option<String>) {
+    let rc = tb.login_rc(node);
+    let _ = match before {
+        Some(text) => std::fs::write(rc, text),
+        None => std::fs::remove_file(rc),
+    };
 }
 
 /// A process's parent, from /proc/PID/stat (after the command's closing parenthesis).

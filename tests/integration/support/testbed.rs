@@ -250,9 +250,10 @@ sleep {secs}
         );
     }
 
-    /// Undoes `slow_login`: the node's logins start at once again.
-    pub fn fast_login(&self, node: usize) {
-        let _ = fs::remove_file(self.home(node).join(".bashrc"));
+    /// The node's login shell init (`~/.bashrc`), which `slow_login` writes: read it first to
+    /// put it back.
+    pub fn login_rc(&self, node: usize) -> PathBuf {
+        self.home(node).join(".bashrc")
     }
 
     /// Makes `shell` (e.g. `/usr/bin/tcsh`) root's login shell on the node's host: sshd runs
