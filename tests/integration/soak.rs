@@ -52,7 +52,8 @@ fn a_job_keeps_training_through_faults_one_after_another() {
     let out = run.wait(wall + Duration::from_secs(240));
     let events = herd::events(&herd::only_run_dir(&cluster.logs()));
     let injected = &injector.injected;
-    let kinds_met: std::collections::BTreeSet<Fault> = injected.iter().map(|i| i.fault).collect();
+    let kinds_met: std::collections::BTreeSet<Fault> =
+        injected.iter().filter(|i| i.hit).map(|i| i.fault).collect();
     let host = |n: usize| cluster.addr(n).to_string();
     let blamed = soak::quarantined(&events);
     let false_blames = soak::false_blames(&blamed, injected, host, Duration::from_secs(120));
@@ -143,6 +144,7 @@ mod pure {
             node: 0,
             what: String::new(),
             step: Some(step),
+            hit: true,
         };
         let start = |began: u64, resumed| Start {
             began: t0 + s(began),
@@ -178,6 +180,11 @@ mod pure {
         assert_eq!((h.backoff, h.own_start), (Some(Duration::from_millis(500)), Some(s(1))));
         assert_eq!(h.spawn, Some(Duration::from_millis(4500)));
         assert_eq!(c[1].supervised, Supervised::default());
+        // A fault that found nothing to hit (between attempts, no launcher up yet) takes no
+        // start from the fault before, whose recovery it came in.
+        let missed = Injected { hit: false, ..fault(Fault::Segv, 215, 150) };
+        let c = costs(&[fault(Fault::Cut, 200, 150), missed], &starts);
+        assert_eq!((c[0].to_training, c[1].to_training), (Some(s(35)), None));
     }
 
     #[test]
@@ -191,6 +198,7 @@ mod pure {
             node,
             what: String::new(),
             step: None,
+            hit: true,
         };
         let faults = [injected(Fault::Kill, 1, 10), injected(Fault::Cut, 2, 50)];
         let host = |n: usize| format!("h{n}");

@@ -161,6 +161,9 @@ pub struct Injected {
     pub what: String,
     /// The step rank 0 had reached when it came (`DIR/progress`), if it had written one.
     pub step: Option<u64>,
+    /// It did something to the job: between two attempts, with no rank and no launcher to
+    /// hit, it did nothing, and no recovery is its.
+    pub hit: bool,
 }
 
 /// A process of a node: its pid and whole command line.
@@ -275,7 +278,7 @@ impl<'a> Injector<'a> {
         let (node, what) = match planned.fault {
             Fault::Port | Fault::SlowLogin => {
                 let Some((node, pids)) = busy.get(pick(busy.len())).cloned() else {
-                    return self.record(planned.fault, 0, at, "no job running: nothing done".into());
+                    return self.missed(planned.fault, 0, at, "no job running: nothing done".into());
                 };
                 // The port a launcher listens on, on the master (torchrun elastic's store may
                 // live off the nodes: then only the rank is killed).
@@ -319,12 +322,11 @@ impl<'a> Injector<'a> {
                     for pid in &launchers {
                         signal(*pid, "KILL");
                     }
-                    return self.record(
-                        planned.fault,
-                        node,
-                        at,
-                        format!("between attempts: launcher(s) {launchers:?} killed"),
-                    );
+                    let what = format!("between attempts: launcher(s) {launchers:?} killed");
+                    return match launchers.is_empty() {
+                        true => self.missed(planned.fault, node, at, what),
+                        false => self.record(planned.fault, node, at, what),
+                    };
                 };
                 let pid = pids[(planned.draw >> 16) as usize % pids.len()];
                 let sig = match planned.fault {
@@ -439,7 +441,15 @@ while time.time() < end:
     fn record(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
         let wall = SystemTime::now();
         let step = progress(&self.save).map(|(step, _)| step);
-        self.injected.push(Injected { at, wall, fault, node, what, step });
+        self.injected.push(Injected { at, wall, fault, node, what, step, hit: true });
+    }
+
+    /// A fault that found nothing of the job to hit.
+    fn missed(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
+        self.record(fault, node, at, what);
+        if let Some(last) = self.injected.last_mut() {
+            last.hit = false;
+        }
     }
 
     /// Heals the cuts and throttles whose time is up.
@@ -643,14 +653,18 @@ fn between(from: SystemTime, to: SystemTime) -> Option<Duration> {
     to.duration_since(from).ok()
 }
 
-/// Each fault's cost: the first start after it and before the next fault. Pure.
+/// Each fault's cost: the first start after it and before the next fault that hit the job.
+/// A fault that hit nothing costs nothing, and claims no start. Pure.
 pub fn costs(injected: &[Injected], starts: &[Start]) -> Vec<Cost> {
     injected
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let next = injected.get(i + 1).map(|n| n.wall);
-            let start = starts.iter().find(|s| s.began >= f.wall && next.is_none_or(|n| s.began < n));
+            let next = injected[i + 1..].iter().find(|n| n.hit).map(|n| n.wall);
+            let start = starts
+                .iter()
+                .filter(|_| f.hit)
+                .find(|s| s.began >= f.wall && next.is_none_or(|n| s.began < n));
             Cost {
                 fault: f.fault,
                 at: f.at,
