@@ -79,8 +79,8 @@ pub enum Command {
     Kill(KillArgs),
     /// List the config's nodes: active (with node rank), spares and quarantined, with why.
     ///
-    /// A run quarantines a node it blames (lost, a segfault, a hardware error, the root cause
-    /// of two attempts in a row, a failed preflight) when a spare or restart.min_nodes lets it
+    /// A run quarantines a node it blames (lost, a bus error, a hardware error, the root cause
+    /// of attempts in a row, a failed preflight) when a spare or restart.min_nodes lets it
     /// go on without it; later runs of the config skip it until it is released here. The
     /// config file is never rewritten.
     Nodes(NodesArgs),
