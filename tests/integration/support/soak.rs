@@ -278,7 +278,7 @@ impl<'a> Injector<'a> {
         let (node, what) = match planned.fault {
             Fault::Port | Fault::SlowLogin => {
                 let Some((node, pids)) = busy.get(pick(busy.len())).cloned() else {
-                    return self.missed(planned.fault, 0, at, "no job running: nothing done".into());
+                    return self.record(planned.fault, 0, at, "no job running: nothing done".into(), false);
                 };
                 // The port a launcher listens on, on the master (torchrun elastic's store may
                 // live off the nodes: then only the rank is killed).
@@ -323,10 +323,7 @@ impl<'a> Injector<'a> {
                         signal(*pid, "KILL");
                     }
                     let what = format!("between attempts: launcher(s) {launchers:?} killed");
-                    return match launchers.is_empty() {
-                        true => self.missed(planned.fault, node, at, what),
-                        false => self.record(planned.fault, node, at, what),
-                    };
+                    return self.record(planned.fault, node, at, what, !launchers.is_empty());
                 };
                 let pid = pids[(planned.draw >> 16) as usize % pids.len()];
                 let sig = match planned.fault {
@@ -348,7 +345,7 @@ impl<'a> Injector<'a> {
                 (node, self.node_fault(planned.fault, node))
             }
         };
-        self.record(planned.fault, node, at, what);
+        self.record(planned.fault, node, at, what, true);
     }
 
     fn node_fault(&mut self, fault: Fault, node: usize) -> String {
@@ -438,18 +435,11 @@ while time.time() < end:
             .collect()
     }
 
-    fn record(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
+    /// A fault as injected; `hit`: it found something of the job to hit (see `Injected::hit`).
+    fn record(&mut self, fault: Fault, node: usize, at: Duration, what: String, hit: bool) {
         let wall = SystemTime::now();
         let step = progress(&self.save).map(|(step, _)| step);
-        self.injected.push(Injected { at, wall, fault, node, what, step, hit: true });
-    }
-
-    /// A fault that found nothing of the job to hit.
-    fn missed(&mut self, fault: Fault, node: usize, at: Duration, what: String) {
-        self.record(fault, node, at, what);
-        if let Some(last) = self.injected.last_mut() {
-            last.hit = false;
-        }
+        self.injected.push(Injected { at, wall, fault, node, what, step, hit });
     }
 
     /// Heals the cuts and throttles whose time is up.
