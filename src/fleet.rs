@@ -274,12 +274,9 @@ impl Fleet {
     /// `command(node_rank)` (a node script's call, see `remote::shell::script_call`) run on every
     /// connected node it gives one for, all at once, each within `limit`. By node rank: what
     /// each gave, or why it gave nothing (the transport's error, or no answer in time: the
-    /// command is then abandoned).
-    pub async fn on_each(
-        &self,
-        limit: Duration,
-        command: impl Fn(usize) -> Option<String>,
-    ) -> Vec<(usize, Ran)> {
+    /// command is then abandoned). Every command starts at the call; `OnNodes::all` gathers
+    /// what they give, and holds no borrow of the fleet.
+    pub fn on_each(&self, limit: Duration, command: impl Fn(usize) -> Option<String>) -> OnNodes<Ran> {
         let on_nodes = self.spawn_each(|rank, conn| {
             let (command, conn) = (command(rank)?, conn.clone());
             Some(async move {
@@ -290,7 +287,7 @@ impl Fleet {
                 }
             })
         });
-        on_nodes.all().await
+        on_nodes
     }
 
     /// Before a restart: every node reachable again, a lost one waited for up to

@@ -86,8 +86,6 @@ pub struct Failure<'a> {
     pub verdict: Verdict,
     pub outcomes: &'a [NodeOutcome],
     pub allocation: Allocation,
-    /// Ctrl-C came while the NCCL dumps were copied: the attempt failed all the same.
-    pub interrupted: bool,
     /// How long it went on after its first progress until it failed (see `trained_for`), if
     /// it made any: whether it trained before it failed (`policy::trained`), which makes its
     /// restart a new fault's.
@@ -204,16 +202,12 @@ impl Between {
         let class = failure.verdict.class;
         let verdict = Some(failure.verdict);
         self.untrained = if trained { 0 } else { self.untrained + 1 };
-        let next = if failure.interrupted {
-            Next::Done { status: RunStatus::Interrupted, abandoned: None }
-        } else {
-            match policy::restart_delay(ctx.restart, attempt, self.untrained, class, ctx.unit) {
-                None => Next::Done { status: RunStatus::Failed, abandoned: None },
-                Some(delay) => {
-                    let roster = roster.as_ref().unwrap_or(ctx.roster);
-                    let blamed = self.slow.fit(roster, judged.blamed, slow);
-                    Next::Restart { delay, class, replace: replacement(roster, blamed) }
-                }
+        let next = match policy::restart_delay(ctx.restart, attempt, self.untrained, class, ctx.unit) {
+            None => Next::Done { status: RunStatus::Failed, abandoned: None },
+            Some(delay) => {
+                let roster = roster.as_ref().unwrap_or(ctx.roster);
+                let blamed = self.slow.fit(roster, judged.blamed, slow);
+                Next::Restart { delay, class, replace: replacement(roster, blamed) }
             }
         };
         Decision { verdict, released, roster, next }
@@ -553,7 +547,6 @@ mod tests {
             verdict,
             outcomes,
             allocation: Allocation::Runs,
-            interrupted: false,
             trained_for: None,
         })
     }
@@ -623,7 +616,6 @@ mod tests {
                 verdict: comm(),
                 outcomes: &nodes,
                 allocation,
-                interrupted: false,
                 trained_for,
             })
         };
@@ -688,7 +680,6 @@ mod tests {
             verdict: Verdict { class, root_cause: None, consequences: Vec::new(), hint: hint(class) },
             outcomes: &nodes,
             allocation: Allocation::Runs,
-            interrupted: false,
             trained_for: None,
         };
         case.slow = slow.to_vec();
@@ -843,7 +834,6 @@ mod tests {
                 preemption: None,
                 cancelled: false,
             }),
-            interrupted: false,
             trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
@@ -861,7 +851,6 @@ mod tests {
                 preemption: None,
                 cancelled: true,
             }),
-            interrupted: false,
             trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(cancelled));
@@ -878,7 +867,6 @@ mod tests {
                     preemption: Some(preemption),
                     cancelled: false,
                 }),
-                interrupted: false,
                 trained_for: None,
             };
             let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(ended));
@@ -889,7 +877,6 @@ mod tests {
             verdict: bus("n1"),
             outcomes: &nodes,
             allocation: Allocation::Interrupted,
-            interrupted: false,
             trained_for: None,
         };
         let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(asked));
@@ -920,7 +907,6 @@ mod tests {
                     preemption: None,
                     cancelled: false,
                 }),
-                interrupted: false,
                 trained_for: None,
             };
             let d = Between::default().after_attempt(&case.ctx(), 0, Ended::Failed(allocation));
@@ -961,29 +947,6 @@ mod tests {
         // No progress, no training; progress after the failure (a late line), none either.
         assert_eq!(trained_for(None, std::slice::from_ref(&crashed), s(30)), None);
         assert_eq!(trained_for(Some(s(20)), &[crashed], s(30)), Some(Duration::ZERO));
-    }
-
-    #[test]
-    fn an_interrupt_during_the_dumps_ends_the_run_after_the_judgement() {
-        let case = Case::new(policy(3), cluster(3, Some(2), None));
-        let nodes = outcomes();
-        let crash = || verdict(FailureClass::Crash, 1, "n1", 1, NodeExit::ExitCode(1));
-        let during = Failure {
-            verdict: crash(),
-            outcomes: &nodes,
-            allocation: Allocation::Runs,
-            interrupted: true,
-            trained_for: None,
-        };
-        let mut b = Between::default();
-        let d = b.after_attempt(&case.ctx(), 0, Ended::Failed(during));
-        assert_eq!(d, ended_as(Some(crash()), RunStatus::Interrupted, None));
-        // The failure was judged all the same: n1, the root cause again, is blamed as such.
-        let again = b.after_attempt(&case.ctx(), 1, failed(crash(), &nodes));
-        let Next::Restart { replace: Replace::With { blamed, .. }, .. } = again.next else {
-            panic!("{again:?}")
-        };
-        assert_eq!(blamed.len(), 1, "{blamed:?}");
     }
 
     #[test]

@@ -73,8 +73,14 @@ pub async fn run(
         kept: None,
         never_rejoin: plan.roster.quarantined_hosts().map(|(h, _)| h.to_string()).collect(),
         rejoin_tried: (0, Vec::new()),
+        copying: None,
     };
     let status = run.run(&mut interrupts).await;
+    // A restart that could not start leaves the copy of the dumps before it to end here.
+    match status {
+        Ok(RunStatus::Interrupted) => run.abandon_copy(),
+        _ => run.copied().await,
+    }
     end.decide();
     let status = status?;
     let status = decide::run_end(status, interrupts.preempted());
@@ -129,6 +135,8 @@ struct Run<'a> {
     never_rejoin: Vec<String>,
     /// The attempt a restart is readying, and the hosts `rejoin` tried for it.
     rejoin_tried: (u32, Vec<String>),
+    /// The NCCL dumps of the last failed attempt, being copied (see `copy_nccl_dumps`).
+    copying: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Run<'_> {
@@ -147,10 +155,16 @@ impl Run<'_> {
                     if status.preempted() {
                         self.kept = self.keep(&fleet).await;
                     }
+                    if interruptible(interrupts, self.copied()).await.is_none() {
+                        self.abandon_copy();
+                    }
                     fleet.close().await;
                     return Ok(status);
                 }
-                Err(e) => return Err(close_with(fleet, e).await),
+                Err(e) => {
+                    self.copied().await;
+                    return Err(close_with(fleet, e).await);
+                }
             };
             attempt += 1;
             (fleet, checked) = match self.restart(fleet, delay, replace, attempt, interrupts).await {
@@ -233,6 +247,11 @@ impl Run<'_> {
         let gang::AttemptEnd { outcome, port, first_progress, stragglers, still_slow } =
             gang::run_attempt(&ctx, attempt, &checked, early, &self.used_ports, fleet, interrupts).await;
         self.used_ports.extend(port);
+        // The dumps of the attempt before were copied while this one started.
+        match outcome {
+            AttemptOutcome::Interrupted => self.abandon_copy(),
+            _ => self.copied().await,
+        }
         let duration = started.elapsed();
         let summary = AttemptSummary {
             attempt,
@@ -287,10 +306,10 @@ impl Run<'_> {
     }
 
     /// What the decision after failed attempt `attempt` needs from outside: whether Slurm
-    /// ended the allocation (every node's end follows from it) and, if not, each node's NCCL
-    /// dumps, copied meanwhile (Ctrl-C then: the attempt failed all the same).
+    /// ended the allocation (every node's end follows from it). If not, each node's NCCL
+    /// dumps are copied meanwhile, in the background (see `copy_nccl_dumps`).
     async fn failure<'o>(
-        &self,
+        &mut self,
         fleet: &Fleet,
         attempt: u32,
         verdict: Verdict,
@@ -303,9 +322,10 @@ impl Run<'_> {
             Some(None) => Allocation::Runs,
             Some(Some(ended)) => Allocation::Ended(ended),
         };
-        let interrupted = allocation == Allocation::Runs
-            && interruptible(interrupts, self.collect_nccl_dumps(fleet, attempt, outcomes)).await.is_none();
-        Failure { verdict, outcomes, allocation, interrupted, trained_for }
+        if allocation == Allocation::Runs {
+            self.copy_nccl_dumps(fleet, attempt, outcomes).await;
+        }
+        Failure { verdict, outcomes, allocation, trained_for }
     }
 
     /// The event of what follows attempt `attempt`: a restart scheduled, or why none is.
@@ -457,50 +477,30 @@ impl Run<'_> {
         Some(decide::Kept { glob: glob.to_string(), resumed_from: self.resumed_from.clone(), newest })
     }
 
-    /// After a failed attempt of a GPU job: each node's ranks' NCCL flight-recorder dumps,
-    /// copied into the run's files (`NcclDumpsCollected`), all nodes at once, within
-    /// `NCCL_COLLECT`; then what was copied (`NcclDumpsSaved`), if anything was. A node that
-    /// was lost is not asked: it would only cost the wait.
-    async fn collect_nccl_dumps(&self, fleet: &Fleet, attempt: u32, outcomes: &[NodeOutcome]) {
-        let plan = &self.plan;
-        let dir = crate::nccl::dump_dir(self.run_id, attempt);
-        let lost =
-            |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
-        let asks = fleet.on_each(NCCL_COLLECT, |rank| {
-            let node = &plan.nodes[rank];
-            (node.dumps_nccl() && !lost(rank))
-                .then(|| crate::nccl::command(&plan.workdir, &dir, node.global_ranks()))
-        });
-        let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
-        let mut saved = Vec::new();
-        let mut missing = Vec::new();
-        for (node_rank, ran) in asks.await {
-            let why = match stdout_if_ok(ran) {
-                Ok(stdout) => {
-                    let dumps = crate::nccl::parse(&stdout, &on_node);
-                    for d in &dumps {
-                        match &d.bytes {
-                            Ok(_) => saved.push(d.rank),
-                            Err(why) => missing.push((d.rank, why.clone())),
-                        }
-                    }
-                    if !dumps.is_empty() {
-                        let _ =
-                            self.events.send(Event::NcclDumpsCollected { attempt, node_rank, dumps }).await;
-                    }
-                    continue;
-                }
-                Err(why) => why,
-            };
-            let host = &plan.nodes[node_rank].host;
-            tracing::warn!(
-                "node {node_rank} ({host}): cannot copy its NCCL flight-recorder dumps from {on_node}: {why}"
-            );
+    /// After failed attempt `attempt` of a GPU job: each node's ranks' NCCL flight-recorder
+    /// dumps copied into the run's files, in the background (see `copy_nccl_dumps`), while
+    /// the run decides and starts its next attempt: on a node whose login takes 10 s, the
+    /// copy's login and the next attempt's are paid at once, not one after the other. Joined
+    /// before the fleet is next used for anything else (`copied`).
+    async fn copy_nccl_dumps(&mut self, fleet: &Fleet, attempt: u32, outcomes: &[NodeOutcome]) {
+        self.copied().await;
+        let copy = copy_nccl_dumps(&self.plan, self.run_id, fleet, attempt, outcomes, self.events.clone());
+        self.copying = Some(tokio::spawn(copy));
+    }
+
+    /// The NCCL dumps' copy of the attempt before, once it has ended (within `NCCL_COLLECT`).
+    async fn copied(&mut self) {
+        if let Some(copying) = self.copying.take() {
+            if let Err(e) = copying.await {
+                tracing::debug!("copying the NCCL dumps: {e}");
+            }
         }
-        if !saved.is_empty() || !missing.is_empty() {
-            saved.sort_unstable();
-            missing.sort_unstable();
-            let _ = self.events.send(Event::NcclDumpsSaved { attempt, ranks: saved, missing }).await;
+    }
+
+    /// The copy of the NCCL dumps given up on: Ctrl-C or SIGTERM ended the run.
+    fn abandon_copy(&mut self) {
+        if let Some(copying) = self.copying.take() {
+            copying.abort();
         }
     }
 
@@ -758,6 +758,59 @@ where
 /// ending one.
 const ALLOCATION_QUERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Each node's ranks' NCCL flight-recorder dumps after failed attempt `attempt`, copied into
+/// the run's files (`NcclDumpsCollected`), all nodes at once, within `NCCL_COLLECT`; then what
+/// was copied (`NcclDumpsSaved`), if anything was. A node that was lost is not asked: it
+/// would only cost the wait. The commands start at the call; the future owns what it needs.
+fn copy_nccl_dumps(
+    plan: &LaunchPlan,
+    run_id: &str,
+    fleet: &Fleet,
+    attempt: u32,
+    outcomes: &[NodeOutcome],
+    events: mpsc::Sender<Event>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let dir = crate::nccl::dump_dir(run_id, attempt);
+    let lost = |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
+    let asks = fleet.on_each(NCCL_COLLECT, |rank| {
+        let node = &plan.nodes[rank];
+        (node.dumps_nccl() && !lost(rank)).then(|| crate::nccl::command(&plan.workdir, &dir, node.global_ranks()))
+    });
+    let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
+    let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
+    async move {
+        let mut saved = Vec::new();
+        let mut missing = Vec::new();
+        for (node_rank, ran) in asks.all().await {
+            let why = match stdout_if_ok(ran) {
+                Ok(stdout) => {
+                    let dumps = crate::nccl::parse(&stdout, &on_node);
+                    for d in &dumps {
+                        match &d.bytes {
+                            Ok(_) => saved.push(d.rank),
+                            Err(why) => missing.push((d.rank, why.clone())),
+                        }
+                    }
+                    if !dumps.is_empty() {
+                        let _ = events.send(Event::NcclDumpsCollected { attempt, node_rank, dumps }).await;
+                    }
+                    continue;
+                }
+                Err(why) => why,
+            };
+            let host = &hosts[node_rank];
+            tracing::warn!(
+                "node {node_rank} ({host}): cannot copy its NCCL flight-recorder dumps from {on_node}: {why}"
+            );
+        }
+        if !saved.is_empty() || !missing.is_empty() {
+            saved.sort_unstable();
+            missing.sort_unstable();
+            let _ = events.send(Event::NcclDumpsSaved { attempt, ranks: saved, missing }).await;
+        }
+    }
+}
+
 /// How long the nodes may take to hand over their NCCL dumps after a failed attempt.
 const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -766,7 +819,7 @@ const NCCL_COLLECT: std::time::Duration = std::time::Duration::from_secs(10);
 async fn latest_match(fleet: &Fleet, master: usize, workdir: &str, glob: &str) -> Option<String> {
     let command = latest_command(workdir, glob);
     let (_, ran) =
-        fleet.on_each(RESUME_LOOKUP, |rank| (rank == master).then(|| command.clone())).await.pop()?;
+        fleet.on_each(RESUME_LOOKUP, |rank| (rank == master).then(|| command.clone())).all().await.pop()?;
     match stdout_if_ok(ran) {
         Ok(stdout) => match latest_found(&stdout) {
             Ok(found) => found,

@@ -81,7 +81,7 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
 async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &mpsc::Sender<Event>) {
     let command = remote::procs::with_procs(&sweep.body(plan));
     let limit = SWEEP_LIMIT + Duration::from_secs(plan.timing.grace_secs);
-    for (node_rank, ran) in fleet.on_each(limit, |_| Some(command.clone())).await {
+    for (node_rank, ran) in fleet.on_each(limit, |_| Some(command.clone())).all().await {
         let host = &plan.nodes[node_rank].host;
         match ran {
             Ok(out) => {

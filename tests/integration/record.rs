@@ -189,33 +189,42 @@ fn herd_stacks_prints_every_rank_of_a_live_run_and_changes_nothing() {
     assert_nothing_left(&ev);
 }
 
-/// A GPU job's ranks dump PyTorch's NCCL flight recorder where herd points them; after the
-/// failed attempt, herd copies each node's own ranks' dumps into the run, byte for byte. The
-/// nodes share the workdir here (as a cluster's shared filesystem): each dump comes once.
-#[test]
-fn a_failed_gpu_jobs_nccl_dumps_are_copied_into_the_run() {
+/// A GPU job on 2 nodes that does what a rank's watchdog does on a collective's timeout, then
+/// fails: each rank dumps, waits for the other's dump (otherwise the first failure may stop
+/// the other node before it has dumped anything), and fails as a lost peer does (a restart's
+/// case); in an attempt past `fails`, it succeeds. Its workdir's own, for the dumps.
+fn dumping_job(fails: u32, restart: &str) -> (Cluster, std::path::PathBuf) {
     let c = Cluster::new(2);
     let wd = c.tb.dir().join("wd");
     std::fs::create_dir_all(&wd).unwrap();
-    // What a rank's watchdog does on a collective's timeout, then the rank's failure: every
-    // rank's watchdog fires, so each waits for the other's dump before it fails (otherwise
-    // the first failure may stop the other node before it has dumped anything).
     let dump = wd.join("dump.sh");
     std::fs::write(
         &dump,
-        "f=$TORCH_NCCL_DEBUG_INFO_TEMP_FILE\nprintf 'fr %s\\000\\377' \"$NODE_RANK\" >\"$f$NODE_RANK.tmp\"\n\
-         mv \"$f$NODE_RANK.tmp\" \"$f$NODE_RANK\"\n\
-         i=0; while [ $i -lt 600 ] && ! { [ -e \"${f}0\" ] && [ -e \"${f}1\" ]; }; do sleep 0.1; i=$((i+1)); done\nexit 7\n",
+        format!(
+            "[ \"$HERD_ATTEMPT\" -ge {fails} ] && exit 0\n\
+             f=$TORCH_NCCL_DEBUG_INFO_TEMP_FILE\nprintf 'fr %s\\000\\377' \"$NODE_RANK\" >\"$f$NODE_RANK.tmp\"\n\
+             mv \"$f$NODE_RANK.tmp\" \"$f$NODE_RANK\"\n\
+             i=0; while [ $i -lt 600 ] && ! {{ [ -e \"${{f}}0\" ] && [ -e \"${{f}}1\" ]; }}; do sleep 0.1; i=$((i+1)); done\necho 'RuntimeError: Connection closed by peer' >&2\nexit 7\n"
+        ),
     )
     .unwrap();
     let job = format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"{}\"]", dump.display());
-    let config = c.write_config(&job, "[restart]\nmax_restarts = 0\ngrace_period = \"2s\"\n");
+    let config = c.write_config(&job, restart);
     let text = std::fs::read_to_string(&config).unwrap();
     let text = text.replace("device = \"cpu\"", "device = \"cuda\"").replace(
         &format!("workdir = \"{}\"", herd::repo_root().display()),
         &format!("workdir = \"{}\"", wd.display()),
     );
     std::fs::write(&config, text).unwrap();
+    (c, wd)
+}
+
+/// A GPU job's ranks dump PyTorch's NCCL flight recorder where herd points them; after the
+/// failed attempt, herd copies each node's own ranks' dumps into the run, byte for byte. The
+/// nodes share the workdir here (as a cluster's shared filesystem): each dump comes once.
+#[test]
+fn a_failed_gpu_jobs_nccl_dumps_are_copied_into_the_run() {
+    let (c, wd) = dumping_job(1, "[restart]\nmax_restarts = 0\ngrace_period = \"2s\"\n");
     // No GPUs here: the preflight would say so.
     let out = herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT);
     out.assert_code(1);
@@ -234,4 +243,26 @@ fn a_failed_gpu_jobs_nccl_dumps_are_copied_into_the_run() {
     // On the nodes, where the plan said.
     let run_id = ev[0]["run_id"].as_str().unwrap();
     assert!(wd.join(format!("herd-nccl/{run_id}/attempt-0/rank_1")).is_file());
+}
+
+/// The dumps of a failed attempt are copied while the run restarts, not before it: on nodes
+/// whose login takes 3 s, the copy's login and the next attempt's are paid at once.
+#[test]
+fn the_dumps_are_copied_while_the_next_attempt_starts() {
+    let (c, _wd) = dumping_job(1, "[restart]\nmax_restarts = 1\nbackoff = \"1s\"\nbackoff_max = \"1s\"\n");
+    c.tb.slow_login(0, 3.0);
+    c.tb.slow_login(1, 3.0);
+    let out = herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT);
+    out.assert_code(0);
+    let run = only_run_dir(&c.logs());
+    for rank in 0..2 {
+        assert!(run.join(format!("attempt-0/nccl/rank_{rank}")).is_file(), "rank {rank}\n{out}");
+    }
+    let ev = events(&run);
+    let at = |what: &dyn Fn(&Value) -> bool| ev.iter().position(what).unwrap_or_else(|| panic!("{ev:?}"));
+    let saved = at(&|e| e["event"] == "nccl_dumps_saved" && e["attempt"] == 0);
+    let second = at(&|e| e["event"] == "attempt_starting" && e["attempt"] == 1);
+    let finished = at(&|e| e["event"] == "run_finished");
+    assert!(second < saved, "attempt 1 started after the copy: {ev:?}");
+    assert!(saved < finished, "{ev:?}");
 }
