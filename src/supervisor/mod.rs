@@ -78,7 +78,7 @@ pub async fn run(
     let status = run.run(&mut interrupts).await;
     // A restart that could not start leaves the copy of the dumps before it to end here.
     match status {
-        Ok(RunStatus::Interrupted) => run.abandon_copy(),
+        Ok(RunStatus::Interrupted) => run.abandon_copy().await,
         _ => run.copied().await,
     }
     end.decide();
@@ -136,7 +136,17 @@ struct Run<'a> {
     /// The attempt a restart is readying, and the hosts `rejoin` tried for it.
     rejoin_tried: (u32, Vec<String>),
     /// The NCCL dumps of the last failed attempt, being copied (see `copy_nccl_dumps`).
-    copying: Option<tokio::task::JoinHandle<()>>,
+    copying: Option<Copying>,
+}
+
+/// The task that copies a failed attempt's NCCL dumps (see `Run::copy_nccl_dumps`); aborted
+/// when dropped, so that nothing of it outlives the run.
+struct Copying(tokio::task::JoinHandle<()>);
+
+impl Drop for Copying {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Run<'_> {
@@ -156,14 +166,14 @@ impl Run<'_> {
                         self.kept = self.keep(&fleet).await;
                     }
                     if interruptible(interrupts, self.copied()).await.is_none() {
-                        self.abandon_copy();
+                        self.abandon_copy().await;
                     }
-                    fleet.close().await;
+                    self.close(fleet).await;
                     return Ok(status);
                 }
                 Err(e) => {
-                    self.copied().await;
-                    return Err(close_with(fleet, e).await);
+                    self.close(fleet).await;
+                    return Err(e);
                 }
             };
             attempt += 1;
@@ -249,7 +259,7 @@ impl Run<'_> {
         self.used_ports.extend(port);
         // The dumps of the attempt before were copied while this one started.
         match outcome {
-            AttemptOutcome::Interrupted => self.abandon_copy(),
+            AttemptOutcome::Interrupted => self.abandon_copy().await,
             _ => self.copied().await,
         }
         let duration = started.elapsed();
@@ -369,7 +379,7 @@ impl Run<'_> {
             // The new nodes could not be readied: the run ends as after any failed attempt.
             Err(Unsettled::Failed(e)) => format!("the nodes for attempt {attempt}: {e}"),
             Err(Unsettled::Gone { node_rank, fleet }) => {
-                fleet.close().await;
+                self.close(fleet).await;
                 let plan = &self.plan;
                 format!(
                     "node {node_rank} ({}) did not come back within restart.node_wait ({})",
@@ -485,23 +495,33 @@ impl Run<'_> {
     async fn copy_nccl_dumps(&mut self, fleet: &Fleet, attempt: u32, outcomes: &[NodeOutcome]) {
         self.copied().await;
         let copy = copy_nccl_dumps(&self.plan, self.run_id, fleet, attempt, outcomes, self.events.clone());
-        self.copying = Some(tokio::spawn(copy));
+        self.copying = Some(Copying(tokio::spawn(copy)));
     }
 
     /// The NCCL dumps' copy of the attempt before, once it has ended (within `NCCL_COLLECT`).
+    /// Cancel safe: the copy is still there to abandon.
     async fn copied(&mut self) {
-        if let Some(copying) = self.copying.take() {
-            if let Err(e) = copying.await {
+        if let Some(copying) = self.copying.as_mut() {
+            if let Err(e) = (&mut copying.0).await {
                 tracing::debug!("copying the NCCL dumps: {e}");
             }
+            self.copying = None;
         }
     }
 
-    /// The copy of the NCCL dumps given up on: Ctrl-C or SIGTERM ended the run.
-    fn abandon_copy(&mut self) {
-        if let Some(copying) = self.copying.take() {
-            copying.abort();
+    /// The copy of the NCCL dumps given up on (Ctrl-C or SIGTERM ended the run), and gone.
+    async fn abandon_copy(&mut self) {
+        if let Some(mut copying) = self.copying.take() {
+            copying.0.abort();
+            let _ = (&mut copying.0).await;
         }
+    }
+
+    /// The fleet closed, once the copy of the dumps that uses it has ended: through Slurm,
+    /// closing cancels herd's steps, the copy's too.
+    async fn close(&mut self, fleet: Fleet) {
+        self.copied().await;
+        fleet.close().await;
     }
 
     /// Until every node of the plan is connected and passes the preflight (when the run has
@@ -545,14 +565,14 @@ impl Run<'_> {
                 }
                 Err(RunError::Preflight(nodes)) => nodes,
                 Err(e) => {
-                    fleet.close().await;
+                    self.close(fleet).await;
                     return Err(e.into());
                 }
             };
             (fleet, errors) = match self.replace_in(fleet, &reserve::failing(&nodes), attempt).await {
                 Ok(rearranged) => rearranged,
                 Err(fleet) => {
-                    fleet.close().await;
+                    self.close(fleet).await;
                     return Err(RunError::Preflight(nodes).into());
                 }
             };
@@ -574,7 +594,7 @@ impl Run<'_> {
             Ok(rearranged) => Ok(rearranged),
             Err(fleet) => {
                 let error = ConnectError::first(&self.plan, errors).expect("a node failed");
-                fleet.close().await;
+                self.close(fleet).await;
                 Err(RunError::Connect(error).into())
             }
         }
@@ -855,11 +875,6 @@ fn latest_found(stdout: &[u8]) -> Result<Option<String>, String> {
 
 /// How long the master may take to find the newest checkpoint (a hung filesystem).
 const RESUME_LOOKUP: std::time::Duration = std::time::Duration::from_secs(20);
-
-async fn close_with(fleet: Fleet, error: RunError) -> RunError {
-    fleet.close().await;
-    error
-}
 
 /// Every node connected; on each, as soon as it is, the first attempt's job agent, which
 /// starts nothing before it gets its env, with the preflight's probe as its first phase if

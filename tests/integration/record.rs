@@ -3,7 +3,7 @@
 //! a secret), and the notify hook hears of the run's notable events in order.
 
 use crate::support::cluster::{Cluster, LIMIT};
-use crate::support::herd::{self, events, only_run_dir};
+use crate::support::herd::{self, events, only_run_dir, wait_for_event};
 use serde_json::Value;
 
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
@@ -265,4 +265,25 @@ fn the_dumps_are_copied_while_the_next_attempt_starts() {
     let finished = at(&|e| e["event"] == "run_finished");
     assert!(second < saved, "attempt 1 started after the copy: {ev:?}");
     assert!(saved < finished, "{ev:?}");
+}
+
+/// Ctrl-C while the last attempt's dumps are copied (its nodes' logins take 8 s) cuts the copy
+/// short: herd ends at once, the run as failed, and nothing is told after its end.
+#[test]
+fn ctrl_c_during_the_last_copy_of_the_dumps_ends_the_run_at_once() {
+    let (c, _wd) = dumping_job(1, "[restart]\nmax_restarts = 0\n");
+    c.tb.slow_login(0, 8.0);
+    c.tb.slow_login(1, 8.0);
+    let running = herd::start(c.tb.dir(), &["run", "--no-preflight"], &[]);
+    assert!(wait_for_event(&c.logs(), "attempt_failed", LIMIT).is_some());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    running.signal("INT");
+    let signalled = std::time::Instant::now();
+    let out = running.wait(LIMIT);
+    let took = signalled.elapsed();
+    out.assert_code(1);
+    assert!(took < std::time::Duration::from_secs(5), "{took:?} after Ctrl-C\n{out}");
+    let ev = events(&only_run_dir(&c.logs()));
+    assert_eq!(ev.last().unwrap()["event"], "run_finished", "{ev:?}");
+    assert!(!ev.iter().any(|e| e["event"] == "nccl_dumps_saved"), "{ev:?}");
 }

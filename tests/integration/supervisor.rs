@@ -2,11 +2,10 @@
 //! classified, communication failures restart the whole job on a fresh port, and nothing is
 //! left behind. Faults are injected by examples/allreduce.py on the first attempt only.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::cluster::{Cluster, LIMIT};
-use crate::support::herd::{self, events, only_run_dir, wait_until};
+use crate::support::herd::{self, events, only_run_dir, wait_for_event, wait_until};
 use serde_json::Value;
 
 /// Short backoffs for tests only; the defaults are 10 s and up.
@@ -224,16 +223,6 @@ fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
     assert!(failed["root_cause"]["line"].as_str().unwrap().contains("stopped (state T)"), "{failed}");
     let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
     assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
-}
-
-/// Poll events.jsonl of the single run under `logs` until an event named `name` appears.
-fn wait_for_event(logs: &Path, name: &str, limit: Duration) -> Option<Value> {
-    let mut found = None;
-    wait_until(limit, || {
-        found = herd::events_so_far(logs).into_iter().find(|e| e["event"] == name);
-        found.is_some()
-    });
-    found
 }
 
 #[test]

@@ -202,6 +202,16 @@ pub fn events_so_far(logs: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Poll the events of the runs under `logs` until an event named `name` appears.
+pub fn wait_for_event(logs: &Path, name: &str, limit: Duration) -> Option<serde_json::Value> {
+    let mut found = None;
+    wait_until(limit, || {
+        found = events_so_far(logs).into_iter().find(|e| e["event"] == name);
+        found.is_some()
+    });
+    found
+}
+
 pub fn event_names(events: &[serde_json::Value]) -> Vec<String> {
     events.iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
 }
