@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
@@ -33,7 +34,12 @@ impl RunFiles {
             hosts,
             attempt: None,
             rank_logs: HashSet::new(),
-            logs: OpenLogs { open: HashMap::new(), writes: 0, limit: crate::limits::log_files(nhosts) },
+            logs: OpenLogs {
+                open: HashMap::new(),
+                writes: 0,
+                limit: crate::limits::log_files(nhosts),
+                unflushed_since: None,
+            },
         })
     }
 
@@ -128,6 +134,16 @@ impl RunFiles {
         self.logs.flush(|_| true)
     }
 
+    /// Every log on disk if some of it has waited `LOG_FLUSH` or more: what a node printed is
+    /// in its file within about a second (`tail -f`), while a busy run still writes in
+    /// buffers' worth.
+    pub fn flush_due(&mut self, now: Instant) -> io::Result<()> {
+        match self.logs.unflushed_since {
+            Some(since) if now.saturating_duration_since(since) >= LOG_FLUSH => self.flush_node_logs(),
+            _ => Ok(()),
+        }
+    }
+
     #[cfg(test)]
     fn finish_files(&mut self) -> io::Result<()> {
         self.logs.close_all()
@@ -147,12 +163,17 @@ enum LogKey {
     Rank(u32),
 }
 
+/// At most how long a line waits in a log's buffer (see `RunFiles::flush_due`).
+pub const LOG_FLUSH: Duration = Duration::from_secs(1);
+
 /// The log files open now, with when each was last written.
 struct OpenLogs {
     open: HashMap<LogKey, (BufWriter<File>, u64)>,
     writes: u64,
     /// The most open at once.
     limit: usize,
+    /// Since when something written waits in a buffer, if anything does.
+    unflushed_since: Option<Instant>,
 }
 
 impl OpenLogs {
@@ -181,13 +202,22 @@ impl OpenLogs {
         }
         let (log, at) = self.open.get_mut(&key).expect("opened");
         *at = self.writes;
+        self.unflushed_since.get_or_insert_with(Instant::now);
         log.write_all(bytes)
     }
 
     /// Flushes the open logs `which` selects.
     fn flush(&mut self, which: impl Fn(LogKey) -> bool) -> io::Result<()> {
-        for (_, (log, _)) in self.open.iter_mut().filter(|(k, _)| which(**k)) {
-            log.flush()?;
+        let mut all = true;
+        for (key, (log, _)) in self.open.iter_mut() {
+            if which(*key) {
+                log.flush()?;
+            } else {
+                all = false;
+            }
+        }
+        if all {
+            self.unflushed_since = None;
         }
         Ok(())
     }
@@ -219,6 +249,8 @@ impl Sink for RunFiles {
                     }
                     self.note(written, shared);
                 }
+                let flushed = self.flush_due(Instant::now());
+                self.note(flushed, shared);
             }
             Event::StacksCollected { attempt, stacks, .. } if ok => {
                 let written = self.write_stacks(*attempt, stacks);
@@ -244,6 +276,13 @@ impl Sink for RunFiles {
                     self.note(written, shared);
                 }
             }
+        }
+    }
+
+    fn tick(&mut self, shared: &mut Shared) {
+        if shared.report.file_error.is_none() {
+            let flushed = self.flush_due(Instant::now());
+            self.note(flushed, shared);
         }
     }
 
@@ -321,6 +360,25 @@ mod tests {
             let log = fs::read_to_string(rank_log_path(&run, 0, rank)).unwrap();
             assert_eq!(log, (0..3).map(|r| format!("round {r} rank {rank}\n")).collect::<String>());
         }
+    }
+
+    /// A quiet node's line is in its file within `LOG_FLUSH`, not once a buffer fills or the
+    /// node ends; flushing everything starts the wait over.
+    #[test]
+    fn a_line_waits_in_its_buffer_at_most_log_flush() {
+        let root = tempfile::tempdir().unwrap();
+        let mut files = RunFiles::create(root.path(), "run", vec!["a".into()]).unwrap();
+        files.start_attempt(0).unwrap();
+        let log = files.node_log_path(0, 0);
+        files.write_node(0, b"step 5\n").unwrap();
+        let written = files.logs.unflushed_since.expect("waiting");
+        files.flush_due(written + LOG_FLUSH / 2).unwrap();
+        assert_eq!(fs::read_to_string(&log).unwrap(), "");
+        files.flush_due(written + LOG_FLUSH).unwrap();
+        assert_eq!(fs::read_to_string(&log).unwrap(), "step 5\n");
+        assert_eq!(files.logs.unflushed_since, None);
+        files.write_node(0, b"step 6\n").unwrap();
+        assert!(files.logs.unflushed_since.is_some_and(|t| t >= written));
     }
 
     #[test]

@@ -72,15 +72,12 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
     let mut names = Names::new(files.hosts().to_vec());
     let on_stdout_closed = sinks.on_stdout_closed.clone();
     let (mut shared, mut all) = open(files, sinks);
-    // Waiting with a timeout needs a timer; only the board needs one.
-    let timer = shared
-        .screen
-        .live()
-        .then(|| tokio::runtime::Builder::new_current_thread().enable_time().build().ok())
-        .flatten();
+    // The sinks' clocks: the board's, and the logs' flush (`files::LOG_FLUSH`).
+    let tick = if shared.screen.live() { BOARD_TICK } else { files::LOG_FLUSH };
+    let timer = tokio::runtime::Builder::new_current_thread().enable_time().build().ok();
     loop {
         let event = match &timer {
-            Some(rt) => match rt.block_on(async { tokio::time::timeout(BOARD_TICK, events.recv()).await }) {
+            Some(rt) => match rt.block_on(async { tokio::time::timeout(tick, events.recv()).await }) {
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(_) => {

@@ -10,7 +10,7 @@ use crate::events::Event;
 /// One of the run's outputs.
 pub trait Sink {
     fn event(&mut self, turn: &Turn, shared: &mut Shared);
-    /// Nothing happened for a while (only with a board, whose clocks move on).
+    /// Nothing happened for a while: the board's clocks move on, the logs are flushed.
     fn tick(&mut self, _shared: &mut Shared) {}
     /// The run's events have ended.
     fn finish(&mut self, _shared: &mut Shared) {}
