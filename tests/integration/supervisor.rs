@@ -225,6 +225,36 @@ fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
     assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
 }
 
+/// What docs/guide/supervision.md tells a network that flaps: with
+/// `restart.heartbeat_timeout` at twice the cut, a 20 s cut costs 20 s and no restart, as gloo
+/// outlives it too.
+#[test]
+fn a_heartbeat_timeout_of_twice_a_cut_keeps_the_run_through_it() {
+    let c = Cluster::new(3);
+    c.write_config(
+        &torchrun("\"--steps\", \"150\", \"--sleep\", \"0.2\""),
+        &format!("{FAST_RESTART}heartbeat_timeout = \"40s\"\n"),
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    let trained = running.until(LIMIT, || {
+        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
+            std::fs::read_to_string(run.path().join(format!("attempt-0/node2-{}.log", c.addr(2))))
+                .is_ok_and(|log| log.contains("step 5 "))
+        })
+    });
+    assert!(trained, "training did not start");
+    c.tb.link_down(2);
+    let so_far = herd::events_so_far(&c.logs());
+    assert!(!so_far.iter().any(|e| e["event"] == "node_exited"), "the cut came after the job: {so_far:?}");
+    std::thread::sleep(Duration::from_secs(20));
+    c.tb.link_up(2);
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    assert_results_on_attempt(&out, 6, 0);
+    let ev = events(&only_run_dir(&c.logs()));
+    assert_eq!(all(&ev, "attempt_started").len(), 1, "{ev:?}");
+}
+
 #[test]
 fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
     let c = Cluster::new(3);
