@@ -543,12 +543,7 @@ mod tests {
     }
 
     fn failed(verdict: Verdict, outcomes: &[NodeOutcome]) -> Ended<'_> {
-        Ended::Failed(Failure {
-            verdict,
-            outcomes,
-            allocation: Allocation::Runs,
-            trained_for: None,
-        })
+        Ended::Failed(Failure { verdict, outcomes, allocation: Allocation::Runs, trained_for: None })
     }
 
     struct Case {
@@ -612,12 +607,7 @@ mod tests {
         let s = Duration::from_secs;
         let ended = |trained_for| {
             let allocation = Allocation::Runs;
-            Ended::Failed(Failure {
-                verdict: comm(),
-                outcomes: &nodes,
-                allocation,
-                trained_for,
-            })
+            Ended::Failed(Failure { verdict: comm(), outcomes: &nodes, allocation, trained_for })
         };
         let delay = |d: Decision| match d.next {
             Next::Restart { delay, .. } => delay,

@@ -794,7 +794,8 @@ fn copy_nccl_dumps(
     let lost = |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
     let asks = fleet.on_each(NCCL_COLLECT, |rank| {
         let node = &plan.nodes[rank];
-        (node.dumps_nccl() && !lost(rank)).then(|| crate::nccl::command(&plan.workdir, &dir, node.global_ranks()))
+        (node.dumps_nccl() && !lost(rank))
+            .then(|| crate::nccl::command(&plan.workdir, &dir, node.global_ranks()))
     });
     let on_node = format!("{}/{dir}", plan.workdir.trim_end_matches('/'));
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
