@@ -50,17 +50,6 @@ fn results(out: &herd::Finished, attempt: u32) -> Vec<(String, u32, u32)> {
         .collect()
 }
 
-/// Wait until node `node`'s log of attempt 0 shows training under way (or herd has exited).
-fn wait_training(c: &Cluster, running: &mut herd::Running, node: usize) {
-    let trained = running.until(LIMIT, || {
-        run_dirs(&c.logs()).iter().any(|run| {
-            std::fs::read_to_string(run.join(format!("attempt-0/node{node}-{}.log", c.addr(node))))
-                .is_ok_and(|log| log.contains("step 3 "))
-        })
-    });
-    assert!(trained, "training did not start");
-}
-
 /// Whether attempt `attempt` has trained (its `progress_seen` event: a rank's line), before
 /// herd exits or `LIMIT` passes. Node logs are written in blocks: the event is told at once.
 fn training_in(c: &Cluster, running: &mut herd::Running, attempt: u32) -> bool {
@@ -84,7 +73,7 @@ fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     assert!(plan.stdout.contains(&format!("spares      {} (", c.addr(3))), "{plan}");
 
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    wait_training(&c, &mut running, 2);
+    c.wait_training(&mut running, 2, "step 3 ");
     c.tb.link_down(2);
     let cut = Instant::now();
     let out = running.wait(LIMIT);
@@ -192,7 +181,7 @@ fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_nex
         FAST_RESTART,
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    wait_training(&c, &mut running, 2);
+    c.wait_training(&mut running, 2, "step 3 ");
     c.tb.link_down(2);
     // Attempt 1 on the spare; the cut heals; then node 1 is cut for good.
     if !training_in(&c, &mut running, 1) {
@@ -402,7 +391,7 @@ fn min_nodes_lets_the_run_go_on_with_fewer_nodes() {
         &format!("{FAST_RESTART}min_nodes = 2\n"),
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    wait_training(&c, &mut running, 1);
+    c.wait_training(&mut running, 1, "step 3 ");
     c.tb.link_down(1);
     let out = running.wait(LIMIT);
     c.tb.link_up(1);

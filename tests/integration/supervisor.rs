@@ -196,13 +196,7 @@ fn a_stopped_worker_is_named_as_the_cause_of_the_hang() {
         &format!("{FAST_RESTART}hang_timeout = \"20s\"\nprogress_pattern = \"^step \"\n"),
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    let trained = running.until(LIMIT, || {
-        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
-            std::fs::read_to_string(run.path().join(format!("attempt-0/node1-{}.log", c.addr(1))))
-                .is_ok_and(|log| log.contains("step 5 "))
-        })
-    });
-    assert!(trained, "training did not start");
+    c.wait_training(&mut running, 1, "step 5 ");
     let rank3 = c.tb.processes_with_env(1, "RANK", "3");
     assert!(!rank3.is_empty(), "no worker with RANK=3 on node 1");
     for pid in &rank3 {
@@ -236,13 +230,7 @@ fn a_heartbeat_timeout_of_twice_a_cut_keeps_the_run_through_it() {
         &format!("{FAST_RESTART}heartbeat_timeout = \"40s\"\n"),
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    let trained = running.until(LIMIT, || {
-        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
-            std::fs::read_to_string(run.path().join(format!("attempt-0/node2-{}.log", c.addr(2))))
-                .is_ok_and(|log| log.contains("step 5 "))
-        })
-    });
-    assert!(trained, "training did not start");
+    c.wait_training(&mut running, 2, "step 5 ");
     c.tb.link_down(2);
     let so_far = herd::events_so_far(&c.logs());
     assert!(!so_far.iter().any(|e| e["event"] == "node_exited"), "the cut came after the job: {so_far:?}");
@@ -264,13 +252,7 @@ fn a_cut_link_is_detected_within_15_s_and_the_job_restarts_when_it_returns() {
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     // Training is under way once node 3 has printed a few steps.
-    let trained = running.until(LIMIT, || {
-        std::fs::read_dir(c.logs()).ok().into_iter().flatten().flatten().any(|run| {
-            std::fs::read_to_string(run.path().join(format!("attempt-0/node2-{}.log", c.addr(2))))
-                .is_ok_and(|log| log.contains("step 5 "))
-        })
-    });
-    assert!(trained, "training did not start");
+    c.wait_training(&mut running, 2, "step 5 ");
     c.tb.link_down(2);
     let cut = Instant::now();
     // Nodes 0 and 1 still run: their stacks are asked for first, then every node is stopped.

@@ -33,6 +33,19 @@ impl Cluster {
         self.tb.dir().join("logs")
     }
 
+    /// Wait until node `node`'s log of attempt 0 shows `line` (training under way: a step
+    /// printed), or panic if herd exits first or `LIMIT` passes.
+    pub fn wait_training(&self, running: &mut herd::Running, node: usize, line: &str) {
+        let log = format!("attempt-0/node{node}-{}.log", self.addr(node));
+        let trained = running.until(LIMIT, || {
+            let runs = std::fs::read_dir(self.logs()).into_iter().flatten().flatten();
+            runs.into_iter().any(|run| {
+                std::fs::read_to_string(run.path().join(&log)).is_ok_and(|text| text.contains(line))
+            })
+        });
+        assert!(trained, "training did not start: no {line:?} in node {node}'s log");
+    }
+
     /// Write cluster.toml: the testbed's [ssh], all its hosts, the given [job] body, and
     /// anything else after it.
     pub fn write_config(&self, job: &str, extra: &str) -> PathBuf {
