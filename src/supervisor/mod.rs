@@ -76,12 +76,12 @@ pub async fn run(
         copying: None,
     };
     let status = run.run(&mut interrupts).await;
+    end.decide();
     // A restart that could not start leaves the copy of the dumps before it to end here.
     match status {
         Ok(RunStatus::Interrupted) => run.abandon_copy().await,
         _ => run.copied().await,
     }
-    end.decide();
     let status = status?;
     let status = decide::run_end(status, interrupts.preempted());
     let (attempts, kept) = (run.attempts, run.kept);
