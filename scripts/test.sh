@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
 # Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge, podman, runc and
-# debootstrap), creates the cached torch + deepspeed virtualenv and the container image, then
-# runs the suite.
+# debootstrap, Prometheus), creates the cached torch + deepspeed virtualenv, the container
+# image and herd's wheel, then runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +40,10 @@ fi
 
 ./scripts/torch-venv.sh >/dev/null
 ./scripts/container-image.sh >/dev/null
+# tests/integration/wheel.rs installs it into a fresh venv; built here, before the suite, so
+# that its release build does not compete with the tests.
+HERD_TEST_WHEEL=$(./scripts/wheel.sh)
+export HERD_TEST_WHEEL
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests "$@"

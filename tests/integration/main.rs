@@ -26,3 +26,4 @@ mod spares;
 mod stragglers;
 mod supervisor;
 mod testbed_smoke;
+mod wheel;
