@@ -22,6 +22,7 @@
 //!     cargo bench --bench herd_bench -- container   # torchrun 3 x 2 with and without podman: first worker, restart
 //!     cargo bench --bench herd_bench -- checkpoint  # SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit
 //!     cargo bench --bench herd_bench -- restart-scale # a command job on 16/64/252 nodes, one fails -> every node running again
+//!     cargo bench --bench herd_bench -- collapse    # 64 nodes x 8 ranks printing a banner alike: console lines, --collapse always/never
 //!     cargo bench --bench herd_bench -- soak        # goodput through faults one after another: herd vs torchrun elastic
 //!                                                   # vs a shell loop (only when named; sizes in scenarios/soak.rs)
 //!
@@ -70,6 +71,7 @@ mod scenarios {
     use super::{herd_support, job, measure, slurm_support, soak_support, testbed};
 
     pub mod checkpoint;
+    pub mod collapse;
     pub mod container;
     pub mod deep;
     pub mod fanout;
@@ -117,6 +119,7 @@ const SCENARIOS: &[(&str, &str, fn())] = &[
     ("container",   "torchrun 3 x 2 with and without podman: first worker, restart", scenarios::container::run),
     ("checkpoint",  "SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit", scenarios::checkpoint::run),
     ("restart-scale", "a `command` job on 16/64/252 nodes, one fails: herd's own part of the restart", scenarios::restart_scale::run),
+    ("collapse",    "64 nodes x 8 ranks printing a banner alike: console lines with and without --collapse", scenarios::collapse::run),
 ];
 
 /// Scenarios that run only when named: each takes an hour or more at its default size.

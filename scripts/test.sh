@@ -29,6 +29,8 @@ command -v podman >/dev/null || missing+=(podman)
 [ -x /usr/sbin/runc ] || missing+=(runc)
 [ -x /usr/libexec/podman/catatonit ] || missing+=(catatonit) # --init
 [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+# tests/integration/metrics.rs: a real Prometheus scrapes `herd run --metrics`, promtool lints it.
+command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}" >&2
   apt-get update -qq

@@ -217,6 +217,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST")]
     pub ranks: Option<String>,
 
+    /// Show a line that many ranks print alike once, naming them (`[r0-511] text`), after
+    /// waiting at most half a second for the others: `auto` when the job has more than 8
+    /// ranks. The log files, `--json` and events.jsonl keep every line of every rank.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t)]
+    pub collapse: crate::output::Collapse,
+
     /// Print events and job output as JSON lines on stdout (the objects of events.jsonl,
     /// plus one `output` event per line a node prints) instead of prefixed lines.
     #[arg(long)]
@@ -226,6 +232,13 @@ pub struct RunArgs {
     /// stderr is not a terminal, with NO_COLOR or TERM=dumb set, and under CI.
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Serve the run's metrics to Prometheus at http://ADDR/metrics while it runs (ADDR:
+    /// `HOST:PORT`, or `:PORT` on every IPv4 interface): attempts, failures and restarts by class,
+    /// nodes by state, training time, stragglers, the last progress, herd's memory and
+    /// descriptors. An address that cannot be listened on is a warning; the run goes on.
+    #[arg(long, value_name = "ADDR", env = "HERD_METRICS")]
+    pub metrics: Option<String>,
 
     /// In a Slurm batch job: when the run stops for the time limit's warning (SIGUSR1) or a
     /// preemption (SIGTERM), requeue the job (`scontrol requeue`) so that it goes on in a new

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod lines;
 pub mod logs;
 pub mod marker;
+pub mod metrics;
 pub mod nccl;
 pub mod notify;
 pub mod outcome;

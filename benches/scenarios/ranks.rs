@@ -9,7 +9,11 @@ use super::job::{clear_logs, hosts, pdsh_args, pdsh_ssh_append, write_config};
 use super::measure::{env_dims, fmt_stat, own_cost, per_second, runs, table, Measured, Tracked};
 use super::testbed::Testbed;
 
-const NAMES: [&str; 2] = ["pdsh -R ssh -f 64", "herd run --no-preflight"];
+/// herd twice: as a user gets it (past 8 ranks, the same line from many ranks shown once:
+/// here every line differs, so this is what holding each line for its twins costs), and
+/// with every line shown as it comes.
+const NAMES: [&str; 3] =
+    ["pdsh -R ssh -f 64", "herd run --no-preflight", "herd run --no-preflight --collapse never"];
 
 /// A launcher's run: what it cost, and the checks of its stdout and (herd) its rank files.
 type Run = (Measured, RankCheck, RankCheck);
@@ -101,15 +105,18 @@ impl<'a> Size<'a> {
                 let out_path = self.dir.join("out.txt");
                 let out = std::fs::File::create(&out_path).unwrap();
                 clear_logs(self.dir);
-                let t = if i == 0 {
-                    Tracked::spawn("pdsh", &pdsh_args(&self.hosts, &self.remote), out.into())
-                } else {
-                    Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &self.config], out.into())
+                let t = match i {
+                    0 => Tracked::spawn("pdsh", &pdsh_args(&self.hosts, &self.remote), out.into()),
+                    1 => Tracked::spawn(HERD, &["run", "--no-preflight", "-c", &self.config], out.into()),
+                    _ => {
+                        let args = ["run", "--no-preflight", "--collapse", "never", "-c", &self.config];
+                        Tracked::spawn(HERD, &args, out.into())
+                    }
                 };
                 let m = t.finish();
                 assert!(m.success, "{name} failed");
                 let stdout = self.check_stdout(i, &out_path);
-                let files = if i == 1 { self.check_files() } else { RankCheck::default() };
+                let files = if i > 0 { self.check_files() } else { RankCheck::default() };
                 res[i].push((m, stdout, files));
             }
         }
@@ -160,7 +167,7 @@ impl<'a> Size<'a> {
         for (i, name) in NAMES.iter().enumerate() {
             let (m, s, v) = fmt_stat(&per_second(total, &measured(i)), 0);
             let (own, rss) = own_cost(&measured(i));
-            let files = if i == 1 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
+            let files = if i > 0 { sum(&mut res[i].iter().map(|r| r.2)) } else { "-".into() };
             println!(
                 "| {n} x {per} x {lines} | {} | {name} | {m} | {s} | {:.2} | {own} | {rss} | {} | {files} |",
                 if self.with_torch { "torchrun" } else { "a shell loop" },
@@ -276,8 +283,10 @@ fn herd_split(line: &[u8]) -> Option<(Option<usize>, &[u8])> {
     let (who, _host) = head.split_once(' ')?;
     let named = match who.strip_prefix('r') {
         Some(r) => Some(r.parse().ok()?),
+        // A node's launcher, or several nodes' saying the same (`0-7` under --collapse).
         None => {
-            who.parse::<usize>().ok()?;
+            let node = |n: &str| n.parse::<usize>().ok();
+            who.split(',').flat_map(|p| p.split('-')).try_for_each(|n| node(n).map(|_| ()))?;
             None
         }
     };

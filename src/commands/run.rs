@@ -3,6 +3,7 @@
 //! says how it ended.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
@@ -14,7 +15,7 @@ use crate::events::RunStatus;
 use crate::output::{self, RunFiles, Sinks};
 use crate::plan::LaunchPlan;
 use crate::supervisor::{self, RunError, RunOutcome};
-use crate::{config, notify};
+use crate::{config, metrics, notify};
 
 pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     let mut plan = load_plan(&args.config.config, &args.selection, &args.extra_args, Active::Run)?;
@@ -22,6 +23,8 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         plan.console = config::RankList::parse(list).map_err(|e| Error::Usage(format!("--ranks: {e}")))?;
     }
     crate::supervisor::lines::check_run(&plan)?;
+    let metrics_addr = args.metrics.as_deref().map(metrics::serve::parse_addr).transpose();
+    let metrics_addr = metrics_addr.map_err(|e| Error::Usage(format!("--metrics: {e}")))?;
     let run_id = new_run_id();
     let mode = output::mode::Surroundings::detect(args.json, args.no_progress);
 
@@ -47,7 +50,9 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
         mode,
         on_stdout_closed: Some(interrupt_tx.clone()),
         console: plan.console.clone(),
+        collapse: args.collapse,
         notify: notifier,
+        metrics: metrics_addr.and_then(|addr| serve_metrics(addr, &plan)),
     };
     let reporter = std::thread::spawn(move || output::report(files, events_rx, sinks));
 
@@ -83,6 +88,27 @@ fn create_run_files(plan: &LaunchPlan, config: &Path, run_id: &str) -> Result<(R
     output::record::write_start(run_dir, plan, config, &cwd)
         .map_err(Error::io(format!("cannot write the run's record in {}", run_dir.display())))?;
     Ok((files, cwd))
+}
+
+/// `--metrics`: the run's metrics, served from now on to the end of herd; `None`, with a
+/// warning, when `addr` cannot be listened on (the run goes on without them).
+fn serve_metrics(
+    addr: std::net::SocketAddr,
+    plan: &LaunchPlan,
+) -> Option<(Arc<Mutex<metrics::Metrics>>, supervisor::Progress)> {
+    let served = Arc::new(Mutex::new(metrics::Metrics::new()));
+    match metrics::serve::start(addr, served.clone()) {
+        Ok(local) => {
+            eprintln!("herd: metrics at http://{local}/metrics");
+            Some((served, supervisor::Progress::of(plan)))
+        }
+        Err(e) => {
+            eprintln!(
+                "herd: warning: --metrics {addr}: cannot listen ({e}); the run goes on without metrics"
+            );
+            None
+        }
+    }
 }
 
 /// `[notify]`'s hooks for this run, if the config has any.

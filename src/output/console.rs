@@ -1,10 +1,12 @@
 //! The console: each job line with its node's or rank's prefix on stdout (all of them, or the
-//! ranks `--ranks` shows), and herd's own status lines on stderr. Under `--json` only the
-//! status lines: the JSON sink writes stdout.
+//! ranks `--ranks` shows), the same line from many ranks once (`collapse`), and herd's own
+//! status lines on stderr. Under `--json` only the status lines: the JSON sink writes stdout.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::time::Instant;
 
+use super::collapse::{self, Collapser, Entry, Printer};
 use super::files::rank_log_path;
 use super::prefix::{self, RankPrefixes};
 use super::sink::{Shared, Sink, Turn};
@@ -16,6 +18,31 @@ use crate::lines::Lines;
 /// How many of a hidden rank's last lines are kept, to show if it fails.
 const HIDDEN_TAIL: usize = 20;
 
+/// When the console shows the same line from many ranks once (`herd run --collapse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Collapse {
+    /// When the job has more than 8 ranks (`AUTO_RANKS`).
+    #[default]
+    Auto,
+    /// Whatever the number of ranks.
+    Always,
+    /// Every line as its rank printed it.
+    Never,
+}
+
+/// Up to this many ranks (one node of 8 GPUs), `auto` shows every line.
+pub const AUTO_RANKS: u32 = 8;
+
+impl Collapse {
+    fn on(self, world_size: u32) -> bool {
+        match self {
+            Collapse::Auto => world_size > AUTO_RANKS,
+            Collapse::Always => true,
+            Collapse::Never => false,
+        }
+    }
+}
+
 pub struct Console {
     /// Whether job output is echoed (not under `--json`).
     echo: bool,
@@ -24,6 +51,10 @@ pub struct Console {
     shown: Option<RankList>,
     prefixes: Vec<Vec<u8>>,
     rank_prefixes: RankPrefixes,
+    hosts: Vec<String>,
+    collapse: Collapse,
+    /// The lines waiting for the same from other printers, when collapsing.
+    collapser: Option<Collapser>,
     /// The last lines of each hidden rank in this attempt, kept for a failure's evidence.
     hidden_tails: HashMap<u32, VecDeque<Vec<u8>>>,
     run_dir: PathBuf,
@@ -41,6 +72,7 @@ impl Console {
         color: bool,
         echo: bool,
         shown: Option<RankList>,
+        collapse: Collapse,
         run_dir: PathBuf,
     ) -> Console {
         Console {
@@ -49,6 +81,10 @@ impl Console {
             shown,
             prefixes: prefix::prefixes(hosts, color),
             rank_prefixes: RankPrefixes::new(hosts.to_vec(), color),
+            hosts: hosts.to_vec(),
+            collapse,
+            // `auto` waits for the run to say how many ranks it has.
+            collapser: (echo && collapse.on(0)).then(Collapser::new),
             hidden_tails: HashMap::new(),
             run_dir,
             unstopped: 0,
@@ -69,6 +105,19 @@ impl Console {
             Some(rank) => self.rank_prefixes.get(rank, node_rank),
             None => &self.prefixes[node_rank],
         };
+        if let (Some(collapser), false) = (&mut self.collapser, hidden) {
+            let printer = match source.rank {
+                Some(rank) => Printer::Rank { rank, node: node_rank },
+                None => Printer::Node(node_rank),
+            };
+            let now = Instant::now();
+            let mut out = Vec::new();
+            for line in lines.iter() {
+                out.extend(collapser.push(now, printer, line.text));
+            }
+            self.show(out, shared);
+            return;
+        }
         for line in lines.iter() {
             if hidden {
                 let kept = self.hidden_tails.entry(source.rank.expect("a rank")).or_default();
@@ -82,10 +131,65 @@ impl Console {
         }
     }
 
+    /// Lines that went through the collapser: one printer's with its own prefix, many
+    /// printers' with their list, `[r0-511]` or `[0-63 gpu-[01-64]]`.
+    fn show(&mut self, entries: Vec<Entry>, shared: &mut Shared) {
+        for entry in entries {
+            let (prefix, owned);
+            match entry.printers[..] {
+                [Printer::Rank { rank, node }] => prefix = self.rank_prefixes.get(rank, node),
+                [Printer::Node(node)] => prefix = &self.prefixes[node],
+                _ => {
+                    owned = self.group_prefix(&entry.printers);
+                    prefix = &owned;
+                }
+            }
+            shared.screen.job(&[prefix, &entry.text, b"\n"]);
+        }
+    }
+
+    fn group_prefix(&self, printers: &[Printer]) -> Vec<u8> {
+        let plain = match printers[0] {
+            Printer::Rank { .. } => {
+                let ranks = printers.iter().filter_map(|p| match *p {
+                    Printer::Rank { rank, .. } => Some(rank),
+                    Printer::Node(_) => None,
+                });
+                format!("[r{}]", collapse::ranges(ranks.collect()))
+            }
+            Printer::Node(_) => {
+                let mut nodes: Vec<usize> = printers
+                    .iter()
+                    .filter_map(|p| match *p {
+                        Printer::Node(n) => Some(n),
+                        Printer::Rank { .. } => None,
+                    })
+                    .collect();
+                nodes.sort_unstable();
+                let hosts: Vec<&str> =
+                    nodes.iter().filter_map(|&n| self.hosts.get(n).map(String::as_str)).collect();
+                let ids = collapse::ranges(nodes.iter().map(|&n| n as u32).collect());
+                format!("[{ids} {}]", crate::config::hostlist::compress(&hosts))
+            }
+        };
+        match self.color {
+            true => format!("\x1b[1m{plain}\x1b[0m ").into_bytes(),
+            false => format!("{plain} ").into_bytes(),
+        }
+    }
+
+    /// Every line the collapser holds, before what comes next (herd's own lines, the end).
+    fn drain(&mut self, shared: &mut Shared) {
+        if let Some(out) = self.collapser.as_mut().map(Collapser::drain) {
+            self.show(out, shared);
+        }
+    }
+
     /// A failing rank the filter hid: its last lines, and where the rest is.
     fn failed(&mut self, attempt: u32, rank: Option<u32>, shared: &mut Shared) {
         let Some(rank) = rank else { return };
         let Some(kept) = self.hidden_tails.remove(&rank) else { return };
+        self.drain(shared);
         let path = rank_log_path(&self.run_dir, attempt, rank);
         shared.screen.status(&format!(
             "rank {rank} failed; its last {} line(s), not shown before (all of it: {}):",
@@ -101,7 +205,9 @@ impl Console {
     fn warn(&mut self, shared: &mut Shared) {
         if let (Some(msg), false) = (&shared.report.file_error, self.warned) {
             self.warned = true;
-            shared.screen.status(&format!("warning: {msg}; job output goes on, to stdout only"));
+            let line = format!("warning: {msg}; job output goes on, to stdout only");
+            self.drain(shared);
+            shared.screen.status(&line);
         }
     }
 
@@ -122,6 +228,8 @@ impl Console {
             _ => summary::status_line(event),
         };
         if let Some(line) = line {
+            // After the job's lines before it, the ones waiting for their twins included.
+            self.drain(shared);
             shared.screen.status(&line);
         }
     }
@@ -130,11 +238,26 @@ impl Console {
 impl Sink for Console {
     fn event(&mut self, turn: &Turn, shared: &mut Shared) {
         if let Some(renamed) = &turn.renamed {
+            self.drain(shared);
             if renamed.hosts_changed {
                 self.prefixes = prefix::prefixes(turn.hosts, self.color);
                 self.rank_prefixes = RankPrefixes::new(turn.hosts.to_vec(), self.color);
+                self.hosts = turn.hosts.to_vec();
             }
             self.rank_prefixes.set_ranks(renamed.nprocs);
+            // The ranks whose lines show: `--ranks 0` leaves nothing to collapse.
+            let world: u32 = renamed.nprocs.iter().sum();
+            let shown = match &self.shown {
+                Some(list) => (0..world).filter(|&r| list.contains(r)).count() as u32,
+                None => world,
+            };
+            let on = self.echo && self.collapse.on(shown);
+            self.collapser = on.then(Collapser::new);
+        }
+        // What has waited its window goes out first, whatever the event: the reporter's tick
+        // comes only when no event does.
+        if let Some(out) = self.collapser.as_mut().map(|c| c.due(Instant::now())) {
+            self.show(out, shared);
         }
         match turn.event {
             Event::NodeOutput { node_rank, source, lines } => {
@@ -157,7 +280,15 @@ impl Sink for Console {
         }
     }
 
+    /// The lines whose window has passed, while no event comes.
+    fn tick(&mut self, shared: &mut Shared) {
+        if let Some(out) = self.collapser.as_mut().map(|c| c.due(Instant::now())) {
+            self.show(out, shared);
+        }
+    }
+
     fn finish(&mut self, shared: &mut Shared) {
+        self.drain(shared);
         self.warn(shared);
     }
 }

@@ -3,6 +3,7 @@
 //! a process; the supervisor never prints.
 
 pub mod board;
+mod collapse;
 mod console;
 mod detached;
 pub mod doctor_view;
@@ -10,6 +11,7 @@ pub mod exec_view;
 pub mod files;
 pub mod json;
 mod live;
+mod metrics;
 pub mod mode;
 mod notify;
 pub mod plan_view;
@@ -31,6 +33,7 @@ use screen::Screen;
 use sink::{Names, Shared, Sink};
 
 pub use crate::lines::printable;
+pub use console::Collapse;
 pub use files::{node_log_path, RunFiles};
 pub use mode::Mode;
 
@@ -46,8 +49,13 @@ pub struct Sinks {
     pub on_stdout_closed: Option<mpsc::UnboundedSender<crate::supervisor::Signal>>,
     /// The ranks whose lines are shown (`None`: all); the files keep every line.
     pub console: Option<crate::config::RankList>,
+    /// When the same line from many ranks is shown once.
+    pub collapse: Collapse,
     /// `[notify]`: hears of the notable events.
     pub notify: Option<crate::notify::Notifier>,
+    /// `--metrics`: the metrics the scrapes are answered from, and which lines are progress.
+    pub metrics:
+        Option<(std::sync::Arc<std::sync::Mutex<crate::metrics::Metrics>>, crate::supervisor::Progress)>,
 }
 
 /// What the reporter knows at the end.
@@ -71,9 +79,16 @@ const BOARD_TICK: Duration = Duration::from_millis(100);
 pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
     let mut names = Names::new(files.hosts().to_vec());
     let on_stdout_closed = sinks.on_stdout_closed.clone();
+    let (collapse, json) = (sinks.collapse, sinks.mode == Mode::Json);
     let (mut shared, mut all) = open(files, sinks);
-    // The sinks' clocks: the board's, and the logs' flush (`files::LOG_FLUSH`).
-    let tick = if shared.screen.live() { BOARD_TICK } else { files::LOG_FLUSH };
+    // The sinks' clocks: the board's, the logs' flush (`files::LOG_FLUSH`), and the lines
+    // waiting for the same from other ranks (`collapse::WINDOW`).
+    let tick = match (shared.screen.live(), collapse) {
+        (true, _) => BOARD_TICK,
+        (false, Collapse::Never) => files::LOG_FLUSH,
+        (false, _) if json => files::LOG_FLUSH,
+        (false, _) => collapse::WINDOW / 4,
+    };
     let timer = tokio::runtime::Builder::new_current_thread().enable_time().build().ok();
     loop {
         let event = match &timer {
@@ -81,8 +96,8 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
                 Ok(Some(event)) => event,
                 Ok(None) => break,
                 Err(_) => {
-                    shared.screen.flush_job();
                     all.iter_mut().for_each(|sink| sink.tick(&mut shared));
+                    shared.screen.flush_job();
                     continue;
                 }
             },
@@ -112,13 +127,20 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
 }
 
 /// The sinks, in the order each event reaches them: the files, `--json`, the console (which
-/// tells of the files' first error after them), the hook, the board.
+/// tells of the files' first error after them), the hook, the metrics, the board.
 fn open(files: RunFiles, sinks: Sinks) -> (Shared, Vec<Box<dyn Sink>>) {
     let color = sinks.mode.color();
     let json = sinks.mode == Mode::Json;
     let live = matches!(sinks.mode, Mode::Board { .. }).then(live::Live::new);
     let screen = Screen::new(sinks.stdout, sinks.stderr, live);
-    let console = Console::new(files.hosts(), color, !json, sinks.console, files.run_dir().to_path_buf());
+    let console = Console::new(
+        files.hosts(),
+        color,
+        !json,
+        sinks.console,
+        sinks.collapse,
+        files.run_dir().to_path_buf(),
+    );
     let board = screen.live().then(|| board::Board::new(Instant::now()));
     let mut all: Vec<Box<dyn Sink>> = vec![Box::new(files)];
     if json {
@@ -126,6 +148,7 @@ fn open(files: RunFiles, sinks: Sinks) -> (Shared, Vec<Box<dyn Sink>>) {
     }
     all.push(Box::new(console));
     all.extend(sinks.notify.map(|n| Box::new(notify::NotifySink::new(n)) as Box<dyn Sink>));
+    all.extend(sinks.metrics.map(|(m, p)| Box::new(metrics::MetricsSink::new(m, p)) as Box<dyn Sink>));
     all.extend(board.map(|b| Box::new(b) as Box<dyn Sink>));
     (Shared { screen, report: Report::default() }, all)
 }
@@ -168,6 +191,17 @@ mod tests {
         events: Vec<Event>,
         break_files: bool,
     ) -> (String, String, Report, String) {
+        report_collapsing(mode, console, events, break_files, Collapse::Never)
+    }
+
+    /// `report_of`, with `--collapse`.
+    fn report_collapsing(
+        mode: Mode,
+        console: &str,
+        events: Vec<Event>,
+        break_files: bool,
+        collapse: Collapse,
+    ) -> (String, String, Report, String) {
         let dir = tempfile::tempdir().unwrap();
         let files = RunFiles::create(dir.path(), "r1", vec!["n1".into()]).unwrap();
         if break_files {
@@ -188,6 +222,8 @@ mod tests {
             on_stdout_closed: None,
             console: crate::config::RankList::parse(console).unwrap(),
             notify: None,
+            metrics: None,
+            collapse,
         };
         let run_dir = files.run_dir().to_path_buf();
         let report = report(files, rx, sinks);
@@ -239,6 +275,21 @@ mod tests {
         let err: Vec<&str> = err.lines().collect();
         assert!(err[0].starts_with("herd: rank 1 failed; its last 2 line(s), not shown before"), "{err:?}");
         assert!(err[1].starts_with("herd: attempt 1 failed: "), "{err:?}");
+    }
+
+    #[test]
+    fn the_same_line_from_many_ranks_shows_once_before_herds_own_lines() {
+        let mut events = vec![Event::AttemptStarting { attempt: 1 }];
+        events.extend((0..4).map(|r| output(r, "hello")));
+        events.push(output(1, "mine"));
+        events.push(output(5, "hello"));
+        events.push(output(4, "hello"));
+        events.push(failed(1));
+        let (out, err, _, _) =
+            report_collapsing(Mode::Plain { color: false }, "all", events, false, Collapse::Always);
+        let out: Vec<&str> = out.lines().collect();
+        assert_eq!(out, ["[r0-5] hello", "[r1 n1] mine"], "rank 1's line after its hello");
+        assert!(err.starts_with("herd: attempt 1 failed"), "{err}");
     }
 
     #[test]

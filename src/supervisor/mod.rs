@@ -39,7 +39,7 @@ use crate::transport::{slurm, Started, TransportError};
 pub use decide::{requeue as requeue_verdict, Kept, RequeueVerdict};
 use decide::{Allocation, Decision, Ended, Failure, Next, Replace};
 use gang::{AttemptContext, AttemptOutcome};
-pub use node::{Stop, READ_SIZE};
+pub use node::{Progress, Stop, READ_SIZE};
 use preflight::Preflighted;
 use reserve::{Settled, Unsettled};
 pub use sweep::kill_leftovers;

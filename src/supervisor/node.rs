@@ -148,6 +148,11 @@ impl Progress {
         }
     }
 
+    /// Whether any non-empty line of `lines`, from `source`, is progress.
+    pub fn in_lines(&self, source: &Source, lines: &Lines) -> bool {
+        lines.iter().any(|l| !l.text.is_empty() && self.counts(source, || text(l)))
+    }
+
     /// Whether the non-empty line `text`, from `source`, is progress.
     fn counts(&self, source: &Source, text: impl FnOnce() -> String) -> bool {
         match self {
@@ -156,6 +161,14 @@ impl Progress {
             Progress::AnyLine => true,
         }
     }
+}
+
+/// A line as the tail and the fatal report keep it: at most `TAIL_LINE_CHARS`, lossily UTF-8.
+fn text(l: crate::lines::Line<'_>) -> String {
+    String::from_utf8_lossy(&l.text[..l.text.len().min(TAIL_LINE_CHARS * 4)])
+        .chars()
+        .take(TAIL_LINE_CHARS)
+        .collect()
 }
 
 /// Where a node reports its first fatal line.
@@ -663,15 +676,7 @@ async fn pass_on(
 ) {
     {
         let at = liveness.elapsed();
-        let text = |l: crate::lines::Line<'_>| -> String {
-            String::from_utf8_lossy(&l.text[..l.text.len().min(TAIL_LINE_CHARS * 4)])
-                .chars()
-                .take(TAIL_LINE_CHARS)
-                .collect()
-        };
-        let progressed =
-            lines.iter().any(|l| !l.text.is_empty() && progress_rule.counts(&source, || text(l)));
-        if progressed {
+        if progress_rule.in_lines(&source, &lines) {
             liveness.progress();
         }
         if !lines.is_empty() {
