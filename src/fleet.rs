@@ -127,6 +127,11 @@ pub struct Fleet {
 pub type EarlyAgents = Vec<Vec<Option<Started>>>;
 
 impl Fleet {
+    /// Why node `node_rank` is not connected, if it is not.
+    pub fn error(&self, node_rank: usize) -> Option<&str> {
+        self.links.get(node_rank)?.conn.as_ref().err().map(String::as_str)
+    }
+
     /// Connect to every node at once; on each, as soon as it is up, start the agents `early`
     /// names for it, whose logins then overlap the other handshakes. `NodeConnected` goes to
     /// `events` for each. Nodes that fail are in the fleet with their error: see `require_all`.
@@ -290,16 +295,17 @@ impl Fleet {
         on_nodes
     }
 
-    /// Before a restart: every node reachable again, a lost one waited for up to
-    /// `restart.node_wait` (`NodeWaiting` for each try that fails). On failure, the lowest
-    /// node rank that could not be reached, and the fleet of the others.
+    /// Before a restart: every node reachable again, a lost one waited for up to `wait`
+    /// (`NodeWaiting` for each try that fails). On failure, the lowest node rank that could
+    /// not be reached, and the fleet of the others.
     pub async fn reconnect(
         self,
         plan: &LaunchPlan,
         events: &mpsc::Sender<Event>,
+        wait: Duration,
     ) -> Result<Fleet, (usize, Fleet)> {
         let options = plan.timing.connect;
-        let deadline = Instant::now() + plan.restart.node_wait;
+        let deadline = Instant::now() + wait;
         let mut set = JoinSet::new();
         for (node, link) in plan.nodes.iter().zip(self.links) {
             let (transport, rank, host, events) =

@@ -105,6 +105,11 @@ impl Roster {
         self.quarantined.iter().map(|(i, why)| (self.hosts[*i].as_str(), why.as_str()))
     }
 
+    /// Whether a spare is left to take a node's place.
+    pub fn has_spare(&self) -> bool {
+        !self.spares.is_empty()
+    }
+
     /// Whether the run can go on without some node: a spare, or room above `min_nodes`.
     pub fn has_room(&self) -> bool {
         !self.spares.is_empty() || self.active.len() > self.min_nodes

@@ -336,13 +336,40 @@ pub fn release(roster: &Roster, released: Vec<(String, String)>) -> (Option<Rost
 /// what it did. A run without room waits for such a node (`restart.node_wait`) where it goes
 /// on with one blamed for a crash: only for it is a node let back in (see `rejoinable`).
 pub fn out_of_reach(reason: &str) -> bool {
-    const OUT_OF_REACH: [&str; 4] = [
+    const OUT_OF_REACH: [&str; 5] = [
         "node-lost: no heartbeat",
         "node-lost: the ssh connection to the node was lost",
         "node-lost: its login shell",
+        "node-lost: unreachable before the restart",
         "ssh: ",
     ];
     OUT_OF_REACH.iter().any(|p| reason.starts_with(p))
+}
+
+/// How long a restart tries to reach a node of the attempt before, one it lost or cannot
+/// connect to: with a spare left, `SPARE_AFTER` (at most `node_wait`), after which the spare
+/// takes its place (`unreachable_before_restart`); without, `node_wait`: the run cannot go on
+/// without it. A node lost in the attempt was silent for a heartbeat already, and a node
+/// that comes back later is let back in as a spare when the run needs one (`rejoinable`):
+/// waiting minutes for it, the whole job idle, costs more than a spare's start.
+pub fn reconnect_wait(node_wait: Duration, spare: bool) -> Duration {
+    match spare {
+        true => node_wait.min(SPARE_AFTER),
+        false => node_wait,
+    }
+}
+
+/// See `reconnect_wait`: two tries of a reconnect, or more.
+pub const SPARE_AFTER: Duration = Duration::from_secs(10);
+
+/// A node a restart could not reach within `reconnect_wait`, blamed so that a spare takes its
+/// place: out of reach (`out_of_reach`), which lets it back in should the run run out of room.
+pub fn unreachable_before_restart(node_rank: usize, error: &str, waited: Duration) -> Blamed {
+    let waited = humantime::format_duration(Duration::from_secs(waited.as_secs()));
+    Blamed {
+        node_rank,
+        reason: format!("node-lost: unreachable before the restart (tried for {waited}): {error}"),
+    }
 }
 
 /// The hosts a restart with no room left for a blamed node out of reach may try again, to let back in

@@ -421,13 +421,13 @@ impl Run<'_> {
             Some(previous) => Some(replaced.unwrap_or(previous)),
             None => replaced,
         };
-        let Some(previous) = replaced else {
-            return match fleet.reconnect(&self.plan, self.events).await {
-                Ok(fleet) => Ok((fleet, Preflighted::default())),
-                Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
-            };
+        let (fleet, errors) = match replaced {
+            Some(previous) => fleet.rearranged(&previous, &self.plan, self.events).await,
+            None => match self.reconnect(fleet).await {
+                Ok(fleet) => return Ok((fleet, Preflighted::default())),
+                Err((node_rank, fleet)) => self.without_gone(node_rank, fleet, attempt).await?,
+            },
         };
-        let (fleet, errors) = fleet.rearranged(&previous, &self.plan, self.events).await;
         let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, before).await?;
         // The preflight's sweep spares this run: what its earlier attempts left on the
         // nodes it kept is swept as on any restart, and the new nodes as on a first one.
@@ -548,9 +548,13 @@ impl Run<'_> {
                 continue;
             }
             if restart {
-                fleet = match fleet.reconnect(&self.plan, self.events).await {
+                fleet = match self.reconnect(fleet).await {
                     Ok(fleet) => fleet,
-                    Err((node_rank, fleet)) => return Err(Unsettled::Gone { node_rank, fleet }),
+                    Err((node_rank, gone)) => {
+                        (fleet, errors) = self.without_gone(node_rank, gone, attempt).await?;
+                        replanned = true;
+                        continue;
+                    }
                 };
             }
             let checked = self.check(&fleet, known, std::mem::take(&mut probes)).await;
@@ -578,6 +582,30 @@ impl Run<'_> {
             };
             replanned = true;
         }
+    }
+
+    /// Every node of the plan reachable again (see `Fleet::reconnect`), a node out of reach
+    /// waited for as long as `decide::reconnect_wait` says.
+    async fn reconnect(&self, fleet: Fleet) -> Result<Fleet, (usize, Fleet)> {
+        let wait = decide::reconnect_wait(self.plan.restart.node_wait, self.plan.roster.has_spare());
+        fleet.reconnect(&self.plan, self.events, wait).await
+    }
+
+    /// Node `node_rank`, which a restart could not reach, replaced by a spare, and the fleet
+    /// of the new plan; `Gone` when no spare is left (it was waited for `restart.node_wait`).
+    async fn without_gone(
+        &mut self,
+        node_rank: usize,
+        fleet: Fleet,
+        attempt: u32,
+    ) -> Result<(Fleet, Vec<Option<TransportError>>), Unsettled> {
+        if !self.plan.roster.has_spare() {
+            return Err(Unsettled::Gone { node_rank, fleet });
+        }
+        let waited = decide::reconnect_wait(self.plan.restart.node_wait, true);
+        let error = fleet.error(node_rank).unwrap_or("not connected").to_string();
+        let blamed = [decide::unreachable_before_restart(node_rank, &error, waited)];
+        self.replace_in(fleet, &blamed, attempt).await.map_err(|fleet| Unsettled::Gone { node_rank, fleet })
     }
 
     /// The nodes that could not be connected (`errors`) replaced, and the fleet of the new

@@ -170,6 +170,52 @@ fn a_node_cut_for_good_is_replaced_by_the_spare_and_stays_out_until_released() {
     assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
 }
 
+/// The soak's finding (issue 41, seed 44): the master lost for good while herd's own host was
+/// loaded was blamed for nothing (a silence the whole fleet shared), and the restart then
+/// waited `restart.node_wait` (5 minutes) for it with a spare idle, and gave up. A node a
+/// restart cannot reach is replaced by the spare after `decide::SPARE_AFTER`. Here rank 0
+/// dies, and node 1's link goes down once the attempt has failed: nothing of the attempt
+/// blames it; only the restart finds it gone.
+#[test]
+fn a_node_out_of_reach_at_the_restart_is_replaced_by_the_spare_not_waited_for() {
+    let c = Cluster::new(4);
+    let job = torchrun(
+        "\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--die-rank\", \"0\", \"--fault-step\", \"5\", \"--retry-steps\", \"3\"",
+        "nnodes = 3",
+    );
+    // A backoff long enough for node 1's SSH master to give up on its keepalives (1 s each,
+    // from the 6 s heartbeat) before the restart checks the nodes.
+    let restart = "[restart]\nbackoff = \"10s\"\nbackoff_max = \"10s\"\ngrace_period = \"3s\"\n\
+                   heartbeat_timeout = \"6s\"\nnode_wait = \"5m\"\n";
+    c.write_config(&job, restart);
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    let failed = running
+        .until(LIMIT, || herd::events_so_far(&c.logs()).iter().any(|e| e["event"] == "attempt_failed"));
+    assert!(failed, "attempt 0 did not fail");
+    c.tb.link_down(1);
+    let cut = Instant::now();
+    let trained = training_in(&c, &mut running, 1);
+    let to_training = cut.elapsed();
+    let out = running.wait(LIMIT);
+    c.tb.link_up(1);
+    assert!(trained, "attempt 1 never trained\n{out}");
+    out.assert_code(0);
+
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let q = all(&ev, "node_quarantined");
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(q[0]["host"], c.addr(1));
+    let reason = q[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("node-lost: unreachable before the restart (tried for 10s): "), "{reason}");
+    let promoted = all(&ev, "spare_promoted");
+    assert_eq!(promoted.len(), 1, "{promoted:?}");
+    assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some(c.addr(3)), Some(1)));
+    assert!(all(&ev, "restart_abandoned").is_empty());
+    // The backoff, 10 s of tries, the spare's checks and torch's start: not node_wait's 5 min.
+    assert!(to_training < Duration::from_secs(150), "{to_training:?} from the cut to training on the spare");
+    eprintln!("cut to training on the spare: {to_training:?}");
+}
+
 /// The soak's finding (issue 41): a link cut for a while costs the only spare, and a node lost
 /// for good after it then left the run waiting `restart.node_wait` for it. The node the cut
 /// quarantined answers again by then: it takes the lost one's place, as a spare would.
