@@ -218,7 +218,7 @@ pub struct RunArgs {
     pub ranks: Option<String>,
 
     /// Show a line that many ranks print alike once, naming them (`[r0-511] text`), after
-    /// waiting at most half a second for the others: `auto` when the job has more than 8
+    /// waiting at most a second for the others: `auto` when the job has more than 8
     /// ranks. The log files, `--json` and events.jsonl keep every line of every rank.
     #[arg(long, value_name = "WHEN", value_enum, default_value_t)]
     pub collapse: crate::output::Collapse,

@@ -87,7 +87,7 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
         (true, _) => BOARD_TICK,
         (false, Collapse::Never) => files::LOG_FLUSH,
         (false, _) if json => files::LOG_FLUSH,
-        (false, _) => collapse::WINDOW / 4,
+        (false, _) => collapse::WINDOW / 8,
     };
     let timer = tokio::runtime::Builder::new_current_thread().enable_time().build().ok();
     loop {
