@@ -11,6 +11,9 @@ use super::testbed::Testbed;
 
 const MODES: [&str; 2] = ["never", "always"];
 
+/// One run: what it cost, and its console's lines, bytes and banner lines.
+type Run = (Measured, usize, usize, usize);
+
 const BANNER: [&str; 4] = [
     "*****************************************",
     "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default",
@@ -41,7 +44,7 @@ pub fn run() {
         );
         let job = format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", '{node}', '{rank}']");
         let config = write_config(&tb, dir.path(), &hosts(&tb, n), &job, "").display().to_string();
-        let mut res: Vec<Vec<(Measured, usize, usize, usize)>> = vec![vec![]; MODES.len()];
+        let mut res: Vec<Vec<Run>> = vec![vec![]; MODES.len()];
         for _ in 0..reps {
             for (i, mode) in MODES.iter().enumerate() {
                 clear_logs(dir.path());
@@ -59,7 +62,7 @@ pub fn run() {
         }
         let printed = n * per * (lines + BANNER.len());
         for (i, mode) in MODES.iter().enumerate() {
-            let median = |f: &dyn Fn(&(Measured, usize, usize, usize)) -> f64, digits| {
+            let median = |f: &dyn Fn(&Run) -> f64, digits| {
                 fmt_stat(&res[i].iter().map(f).collect::<Vec<_>>(), digits).0
             };
             let measured: Vec<&Measured> = res[i].iter().map(|r| &r.0).collect();

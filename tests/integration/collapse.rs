@@ -101,7 +101,7 @@ fn sixty_four_nodes_of_eight_ranks_print_one_banner_not_two_thousand_lines() {
     for (text, mut ranks) in named {
         ranks.sort_unstable();
         let times = BANNER.iter().filter(|l| **l == text).count();
-        let want: Vec<usize> = (0..world).flat_map(|r| std::iter::repeat(r).take(times)).collect();
+        let want: Vec<usize> = (0..world).flat_map(|r| std::iter::repeat_n(r, times)).collect();
         assert_eq!(ranks, want, "{text:?}: every rank named, once per time it printed it");
     }
     for r in 0..world {
