@@ -280,6 +280,11 @@ mod tests {
         n.finish();
         let got = std::fs::read_to_string(&out).unwrap();
         let (line, env) = got.split_once('\n').unwrap();
+        // What the hook got on top of the test's own environment (which may hold HERD_
+        // variables of its own: HERD_METRICS, a CI's).
+        let inherited: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+        let env: String =
+            env.lines().filter(|l| !inherited.iter().any(|i| i == l)).map(|l| format!("{l}\n")).collect();
         let line: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(line["event"], "run_finished");
         assert_eq!(line["status"], "succeeded");
