@@ -113,10 +113,14 @@ fn in_child() -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
 /// 4,096. Enough for every node and rank log of a few hundred nodes, so that their writes do
 /// not close and reopen files; bounded past that.
 pub fn log_files(nodes: usize) -> usize {
+    log_files_within(soft().unwrap_or(0), nodes)
+}
+
+/// herd's soft open-file limit now; `None` when it cannot be read.
+pub fn soft() -> Option<u64> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given, which lives on this stack.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 0 };
-    log_files_within(soft, nodes)
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur)
 }
 
 fn log_files_within(soft: u64, nodes: usize) -> usize {

@@ -108,13 +108,7 @@ pub fn process() -> Process {
         p.resident_bytes = fields.next().unwrap_or(0) * page;
     }
     p.open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
-        && limit.rlim_cur != libc::RLIM_INFINITY
-    {
-        p.max_fds = Some(limit.rlim_cur);
-    }
+    p.max_fds = crate::limits::soft().filter(|&soft| soft != libc::RLIM_INFINITY);
     if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
         // The fields after the command's closing parenthesis: utime and stime are the 12th
         // and 13th of them, starttime the 20th (proc(5), counted from state).
