@@ -140,8 +140,10 @@ fn roster_line(event: &Event) -> Option<String> {
             format!("quarantined {host}: {reason} (later runs of this config skip it too; `herd nodes --release {host}` clears it)")
         }
         Event::NodeQuarantined { host, reason, saved: false, .. } => {
+            // Not written: a judgement of this run's (a restart's few seconds of tries), or a
+            // quarantine file that could not be, which a warning said.
             format!(
-                "quarantined {host}: {reason} (for this run only: the quarantine file could not be written)"
+                "quarantined {host}: {reason} (for this run only: the next run of this config may use it)"
             )
         }
         Event::NodeReleased { host, reason, saved: true, .. } => {

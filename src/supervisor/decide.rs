@@ -372,6 +372,15 @@ pub fn unreachable_before_restart(node_rank: usize, error: &str, waited: Duratio
     }
 }
 
+/// Whether a node quarantined for `reason` is also kept out of later runs (the config's
+/// quarantine file): not one a restart could not reach within `SPARE_AFTER`. Those few
+/// seconds are a judgement of this run's, for time; on a launch host so loaded that two SSH
+/// connects time out in them, the node may be healthy, and a later run would skip it until
+/// `herd nodes --release`. A node that is dead for good fails that later run's own checks.
+pub fn remembered(reason: &str) -> bool {
+    !reason.starts_with("node-lost: unreachable before the restart")
+}
+
 /// The hosts a restart with no room left for a blamed node out of reach may try again, to let back in
 /// as spares those that answer: the ones this run quarantined (not in `before`, the
 /// quarantine it started with, and the hosts already let back in so) for being out of
@@ -1031,6 +1040,15 @@ mod tests {
         // The same fault on another host (the ranks moved): n1 was blamed, never quarantined.
         let second = b.after_attempt(&case.ctx(), 1, failed(bus("n0"), &nodes));
         assert_eq!((second.released, second.roster), (Vec::new(), None));
+    }
+
+    #[test]
+    fn a_node_unreachable_for_the_restarts_few_seconds_is_kept_out_of_this_run_only() {
+        let unreachable = unreachable_before_restart(2, "ssh: connection timed out", SPARE_AFTER);
+        assert!(!remembered(&unreachable.reason), "{}", unreachable.reason);
+        for kept in ["node-lost: no heartbeat for 15s", "rank 1 died of SIGBUS", "straggler: 3.1x slower"] {
+            assert!(remembered(kept), "{kept}");
+        }
     }
 
     #[test]

@@ -687,7 +687,8 @@ impl Run<'_> {
         let of = reserve::Of { plan: &self.plan, run_id: self.run_id };
         for b in blamed {
             let host = self.plan.nodes[b.node_rank].host.clone();
-            let saved = reserve::keep_out(of, &mut quarantine_file, &host, &b.reason, attempt);
+            let saved = decide::remembered(&b.reason)
+                && reserve::keep_out(of, &mut quarantine_file, &host, &b.reason, attempt);
             let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason, saved }).await;
         }
         let next = self.plan.with_roster(roster);

@@ -207,6 +207,12 @@ fn a_node_out_of_reach_at_the_restart_is_replaced_by_the_spare_not_waited_for() 
     assert_eq!(q[0]["host"], c.addr(1));
     let reason = q[0]["reason"].as_str().unwrap();
     assert!(reason.starts_with("node-lost: unreachable before the restart (tried for 10s): "), "{reason}");
+    // Kept out of this run only: 10 s is this run's judgement, not a later run's.
+    assert_eq!(q[0]["saved"], false, "{:?}", q[0]);
+    let nodes = herd::run(c.tb.dir(), &["nodes", "--json"], LIMIT);
+    let nodes: serde_json::Value =
+        serde_json::from_str(&nodes.stdout).unwrap_or_else(|e| panic!("{e}\n{nodes}"));
+    assert_eq!(nodes["quarantined"], serde_json::json!([]), "{nodes}");
     let promoted = all(&ev, "spare_promoted");
     assert_eq!(promoted.len(), 1, "{promoted:?}");
     assert_eq!((promoted[0]["host"].as_str(), promoted[0]["node_rank"].as_u64()), (Some(c.addr(3)), Some(1)));
