@@ -117,6 +117,55 @@ impl ContainerPlan {
         })
     }
 
+    /// Whether `name` says which engine the runtime's client talks to, and how: docker's
+    /// host, context, config and TLS; podman's connection, configuration and store. A list,
+    /// not a prefix: these go into an argv (`with_client_env`), and a prefix would take
+    /// `CONTAINER_PASSPHRASE` along.
+    pub fn client_reads(&self, name: &str) -> bool {
+        const DOCKER: [&str; 6] = [
+            "DOCKER_HOST",
+            "DOCKER_CONTEXT",
+            "DOCKER_CONFIG",
+            "DOCKER_TLS_VERIFY",
+            "DOCKER_CERT_PATH",
+            "DOCKER_API_VERSION",
+        ];
+        const PODMAN: [&str; 9] = [
+            "CONTAINER_HOST",
+            "CONTAINER_CONNECTION",
+            "CONTAINER_SSHKEY",
+            "CONTAINERS_CONF",
+            "CONTAINERS_STORAGE_CONF",
+            "CONTAINERS_REGISTRIES_CONF",
+            "STORAGE_DRIVER",
+            "STORAGE_OPTS",
+            "XDG_RUNTIME_DIR",
+        ];
+        match self.runtime {
+            ContainerRuntime::Docker => DOCKER.contains(&name),
+            ContainerRuntime::Podman => PODMAN.contains(&name),
+        }
+    }
+
+    /// `command`, for `sh`, with the client's settings among `env` (see `client_reads`)
+    /// exported first: for the sweeps, which run on a node before the job's env is there.
+    /// Without them a node whose `[env]` names its engine (a rootless docker's `DOCKER_HOST`, a
+    /// store of its own) would be swept on another engine, and its leftovers stay. `env` holds
+    /// plain values only: these appear in an argv (a forwarded secret does not, and a sweep
+    /// does not see it).
+    pub fn with_client_env<'a>(
+        &self,
+        env: impl IntoIterator<Item = (&'a str, &'a str)>,
+        command: String,
+    ) -> String {
+        let words: Vec<String> =
+            env.into_iter().filter(|(k, _)| self.client_reads(k)).map(|(k, v)| format!("{k}={v}")).collect();
+        if words.is_empty() {
+            return command;
+        }
+        format!("export {}; {command}", command_line(&words))
+    }
+
     /// The command the agent runs once the job's process group is gone: a killed runtime
     /// client does not stop its container. Quiet and best effort.
     pub fn remove_command(&self, name: &str) -> String {
@@ -260,6 +309,27 @@ mod tests {
         assert_eq!(argv[image + 4], "herd-job");
         assert_eq!(argv[image + 5], "exec torchrun x.py");
         assert_eq!(argv.len(), image + 6);
+    }
+
+    #[test]
+    fn the_clients_own_settings_are_exported_before_a_sweep() {
+        let env = [
+            ("DOCKER_HOST", "unix:///run/user/1000/docker.sock"),
+            ("NCCL_DEBUG", "WARN"),
+            ("CONTAINERS_STORAGE_CONF", "/etc/my storage.conf"),
+        ];
+        let podman = ContainerPlan { runtime: ContainerRuntime::Podman, ..docker() };
+        let show = "printf '%s|' \"${DOCKER_HOST-}\" \"${NCCL_DEBUG-}\" \"${CONTAINERS_STORAGE_CONF-}\"";
+        let run = |c: &ContainerPlan| {
+            let line = c.with_client_env(env, show.to_string());
+            let out = Command::new("sh").arg("-c").arg(&line).env_clear().output().unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(run(&docker()), "unix:///run/user/1000/docker.sock|||");
+        assert_eq!(run(&podman), "||/etc/my storage.conf|");
+        // None of the client's: the command as it was. Nor a passphrase, whatever its prefix.
+        assert_eq!(docker().with_client_env([("NCCL_DEBUG", "WARN")], "true".into()), "true");
+        assert_eq!(podman.with_client_env([("CONTAINER_PASSPHRASE", "x")], "true".into()), "true");
     }
 
     #[test]

@@ -734,7 +734,20 @@ impl LaunchPlan {
     /// attempt's container.
     pub fn container_cleanup(&self, node: &NodePlan, values: &AttemptValues<'_>) -> Option<String> {
         let name = container::name(&self.config_key, values.run_id, values.attempt, node.node_rank);
+        // The agent runs it with the job's env, the engine's settings among them.
         Some(self.container.as_ref()?.remove_command(&name))
+    }
+
+    /// `command` (a sweep: what herd runs on the node before the job's env is there), with
+    /// `[container]`, after the node's own settings of the engine's client (see
+    /// `ContainerPlan::with_client_env`).
+    pub fn with_engine_env(&self, node: &NodePlan, command: String) -> String {
+        let Some(c) = &self.container else { return command };
+        let plain = node.env.iter().filter_map(|(k, v)| match v {
+            EnvValue::Value(v) => Some((k.as_str(), v.as_str())),
+            _ => None,
+        });
+        c.with_client_env(plain, command)
     }
 
     /// With `[container]`: the doctor's trial on one node, a container started as the node's

@@ -396,7 +396,7 @@ pub fn probe_invocation(plan: &LaunchPlan, node: &NodePlan, options: &ProbeOptio
         // A full probe's trial container (see `LaunchPlan::container_trial`), should the probe
         // be stopped while it runs: its killed client would leave it running.
         cleanup: if options.fast { None } else { plan.container_cleanup(node, &values) },
-        presweep: options.presweep.clone(),
+        presweep: options.presweep.clone().map(|sweep| plan.with_engine_env(node, sweep)),
         report_ports: options.test_port
             && plan.master.port == PortSpec::Auto
             && node.node_rank == plan.master.node_rank,

@@ -552,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn cleanup_runs_after_the_job_without_its_env_and_is_quiet() {
+    fn cleanup_runs_after_the_job_with_its_env_but_its_marker_and_is_quiet() {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("cleanup");
         let inv = AgentInvocation {
@@ -562,18 +562,24 @@ mod tests {
             job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string()))
                 .into(),
             cleanup: Some(format!(
-                "echo \"cleaned ${{HERD_T_MARK:-without-marker}}\" > {}; echo noise; echo noise >&2; exit 9",
+                "echo \"cleaned ${{HERD_T_MARK:-without-marker}} on $DOCKER_HOST\" > {}; echo noise; echo noise >&2; exit 9",
                 quote(&record.display().to_string())
             )),
             presweep: None,
             report_ports: false,
             probe: None,
         };
-        let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
+        // The engine the job ran on (a node's own, or a forwarded secret): the one its
+        // container is removed from.
+        let env = env_block([("HERD_T_MARK", test_mark().as_str()), ("DOCKER_HOST", "unix:///run/u/d.sock")]);
+        let out = run_agent(&inv, &env);
         assert_eq!(out.stdout, b"job-ran\n");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.ends_with("herd-agent exit 3\n") && !stderr.contains("noise"), "{stderr}");
-        assert_eq!(std::fs::read_to_string(&record).unwrap(), "cleaned without-marker\n");
+        assert_eq!(
+            std::fs::read_to_string(&record).unwrap(),
+            "cleaned without-marker on unix:///run/u/d.sock\n"
+        );
         // The optional arguments are always there, empty when not wanted.
         let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
         assert_eq!(presweep.local_argv()[8..], ["", "true", "", ""].map(String::from));

@@ -7,7 +7,8 @@
 #        $2 seconds between heartbeats
 #        $3 the run marker, NAME=VALUE, which the env block also exports
 #        $4 the job as a shell snippet
-#        $5 a shell command run once the job is gone (removes its container); may be empty
+#        $5 a shell command run once the job is gone (removes its container), with the job's
+#           env but its marker; may be empty
 #        $6 a shell command run before the job starts (sweeps leftovers of earlier runs, with
 #           procs.sh's functions); each line it prints is reported as `herd-agent swept
 #           LINE`; may be empty
@@ -432,8 +433,10 @@ wait "$pg" 2>/dev/null
 status=$?
 # The launcher is gone; whatever it started goes too.
 stop_job "$grace"
-# A killed `docker run` leaves its container running: remove it (quietly, best effort).
-[ -z "$cleanup" ] || sh -c "$cleanup" </dev/null >/dev/null 2>&1 3<&-
+# A killed `docker run` leaves its container running: remove it (quietly, best effort), on
+# the job's engine: with the job's env (a node's own DOCKER_HOST, forwarded or not), but
+# not its marker, which a sweep on the same host would take for the job's.
+[ -z "$cleanup" ] || (eval "$envs" && unset "${marker%%=*}" && exec sh -c "$cleanup") </dev/null >/dev/null 2>&1 3<&-
 [ ! -d "$muxhome" ] || rm -rf "$muxhome"
 # Waiting also collects the watcher, killed by TERM: the shell's own note of that goes nowhere.
 {

@@ -130,7 +130,7 @@ pub(super) fn job_invocation(
     let unported = AttemptValues { run_id, attempt, master_port: 0, interfaces: &[] };
     AgentInvocation {
         cleanup: plan.container_cleanup(node, &unported),
-        presweep: presweep.map(|sweep| sweep.body(plan)),
+        presweep: presweep.map(|sweep| plan.with_engine_env(node, sweep.body(plan))),
         report_ports: !port_known && node.node_rank == plan.master.node_rank,
         ..plan.agent(plan.marker(node, &unported), plan.job_snippet(node))
     }
@@ -609,6 +609,28 @@ mod tests {
 
     fn plan(port: &str) -> LaunchPlan {
         plan_with(port, "")
+    }
+
+    /// A node whose `[env]` names its docker engine (a rootless docker's socket) has that
+    /// engine swept before its job; another node, the engine of its login's environment. The
+    /// container's removal after the job needs none: the agent runs it with the job's env.
+    #[test]
+    fn a_nodes_own_docker_host_reaches_its_sweeps() {
+        let text = "[[nodes]]\nhost = \"n1\"\nenv.DOCKER_HOST = \"unix:///run/user/1000/docker.sock\"\n\
+                    [[nodes]]\nhost = \"n2\"\n[job]\nscript = \"t.py\"\n[container]\nimage = \"i\"\n";
+        let config = crate::config::parse(std::path::Path::new("c.toml"), text).unwrap();
+        let plan = crate::plan::build(&config, &Default::default());
+        let export = "export DOCKER_HOST=unix:///run/user/1000/docker.sock; ";
+        for (node, own) in [(0, true), (1, false)] {
+            for attempt in [0, 3] {
+                let sweep = presweep("r", attempt, false, false);
+                let inv = job_invocation(&plan, "r", &plan.nodes[node], attempt, true, sweep);
+                let (swept, cleanup) = (inv.presweep.unwrap(), inv.cleanup.unwrap());
+                assert_eq!(swept.starts_with(export), own, "{swept}");
+                assert!(swept.contains("docker ps -a --filter"), "{swept}");
+                assert!(cleanup.starts_with("docker rm -f herd-"), "{cleanup}");
+            }
+        }
     }
 
     /// A node that logs in, and starts its job on its env.

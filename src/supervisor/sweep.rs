@@ -79,9 +79,11 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
 /// Sweep every connected node of `fleet`, all at once, each within `SWEEP_LIMIT` and the
 /// grace its sweep gives the processes it stops.
 async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &mpsc::Sender<Event>) {
-    let command = remote::procs::with_procs(&sweep.body(plan));
+    let body = sweep.body(plan);
+    let command =
+        |rank: usize| remote::procs::with_procs(&plan.with_engine_env(&plan.nodes[rank], body.clone()));
     let limit = SWEEP_LIMIT + Duration::from_secs(plan.timing.grace_secs);
-    for (node_rank, ran) in fleet.on_each(limit, |_| Some(command.clone())).all().await {
+    for (node_rank, ran) in fleet.on_each(limit, |rank| Some(command(rank))).all().await {
         let host = &plan.nodes[node_rank].host;
         match ran {
             Ok(out) => {
