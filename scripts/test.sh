@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
 # Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge, podman, runc and
-# debootstrap, Prometheus), creates the cached torch + deepspeed virtualenv, the container
+# debootstrap, Prometheus, docker), creates the cached torch + deepspeed virtualenv, the container
 # image and herd's wheel, then runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
@@ -23,7 +23,7 @@ csh_was=$(readlink /etc/alternatives/csh 2>/dev/null || true)
 # tests/integration/slurm.rs starts its own slurmctld, slurmds and munged; none of them runs as a service.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v srun >/dev/null || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] && command -v mungekey >/dev/null || missing+=(munge)
-# tests/integration/podman.rs runs the job in containers: rootful podman with runc, and an image made
+# tests/integration/engines.rs runs the job in containers: rootful podman with runc, and an image made
 # by debootstrap (scripts/container-image.sh).
 command -v podman >/dev/null || missing+=(podman)
 [ -x /usr/sbin/runc ] || missing+=(runc)
@@ -31,10 +31,25 @@ command -v podman >/dev/null || missing+=(podman)
 [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 # tests/integration/metrics.rs: a real Prometheus scrapes `herd run --metrics`, promtool lints it.
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "test.sh: installing ${missing[*]}" >&2
+# tests/integration/engines.rs also runs the jobs on docker: Debian's dockerd (and containerd),
+# one per node, started by the tests (tests/integration/support/docker.rs). Without its
+# recommends (needrestart would ask about services), and with no service started: the tests
+# start their own.
+docker=()
+[ -x /usr/sbin/dockerd ] && command -v containerd >/dev/null && command -v docker >/dev/null || docker+=(docker.io)
+# A kernel with AppArmor: docker loads its profile with apparmor_parser (a recommend).
+[ ${#docker[@]} -eq 0 ] || [ ! -d /sys/module/apparmor ] || command -v apparmor_parser >/dev/null || docker+=(apparmor)
+if [ ${#missing[@]} -gt 0 ] || [ ${#docker[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]} ${docker[*]}" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
+  [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ ${#docker[@]} -eq 0 ] ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${docker[@]}" >/dev/null
   if [ -n "$csh_was" ] && [ "$(readlink /etc/alternatives/csh)" != "$csh_was" ]; then
     update-alternatives --set csh "$csh_was" >/dev/null || true
   fi

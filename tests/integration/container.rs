@@ -1,8 +1,9 @@
-//! `[container]` end to end on this machine, with a fake `docker` first on PATH: there is no
-//! container engine on the test machines. The fake records its argv and environment, then
-//! runs the command meant for the image here. It proves that the env reaches the runtime by
-//! name only (`--env NAME`, no value in any argv), that the container is named after the run,
-//! and that teardown and `herd kill` remove it.
+//! `[container]` on this machine alone, with a fake `docker` first on PATH, which records its
+//! exact argv and environment (a real engine keeps neither), then runs the command meant for
+//! the image here. It proves that the env reaches the runtime by name only (`--env NAME`, no
+//! value in any argv), that the container is named after the run, and that teardown and
+//! `herd kill` remove it. The real engines, docker and podman on the test cluster, are
+//! `engines.rs`'.
 
 use std::time::Duration;
 
@@ -157,9 +158,21 @@ fn an_interrupted_run_removes_its_container_and_herd_kill_sweeps_the_configs() {
 #[test]
 fn preflight_fails_on_a_node_without_the_runtime() {
     let f = fixture("echo never");
-    // A PATH without the fake, and without /usr/local/bin: this machine has a docker client
-    // there (but no daemon).
-    let out = herd::start(f.dir.path(), &["run"], &[("PATH", "/usr/bin:/bin")]).wait(LIMIT);
+    // A PATH without the fake and without any docker: this machine has clients in
+    // /usr/local/bin and /usr/bin (the engines' tests). Every other program of /usr/bin and
+    // /bin, linked from a directory of the test's.
+    let bin = f.dir.path().join("no-docker");
+    std::fs::create_dir_all(&bin).unwrap();
+    for dir in ["/usr/bin", "/bin"] {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let (name, to) = (entry.file_name(), bin.join(entry.file_name()));
+            if name != "docker" && !to.exists() {
+                std::os::unix::fs::symlink(entry.path(), to).unwrap();
+            }
+        }
+    }
+    let path = bin.display().to_string();
+    let out = herd::start(f.dir.path(), &["run"], &[("PATH", path.as_str())]).wait(LIMIT);
     out.assert_code(3);
     assert!(out.stderr.contains("docker not found on PATH ([container] is set)"), "{out}");
     assert!(!out.stdout.contains("never"), "{out}");

@@ -16,7 +16,8 @@
 //!   `eth0` (10.77.K.(i+1)/24) inside the namespace, `lo` up.
 //! * `/etc/netns/herdt-K-i/hosts` maps `node<i>` to 127.0.0.1 (as on many real clusters).
 //! * one sshd per node, in the node's netns, in its own UTS namespace with hostname `node<i>`, and
-//!   in its own PID namespace with its own /proc.
+//!   in its own PID namespace with its own /proc. Its sessions have `DOCKER_HOST` set to the
+//!   node's own docker socket (see [`docker_socket`]).
 //!
 //! **All `node: usize` arguments are 0-based indices into [`Testbed::nodes`]**: index 0 is `node1`.
 //!
@@ -97,6 +98,11 @@ impl Testbed {
     /// Builds an `n`-node cluster and returns once every node accepts a real ssh login.
     /// Panics with a descriptive message on any failure (partially built state is cleaned up).
     pub fn new(n: usize) -> Testbed {
+        Testbed::with_sshd_config(n, "")
+    }
+
+    /// `new`, with `extra` (whole lines) at the end of every node's sshd config.
+    pub fn with_sshd_config(n: usize, extra: &str) -> Testbed {
         assert!((1..=MAX_NODES).contains(&n), "Testbed::new({n}): node count must be in 1..={MAX_NODES}");
         preflight();
         cleanup_stale();
@@ -119,7 +125,7 @@ impl Testbed {
             dir,
         };
         // From here on, a panic drops `tb`, whose Drop tears down whatever was created.
-        tb.setup(n);
+        tb.setup(n, extra);
         tb
     }
 
@@ -334,6 +340,21 @@ unset h
         run(Command::new("ip").args(["link", "set", veth, "up"]));
     }
 
+    /// Cuts the node off without a word: every packet in and out of its namespace dropped
+    /// (iptables in the namespace), its link up. Where [`Testbed::link_down`] is a cable
+    /// pulled, which the node's kernel sees (its TCP sessions fail at once), this is a
+    /// switch gone dark: the node's sessions stay up until a timeout of theirs. Undone by
+    /// [`Testbed::unsilence`].
+    pub fn silence(&self, node: usize) {
+        let out = self.ns_exec(node, "iptables -I INPUT -j DROP && iptables -I OUTPUT -j DROP");
+        assert!(out.status.success(), "iptables: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Lets the node's traffic through again after [`Testbed::silence`].
+    pub fn unsilence(&self, node: usize) {
+        let _ = self.ns_exec(node, "iptables -D INPUT -j DROP; iptables -D OUTPUT -j DROP");
+    }
+
     /// Limits what reaches the node to `rate` (tc's words, e.g. `10mbit`): a tbf on the host
     /// side of its veth (this kernel has no netem). Undone by [`Testbed::heal_links`].
     pub fn limit_link(&self, node: usize, rate: &str) {
@@ -514,7 +535,7 @@ unset h
         })
     }
 
-    fn setup(&mut self, n: usize) {
+    fn setup(&mut self, n: usize, extra: &str) {
         let start = Instant::now();
         let k = self.k;
         let dir = self.dir.path().to_path_buf();
@@ -595,9 +616,12 @@ unset h
                      MaxStartups 1000\n\
                      LogLevel ERROR\n\
                      PrintMotd no\n\
-                     Subsystem sftp internal-sftp\n",
+                     Subsystem sftp internal-sftp\n\
+                     SetEnv DOCKER_HOST=unix://{docker}\n\
+                     {extra}",
                     host_key = host_key.display(),
                     auth = dir.join("authorized_keys").display(),
+                    docker = docker_socket(&dir, i).display(),
                 ),
             );
             let host_pub = fs::read_to_string(dir.join(format!("host{i}_ed25519.pub")))
@@ -744,6 +768,14 @@ fn passwd_with_root_home(home: &Path) -> String {
             fields.join(":") + "\n"
         })
         .collect()
+}
+
+/// Where the docker daemon of node `i` (1-based, as in names) listens, if a test starts one
+/// (`support::docker`): every session on the node has `DOCKER_HOST` pointing there, as a
+/// node's default socket is `/run/docker.sock`. Without a daemon, docker says that nothing
+/// listens there, as on a node whose docker is not running.
+pub fn docker_socket(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("docker{i}/docker.sock"))
 }
 
 /// `sh -c script` on a test host: in network namespace `netns`, with its own UTS namespace

@@ -1,15 +1,116 @@
-//! `[container]` on a real engine (issue 28): rootful podman with runc on every node of the
-//! testbed, and an image built here (scripts/container-image.sh: Debian bookworm with
-//! python3). The torch virtualenv is mounted from the host, with the interpreter it points
-//! to. torchrun 3 × 2 over gloo runs in a container on each node, and whatever ends the run
-//! leaves no container and no process on any node.
+//! `[container]` on real engines, each test run on both (issue 28 for podman, issue 42 for
+//! docker):
+//! - rootful podman with runc, daemonless: the client, run by each node's agent, starts the
+//!   container in the node's namespaces, and all nodes share the machine's one store;
+//! - docker: Debian's `dockerd`, one per node, started through the node's sshd
+//!   (`support::docker`), each with its own store; the client only talks to it.
+//!
+//! The image is built here (scripts/container-image.sh: Debian bookworm with python3), and
+//! loaded into each docker daemon from podman's copy. The torch virtualenv is mounted from
+//! the host, with the interpreter it points to. torchrun 3 × 2 over gloo runs in a container
+//! on each node, and whatever ends the run leaves no container and no process on any node.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::docker::Daemons;
 use crate::support::herd::{self, only_run_dir};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Podman,
+    Docker,
+}
+
+/// The engine the nodes run: podman's store is the machine's; docker's daemons are the
+/// nodes' own.
+enum Engine {
+    Podman,
+    Docker(Daemons),
+}
+
+impl Engine {
+    fn word(&self) -> &'static str {
+        match self {
+            Engine::Podman => "podman",
+            Engine::Docker(_) => "docker",
+        }
+    }
+
+    /// The names of every container the engine knows of, running or not, on every node.
+    fn names(&self) -> Vec<String> {
+        match self {
+            Engine::Podman => {
+                let out =
+                    Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
+                String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+            }
+            Engine::Docker(d) => d.names(),
+        }
+    }
+
+    /// The names of the containers the engine started since `since` (RFC 3339), on every node.
+    fn started_since(&self, since: &str) -> Vec<String> {
+        match self {
+            Engine::Podman => {
+                let out = Command::new("podman")
+                    .args([
+                        "events",
+                        "--stream=false",
+                        "--since",
+                        since,
+                        "--filter",
+                        "event=start",
+                        "--format",
+                        "{{.Name}}",
+                    ])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+            }
+            Engine::Docker(d) => d.started_since(since),
+        }
+    }
+
+    /// `ENGINE ARGS` as node `node` runs it (podman: the machine's store, which every node sees).
+    fn command(&self, node: usize) -> Command {
+        match self {
+            Engine::Podman => Command::new("podman"),
+            Engine::Docker(d) => d.docker(node),
+        }
+    }
+}
+
+/// A cluster of nodes running an engine, and what cleans up after it. Fields drop in order:
+/// the leftovers of a failed test are removed, the daemons stop, then the testbed goes.
+struct Bed {
+    _sweeper: Option<Sweeper>,
+    engine: Engine,
+    c: Cluster,
+}
+
+/// `n` nodes with `kind`'s engine; docker's daemons get the image on the nodes `with_image`
+/// names (`None`: every node).
+fn bed_with(kind: Kind, n: usize, with_image: Option<&[usize]>) -> Bed {
+    let c = Cluster::new(n);
+    match kind {
+        Kind::Podman => {
+            let sweeper = Sweeper(c.logs());
+            Bed { _sweeper: Some(sweeper), engine: Engine::Podman, c }
+        }
+        Kind::Docker => {
+            let all: Vec<usize> = (0..n).collect();
+            let daemons = Daemons::start(&c.tb, &image(), with_image.unwrap_or(&all));
+            Bed { _sweeper: None, engine: Engine::Docker(daemons), c }
+        }
+    }
+}
+
+fn bed(kind: Kind, n: usize) -> Bed {
+    bed_with(kind, n, None)
+}
 
 /// The test image, built (once, cached) and imported into podman as needed.
 fn image() -> String {
@@ -37,8 +138,8 @@ fn venv_mounts(venv: &std::path::Path) -> Vec<String> {
     mounts
 }
 
-/// Removes, when the test ends, the containers of the runs in the test's logs that are still
-/// in podman's store: a test that fails mid-run has its testbed torn down under its agents,
+/// Removes, when a podman test ends, the containers of the runs in the test's logs that are
+/// still in podman's store: a test that fails mid-run has its testbed torn down under its agents,
 /// which kills the containers' processes without removing them, and the store is the machine's.
 struct Sweeper(PathBuf);
 
@@ -50,33 +151,27 @@ impl Drop for Sweeper {
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        let left: Vec<String> = runs.iter().flat_map(|run| containers(run)).collect();
+        let left: Vec<String> = runs.iter().flat_map(|run| containers(&Engine::Podman, run)).collect();
         if !left.is_empty() {
             let _ = Command::new("podman").args(["rm", "-f", "-t", "0"]).args(&left).output();
         }
     }
 }
 
-/// A cluster of `n` nodes, and what removes its runs' containers when the test ends.
-fn cluster(n: usize) -> (Cluster, Sweeper) {
-    let c = Cluster::new(n);
-    let sweeper = Sweeper(c.logs());
-    (c, sweeper)
-}
-
 /// The [env] marker that finds every job process of the test, on every node.
 fn mark(c: &Cluster) -> String {
-    format!("podman-{}", c.tb.k())
+    format!("engine-{}", c.tb.k())
 }
 
 /// torchrun 3 × 2 in containers: `args` for examples/allreduce.py.
-fn config(c: &Cluster, args: &str) {
-    config_with(c, args, "", "");
+fn config(b: &Bed, args: &str) {
+    config_with(b, args, "", "");
 }
 
 /// `config`, with `container` lines added to `[container]` and `more` (tables) after it. The
 /// containers see the testbed's `shared` directory (see [`shared`]) at the same path.
-fn config_with(c: &Cluster, args: &str, container: &str, more: &str) {
+fn config_with(b: &Bed, args: &str, container: &str, more: &str) {
+    let c = &b.c;
     let shared = shared(c);
     let mut mounts = venv_mounts(&c.venv);
     mounts.push(format!("{0}:{0}", shared.display()));
@@ -86,8 +181,9 @@ fn config_with(c: &Cluster, args: &str, container: &str, more: &str) {
             "launcher = \"torchrun\"\nscript = \"examples/allreduce.py\"\nnproc_per_node = 2\nargs = [{args}]"
         ),
         &format!(
-            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[container]\nruntime = \"podman\"\nimage = \"{}\"\nmounts = [{}]\n{container}\n{more}",
+            "[env]\nHERD_TEST_MARK = \"{}\"\n\n[container]\nruntime = \"{}\"\nimage = \"{}\"\nmounts = [{}]\n{container}\n{more}",
             mark(c),
+            b.engine.word(),
             image(),
             mounts.join(", ")
         ),
@@ -103,31 +199,12 @@ fn shared(c: &Cluster) -> PathBuf {
 
 const FAST_RESTART: &str = "[restart]\nbackoff = \"1s\"\nbackoff_max = \"2s\"\ngrace_period = \"3s\"\n";
 
-/// The names of the containers podman started since `since` (RFC 3339), from its events.
-fn started_since(since: &str) -> Vec<String> {
-    let out = Command::new("podman")
-        .args([
-            "events",
-            "--stream=false",
-            "--since",
-            since,
-            "--filter",
-            "event=start",
-            "--format",
-            "{{.Name}}",
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
-}
-
-/// The containers podman knows of, running or not, of the run `run_id` (herd names them
+/// The containers the engine knows of, running or not, of the run `run_id` (herd names them
 /// `herd-<config key>-<run id>-<attempt>-<node rank>`). podman's store is the machine's:
 /// another run's containers, left by a test that failed, are not this one's.
-fn containers(run_id: &str) -> Vec<String> {
-    let out = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
-    let of_run = |n: &&str| n.starts_with("herd-") && n.contains(&format!("-{run_id}-"));
-    String::from_utf8_lossy(&out.stdout).lines().filter(of_run).map(String::from).collect()
+fn containers(engine: &Engine, run_id: &str) -> Vec<String> {
+    let of_run = |n: &String| n.starts_with("herd-") && n.contains(&format!("-{run_id}-"));
+    engine.names().into_iter().filter(of_run).collect()
 }
 
 /// The run's id, once herd has made its directory.
@@ -145,10 +222,10 @@ fn ranks(c: &Cluster) -> usize {
     c.leftovers("HERD_TEST_MARK", &mark(c)).iter().filter(|(_, pid)| worker(pid)).count()
 }
 
-#[test]
-fn torchrun_runs_in_a_container_on_every_node_and_none_is_left() {
-    let (c, _sweeper) = cluster(3);
-    config(&c, "\"--steps\", \"3\"");
+fn torchrun_runs_in_a_container_on_every_node_and_none_is_left(kind: Kind) {
+    let b = bed(kind, 3);
+    let c = &b.c;
+    config(&b, "\"--steps\", \"3\"");
     let started_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let out = herd::run(c.tb.dir(), &["run"], LIMIT);
     out.assert_code(0);
@@ -159,38 +236,39 @@ fn torchrun_runs_in_a_container_on_every_node_and_none_is_left() {
     let run = only_run_dir(&c.logs());
     let run_id = run.file_name().unwrap().to_string_lossy().to_string();
     let mut started: Vec<String> =
-        started_since(&started_at).into_iter().filter(|n| n.contains(&run_id)).collect();
+        b.engine.started_since(&started_at).into_iter().filter(|n| n.contains(&run_id)).collect();
     started.sort();
     let ends: Vec<&str> = started.iter().map(|n| &n[n.len() - 4..]).collect();
     assert_eq!(ends, ["-0-0", "-0-1", "-0-2"], "{started:?}");
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 }
 
-#[test]
-fn herd_killed_mid_run_leaves_no_container_and_no_process() {
-    let (c, _sweeper) = cluster(3);
-    config(&c, "\"--steps\", \"100000\", \"--sleep\", \"0.2\"");
+fn herd_killed_mid_run_leaves_no_container_and_no_process(kind: Kind) {
+    let b = bed(kind, 3);
+    let c = &b.c;
+    config(&b, "\"--steps\", \"100000\", \"--sleep\", \"0.2\"");
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    let started = |c: &Cluster| run_id(c).is_some_and(|id| containers(&id).len() == 3);
-    assert!(running.until(LIMIT, || started(&c)), "the containers did not start");
-    let run_id = run_id(&c).unwrap();
-    assert!(running.until(LIMIT, || ranks(&c) == 6), "the ranks did not start");
-    let mark = mark(&c);
+    let started = |c: &Cluster| run_id(c).is_some_and(|id| containers(&b.engine, &id).len() == 3);
+    assert!(running.until(LIMIT, || started(c)), "the containers did not start");
+    let run_id = run_id(c).unwrap();
+    assert!(running.until(LIMIT, || ranks(c) == 6), "the ranks did not start");
+    let mark = mark(c);
     running.signal("KILL");
     let _ = running.wait(LIMIT);
     // Each agent sees herd's end (its stdin closes), stops the job, then removes the
     // container that the killed client left under conmon.
     let clean = herd::wait_until(Duration::from_secs(60), || {
-        containers(&run_id).is_empty() && c.leftovers("HERD_TEST_MARK", &mark).is_empty()
+        containers(&b.engine, &run_id).is_empty() && c.leftovers("HERD_TEST_MARK", &mark).is_empty()
     });
-    assert!(clean, "left: {:?} {:?}", containers(&run_id), c.leftovers("HERD_TEST_MARK", &mark));
+    assert!(clean, "left: {:?} {:?}", containers(&b.engine, &run_id), c.leftovers("HERD_TEST_MARK", &mark));
 }
 
-/// The names of the containers of run `run_id` that podman started since `since`, sorted, as
+/// The names of the containers of run `run_id` that the engine started since `since`, sorted, as
 /// `ATTEMPT-NODE_RANK`.
-fn attempts_started(since: &str, run_id: &str) -> Vec<String> {
-    let mut started: Vec<String> = started_since(since)
+fn attempts_started(engine: &Engine, since: &str, run_id: &str) -> Vec<String> {
+    let mut started: Vec<String> = engine
+        .started_since(since)
         .into_iter()
         .filter_map(|n| {
             n.strip_prefix("herd-")?.split_once(&format!("-{run_id}-")).map(|(_, rest)| rest.to_string())
@@ -206,11 +284,11 @@ fn now_rfc3339() -> String {
 
 /// A rank killed in attempt 0 fails it; herd removes the attempt's containers, and attempt 1
 /// runs in new ones and completes.
-#[test]
-fn a_killed_rank_restarts_the_job_in_new_containers() {
-    let (c, _sweeper) = cluster(3);
+fn a_killed_rank_restarts_the_job_in_new_containers(kind: Kind) {
+    let b = bed(kind, 3);
+    let c = &b.c;
     config_with(
-        &c,
+        &b,
         "\"--steps\", \"6\", \"--sleep\", \"0.3\", \"--die-rank\", \"3\", \"--fault-step\", \"2\"",
         "",
         FAST_RESTART,
@@ -226,23 +304,21 @@ fn a_killed_rank_restarts_the_job_in_new_containers() {
     assert_eq!(failed[0]["class"], "crash", "{:?}", failed[0]);
     assert_eq!(failed[0]["root_cause"]["rank"], 3, "{:?}", failed[0]);
     let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
-    assert_eq!(attempts_started(&since, &run_id), ["0-0", "0-1", "0-2", "1-0", "1-1", "1-2"]);
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(attempts_started(&b.engine, &since, &run_id), ["0-0", "0-1", "0-2", "1-0", "1-1", "1-2"]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 }
 
-/// A mount whose source is missing: podman exits 125 with its own words on every node. That
-/// is a launch failure of the engine, not the training script's error (issue 39, item 9): the
-/// run ends after one attempt (launch is not restarted by default), its root cause is
-/// podman's line, and nothing is left.
-#[test]
-fn an_engines_own_error_is_a_launch_failure_in_its_words() {
-    let (c, _sweeper) = cluster(2);
-    config_with(&c, "\"--steps\", \"2\"", "", FAST_RESTART);
-    let toml = c.tb.dir().join("cluster.toml");
-    let text = std::fs::read_to_string(&toml).unwrap();
-    let text = text.replacen("mounts = [", "mounts = [\"/nonexistent/herd-qa:/qa\", ", 1);
-    std::fs::write(&toml, text).unwrap();
+/// A bind mount whose source is missing: the engine exits 125 with its own words on every
+/// node. That is a launch failure of the engine, not the training script's error (issue 39,
+/// item 9): the run ends after one attempt (launch is not restarted by default), its root
+/// cause is the engine's line, and nothing is left. (`--mount`, not a `mounts` entry: docker's
+/// `-v` makes a missing source, as an empty directory owned by root.)
+fn an_engines_own_error_is_a_launch_failure_in_its_words(kind: Kind) {
+    let b = bed(kind, 2);
+    let c = &b.c;
+    let missing = "args = [\"--mount\", \"type=bind,source=/nonexistent/herd-qa,target=/qa\"]";
+    config_with(&b, "\"--steps\", \"2\"", missing, FAST_RESTART);
     let out = herd::run(c.tb.dir(), &["run", "--no-preflight"], LIMIT);
     out.assert_code(1);
     let ev = herd::events(&only_run_dir(&c.logs()));
@@ -253,19 +329,19 @@ fn an_engines_own_error_is_a_launch_failure_in_its_words() {
     assert!(line.contains("/nonexistent/herd-qa"), "the engine's own words: {line:?}\n{out}");
     assert!(out.stderr.contains("exit 125 is the engine's own"), "{out}");
     let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 }
 
 /// A time limit's warning (SIGUSR1 to herd) reaches the ranks in their containers (not
 /// torchrun, which it would kill): each one checkpoints and exits, the run ends as
 /// `time-limit` (75), and no container or process is left.
-#[test]
-fn a_time_limit_warning_reaches_the_ranks_in_their_containers() {
-    let (c, _sweeper) = cluster(2);
-    let ckpt = shared(&c).join("ckpt");
+fn a_time_limit_warning_reaches_the_ranks_in_their_containers(kind: Kind) {
+    let b = bed(kind, 2);
+    let c = &b.c;
+    let ckpt = shared(c).join("ckpt");
     config(
-        &c,
+        &b,
         &format!(
             "\"--steps\", \"100000\", \"--sleep\", \"0.2\", \"--save-dir\", \"{}\", \"--checkpoint-on\", \"SIGUSR1\"",
             ckpt.display()
@@ -274,8 +350,8 @@ fn a_time_limit_warning_reaches_the_ranks_in_their_containers() {
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     // Past its first steps, every rank has its handler installed.
     assert!(running.until(LIMIT, || ckpt.join("step_3").exists()), "the ranks did not train");
-    let run_id = run_id(&c).unwrap();
-    assert_eq!(containers(&run_id).len(), 2);
+    let run_id = run_id(c).unwrap();
+    assert_eq!(containers(&b.engine, &run_id).len(), 2);
     running.signal("USR1");
     let out = running.wait(LIMIT);
     out.assert_code(75);
@@ -287,30 +363,33 @@ fn a_time_limit_warning_reaches_the_ranks_in_their_containers() {
         serde_json::from_str(&std::fs::read_to_string(only_run_dir(&c.logs()).join("summary.json")).unwrap())
             .unwrap();
     assert_eq!(summary["status"], "time-limit", "{summary}");
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 }
 
 /// Ctrl-C stops the job in its containers: once herd has exited, no container and no process
 /// of the run is left. Then `herd kill` removes a leftover container of this config, and only
 /// that: another config's container is not touched.
-#[test]
-fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs() {
-    let (c, _sweeper) = cluster(3);
-    config(&c, "\"--steps\", \"100000\", \"--sleep\", \"0.2\"");
+fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs(kind: Kind) {
+    let b = bed(kind, 3);
+    let c = &b.c;
+    config(&b, "\"--steps\", \"100000\", \"--sleep\", \"0.2\"");
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    assert!(running.until(LIMIT, || ranks(&c) == 6), "the ranks did not start");
-    let run_id = run_id(&c).unwrap();
+    assert!(running.until(LIMIT, || ranks(c) == 6), "the ranks did not start");
+    let run_id = run_id(c).unwrap();
     running.signal("INT");
     running.wait(LIMIT).assert_code(130);
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 
     let ev = herd::events(&only_run_dir(&c.logs()));
     let key = ev[0]["config_key"].as_str().unwrap().to_string();
     let image = image();
+    // On node 0 (docker), or in the machine's store, which every node sees (podman).
     let plant = |name: &str| {
-        let out = Command::new("podman")
+        let out = b
+            .engine
+            .command(0)
             .args(["run", "-d", "--rm", "--network", "host", "--name", name, &image, "sleep", "300"])
             .output()
             .unwrap();
@@ -323,14 +402,12 @@ fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs() {
     plant(&mine);
     plant(&theirs);
     let out = herd::run(c.tb.dir(), &["kill"], LIMIT);
-    let there = |name: &str| {
-        let out = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().any(|n| n == name)
-    };
+    let there = |name: &str| b.engine.names().iter().any(|n| n == name);
     let (mine_left, theirs_left) = (there(&mine), there(&theirs));
-    let _ = Command::new("podman").args(["rm", "-f", "-t", "0", &mine, &theirs]).output();
+    let _ = b.engine.command(0).args(["rm", "-f", &mine, &theirs]).output();
     out.assert_code(0);
-    // Every node's sweep sees the machine's one store: the first to list it removes it.
+    // podman: every node's sweep sees the machine's one store, and the first to list it
+    // removes it; docker: node 0's sweep.
     assert!(out.stdout.contains(&format!("removed 1 container(s): {mine}")), "{out}");
     assert!(!mine_left, "{mine} is still there\n{out}");
     assert!(theirs_left && !out.stdout.contains(&theirs), "another config's container was removed\n{out}");
@@ -338,14 +415,14 @@ fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs() {
 
 /// A node cut off mid-run is lost; once its link is back, the next attempt's sweep removes the
 /// container the cut left there, the job completes, and nothing is left anywhere.
-#[test]
-fn a_lost_node_leaves_no_container_once_it_is_back() {
-    let (c, _sweeper) = cluster(3);
-    config_with(&c, "\"--steps\", \"60\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"", "", FAST_RESTART);
+fn a_lost_node_leaves_no_container_once_it_is_back(kind: Kind) {
+    let b = bed(kind, 3);
+    let c = &b.c;
+    config_with(&b, "\"--steps\", \"60\", \"--sleep\", \"0.2\", \"--retry-steps\", \"3\"", "", FAST_RESTART);
     let since = now_rfc3339();
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
-    assert!(running.until(LIMIT, || ranks(&c) == 6), "the ranks did not start");
-    let run_id = run_id(&c).unwrap();
+    assert!(running.until(LIMIT, || ranks(c) == 6), "the ranks did not start");
+    let run_id = run_id(c).unwrap();
     c.tb.link_down(2);
     let failed = herd::wait_until(LIMIT, || {
         herd::events(&only_run_dir(&c.logs())).iter().any(|e| e["event"] == "attempt_failed")
@@ -362,10 +439,76 @@ fn a_lost_node_leaves_no_container_once_it_is_back() {
         (Some("node-lost"), Some(2)),
         "{f}"
     );
-    let started = attempts_started(&since, &run_id);
+    let started = attempts_started(&b.engine, &since, &run_id);
     assert!(started.starts_with(&["0-0".into(), "0-1".into(), "0-2".into()]), "{started:?}");
-    assert_eq!(containers(&run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(&c)), vec![]);
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+}
+
+/// herd's key of the config at `path` (`plan::config_key`: FNV-1a of its canonical path),
+/// which names its containers.
+fn config_key(path: &std::path::Path) -> String {
+    let canonical = std::fs::canonicalize(path).unwrap();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// A node whose `[env]` names its docker engine, not the one of its login's environment (a
+/// rootless docker's socket): the run's job starts its containers there, and herd's sweeps,
+/// the first attempt's and `herd kill`'s, look for leftovers there too, and remove them. They
+/// used the login's engine, and a leftover stayed for ever.
+#[test]
+fn a_nodes_own_docker_host_is_where_its_job_runs_and_its_leftovers_are_removed() {
+    let c = Cluster::new(2);
+    let daemons = Daemons::start_on(&c.tb, &image(), &[0, 1], "own.sock");
+    let b = Bed { _sweeper: None, engine: Engine::Docker(daemons), c };
+    let c = &b.c;
+    let Engine::Docker(d) = &b.engine else { unreachable!() };
+    config(&b, "\"--steps\", \"2\"");
+    let path = c.tb.dir().join("cluster.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let all = format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist());
+    let nodes: String = (0..2)
+        .map(|i| format!("[[nodes]]\nhost = \"{}\"\nenv.DOCKER_HOST = \"{}\"\n", c.addr(i), d.host(i)))
+        .collect();
+    assert!(text.contains(&all));
+    std::fs::write(&path, text.replace(&all, &nodes)).unwrap();
+    let key = config_key(&path);
+    let image = image();
+    let plant = |name: &str| {
+        let out = d.run(0, &["run", "-d", "--network", "host", "--name", name, &image, "sleep", "300"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mine = format!("herd-{key}-20000101-000000-dead-0-1");
+    let theirs = format!("herd-0123456789abcdef-20000101-000000-{}-0-1", c.tb.k());
+    plant(&mine);
+    plant(&theirs);
+
+    let since = now_rfc3339();
+    let out = herd::run(c.tb.dir(), &["run"], LIMIT);
+    out.assert_code(0);
+    let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
+    assert_eq!(attempts_started(&b.engine, &since, &run_id), ["0-0", "0-1"], "{out}");
+    let ev = herd::events(&only_run_dir(&c.logs()));
+    let removed: Vec<_> = ev.iter().filter(|e| e["event"] == "containers_removed").collect();
+    assert_eq!(removed.len(), 1, "{removed:?}\n{out}");
+    assert_eq!(
+        (removed[0]["node_rank"].as_u64(), removed[0]["names"][0].as_str()),
+        (Some(0), Some(mine.as_str()))
+    );
+
+    plant(&mine);
+    let out = herd::run(c.tb.dir(), &["kill"], LIMIT);
+    out.assert_code(0);
+    assert!(out.stdout.contains(&format!("removed 1 container(s): {mine}")), "{out}");
+    let names = b.engine.names();
+    let _ = d.run(0, &["rm", "-f", &theirs]);
+    assert_eq!(names, [theirs], "another config's container was removed, or this one's left");
+    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
+    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
 }
 
 /// A podman store of its own (vfs, under `dir`), for a node that must see other images than
@@ -387,35 +530,41 @@ fn store(dir: &std::path::Path, name: &str) -> PathBuf {
 /// doctor on the real engine: node 1's engine does not have the image, node 2's has another
 /// build of the same name (which does not start: it has no shell); node 0 passes every
 /// container check, its trial container included. Then options the engine refuses (podman:
-/// `--shm-size` with the host's IPC) fail the trial on every node that has the image.
-#[test]
-fn doctor_names_a_missing_image_another_build_and_refused_options() {
-    let (c, _sweeper) = cluster(3);
+/// `--shm-size` with the host's IPC; docker: a memory limit under its minimum) fail the trial
+/// on every node that has the image.
+fn doctor_names_a_missing_image_another_build_and_refused_options(kind: Kind) {
+    // docker: only node 0's daemon gets the image.
+    let b = bed_with(kind, 3, Some(&[0]));
+    let c = &b.c;
     let image = image();
-    let empty = store(c.tb.dir(), "empty");
-    let other = store(c.tb.dir(), "other");
     let build = c.tb.dir().join("other-build");
     std::fs::create_dir_all(&build).unwrap();
     std::fs::write(build.join("build"), "another build\n").unwrap();
-    let import = format!(
-        "tar -C {} -c . | CONTAINERS_STORAGE_CONF={} podman import -q - {image}",
-        build.display(),
-        other.display()
-    );
+    let tar = format!("tar -C {} -c .", build.display());
+    // podman: nodes 1 and 2 see stores of their own (`CONTAINERS_STORAGE_CONF` in their env);
+    // docker: each node's daemon is its own already.
+    let (import, envs) = match &b.engine {
+        Engine::Podman => {
+            let empty = store(c.tb.dir(), "empty");
+            let other = store(c.tb.dir(), "other");
+            let import =
+                format!("{tar} | CONTAINERS_STORAGE_CONF={} podman import -q - {image}", other.display());
+            let env =
+                |conf: &std::path::Path| format!("env.CONTAINERS_STORAGE_CONF = \"{}\"\n", conf.display());
+            (import, [String::new(), env(&empty), env(&other)])
+        }
+        Engine::Docker(_) => {
+            let socket = crate::support::testbed::docker_socket(c.tb.dir(), 3);
+            let import = format!("{tar} | DOCKER_HOST=unix://{} docker import - {image}", socket.display());
+            (import, Default::default())
+        }
+    };
     let out = Command::new("sh").arg("-c").arg(&import).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let nodes: String = (0..3)
-        .map(|i| {
-            let env = match i {
-                1 => format!("env.CONTAINERS_STORAGE_CONF = \"{}\"\n", empty.display()),
-                2 => format!("env.CONTAINERS_STORAGE_CONF = \"{}\"\n", other.display()),
-                _ => String::new(),
-            };
-            format!("[[nodes]]\nhost = \"{}\"\n{env}\n", c.addr(i))
-        })
-        .collect();
+    let nodes: String =
+        (0..3).map(|i| format!("[[nodes]]\nhost = \"{}\"\n{}\n", c.addr(i), envs[i])).collect();
     let with_nodes = |container: &str| {
-        config_with(&c, "\"--steps\", \"2\"", container, "");
+        config_with(&b, "\"--steps\", \"2\"", container, "");
         let path = c.tb.dir().join("cluster.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         let all = format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist());
@@ -423,7 +572,7 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
         std::fs::write(&path, text.replace(&all, &nodes)).unwrap();
     };
     with_nodes("");
-    let (out, json) = doctor_json(&c);
+    let (out, json) = doctor_json(c);
     out.assert_code(3);
     let check = |rank: usize, name: &str| check_of(&json, rank, name);
     assert_eq!(
@@ -442,19 +591,17 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
     assert_eq!(check(1, "image")["detail"], format!("{image} is not on this node"));
     assert!(check(2, "image-build")["detail"].as_str().unwrap().contains("another build of the same name"));
 
-    with_nodes("args = [\"--ipc\", \"host\", \"--shm-size\", \"1g\"]");
-    let (out, json) = doctor_json(&c);
+    with_nodes(match kind {
+        Kind::Podman => "args = [\"--ipc\", \"host\", \"--shm-size\", \"1g\"]",
+        Kind::Docker => "args = [\"--memory\", \"1k\"]",
+    });
+    let (out, json) = doctor_json(c);
     out.assert_code(3);
     let refused = check_of(&json, 0, "container");
     let detail = refused["detail"].as_str().unwrap_or_default();
-    assert!(detail.starts_with("podman run exited 125: "), "{detail}\n{out}");
+    assert!(detail.starts_with(&format!("{} run exited 125: ", b.engine.word())), "{detail}\n{out}");
     // No trial container is left (`--rm`), nor a pull started for node 1.
-    let all = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
-    let left: Vec<String> = String::from_utf8_lossy(&all.stdout)
-        .lines()
-        .filter(|n| n.contains("-doctor-"))
-        .map(String::from)
-        .collect();
+    let left: Vec<String> = b.engine.names().into_iter().filter(|n| n.contains("-doctor-")).collect();
     assert_eq!(left, Vec::<String>::new());
     assert!(refused["fix"].as_str().unwrap_or_default().contains("container.args"), "{refused}");
     assert_eq!(
@@ -469,11 +616,11 @@ fn doctor_names_a_missing_image_another_build_and_refused_options() {
 /// it"), and every rank then failed at once (`torchrun: not found`, 127). The trial starts the
 /// launcher's interpreter: the `#!` path that is not there is named. So is a launcher whose
 /// Python (the image's own) has no torch.
-#[test]
-fn doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch() {
-    let (c, _sweeper) = cluster(1);
-    config_with(&c, "\"--steps\", \"2\"", "", "");
-    let shared = shared(&c);
+fn doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch(kind: Kind) {
+    let b = bed(kind, 1);
+    let c = &b.c;
+    config_with(&b, "\"--steps\", \"2\"", "", "");
+    let shared = shared(c);
     let pyenv = c.tb.dir().join("pyenv/bin");
     std::fs::create_dir_all(&pyenv).unwrap();
     let real = std::fs::canonicalize(c.venv.join("bin/python3")).unwrap();
@@ -508,11 +655,12 @@ fn doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch() {
     std::os::unix::fs::symlink(pyenv.join("python3"), venv.join("python3")).unwrap();
     launcher(&venv, &venv.join("python3"));
     with_path(&venv);
-    let (out, json) = doctor_json(&c);
+    let (out, json) = doctor_json(c);
     let check = container(&out, &json);
     let want = format!(
-        "podman run exited 126: herd: torchrun's interpreter {0}/python3 (its #! line, in {0}/torchrun) is a link to a file that is not in the container: mount it, or install it in the image",
-        venv.display()
+        "{engine} run exited 126: herd: torchrun's interpreter {venv}/python3 (its #! line, in {venv}/torchrun) is a link to a file that is not in the container: mount it, or install it in the image",
+        engine = b.engine.word(),
+        venv = venv.display()
     );
     assert_eq!(check["detail"], want.as_str(), "{out}");
     assert!(check["fix"].as_str().unwrap_or_default().contains("pyenv or conda"), "{check}");
@@ -521,11 +669,14 @@ fn doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch() {
     let bare = shared.join("bare/bin");
     launcher(&bare, std::path::Path::new("/usr/bin/python3"));
     with_path(&bare);
-    let (out, json) = doctor_json(&c);
+    let (out, json) = doctor_json(c);
     let check = container(&out, &json);
     assert_eq!(
         check["detail"],
-        "podman run exited 3: herd: /usr/bin/python3 (the Python torchrun runs) cannot import torch in the container: ModuleNotFoundError: No module named 'torch'",
+        format!(
+            "{} run exited 3: herd: /usr/bin/python3 (the Python torchrun runs) cannot import torch in the container: ModuleNotFoundError: No module named 'torch'",
+            b.engine.word()
+        ),
         "{out}"
     );
 }
@@ -553,3 +704,33 @@ fn failures(json: &serde_json::Value) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// Each test above, on each engine: `engines::podman::NAME` and `engines::docker::NAME`.
+macro_rules! on_each_engine {
+    ($($name:ident),* $(,)?) => {
+        mod podman {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Kind::Podman)
+            })*
+        }
+        mod docker {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Kind::Docker)
+            })*
+        }
+    };
+}
+
+on_each_engine!(
+    torchrun_runs_in_a_container_on_every_node_and_none_is_left,
+    herd_killed_mid_run_leaves_no_container_and_no_process,
+    a_killed_rank_restarts_the_job_in_new_containers,
+    an_engines_own_error_is_a_launch_failure_in_its_words,
+    a_time_limit_warning_reaches_the_ranks_in_their_containers,
+    ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs,
+    a_lost_node_leaves_no_container_once_it_is_back,
+    doctor_names_a_missing_image_another_build_and_refused_options,
+    doctor_names_a_launchers_missing_interpreter_and_a_python_without_torch,
+);
