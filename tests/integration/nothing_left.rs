@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::cluster::{Cluster, LIMIT};
 use crate::support::herd;
+use crate::support::testbed::Testbed;
 
 /// The processes not in `before` on each node once the processes had 5 s to go. By pid: a
 /// process that was there before may have retitled itself (sshd's listener shows how many
@@ -37,4 +38,45 @@ fn no_command_leaves_a_process_on_any_node() {
         let left = left_after(&c, &before);
         assert!(left.is_empty(), "herd {args:?} left on the nodes: {left:?}\n{out}");
     }
+}
+
+/// A node cut off for good, alive behind its cut (a partition, not a crash), keeps its job:
+/// herd's connection to it is gone, and nothing reaches its agent until its sshd gives up on
+/// the session. With `ClientAliveInterval` set on the node (docs/guide/supervision.md), sshd
+/// does so after interval × count seconds of silence, the agent reads the end of its stdin as
+/// herd's end, and stops the job: nothing is left on the node, though herd never reaches it
+/// again.
+#[test]
+fn a_node_cut_off_for_good_stops_its_job_once_its_sshd_gives_up_on_herd() {
+    let tb = Testbed::with_sshd_config(2, "ClientAliveInterval 2\nClientAliveCountMax 3\n");
+    let c = Cluster { tb, venv: herd::torch_venv() };
+    let mark = format!("cut-{}", c.tb.k());
+    c.write_config(
+        "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"sleep 600\"]",
+        &format!("[env]\nHERD_TEST_MARK = \"{mark}\"\n\n[restart]\nnode_wait = \"10m\"\n"),
+    );
+    // The job's own process (the preflight's carry the marker too, and end).
+    let job = |c: &Cluster| -> Vec<u32> {
+        let sleeps =
+            |pid: &u32| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00");
+        c.tb.processes_with_env(1, "HERD_TEST_MARK", &mark).into_iter().filter(sleeps).collect()
+    };
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    assert!(running.until(LIMIT, || !job(&c).is_empty()), "node 1's job did not start");
+    c.tb.silence(1);
+    let cut = std::time::Instant::now();
+    // 6 s of silence, the grace, and time to look.
+    let gone = herd::wait_until(Duration::from_secs(40), || {
+        c.tb.processes_with_env(1, "HERD_TEST_MARK", &mark).is_empty()
+    });
+    let took = cut.elapsed();
+    running.signal("INT");
+    let out = running.wait(LIMIT);
+    c.tb.unsilence(1);
+    assert!(
+        gone,
+        "node 1 still runs the job {took:?} after the cut: {:?}\n{out}",
+        c.tb.processes_with_env(1, "HERD_TEST_MARK", &mark)
+    );
+    eprintln!("the job on the cut node ended {took:?} after the cut");
 }
