@@ -19,7 +19,7 @@
 //!     cargo bench --bench herd_bench -- slurm-steps # 8/16/32 slurmds: one step for the fleet vs a step per node
 //!     cargo bench --bench herd_bench -- scale       # `true` on 16 to 252 nodes of one sshd: herd's descriptors, RSS, CPU a node
 //!     cargo bench --bench herd_bench -- deep        # `herd doctor --deep` vs `herd doctor`, 3 and 64 nodes
-//!     cargo bench --bench herd_bench -- container   # torchrun 3 x 2 with and without podman: first worker, restart
+//!     cargo bench --bench herd_bench -- container   # torchrun 3 x 2 without a container, in podman and in docker: first worker, restart
 //!     cargo bench --bench herd_bench -- checkpoint  # SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit
 //!     cargo bench --bench herd_bench -- restart-scale # a command job on 16/64/252 nodes, one fails -> every node running again
 //!     cargo bench --bench herd_bench -- collapse    # 64 nodes x 8 ranks printing a banner alike: console lines, --collapse always/never
@@ -50,6 +50,9 @@
 //! scenario in `scenarios/<name>.rs`.
 
 #[allow(dead_code)] // what this bench does not use of the tests' support
+#[path = "../tests/integration/support/docker.rs"]
+mod docker_support;
+#[allow(dead_code)] // what this bench does not use of the tests' support
 #[path = "../tests/integration/support/herd.rs"]
 mod herd_support;
 #[allow(dead_code)] // what this bench does not use of the tests' support
@@ -68,7 +71,7 @@ mod measure;
 /// One module a scenario, each with its `run`; a scenario's name on the command line is in
 /// `SCENARIOS`.
 mod scenarios {
-    use super::{herd_support, job, measure, slurm_support, soak_support, testbed};
+    use super::{docker_support, herd_support, job, measure, slurm_support, soak_support, testbed};
 
     pub mod checkpoint;
     pub mod collapse;
@@ -116,7 +119,7 @@ const SCENARIOS: &[(&str, &str, fn())] = &[
     ("slurm-steps", "8/16/32 slurmds: one step for the fleet vs a step per node", scenarios::slurm_steps::run),
     ("scale",       "`true` on 16 to 252 nodes of one sshd: herd's descriptors, RSS, CPU a node", scenarios::scale::run),
     ("deep",        "`herd doctor --deep` vs `herd doctor`, 3 and 64 nodes", scenarios::deep::run),
-    ("container",   "torchrun 3 x 2 with and without podman: first worker, restart", scenarios::container::run),
+    ("container",   "torchrun 3 x 2 without a container, in podman and in docker: first worker, restart", scenarios::container::run),
     ("checkpoint",  "SIGUSR1 to herd -> every rank checkpointed and gone, herd's exit", scenarios::checkpoint::run),
     ("restart-scale", "a `command` job on 16/64/252 nodes, one fails: herd's own part of the restart", scenarios::restart_scale::run),
     ("collapse",    "64 nodes x 8 ranks printing a banner alike: console lines with and without --collapse", scenarios::collapse::run),

@@ -1,12 +1,15 @@
-//! Issue 28: what a container costs per attempt. torchrun 3 nodes x 2 with and without
-//! `[container]` (rootful podman, the test image from scripts/container-image.sh, the venv
-//! mounted), alternating, `--no-preflight`: from herd's start to the first worker; then a
-//! worker SIGKILLed 2 s after all six run, to attempt 1's six workers, minus the backoff.
+//! Issues 28 and 42: what a container costs per attempt. torchrun 3 nodes x 2 without a
+//! container, in podman's (rootful) and in docker's (one dockerd per node, as
+//! tests/integration/engines.rs runs them), with the test image from
+//! scripts/container-image.sh and the venv mounted, alternating, `--no-preflight`: from herd's
+//! start to the first worker; then a worker SIGKILLed 2 s after all six run, to attempt 1's
+//! six workers, minus the backoff.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::docker_support::Daemons;
 use super::herd_support::{self, HERD};
 use super::job::{
     add_job_line, backoff_drawn, event_time, kill_marked, kill_rank_3, run_events, signal, since,
@@ -26,11 +29,17 @@ const ROWS: [&str; 4] = [
 pub fn run() {
     let reps = runs(5);
     let venv = herd_support::torch_venv();
-    let variants = [("without a container", String::new()), ("podman", podman_table(&venv))];
+    let image = image();
+    let variants = [
+        ("without a container", String::new()),
+        ("podman", table_of("podman", &image, &venv)),
+        ("docker", table_of("docker", &image, &venv)),
+    ];
     let tb = Testbed::new(3);
+    let daemons = Daemons::start(&tb, &image, &[0, 1, 2]);
     let dir = tempfile::tempdir().unwrap();
     let mut rows: Vec<Vec<[f64; 4]>> = vec![Vec::new(); variants.len()];
-    for (rep, v) in rounds(reps, 2) {
+    for (rep, v) in rounds(reps, variants.len()) {
         let mark = format!("BENCH_MARK=container-{v}-{rep}-{}", std::process::id());
         let extra = format!("{ONE_RESTART}\n{}", variants[v].1);
         let config = torch_config(&tb, dir.path(), &venv, &train_then_retry(), &mark, &extra);
@@ -43,27 +52,40 @@ pub fn run() {
         }
     }
     let left = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output().unwrap();
+    let left_docker = daemons.names();
+    drop(daemons);
     println!(
-        "\n### A container per attempt: torchrun 3 nodes x 2, podman, --no-preflight ({} runs each)\n",
+        "\n### A container per attempt: torchrun 3 nodes x 2, podman and docker, --no-preflight ({} runs each)\n",
         rows[0].len()
     );
     println!("Rerun: `BENCH_RUNS={reps} cargo bench --bench herd_bench -- container`\n");
-    table("| per attempt | without a container: median s | spread s | podman: median s | spread s | ratio |");
+    table(
+        "| per attempt | without a container: median s | spread s | podman: median s | spread s | ratio | docker: median s | spread s | ratio |",
+    );
     for (i, what) in ROWS.iter().enumerate() {
-        let ((m0, s0, x0), (m1, s1, x1)) =
-            (fmt_stat(&column(&rows[0], i), 2), fmt_stat(&column(&rows[1], i), 2));
-        println!("| {what} | {m0} | {s0} | {m1} | {s1} | {:.2} |", x1 / x0);
+        let (m0, s0, x0) = fmt_stat(&column(&rows[0], i), 2);
+        let mut line = format!("| {what} | {m0} | {s0} |");
+        for r in &rows[1..] {
+            let (m, s, x) = fmt_stat(&column(r, i), 2);
+            line.push_str(&format!(" {m} | {s} | {:.2} |", x / x0));
+        }
+        println!("{line}");
     }
     println!("\nContainers left in podman's store: {:?}", String::from_utf8_lossy(&left.stdout).trim());
+    println!("Containers left in the nodes' docker daemons: {left_docker:?}");
 }
 
-/// The `[container]` table: podman, the test image (built if need be), the venv mounted and
-/// the Python it links to unless it is the image's own /usr.
-fn podman_table(venv: &Path) -> String {
+/// The test image (built if need be), as podman names it; docker's daemons load it.
+fn image() -> String {
     let out =
         Command::new(format!("{}/scripts/container-image.sh", env!("CARGO_MANIFEST_DIR"))).output().unwrap();
     assert!(out.status.success(), "container-image.sh: {}", String::from_utf8_lossy(&out.stderr));
-    let image = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The `[container]` table: `runtime`, the test image, the venv mounted and the Python it
+/// links to unless it is the image's own /usr.
+fn table_of(runtime: &str, image: &str, venv: &Path) -> String {
     let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).unwrap();
     let home = cfg.lines().find_map(|l| l.strip_prefix("home = ")).expect("home in pyvenv.cfg");
     let prefix = Path::new(home.trim()).parent().unwrap().to_path_buf();
@@ -71,7 +93,7 @@ fn podman_table(venv: &Path) -> String {
     if prefix != Path::new("/usr") {
         mounts.push(format!("\"{0}:{0}:ro\"", prefix.display()));
     }
-    format!("[container]\nruntime = \"podman\"\nimage = \"{image}\"\nmounts = [{}]\n", mounts.join(", "))
+    format!("[container]\nruntime = \"{runtime}\"\nimage = \"{image}\"\nmounts = [{}]\n", mounts.join(", "))
 }
 
 /// One run: attempt 0 from herd's start, then a restart; its row of `ROWS`, or what went wrong.
