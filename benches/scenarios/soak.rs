@@ -86,6 +86,14 @@ pub fn run() {
         }
     }
     print_costs(&measured, rate);
+    for (seed, m) in &measured {
+        for blame in &m.false_blames {
+            println!("seed {seed}, {}: false blame: {blame}", m.launcher);
+        }
+        for (node, pid, command) in &m.leftovers {
+            println!("seed {seed}, {}: left on node {node}: pid {pid} {command}", m.launcher);
+        }
+    }
 }
 
 /// Each launcher's faults, what they cost until the job trained again, split; medians over
@@ -149,7 +157,8 @@ pub struct Measure {
     pub ettr: f64,
     pub injected: Vec<soak::Injected>,
     pub leftovers: Vec<(usize, u32, String)>,
-    /// The healthy nodes it blamed (herd's quarantines; the peers blame none by name).
+    /// The healthy nodes it blamed (herd's quarantines; the peers blame none by name): each
+    /// host, when into the soak, and herd's reason.
     pub false_blames: Vec<String>,
     /// What each fault cost, split (herd's part from its events, for herd only).
     pub costs: Vec<soak::Cost>,
@@ -210,19 +219,20 @@ fn fault_free_rate(tb: &Testbed, venv: &Path, root: &Path, n: usize) -> f64 {
 /// The soak's common part: `schedule` against a launcher started at `start`, then the
 /// training kept, the job told to end, and what is left once the launcher is gone.
 struct Soaked {
+    began: std::time::SystemTime,
     wall: Duration,
     kept: u64,
     injected: Vec<soak::Injected>,
 }
 
 fn run_soak(tb: &Testbed, nodes: usize, save: &Path, plan: &[soak::Planned], length: Duration) -> Soaked {
-    let start = Instant::now();
+    let (start, began) = (Instant::now(), std::time::SystemTime::now());
     let mut injector = Injector::new(tb, save, (0..=nodes).collect());
     soak::run_schedule(&mut injector, plan, start, length, || false);
     let wall = start.elapsed();
     let kept = soak::kept(save, Duration::from_secs(5));
     injector.heal_all();
-    Soaked { wall, kept, injected: std::mem::take(&mut injector.injected) }
+    Soaked { began, wall, kept, injected: std::mem::take(&mut injector.injected) }
 }
 
 fn with_herd(
@@ -268,7 +278,21 @@ fn with_herd(
     let events = job::run_events(&dir.join("logs"));
     let blamed = soak::quarantined(&events);
     let host = |i: usize| tb.nodes()[i].addr.clone();
-    let false_blames = soak::false_blames(&blamed, &s.injected, host, Duration::from_secs(180));
+    let false_blames: Vec<String> = soak::false_blames(&blamed, &s.injected, host, Duration::from_secs(180))
+        .into_iter()
+        .map(|q| soak::describe(q, s.began))
+        .collect();
+    if !false_blames.is_empty() {
+        // The run's record, to find out why: the bench's folder goes when it ends.
+        let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/soak-evidence");
+        let _ = std::fs::create_dir_all(&keep);
+        let to = keep.join(format!("{}", s.began.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()));
+        let copied = Command::new("cp").arg("-a").arg(&dir).arg(&to).status().is_ok_and(|s| s.success());
+        eprintln!(
+            "soak: false blames; herd's logs and events {}",
+            if copied { format!("kept in {}", to.display()) } else { "not kept".into() }
+        );
+    }
     let leftovers = soak::leftovers(tb);
     let starts = soak::starts(&save);
     let mut costs = soak::costs(&s.injected, &starts);

@@ -5,7 +5,7 @@
 //! scenario is the long form, side by side with torchrun's elastic agent and a shell loop.
 //! HERD_SOAK_TIMELINE=PATH keeps the run's `herd logs --timeline` page there, to look at.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::support::cluster::Cluster;
 use crate::support::herd;
@@ -28,7 +28,7 @@ fn a_job_keeps_training_through_faults_one_after_another() {
     let config = cluster.write_config(&job, "[restart]\nmax_restarts = 50\n");
     let config = config.display().to_string();
     let mut run = herd::start(cluster.tb.dir(), &["run", "-c", &config], &[]);
-    let start = Instant::now();
+    let (start, began) = (Instant::now(), SystemTime::now());
     // torch's imports on 5 namespaces sharing two cores: generous.
     assert!(run.until(Duration::from_secs(240), || soak::progress(&dir).is_some()), "training never started");
     // The faults' time counts from training on, whatever torch's start cost this machine.
@@ -71,6 +71,7 @@ fn a_job_keeps_training_through_faults_one_after_another() {
     assert!(resumed, "training did not go on after the last fault\n{out}");
     out.assert_code(0);
     assert!(kinds_met.len() >= 4, "{injected:?}");
+    let false_blames: Vec<String> = false_blames.iter().map(|q| soak::describe(q, began)).collect();
     assert!(false_blames.is_empty(), "healthy nodes blamed: {false_blames:?}\n{out}");
     // What each fault cost, split; every restart herd made is in its record.
     let starts = soak::starts(&dir);
@@ -202,8 +203,12 @@ mod pure {
         };
         let faults = [injected(Fault::Kill, 1, 10), injected(Fault::Cut, 2, 50)];
         let host = |n: usize| format!("h{n}");
-        let blamed =
-            [("h1".to_string(), t0 + s(20)), ("h2".to_string(), t0 + s(60)), ("h2".to_string(), t0 + s(400))];
-        assert_eq!(false_blames(&blamed, &faults, host, s(120)), ["h1", "h2"]);
+        let q = |host: &str, at| Quarantine { host: host.into(), at: t0 + s(at), reason: String::new() };
+        let blamed = [q("h1", 20), q("h2", 60), q("h2", 400)];
+        let hosts: Vec<(&str, u64)> = false_blames(&blamed, &faults, host, s(120))
+            .iter()
+            .map(|q| (q.host.as_str(), q.at.duration_since(t0).unwrap().as_secs()))
+            .collect();
+        assert_eq!(hosts, [("h1", 20), ("h2", 400)]);
     }
 }

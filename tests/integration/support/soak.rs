@@ -547,37 +547,51 @@ pub fn save_dir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
-/// The hosts herd quarantined in a run (its `node_quarantined` events), each with when.
-pub fn quarantined(events: &[serde_json::Value]) -> Vec<(String, SystemTime)> {
+/// A quarantine herd recorded (a `node_quarantined` event): the host, when, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantine {
+    pub host: String,
+    pub at: SystemTime,
+    pub reason: String,
+}
+
+/// The hosts herd quarantined in a run (its `node_quarantined` events).
+pub fn quarantined(events: &[serde_json::Value]) -> Vec<Quarantine> {
     events
         .iter()
         .filter(|e| e["event"] == "node_quarantined")
         .filter_map(|e| {
             let at = humantime::parse_rfc3339(e["ts"].as_str()?).ok()?;
-            Some((e["host"].as_str()?.to_string(), at))
+            let reason = e["reason"].as_str().unwrap_or_default().to_string();
+            Some(Quarantine { host: e["host"].as_str()?.to_string(), at, reason })
         })
         .collect()
 }
 
 /// The quarantines no fault of the node explains: a host blamed with no node fault on it in
 /// the `window` before (a rank's fault is the rank's, not its node's).
-pub fn false_blames(
-    blamed: &[(String, SystemTime)],
+pub fn false_blames<'a>(
+    blamed: &'a [Quarantine],
     injected: &[Injected],
     host_of: impl Fn(usize) -> String,
     window: Duration,
-) -> Vec<String> {
+) -> Vec<&'a Quarantine> {
     blamed
         .iter()
-        .filter(|(host, at)| {
+        .filter(|q| {
             !injected.iter().any(|i| {
                 i.fault.blames_the_node()
-                    && &host_of(i.node) == host
-                    && at.duration_since(i.wall).is_ok_and(|d| d <= window)
+                    && host_of(i.node) == q.host
+                    && q.at.duration_since(i.wall).is_ok_and(|d| d <= window)
             })
         })
-        .map(|(host, _)| host.clone())
         .collect()
+}
+
+/// A false blame, for a report: the host, when into the soak (`start`), and herd's reason.
+pub fn describe(q: &Quarantine, start: SystemTime) -> String {
+    let into = q.at.duration_since(start).unwrap_or_default().as_secs_f64();
+    format!("{} at +{into:.0} s: {}", q.host, q.reason)
 }
 
 /// One start of the job, as rank 0 wrote it in `DIR/starts` (`examples/train_resumable.py`):
