@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Readies podman on this machine for the container tests (tests/integration/podman.rs), once, and prints
+# Readies podman on this machine for the container tests (tests/integration/engines.rs), once, and prints
 # the test image's name:
 # - podman's containers.conf for this kind of machine, unless the file is someone else's
 #   (then it says so, and leaves it): runc (crun refuses a hybrid cgroup layout), cgroupfs,

@@ -31,25 +31,39 @@ command -v podman >/dev/null || missing+=(podman)
 [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 # tests/integration/metrics.rs: a real Prometheus scrapes `herd run --metrics`, promtool lints it.
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
+# Testbed::silence drops a node's traffic with iptables in its namespace.
+command -v iptables >/dev/null || missing+=(iptables)
 # tests/integration/engines.rs also runs the jobs on docker: Debian's dockerd (and containerd),
 # one per node, started by the tests (tests/integration/support/docker.rs). Without its
 # recommends (needrestart would ask about services), and with no service started: the tests
 # start their own.
 docker=()
-[ -x /usr/sbin/dockerd ] && command -v containerd >/dev/null && command -v docker >/dev/null || docker+=(docker.io)
+command -v dockerd >/dev/null && command -v containerd >/dev/null && command -v docker >/dev/null || docker+=(docker.io)
 # A kernel with AppArmor: docker loads its profile with apparmor_parser (a recommend).
 [ ${#docker[@]} -eq 0 ] || [ ! -d /sys/module/apparmor ] || command -v apparmor_parser >/dev/null || docker+=(apparmor)
 if [ ${#missing[@]} -gt 0 ] || [ ${#docker[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} ${docker[*]}" >&2
   apt-get update -qq
+  # No service started by the installs (policy-rc.d), for as long as they take.
+  made_policy=
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   fi
   [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   [ ${#docker[@]} -eq 0 ] ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${docker[@]}" >/dev/null
+  if [ -n "$made_policy" ]; then
+    rm -f /usr/sbin/policy-rc.d
+    trap - EXIT
+  fi
+  # Under systemd, the machine's own docker would start at the next boot or socket call,
+  # with its iptables rules (FORWARD dropped) across the testbed's bridges: kept off.
+  if [ ${#docker[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
+    systemctl disable --now docker.socket docker.service containerd.service >/dev/null 2>&1 || true
+  fi
   if [ -n "$csh_was" ] && [ "$(readlink /etc/alternatives/csh)" != "$csh_was" ]; then
     update-alternatives --set csh "$csh_was" >/dev/null || true
   fi

@@ -340,7 +340,7 @@ pub fn out_of_reach(reason: &str) -> bool {
         "node-lost: no heartbeat",
         "node-lost: the ssh connection to the node was lost",
         "node-lost: its login shell",
-        "node-lost: unreachable before the restart",
+        UNREACHABLE_BEFORE_RESTART,
         "ssh: ",
     ];
     OUT_OF_REACH.iter().any(|p| reason.starts_with(p))
@@ -359,6 +359,10 @@ pub fn reconnect_wait(node_wait: Duration, spare: bool) -> Duration {
     }
 }
 
+/// How `unreachable_before_restart` begins its reason, which `out_of_reach` and `remembered`
+/// read.
+const UNREACHABLE_BEFORE_RESTART: &str = "node-lost: unreachable before the restart";
+
 /// See `reconnect_wait`: two tries of a reconnect, or more.
 pub const SPARE_AFTER: Duration = Duration::from_secs(10);
 
@@ -366,10 +370,7 @@ pub const SPARE_AFTER: Duration = Duration::from_secs(10);
 /// place: out of reach (`out_of_reach`), which lets it back in should the run run out of room.
 pub fn unreachable_before_restart(node_rank: usize, error: &str, waited: Duration) -> Blamed {
     let waited = humantime::format_duration(Duration::from_secs(waited.as_secs()));
-    Blamed {
-        node_rank,
-        reason: format!("node-lost: unreachable before the restart (tried for {waited}): {error}"),
-    }
+    Blamed { node_rank, reason: format!("{UNREACHABLE_BEFORE_RESTART} (tried for {waited}): {error}") }
 }
 
 /// Whether a node quarantined for `reason` is also kept out of later runs (the config's
@@ -378,7 +379,7 @@ pub fn unreachable_before_restart(node_rank: usize, error: &str, waited: Duratio
 /// connects time out in them, the node may be healthy, and a later run would skip it until
 /// `herd nodes --release`. A node that is dead for good fails that later run's own checks.
 pub fn remembered(reason: &str) -> bool {
-    !reason.starts_with("node-lost: unreachable before the restart")
+    !reason.starts_with(UNREACHABLE_BEFORE_RESTART)
 }
 
 /// The hosts a restart with no room left for a blamed node out of reach may try again, to let back in

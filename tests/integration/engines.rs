@@ -190,6 +190,20 @@ fn config_with(b: &Bed, args: &str, container: &str, more: &str) {
     );
 }
 
+/// The cluster's config with its one `[[nodes]]` table of every host made a table a node,
+/// each with `lines(node)` (TOML lines of that node's) added; its path.
+fn per_node(c: &Cluster, lines: impl Fn(usize) -> String) -> PathBuf {
+    let path = c.tb.dir().join("cluster.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let all = format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist());
+    assert!(text.contains(&all), "{text}");
+    let nodes: String = (0..c.tb.nodes().len())
+        .map(|i| format!("[[nodes]]\nhost = \"{}\"\n{}\n", c.addr(i), lines(i)))
+        .collect();
+    std::fs::write(&path, text.replace(&all, &nodes)).unwrap();
+    path
+}
+
 /// A directory of the testbed that every container sees.
 fn shared(c: &Cluster) -> PathBuf {
     let dir = c.tb.dir().join("shared");
@@ -257,7 +271,7 @@ fn herd_killed_mid_run_leaves_no_container_and_no_process(kind: Kind) {
     running.signal("KILL");
     let _ = running.wait(LIMIT);
     // Each agent sees herd's end (its stdin closes), stops the job, then removes the
-    // container that the killed client left under conmon.
+    // container that the killed client left running (under conmon, or in the daemon).
     let clean = herd::wait_until(Duration::from_secs(60), || {
         containers(&b.engine, &run_id).is_empty() && c.leftovers("HERD_TEST_MARK", &mark).is_empty()
     });
@@ -413,8 +427,9 @@ fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs(kind: Kind)
     assert!(theirs_left && !out.stdout.contains(&theirs), "another config's container was removed\n{out}");
 }
 
-/// A node cut off mid-run is lost; once its link is back, the next attempt's sweep removes the
-/// container the cut left there, the job completes, and nothing is left anywhere.
+/// A node cut off mid-run is lost; its agent (its session ends with the link), or once the
+/// link is back the next attempt's sweep, removes the container the cut left there; the job
+/// completes, and nothing is left anywhere.
 fn a_lost_node_leaves_no_container_once_it_is_back(kind: Kind) {
     let b = bed(kind, 3);
     let c = &b.c;
@@ -468,14 +483,7 @@ fn a_nodes_own_docker_host_is_where_its_job_runs_and_its_leftovers_are_removed()
     let c = &b.c;
     let Engine::Docker(d) = &b.engine else { unreachable!() };
     config(&b, "\"--steps\", \"2\"");
-    let path = c.tb.dir().join("cluster.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let all = format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist());
-    let nodes: String = (0..2)
-        .map(|i| format!("[[nodes]]\nhost = \"{}\"\nenv.DOCKER_HOST = \"{}\"\n", c.addr(i), d.host(i)))
-        .collect();
-    assert!(text.contains(&all));
-    std::fs::write(&path, text.replace(&all, &nodes)).unwrap();
+    let path = per_node(c, |i| format!("env.DOCKER_HOST = \"{}\"\n", d.host(i)));
     let key = config_key(&path);
     let image = image();
     let plant = |name: &str| {
@@ -553,23 +561,16 @@ fn doctor_names_a_missing_image_another_build_and_refused_options(kind: Kind) {
                 |conf: &std::path::Path| format!("env.CONTAINERS_STORAGE_CONF = \"{}\"\n", conf.display());
             (import, [String::new(), env(&empty), env(&other)])
         }
-        Engine::Docker(_) => {
-            let socket = crate::support::testbed::docker_socket(c.tb.dir(), 3);
-            let import = format!("{tar} | DOCKER_HOST=unix://{} docker import - {image}", socket.display());
+        Engine::Docker(d) => {
+            let import = format!("{tar} | DOCKER_HOST={} docker import - {image}", d.host(2));
             (import, Default::default())
         }
     };
     let out = Command::new("sh").arg("-c").arg(&import).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let nodes: String =
-        (0..3).map(|i| format!("[[nodes]]\nhost = \"{}\"\n{}\n", c.addr(i), envs[i])).collect();
     let with_nodes = |container: &str| {
         config_with(&b, "\"--steps\", \"2\"", container, "");
-        let path = c.tb.dir().join("cluster.toml");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let all = format!("[[nodes]]\nhost = \"{}\"\n", c.hostlist());
-        assert!(text.contains(&all));
-        std::fs::write(&path, text.replace(&all, &nodes)).unwrap();
+        per_node(c, |i| envs[i].clone());
     };
     with_nodes("");
     let (out, json) = doctor_json(c);

@@ -77,7 +77,10 @@ impl Daemons {
     fn start_daemon(&self, tb: &Testbed, i: usize) {
         let (dir, socket) = (&self.dirs[i], &self.socket);
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("daemon.json"), "{}\n").unwrap();
+        // cgroupfs, as podman's (scripts/container-image.sh): with systemd's driver runc
+        // would hand systemd pids of the node's PID namespace.
+        std::fs::write(dir.join("daemon.json"), "{\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]}\n")
+            .unwrap();
         let d = dir.display();
         // Its own config, data and exec roots: nothing of the machine's /var/lib/docker or
         // daemon.json, and nothing shared between nodes but /etc/docker/key.json (see
