@@ -7,6 +7,12 @@
 //!
 //! The peers' launchers' output is appended to `$TMPDIR/herd-soak-logs/node<i>.log`.
 //!
+//! The nodes' sshd ends a session whose client has not answered for a minute
+//! (`ClientAliveInterval 15`, `ClientAliveCountMax 4`), as docs/guide/supervision.md tells
+//! platform teams to set it: without it, a node cut off for good keeps what its sessions ran
+//! until TCP gives up, minutes after the soak. What a launcher left is counted once it is gone
+//! and the links are healed, and what has not gone within [`LEFT_WITHIN`].
+//!
 //! Sizes (environment): BENCH_SOAK_NODES (8), BENCH_SOAK_SECS (1200), BENCH_SOAK_EVERY (120),
 //! BENCH_SOAK_SEEDS (`41`, comma-separated), BENCH_SOAK_LAUNCHERS (`herd,elastic,loop`),
 //! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot,port,slow-login`).
@@ -45,7 +51,7 @@ pub fn run() {
             .map(|k| Fault::named(k).unwrap_or_else(|| panic!("BENCH_SOAK_KINDS: no fault {k}")))
             .collect();
     let venv = herd_support::torch_venv();
-    let mut tb = Testbed::new(n + 1);
+    let mut tb = Testbed::with_sshd_config(n + 1, "ClientAliveInterval 15\nClientAliveCountMax 4\n");
     tb.name_every_node();
     let store = tb.service_host("store");
     let root = tempfile::tempdir().unwrap();
@@ -293,7 +299,7 @@ fn with_herd(
             if copied { format!("kept in {}", to.display()) } else { "not kept".into() }
         );
     }
-    let leftovers = soak::leftovers(tb);
+    let leftovers = left(tb);
     let starts = soak::starts(&save);
     let mut costs = soak::costs(&s.injected, &starts);
     soak::supervised(&mut costs, &s.injected, &events, &starts);
@@ -352,7 +358,7 @@ fn with_elastic(
         }
         let _ = c.wait();
     }
-    let leftovers = soak::leftovers(tb);
+    let leftovers = left(tb);
     let _ = server.kill();
     let _ = server.wait();
     let costs = soak::costs(&s.injected, &soak::starts(&save));
@@ -390,7 +396,7 @@ fn with_loop(
         }
         s
     });
-    let leftovers = soak::leftovers(tb);
+    let leftovers = left(tb);
     let costs = soak::costs(&s.injected, &soak::starts(&save));
     Measure { costs, ..Measure::new("shell loop", s.wall, s.kept, rate, s.injected, leftovers) }
 }
@@ -429,6 +435,17 @@ fn remote(tb: &Testbed, i: usize, venv: &Path, command: &str) -> Child {
         std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("node{i}.log"))).unwrap();
     let err = log.try_clone().unwrap();
     tb.ssh_command(i).arg(line).stdout(log).stderr(err).spawn().unwrap()
+}
+
+/// How long what a launcher left may take to go once it has ended and the links are healed:
+/// the sshd's minute of silence for a node cut off in the soak's last minute, and the
+/// grace and kill of an agent that then stops its job.
+const LEFT_WITHIN: Duration = Duration::from_secs(90);
+
+/// What a launcher left on the nodes that is still there after [`LEFT_WITHIN`].
+fn left(tb: &Testbed) -> Vec<(usize, u32, String)> {
+    poll(LEFT_WITHIN, || soak::leftovers(tb).is_empty());
+    soak::leftovers(tb)
 }
 
 /// Whatever a launcher left: killed, so the next starts clean (it was counted first).
