@@ -221,6 +221,13 @@ fn containers(engine: &Engine, run_id: &str) -> Vec<String> {
     engine.names().into_iter().filter(of_run).collect()
 }
 
+/// No container of run `run_id` on any node, and no process of the test's job.
+#[track_caller]
+fn assert_nothing_left(b: &Bed, run_id: &str) {
+    assert_eq!(containers(&b.engine, run_id), Vec::<String>::new());
+    assert_eq!(b.c.leftovers("HERD_TEST_MARK", &mark(&b.c)), vec![]);
+}
+
 /// The run's id, once herd has made its directory.
 fn run_id(c: &Cluster) -> Option<String> {
     let dir = std::fs::read_dir(c.logs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())?;
@@ -254,8 +261,7 @@ fn torchrun_runs_in_a_container_on_every_node_and_none_is_left(kind: Kind) {
     started.sort();
     let ends: Vec<&str> = started.iter().map(|n| &n[n.len() - 4..]).collect();
     assert_eq!(ends, ["-0-0", "-0-1", "-0-2"], "{started:?}");
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 fn herd_killed_mid_run_leaves_no_container_and_no_process(kind: Kind) {
@@ -319,8 +325,7 @@ fn a_killed_rank_restarts_the_job_in_new_containers(kind: Kind) {
     assert_eq!(failed[0]["root_cause"]["rank"], 3, "{:?}", failed[0]);
     let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
     assert_eq!(attempts_started(&b.engine, &since, &run_id), ["0-0", "0-1", "0-2", "1-0", "1-1", "1-2"]);
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 /// A bind mount whose source is missing: the engine exits 125 with its own words on every
@@ -343,8 +348,7 @@ fn an_engines_own_error_is_a_launch_failure_in_its_words(kind: Kind) {
     assert!(line.contains("/nonexistent/herd-qa"), "the engine's own words: {line:?}\n{out}");
     assert!(out.stderr.contains("exit 125 is the engine's own"), "{out}");
     let run_id = only_run_dir(&c.logs()).file_name().unwrap().to_string_lossy().to_string();
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 /// A time limit's warning (SIGUSR1 to herd) reaches the ranks in their containers (not
@@ -377,8 +381,7 @@ fn a_time_limit_warning_reaches_the_ranks_in_their_containers(kind: Kind) {
         serde_json::from_str(&std::fs::read_to_string(only_run_dir(&c.logs()).join("summary.json")).unwrap())
             .unwrap();
     assert_eq!(summary["status"], "time-limit", "{summary}");
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 /// Ctrl-C stops the job in its containers: once herd has exited, no container and no process
@@ -393,8 +396,7 @@ fn ctrl_c_leaves_no_container_and_herd_kill_removes_only_the_configs(kind: Kind)
     let run_id = run_id(c).unwrap();
     running.signal("INT");
     running.wait(LIMIT).assert_code(130);
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 
     let ev = herd::events(&only_run_dir(&c.logs()));
     let key = ev[0]["config_key"].as_str().unwrap().to_string();
@@ -456,8 +458,7 @@ fn a_lost_node_leaves_no_container_once_it_is_back(kind: Kind) {
     );
     let started = attempts_started(&b.engine, &since, &run_id);
     assert!(started.starts_with(&["0-0".into(), "0-1".into(), "0-2".into()]), "{started:?}");
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 /// herd's key of the config at `path` (`plan::config_key`: FNV-1a of its canonical path),
@@ -515,8 +516,7 @@ fn a_nodes_own_docker_host_is_where_its_job_runs_and_its_leftovers_are_removed()
     let names = b.engine.names();
     let _ = d.run(0, &["rm", "-f", &theirs]);
     assert_eq!(names, [theirs], "another config's container was removed, or this one's left");
-    assert_eq!(containers(&b.engine, &run_id), Vec::<String>::new());
-    assert_eq!(c.leftovers("HERD_TEST_MARK", &mark(c)), vec![]);
+    assert_nothing_left(&b, &run_id);
 }
 
 /// A podman store of its own (vfs, under `dir`), for a node that must see other images than
