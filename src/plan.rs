@@ -148,8 +148,10 @@ pub struct Timing {
     pub connect: policy::ConnectOptions,
     /// The agents' grace between SIGTERM and SIGKILL, in whole seconds.
     pub grace_secs: u64,
-    /// Seconds between the agents' heartbeats.
+    /// Seconds between the agents' heartbeats (and herd's beats to them).
     pub heartbeat_secs: u64,
+    /// Seconds of herd's silence after which an agent ends its job (`policy::fence`).
+    pub fence_secs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,6 +370,7 @@ pub fn build_with(config: &Config, inputs: &PlanInputs, roster: Roster) -> Launc
             connect: policy::connect_options(&config.restart, config.ssh.login_timeout),
             grace_secs: policy::grace_secs(config.restart.grace_period),
             heartbeat_secs: policy::heartbeat_interval(config.restart.heartbeat_timeout).as_secs(),
+            fence_secs: policy::fence(config.restart.heartbeat_timeout).as_secs(),
         },
         missing_forwarded,
         config_key: site.config_key,
@@ -689,6 +692,7 @@ impl LaunchPlan {
         remote::agent::AgentInvocation {
             grace_secs: self.timing.grace_secs,
             heartbeat_secs: self.timing.heartbeat_secs,
+            fence_secs: Some(self.timing.fence_secs),
             marker,
             job: job.into(),
             cleanup: None,

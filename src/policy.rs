@@ -64,6 +64,18 @@ pub fn connect_options(policy: &Restart, login_timeout: Duration) -> ConnectOpti
     }
 }
 
+/// How much longer than `restart.heartbeat_timeout` herd waits at most for a node whose
+/// silence is not its own (see `supervisor::attempt::extra_wait`): this many timeouts more.
+pub const LATE_CAP_TIMEOUTS: u32 = 3;
+
+/// How long an agent waits for a word from herd (a `beat`, sent every heartbeat) before it
+/// takes herd for gone and ends its job (its fence): a timeout past the longest herd waits
+/// for a silent node, so that herd has always given a node up before the node gives herd up,
+/// and a job herd still counts on is never ended by a late beat. 75 s by default.
+pub fn fence(heartbeat_timeout: Duration) -> Duration {
+    heartbeat_timeout * (LATE_CAP_TIMEOUTS + 2)
+}
+
 /// How often the agent says it is alive: several times per timeout.
 pub fn heartbeat_interval(heartbeat_timeout: Duration) -> Duration {
     Duration::from_secs((heartbeat_timeout.as_secs() / 5).max(1))
@@ -193,5 +205,16 @@ mod tests {
         assert_eq!(keepalive_interval(Duration::from_secs(2)), Duration::from_secs(1));
         assert_eq!(heartbeat_interval(Duration::from_secs(15)), Duration::from_secs(3));
         assert_eq!(heartbeat_interval(Duration::from_secs(3)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_node_gives_herd_up_only_after_herd_gave_the_node_up() {
+        for secs in [3, 15, 60] {
+            let timeout = Duration::from_secs(secs);
+            let herds_longest = timeout + timeout * LATE_CAP_TIMEOUTS;
+            // herd's last beat before a cut may have reached the node a heartbeat before it.
+            assert!(fence(timeout) - heartbeat_interval(timeout) > herds_longest, "{secs} s");
+        }
+        assert_eq!(fence(Duration::from_secs(15)), Duration::from_secs(75));
     }
 }

@@ -7,11 +7,11 @@
 //!
 //! The peers' launchers' output is appended to `$TMPDIR/herd-soak-logs/node<i>.log`.
 //!
-//! The nodes' sshd ends a session whose client has not answered for a minute
-//! (`ClientAliveInterval 15`, `ClientAliveCountMax 4`), as docs/guide/supervision.md tells
-//! platform teams to set it: without it, a node cut off for good keeps what its sessions ran
-//! until TCP gives up, minutes after the soak. What a launcher left is counted once it is gone
-//! and the links are healed, and what has not gone within [`LEFT_WITHIN`].
+//! The nodes' sshd is as it comes (no `ClientAlive`): a node cut off for good keeps its
+//! sessions until TCP gives up, minutes after the soak, and what they ran unless something on
+//! the node ends it (herd's agents do, by their fence: docs/guide/supervision.md). What a
+//! launcher left is counted once it is gone and the links are healed, and what has not gone
+//! within [`LEFT_WITHIN`].
 //!
 //! Sizes (environment): BENCH_SOAK_NODES (8), BENCH_SOAK_SECS (1200), BENCH_SOAK_EVERY (120),
 //! BENCH_SOAK_SEEDS (`41`, comma-separated), BENCH_SOAK_LAUNCHERS (`herd,elastic,loop`),
@@ -51,7 +51,7 @@ pub fn run() {
             .map(|k| Fault::named(k).unwrap_or_else(|| panic!("BENCH_SOAK_KINDS: no fault {k}")))
             .collect();
     let venv = herd_support::torch_venv();
-    let mut tb = Testbed::with_sshd_config(n + 1, "ClientAliveInterval 15\nClientAliveCountMax 4\n");
+    let mut tb = Testbed::new(n + 1);
     tb.name_every_node();
     let store = tb.service_host("store");
     let root = tempfile::tempdir().unwrap();

@@ -1099,6 +1099,7 @@ mod tests {
             let inv = AgentInvocation {
                 grace_secs: 1,
                 heartbeat_secs: 60,
+                fence_secs: None,
                 marker: format!("{RUN_VAR}={m}"),
                 job: job.into(),
                 cleanup: None,

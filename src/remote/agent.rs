@@ -14,8 +14,11 @@ use super::shell::{command_line, subreaper_line};
 pub struct AgentInvocation {
     /// Seconds between SIGTERM and SIGKILL when the group is torn down.
     pub grace_secs: u64,
-    /// Seconds between heartbeat lines.
+    /// Seconds between heartbeat lines, the agent's and herd's `beat`s to it alike.
     pub heartbeat_secs: u64,
+    /// The fence: seconds without a `beat` from herd after which the agent takes herd for
+    /// gone and ends its job, as at EOF. `None`: only EOF ends it (and herd sends no beats).
+    pub fence_secs: Option<u64>,
     /// `NAME=VALUE` held in the environment of every job process (the env block sets it).
     pub marker: String,
     /// The job as a shell snippet (see `shell::job_snippet`). Shared: every copy of a node's
@@ -39,7 +42,7 @@ pub struct AgentInvocation {
 
 impl AgentInvocation {
     /// argv for running the agent on this machine:
-    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS PROBE`.
+    /// `sh -c AGENT herd-agent GRACE HEARTBEAT MARKER JOB CLEANUP PRESWEEP PORTS PROBE FENCE`.
     pub fn local_argv(&self) -> Vec<String> {
         vec![
             "sh".into(),
@@ -54,6 +57,7 @@ impl AgentInvocation {
             self.presweep.clone().unwrap_or_default(),
             if self.report_ports { "ports" } else { "" }.into(),
             self.probe.as_deref().unwrap_or_default().to_string(),
+            self.fence_secs.map(|s| s.to_string()).unwrap_or_default(),
         ]
     }
 
@@ -109,6 +113,7 @@ mod tests {
         let inv = |job: &str, probe: &str| AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 1,
+            fence_secs: None,
             marker: "M=1".into(),
             job: job.into(),
             cleanup: None,
@@ -130,7 +135,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false, probe: None };
+            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, fence_secs: None, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false, probe: None };
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -209,6 +214,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
             cleanup: None,
@@ -243,6 +249,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: beat.into(),
+            fence_secs: None,
             marker: format!("HERD_T_MARK=beat-{beat}"),
             job: "sleep 0.3".into(),
             cleanup: None,
@@ -264,6 +271,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: marker.clone(),
             job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
             cleanup: None,
@@ -294,6 +302,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
             cleanup: None,
@@ -318,6 +327,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0").into(),
             cleanup: None,
@@ -354,6 +364,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("sleep {secs} & wait").into(),
             cleanup: None,
@@ -400,6 +411,7 @@ mod tests {
             let inv = AgentInvocation {
                 grace_secs: 30,
                 heartbeat_secs: 60,
+                fence_secs: None,
                 marker: format!("HERD_T_MARK={mark}"),
                 job: in_bash(job).into(),
                 cleanup: None,
@@ -444,6 +456,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("echo job >> {}", quote(order.to_str().unwrap())).into(),
             cleanup: None,
@@ -472,6 +485,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 7,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: "exec echo 'hi there'".into(),
             cleanup: None,
@@ -500,6 +514,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             presweep: Some(with_procs(&sweep_call("herd-none", SweepScope::Leftovers, 1))),
             job: job.into(),
@@ -534,6 +549,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 30,
             heartbeat_secs: 5,
+            fence_secs: None,
             marker: "HERD_MARKER=abc:r1:0:0".into(),
             job: job.into(),
             cleanup: Some("docker rm -f herd-abc".into()),
@@ -557,7 +573,7 @@ mod tests {
         let record = dir.path().join("cleanup");
         let inv = AgentInvocation {
             grace_secs: 1,
-            heartbeat_secs: 60,
+            heartbeat_secs: 60, fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string()))
                 .into(),
@@ -582,7 +598,7 @@ mod tests {
         );
         // The optional arguments are always there, empty when not wanted.
         let presweep = AgentInvocation { cleanup: None, presweep: Some("true".into()), ..inv.clone() };
-        assert_eq!(presweep.local_argv()[8..], ["", "true", "", ""].map(String::from));
+        assert_eq!(presweep.local_argv()[8..], ["", "true", "", "", ""].map(String::from));
     }
 
     #[test]
@@ -592,6 +608,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: "echo \"port $MASTER_PORT\"".into(),
             cleanup: None,
@@ -630,6 +647,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: beat.parse().unwrap(),
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
             cleanup: None,
@@ -666,6 +684,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: "echo \"job $HERD_T\"".into(),
             cleanup: None,
@@ -740,6 +759,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
             job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
             cleanup: None,
@@ -774,5 +794,199 @@ mod tests {
             assert!(!ran.exists());
             std::fs::remove_file(&pidfile).unwrap();
         }
+    }
+
+    /// A fenced agent's processes (its relay and timer are forks of it: the same command
+    /// line, which holds `mark`), and the FIFO of its relay.
+    fn fence_left(mark: &str) -> (Vec<u32>, Vec<std::path::PathBuf>) {
+        let procs = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    c.split(|&b| b == 0).any(|w| w == format!("HERD_T_MARK={mark}").as_bytes())
+                })
+            })
+            .collect();
+        let fifos = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("herd-in-"))
+            .filter(|p| p.to_string_lossy().ends_with(&format!("-{mark}")))
+            .collect();
+        (procs, fifos)
+    }
+
+    fn fenced(mark: &str) -> AgentInvocation {
+        AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 1,
+            fence_secs: Some(2),
+            marker: format!("HERD_T_MARK={mark}"),
+            job: "sleep 60".into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        }
+    }
+
+    /// An agent with a fence that hears no `beat` takes herd for gone, as at EOF, though its
+    /// stdin stays open (a node cut off, its sshd none the wiser): before its env block, it
+    /// ends having started nothing; with its job running, it ends the job. Nothing of the
+    /// fence (its relay, its timer, its FIFO) is left.
+    #[test]
+    fn an_agent_herd_stops_beating_to_ends_as_if_herd_were_gone() {
+        use std::io::{BufReader, Write};
+        use std::time::{Duration, Instant};
+        let mark = format!("fence-{}-{}", std::process::id(), rand_suffix());
+        let inv = fenced(&mark);
+
+        let began = Instant::now();
+        let mut agent = spawn_agent(&inv);
+        let held = agent.stdin.take().unwrap();
+        let out = agent.wait_with_output().unwrap();
+        let took = began.elapsed();
+        assert_eq!(out.status.code(), Some(70), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(took >= Duration::from_secs(2), "ended {took:?} after its start, before its fence");
+        drop(held);
+
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        // Read on, or its last word would find the pipe closed (SIGPIPE).
+        let mut stderr = BufReader::new(agent.stderr.take().unwrap());
+        let pgid = started(&mut stderr);
+        let began = Instant::now();
+        std::io::copy(&mut stderr, &mut std::io::sink()).unwrap();
+        let status = agent.wait().unwrap();
+        let took = began.elapsed();
+        assert_eq!(status.code(), Some(143));
+        assert!(took >= Duration::from_secs(1), "the job ended {took:?} after its start");
+        assert_eq!(live_members(pgid), Vec::<u32>::new(), "the job outlived the agent");
+        drop(stdin);
+        // The relay's timer ends with it; its sleep is reaped.
+        assert!(wait_for(|| fence_left(&mark) == (vec![], vec![])), "left: {:?}", fence_left(&mark));
+    }
+
+    /// Beats keep a fenced agent going as long as they come, before its env block, among its
+    /// lines and its control lines, and reach neither its job nor its reader of control
+    /// lines; EOF still ends it at once.
+    #[test]
+    fn beats_keep_a_fenced_agent_going_and_reach_nothing_else() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::time::{Duration, Instant};
+        let mark = format!("beats-{}-{}", std::process::id(), rand_suffix());
+        let inv =
+            AgentInvocation { job: "sleep 60 & read -r l; echo \"read: $l\"; wait".into(), ..fenced(&mark) };
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        stdin.write_all(b"beat\n").unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        stdin.write_all(b"beat\n").unwrap();
+        stdin.write_all(&env_block([("HERD_T", "1")])).unwrap();
+        let mut stderr = BufReader::new(agent.stderr.take().unwrap());
+        let pgid = started(&mut stderr);
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(6) {
+            stdin.write_all(b"beat\n").unwrap();
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        stdin.write_all(b"clock\nbeat\n").unwrap();
+        stdin.flush().unwrap();
+        let mut said = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "no clock in {said:?}");
+            match parse_agent_line(line.trim_end()) {
+                AgentMessage::Clock { .. } => break,
+                other => said.push(other),
+            }
+        }
+        assert!(!live_members(pgid).is_empty(), "the job ended though beats came");
+        let ended = Instant::now();
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert!(ended.elapsed() < Duration::from_secs(5), "EOF took {:?}", ended.elapsed());
+        assert_eq!(out.status.code(), Some(143));
+        // The job's stdin is /dev/null: it read nothing of herd's lines.
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "read: \n");
+        assert!(wait_for(|| fence_left(&mark) == (vec![], vec![])), "left: {:?}", fence_left(&mark));
+    }
+
+    /// The fence's relay ends with the agent, herd's end of its stdin still open: in a Slurm
+    /// step that end is also the job's output, which herd reads to its end before it lets go
+    /// of the agent (a relay that waited for herd to let go would hang both).
+    #[test]
+    fn the_fence_ends_with_the_agent_while_herd_still_holds_its_stdin() {
+        use std::io::Write;
+        let mark = format!("ends-{}-{}", std::process::id(), rand_suffix());
+        let inv = AgentInvocation { job: "true".into(), fence_secs: Some(600), ..fenced(&mark) };
+        for env in [Some(env_block([])), None] {
+            let mut agent = spawn_agent(&inv);
+            let mut stdin = agent.stdin.take().unwrap();
+            match &env {
+                Some(block) => stdin.write_all(block).unwrap(),
+                // A control line in place of the env: the agent ends having started nothing.
+                None => stdin.write_all(&Control::Term.encode()).unwrap(),
+            }
+            let status = agent.wait().unwrap();
+            assert_eq!(status.code(), Some(if env.is_some() { 0 } else { 143 }));
+            assert!(wait_for(|| fence_left(&mark) == (vec![], vec![])), "left: {:?}", fence_left(&mark));
+            drop(stdin);
+        }
+    }
+
+    /// A value may hold a line that reads `beat`, or a count: the relay passes an env block's
+    /// lines on as they are. Where there is no FIFO for the fence, the agent passes herd's
+    /// beats over itself, before the env and after.
+    #[test]
+    fn env_blocks_pass_the_fence_whole_and_a_node_without_a_fifo_skips_the_beats() {
+        use std::io::{BufReader, Write};
+        let mark = format!("whole-{}-{}", std::process::id(), rand_suffix());
+        let value = "x\nbeat\n3\nbeat\ny";
+        let inv =
+            AgentInvocation { job: "printf '%s' \"$HERD_T\"".into(), fence_secs: Some(600), ..fenced(&mark) };
+        for tmpdir in [None, Some("/nonexistent")] {
+            let argv = inv.local_argv();
+            let mut command = Command::new(&argv[0]);
+            command.args(&argv[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            if let Some(dir) = tmpdir {
+                command.env("TMPDIR", dir);
+            }
+            let mut agent = command.spawn().unwrap();
+            let mut stdin = agent.stdin.take().unwrap();
+            stdin.write_all(b"beat\n").unwrap();
+            stdin.write_all(&env_block([("HERD_T", value)])).unwrap();
+            stdin.write_all(b"beat\n").unwrap();
+            let mut stderr = BufReader::new(agent.stderr.take().unwrap());
+            started(&mut stderr);
+            std::io::copy(&mut stderr, &mut std::io::sink()).unwrap();
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(agent.stdout.as_mut().unwrap(), &mut out).unwrap();
+            assert_eq!(agent.wait().unwrap().code(), Some(0), "TMPDIR {tmpdir:?}");
+            assert_eq!(String::from_utf8_lossy(&out), value, "TMPDIR {tmpdir:?}");
+            drop(stdin);
+        }
+    }
+
+    /// An agent SIGKILLed (nothing of it ran to its end) leaves no relay holding herd's end
+    /// of its stdin, which in a Slurm step is also its output: the relay's timer ends it.
+    #[test]
+    fn a_killed_agents_relay_ends_without_waiting_for_herd() {
+        use std::io::{BufReader, Write};
+        let mark = format!("killed-{}-{}", std::process::id(), rand_suffix());
+        let inv = AgentInvocation { fence_secs: Some(600), ..fenced(&mark) };
+        let mut agent = spawn_agent(&inv);
+        let mut stdin = agent.stdin.take().unwrap();
+        stdin.write_all(&env_block([])).unwrap();
+        let pgid = started(&mut BufReader::new(agent.stderr.take().unwrap()));
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+        let gone = wait_for(|| fence_left(&mark).0.is_empty());
+        // The job, which nothing stops now.
+        let _ = Command::new("kill").args(["-KILL", &format!("-{pgid}")]).status();
+        assert!(gone, "the relay outlived its agent: {:?}", fence_left(&mark));
+        drop(stdin);
     }
 }

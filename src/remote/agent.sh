@@ -1,5 +1,6 @@
 # herd node agent: runs one node's job in its own process group and ties the job's life to
-# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill. Shipped
+# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill;
+# mkfifo for its fence. Shipped
 # after procs.sh, whose functions it uses. One login per node does all a start needs: the
 # sweep of leftovers, the master's socket tables (for choosing its port), and the job.
 #
@@ -24,6 +25,11 @@
 #           its `herd-facts-done`). The next line ends the probe (TERM, then KILL after 5 s)
 #           and decides: the job's env block starts the job; a control line or EOF ends the
 #           agent, having started nothing.
+#        $9 the fence: seconds without a `beat` line from herd after which the agent takes
+#           herd for gone, as at EOF (herd writes one every heartbeat, from the start); may
+#           be empty (no fence: only EOF ends it). A node cut off from herd for good, its sshd
+#           none the wiser, so ends its job. Needs a FIFO in $TMPDIR (or /tmp): without one,
+#           no fence (and the agent passes the beats over itself).
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
 #        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
@@ -59,8 +65,80 @@ cleanup=${5-}
 presweep=${6-}
 report=${7-}
 probe=${8-}
+fence=${9-}
 
 echo "herd-agent up" >&2
+
+# The fence (see $9). A relay reads herd's lines and passes on all but the beats, through a
+# FIFO that becomes the agent's stdin; its timer ends it once $fence seconds have passed with
+# no beat, and the agent then reads EOF, whichever phase it is in. The relay's first act is to
+# ignore SIGUSR1 (a beat, to the timer), so that a beat before the timer's trap is set cannot
+# kill it; the timer may trap it (a subshell is not a new shell). Neither holds fd 2, nor the
+# timer the FIFO: the relay's end is the FIFO's only writer. Each turn of the timer is one
+# heartbeat long, and its sleep is reaped on TERM, as the heartbeat's. herd's lines reach the
+# relay on fd 3 (a background list's stdin is /dev/null), which the agent then closes. The
+# relay passes an env block's lines on as they are (a value may hold a line `beat`): a count
+# where a control line may be is followed by that many. The relay ends with the agent, its
+# timer with it (its TERM trap): it holds herd's end of the connection, which in a Slurm step
+# is also the job's output, whose end herd waits for. Should the agent die without ending it
+# (SIGKILL), the timer finds the relay no longer the agent's child at its next turn and ends
+# it; should the relay die so, the timer finds itself no longer the relay's child, and ends.
+relay=
+if [ -n "$fence" ]; then
+  relayed=${TMPDIR:-/tmp}/herd-in-$$-${marker#*=}
+  if mkfifo -m 600 "$relayed" 2>/dev/null; then
+    exec 3<&0
+    (
+      trap '' USR1
+      timer=
+      trap '{ kill "$timer"; wait "$timer"; } 2>/dev/null; exit 0' TERM
+      read -r me _ </proc/self/stat
+      (
+        stop='' fed='' missed=0
+        trap 'fed=1' USR1
+        trap 'stop=1; kill "$doze" 2>/dev/null' TERM
+        while [ -z "$stop" ]; do
+          if ! herd_stat /proc/self/stat || [ "$herd_ppid" != "$me" ]; then exit 0; fi
+          if ! herd_stat "/proc/$me/stat" || [ "$herd_ppid" != "$$" ]; then break; fi
+          sleep "$beat" &
+          doze=$!
+          [ -z "$stop" ] || kill "$doze" 2>/dev/null
+          # A beat (USR1) ends the wait early: wait again until the sleep is over.
+          while kill -0 "$doze" 2>/dev/null; do { wait "$doze"; } 2>/dev/null; done
+          [ -z "$stop" ] || exit 0
+          if [ -n "$fed" ]; then missed=0; else missed=$((missed + 1)); fi
+          fed=
+          [ $((missed * beat)) -lt "$fence" ] || break
+        done
+        kill "$me"
+      ) </dev/null >/dev/null 2>&1 3<&- &
+      timer=$!
+      left=0
+      while IFS= read -r line; do
+        if [ "$left" -gt 0 ]; then
+          left=$((left - 1))
+        else
+          case $line in
+            beat)
+              kill -USR1 "$timer" 2>/dev/null
+              continue
+              ;;
+            '' | *[!0-9]*) ;;
+            *) left=$line ;;
+          esac
+        fi
+        printf '%s\n' "$line"
+      done
+      {
+        kill "$timer"
+        wait "$timer"
+      } 2>/dev/null
+    ) <&3 >"$relayed" 2>/dev/null 3<&- &
+    relay=$!
+    exec <"$relayed" 3<&-
+    rm -f "$relayed"
+  fi
+fi
 
 # Only the subshell holds fd 2, never its sleep. On TERM it stops and reaps its sleep
 # (a TERM between `sleep &` and `nap=$!` is caught by the check after it), and the agent waits
@@ -96,11 +174,20 @@ if [ -n "$presweep" ]; then
   set +f
 fi
 
+# The pids of $@ that are still this agent's children (one that ended and was reaped may
+# have given its pid to another process since).
+ours() {
+  for p in "$@"; do
+    herd_stat "/proc/$p/stat" && [ "$herd_ppid" = "$$" ] && echo "$p"
+  done
+}
+
 # Ends the agent before any job started; nothing of the heartbeat is left.
 quit() {
+  # shellcheck disable=SC2046 # one word per pid
   {
-    kill "$heart"
-    wait "$heart"
+    kill "$heart" $(ours $relay)
+    wait "$heart" $relay
   } 2>/dev/null
   [ -z "${2-}" ] || echo "$2" >&2
   exit "$1"
@@ -121,10 +208,19 @@ ports_in_use() {
 # shellcheck disable=SC2046 # one word per port, on one line
 [ "$report" != ports ] || echo "herd-agent ports" $(ports_in_use) >&2
 
+# The next line that is not a beat into $count (herd's beats, read here where there is no
+# fence); false at EOF.
+next_count() {
+  while IFS= read -r count; do
+    [ "$count" = beat ] || return 0
+  done
+  return 1
+}
+
 # An env block's count, read into $count: a control line in its place (herd stopped the
 # attempt before it started) ends the agent, as does EOF (herd gone).
 read_count() {
-  IFS= read -r count || quit 70
+  next_count || quit 70
   case $count in
     '' | *[!0-9]*) quit 143 "herd-agent exit 143" ;;
   esac
@@ -182,7 +278,7 @@ if [ -n "$probe" ]; then
     kill -KILL "-$probe_pg" 2>/dev/null
     wait "$probe_pg" 2>/dev/null
   }
-  IFS= read -r count || {
+  next_count || {
     end_probe
     quit 70
   }
@@ -439,9 +535,10 @@ stop_job "$grace"
 [ -z "$cleanup" ] || (eval "$envs" && unset "${marker%%=*}" && exec sh -c "$cleanup") </dev/null >/dev/null 2>&1 3<&-
 [ ! -d "$muxhome" ] || rm -rf "$muxhome"
 # Waiting also collects the watcher, killed by TERM: the shell's own note of that goes nowhere.
+# shellcheck disable=SC2046,SC2086 # one word per pid; $relay: a pid, or nothing
 {
-  kill "$watcher" "$heart"
-  wait "$heart"
+  kill "$heart" $(ours "$watcher" $relay)
+  wait "$heart" $relay
 } 2>/dev/null
 echo "herd-agent exit $status" >&2
 exit "$status"

@@ -125,6 +125,7 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
+            fence_secs: None,
             marker: live.clone(),
             job: "exec sleep 63".into(),
             cleanup: None,

@@ -29,6 +29,9 @@ pub enum Control {
     Clock,
     /// Each rank's busy time (`AgentMessage::Sample`).
     Sample,
+    /// herd is there (see `ControlLine::beating`): an agent with a fence ends its job once
+    /// these stop coming.
+    Beat,
     /// This signal (a name without `SIG`, of `CheckpointSignal::ALL`) to every rank; with
     /// `true` (a `command` job), to the job's process group where it has no rank.
     Checkpoint(&'static str, bool),
@@ -45,6 +48,7 @@ impl Control {
             Control::Probe => b"probe\n",
             Control::Clock => b"clock\n",
             Control::Sample => b"sample\n",
+            Control::Beat => b"beat\n",
             Control::Checkpoint(signal, group) => {
                 let group = if *group { " group" } else { "" };
                 return Cow::Owned(format!("checkpoint {signal}{group}\n").into_bytes());

@@ -12,6 +12,7 @@ use crate::config::PortSpec;
 use crate::events::Preemption;
 use crate::outcome::NodeExit;
 use crate::plan::LaunchPlan;
+use crate::policy::LATE_CAP_TIMEOUTS;
 use crate::port::{self, PortError};
 
 /// How long herd waits for the agents' answers to `probe` (every job process, and every
@@ -28,9 +29,6 @@ pub const STALLED: Duration = Duration::from_secs(2);
 /// SIGKILL could not stop a second after sending it, after looking through /proc a few times:
 /// on a loaded machine with many processes, that took over 5 s.
 pub const KILL_DEADLINE: Duration = Duration::from_secs(15);
-/// How much longer than `restart.heartbeat_timeout` herd waits at most for a node whose
-/// silence is not its own (see `extra_wait`): this many timeouts more.
-pub const LATE_CAP_TIMEOUTS: u32 = 3;
 /// A launch host whose 1-minute load is this many times its cores is overloaded: its SSH
 /// masters, which carry every heartbeat, may hold them unread for seconds.
 pub const OVERLOADED_PER_CORE: f64 = 4.0;

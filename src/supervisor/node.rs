@@ -888,6 +888,7 @@ mod tests {
             let invocation = AgentInvocation {
                 grace_secs: 5,
                 heartbeat_secs: 3,
+                fence_secs: None,
                 marker: "HERD_MARKER=k:r:0:0".into(),
                 job: "train".into(),
                 cleanup: None,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::AsyncRead;
 
 use crate::config::KnownHostsPolicy;
 use crate::plan::{SlurmTarget, SshTarget, Transport};
@@ -108,7 +108,7 @@ impl Started {
 
 /// The running agent of one node: its pipes and a handle to wait on it.
 pub struct AgentProcess {
-    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    stdin: session::ControlLine,
     stdout: Box<dyn AsyncRead + Send + Unpin>,
     stderr: Box<dyn AsyncRead + Send + Unpin>,
     handle: AgentHandle,
@@ -121,7 +121,7 @@ impl AgentProcess {
         handle: fn(tokio::process::Child) -> AgentHandle,
     ) -> AgentProcess {
         AgentProcess {
-            stdin: Box::new(child.stdin.take().expect("piped")),
+            stdin: session::ControlLine::new(Box::new(child.stdin.take().expect("piped"))),
             stdout: Box::new(child.stdout.take().expect("piped")),
             stderr: Box::new(child.stderr.take().expect("piped")),
             handle: handle(child),
@@ -239,8 +239,17 @@ impl SshLink {
 }
 
 impl Connection {
-    /// Start the node agent with piped stdin, stdout and stderr.
+    /// Start the node agent with piped stdin, stdout and stderr; with a fence, its stdin
+    /// beats from now on (see `ControlLine::beating`).
     pub async fn spawn_agent(&self, inv: &AgentInvocation) -> Result<AgentProcess, TransportError> {
+        let mut process = self.spawn_piped(inv).await?;
+        if inv.fence_secs.is_some() {
+            process.stdin = process.stdin.beating(Duration::from_secs(inv.heartbeat_secs.max(1)));
+        }
+        Ok(process)
+    }
+
+    async fn spawn_piped(&self, inv: &AgentInvocation) -> Result<AgentProcess, TransportError> {
         match self {
             Connection::Local => {
                 let argv = inv.local_argv();
@@ -292,7 +301,7 @@ impl Connection {
                 let stdout = child.stdout().take().expect("piped");
                 let stderr = child.stderr().take().expect("piped");
                 Ok(AgentProcess {
-                    stdin: Box::new(stdin),
+                    stdin: session::ControlLine::new(Box::new(stdin)),
                     stdout: Box::new(stdout),
                     stderr: Box::new(stderr),
                     handle: AgentHandle::Ssh(child),

@@ -4,7 +4,8 @@
 //! bytes, the lines) is `remote`'s, described in docs/design/agent.md. The job's own output
 //! (the agent's stdout) is handed to the caller, who alone knows what it holds.
 
-use std::time::Instant;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Split};
 
@@ -36,7 +37,7 @@ impl AgentSession {
         let started = Started::take_or_start(early, conn, inv).await?;
         let p = started.process;
         Ok(AgentSession {
-            control: ControlLine { stdin: p.stdin },
+            control: p.stdin,
             messages: started.messages.unwrap_or_else(|| Messages::new(p.stderr)),
             output: p.stdout,
             handle: p.handle,
@@ -49,7 +50,7 @@ impl AgentSession {
     /// What its stderr holds unread stays for the next reader.
     pub fn into_started(self, invocation: AgentInvocation) -> Started {
         let process = AgentProcess {
-            stdin: self.control.stdin,
+            stdin: self.control,
             stdout: self.output,
             stderr: Box::new(tokio::io::empty()),
             handle: self.handle,
@@ -59,15 +60,62 @@ impl AgentSession {
 }
 
 /// An agent's stdin. Dropping it closes it: the agent then ends its job (TERM, grace, KILL).
+/// With beats (`beating`), it also says `beat` every so often, from the agent's start until
+/// it is dropped: an agent with a fence ends its job when they stop (herd gone, the node cut
+/// off), however long its sshd keeps the session.
 pub struct ControlLine {
-    stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    stdin: Arc<tokio::sync::Mutex<Stdin>>,
+    beats: Option<tokio::task::AbortHandle>,
 }
 
+type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
+
 impl ControlLine {
+    pub(super) fn new(stdin: Stdin) -> ControlLine {
+        ControlLine { stdin: Arc::new(tokio::sync::Mutex::new(stdin)), beats: None }
+    }
+
+    /// This line, saying `beat` every `every` from now on. Each beat is written whole, between
+    /// two of `send`'s writes, never inside one (an env block is many lines).
+    pub(super) fn beating(mut self, every: Duration) -> ControlLine {
+        let task = tokio::spawn(beat(Arc::downgrade(&self.stdin), every));
+        self.beats = Some(task.abort_handle());
+        self
+    }
+
     /// Write `control` and flush it.
     pub async fn send(&mut self, control: &Control) -> std::io::Result<()> {
-        self.stdin.write_all(&control.encode()).await?;
-        self.stdin.flush().await
+        let mut stdin = self.stdin.lock().await;
+        stdin.write_all(&control.encode()).await?;
+        stdin.flush().await
+    }
+}
+
+impl Drop for ControlLine {
+    fn drop(&mut self) {
+        // The beats hold the pipe only while they write one: it closes now, or once that
+        // write is cancelled.
+        if let Some(beats) = &self.beats {
+            beats.abort();
+        }
+    }
+}
+
+/// `beat` every `every` down `stdin`, until it is gone or cannot be written.
+async fn beat(stdin: Weak<tokio::sync::Mutex<Stdin>>, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(stdin) = stdin.upgrade() else { return };
+        let mut stdin = stdin.lock().await;
+        let wrote = async {
+            stdin.write_all(&Control::Beat.encode()).await?;
+            stdin.flush().await
+        };
+        if wrote.await.is_err() {
+            return;
+        }
     }
 }
 
@@ -144,7 +192,7 @@ mod tests {
     #[tokio::test]
     async fn control_goes_down_as_the_agent_reads_it_and_messages_come_up() {
         let (down, mut seen) = tokio::io::duplex(256);
-        let mut control = ControlLine { stdin: Box::new(down) };
+        let mut control = ControlLine::new(Box::new(down));
         control.send(&Control::Env(crate::remote::shell::env_block([("A", "1")]))).await.unwrap();
         control.send(&Control::Probe).await.unwrap();
         control.send(&Control::TermFast).await.unwrap();
@@ -158,5 +206,43 @@ mod tests {
         assert_eq!(messages.next().await, Some(AgentMessage::Up));
         assert_eq!(messages.next().await, Some(AgentMessage::Exited { status: 3 }));
         assert_eq!(messages.next().await, None);
+    }
+
+    /// Beats go down between herd's writes, never inside one (an env block of many lines is
+    /// read by count), and dropping the line closes it at once, beats or not.
+    #[tokio::test]
+    async fn beats_come_between_writes_and_the_line_still_closes_when_dropped() {
+        let (down, mut seen) = tokio::io::duplex(4096);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut seen, &mut got).await.map(|_| got)
+        });
+        let mut control = ControlLine::new(Box::new(down)).beating(Duration::from_millis(2));
+        let names: Vec<String> = (0..300).map(|i| format!("V{i}")).collect();
+        let value = "x".repeat(200);
+        let block = crate::remote::shell::env_block(names.iter().map(|n| (n.as_str(), value.as_str())));
+        for _ in 0..10 {
+            control.send(&Control::Env(block.clone())).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        drop(control);
+        let got =
+            tokio::time::timeout(Duration::from_secs(5), reader).await.expect("closed").unwrap().unwrap();
+        let text = String::from_utf8(got).unwrap();
+        let mut lines = text.lines();
+        let (mut blocks, mut beats) = (0, 0);
+        while let Some(line) = lines.next() {
+            if line == "beat" {
+                beats += 1;
+                continue;
+            }
+            let count: usize = line.parse().unwrap_or_else(|_| panic!("not a count: {line:?}"));
+            for _ in 0..count {
+                assert!(lines.next().unwrap().starts_with("export V"), "a beat inside an env block");
+            }
+            blocks += 1;
+        }
+        assert_eq!(blocks, 10);
+        assert!(beats > 0, "no beat came");
     }
 }

@@ -177,7 +177,7 @@ impl SimNode {
             status: None,
         };
         Ok(AgentProcess {
-            stdin: Box::new(stdin),
+            stdin: super::session::ControlLine::new(Box::new(stdin)),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
             handle: AgentHandle::Sim(Ended(tokio::spawn(agent.run(script)))),
@@ -341,7 +341,7 @@ impl Agent {
     }
 
     /// One line of stdin, as agent.sh reads it: a count starts an env block of that many
-    /// lines; any other line is a control line.
+    /// lines; herd's `beat`s are its fence's, passed over; any other line is a control line.
     fn parse(&mut self, line: String) -> Option<Heard> {
         if let Some((left, lines)) = self.block.as_mut() {
             lines.push(line);
@@ -358,6 +358,7 @@ impl Agent {
                 self.block = Some((count, Vec::new()));
                 None
             }
+            Err(_) if line == "beat" => None,
             Err(_) => Some(Heard::Line(line)),
         }
     }
@@ -393,6 +394,7 @@ mod tests {
         AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 1,
+            fence_secs: None,
             marker: "HERD_MARKER=k:r:0:0".into(),
             job: "true".into(),
             cleanup: None,

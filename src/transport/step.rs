@@ -294,7 +294,7 @@ async fn join(target: &SlurmTarget, shell: &str, kind: Kind) -> Result<AgentProc
     };
     let step = gather(&listener, target, kind, slots);
     Ok(AgentProcess {
-        stdin: Box::new(HeldWrite { conn: Lazy::Waiting(stdin_rx), held }),
+        stdin: super::session::ControlLine::new(Box::new(HeldWrite { conn: Lazy::Waiting(stdin_rx), held })),
         stdout: Box::new(Lazy::Waiting(stdout_rx)),
         stderr: Box::new(Lazy::Waiting(stderr_rx)),
         handle: AgentHandle::Step(Member { hold: Hold(step), exit: exit_rx }),
