@@ -295,16 +295,25 @@ mod tests {
         assert_eq!(processes_with_env(&marker), Vec::<u32>::new(), "a process outlived the agent");
     }
 
+    /// Found by descent alone, whatever its name: this one's (from the file it runs) holds
+    /// what a parser of /proc/PID/stat that stopped at its first `) ` would take for its
+    /// state and parent. Not numbers: another program on the machine that parses so (a CI
+    /// runner's process reaper, say) must not read pid 1 there and signal its group.
     #[test]
     fn a_job_process_that_cleared_its_environment_is_stopped_too() {
         use std::io::Write;
         let secs = unique_secs(5000);
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = dir.path().join("z) S z z z (z");
+        let found = Command::new("sh").args(["-c", "command -v sleep"]).output().unwrap().stdout;
+        std::os::unix::fs::symlink(String::from_utf8(found).unwrap().trim_end(), &sleep).unwrap();
+        let sleep = sleep.to_str().unwrap();
         let inv = AgentInvocation {
             grace_secs: 1,
             heartbeat_secs: 60,
             fence_secs: None,
             marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
+            job: format!("setsid env -i '{sleep}' {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
             cleanup: None,
             presweep: None,
             report_ports: false,
@@ -313,10 +322,10 @@ mod tests {
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
-        assert!(wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()), "the job did not start");
+        assert!(wait_for(|| !processes_with_argv(&[sleep, &secs]).is_empty()), "the job did not start");
         drop(stdin);
         child.wait().unwrap();
-        assert_eq!(processes_with_argv(&["sleep", &secs]), Vec::<u32>::new(), "env -i let it escape");
+        assert_eq!(processes_with_argv(&[sleep, &secs]), Vec::<u32>::new(), "env -i let it escape");
     }
 
     #[test]

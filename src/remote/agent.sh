@@ -1,6 +1,6 @@
 # herd node agent: runs one node's job in its own process group and ties the job's life to
-# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU) and kill;
-# mkfifo for its fence. Shipped
+# herd's connection. POSIX sh; needs setsid (util-linux), grep -z (GNU), awk (POSIX) and
+# kill; mkfifo for its fence. Shipped
 # after procs.sh, whose functions it uses. One login per node does all a start needs: the
 # sweep of leftovers, the master's socket tables (for choosing its port), and the job.
 #
@@ -341,9 +341,7 @@ survivors() {
     for p in $1 $(strays) $(tree); do
       herd_stat "/proc/$p/stat" && [ "$herd_state" != Z ] && echo "$p"
     done
-    for s in /proc/[0-9]*/stat; do
-      herd_stat "$s" && [ "$herd_pgrp" = "$pg" ] && [ "$herd_state" != Z ] && echo "$herd_pid"
-    done
+    herd_procs 'BEGIN { for (p in pgrp) if (pgrp[p] == g && state[p] != "Z") print p }' -v g="$pg"
   } | sort -u
 }
 

@@ -142,9 +142,10 @@ fn per_node_costs_at_16_and_64_nodes() {
 /// 252 nodes with herd's default settings, under `ulimit -n 1024`: run (a `command` job of
 /// `true`, with its preflight), exec, doctor and kill succeed, their output names the nodes
 /// as one hostlist rather than line by line, herd stays within the descriptors it counts per
-/// node, and nothing is left on any node.
+/// node, and nothing is left on any node. About 2 minutes on 2 cores since each node has a
+/// /proc of its own (11 before: every agent looked through the whole fleet's processes, at a
+/// load of up to 542).
 #[test]
-#[ignore = "11 minutes on 2 cores (run 388 s, doctor 160 s), too long for the suite; and once, at a load of 542, one node was judged silent before the fleet-wide lateness was (issue 26): run it with --run-ignored"]
 fn two_hundred_fifty_two_nodes_under_ulimit_1024() {
     let tb = testbed_of(MANY);
     let addrs: Vec<&str> = tb.nodes().iter().map(|n| n.addr.as_str()).collect();

@@ -86,6 +86,8 @@ pub struct Testbed {
     nodes: Vec<TestNode>,
     sshds: Vec<Child>,
     sshd_cmds: Vec<String>,
+    /// `many`'s PID namespaces, one per address (none for `new`).
+    holders: Vec<Child>,
     identity: PathBuf,
     known_hosts: PathBuf,
     marker: PathBuf,
@@ -118,6 +120,7 @@ impl Testbed {
             nodes: Vec::new(),
             sshds: Vec::new(),
             sshd_cmds: Vec::new(),
+            holders: Vec::new(),
             identity: dir.path().join("id_ed25519"),
             known_hosts: dir.path().join("known_hosts"),
             marker,
@@ -129,10 +132,13 @@ impl Testbed {
         tb
     }
 
-    /// `n` nodes that are one host: one namespace (one sshd, one PID namespace) answering on
-    /// `n` addresses of its interface (10.77.K.2 to 10.77.K.(n+1)), as a cluster of `n` nodes
-    /// looks to herd. For the scale tests: 64 real namespaces with an sshd each would not fit a
-    /// 2-core machine's budget. At most 252: the bridge holds .1 and Slurm's controller .254.
+    /// `n` nodes that are one host: one namespace (one sshd) answering on `n` addresses of its
+    /// interface (10.77.K.2 to 10.77.K.(n+1)), as a cluster of `n` nodes looks to herd. For
+    /// the scale tests: 64 real namespaces with an sshd each would not fit a 2-core machine's
+    /// budget. At most 252: the bridge holds .1 and Slurm's controller .254. Each address has
+    /// a PID namespace and a /proc of its own, as each node of a cluster has: what an agent
+    /// looks through to stop its job, or a sweep for leftovers, is that node's processes, not
+    /// the fleet's (which would make every stop cost in proportion to the fleet).
     pub fn many(n: usize) -> Testbed {
         assert!((1..=MAX_MANY).contains(&n), "Testbed::many({n}): at most {MAX_MANY} addresses");
         let mut tb = Testbed::new(1);
@@ -157,7 +163,95 @@ impl Testbed {
         write_file(&batch_file, &batch);
         run(Command::new("ip").args(["-n", &first.netns, "-batch"]).arg(&batch_file));
         write_file(&tb.known_hosts, &known);
+        tb.hosts_apart();
         tb
+    }
+
+    /// `many`'s PID namespaces: for each address, a holder (catatonit, which reaps what is
+    /// orphaned to it) in a PID namespace of its own inside the host's, with its own /proc;
+    /// sshd's `ForceCommand` runs each login in the holder of the address it came to, in the
+    /// login shell and the home it would have had. ForceCommand itself runs in the login
+    /// shell: the inner one is told it is not the one sshd started (SHLVL), so that bash reads
+    /// ~/.bashrc once a login, as without it.
+    fn hosts_apart(&mut self) {
+        const CATATONIT: &str = "/usr/libexec/podman/catatonit";
+        assert!(Path::new(CATATONIT).exists(), "Testbed::many needs {CATATONIT} (apt-get install catatonit)");
+        let unshare = self.sshds[0].id();
+        let sshd = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse::<u32>().ok())
+            .expect("testbed: the host's sshd, under its unshare");
+        for j in 0..self.nodes.len() {
+            let mut c = Command::new("nsenter");
+            c.args(["-t", &sshd.to_string(), "-n", "-u", "-p", "-m", "--"])
+                .args(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", CATATONIT, "-P"])
+                .env("HERD_TB_HOST", format!("{}:{j}", self.k))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0);
+            self.holders.push(c.spawn().expect("testbed: spawn a host's PID namespace"));
+        }
+        // Each holder's pid as the host's sshd sees it (NSpid's last but one: its own is the
+        // last, 1; this process's the first), found by its slot and address: another testbed's
+        // may be running.
+        let ours = format!("HERD_TB_HOST={}:", self.k);
+        let deadline = Instant::now() + READY_TIMEOUT * 3;
+        let mut pids = vec![None; self.nodes.len()];
+        while pids.iter().any(Option::is_none) {
+            assert!(Instant::now() < deadline, "testbed: the hosts' PID namespaces did not start");
+            for pid in pids_whose_cmdline(|cmd| cmd.starts_with(CATATONIT.as_bytes())) {
+                let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let Some(j) = env.split(|&b| b == 0).find_map(|e| {
+                    std::str::from_utf8(e.strip_prefix(ours.as_bytes())?).ok()?.parse::<usize>().ok()
+                }) else {
+                    continue;
+                };
+                let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let ns: Vec<&str> = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .map(|l| l.split_whitespace().collect())
+                    .unwrap_or_default();
+                if let (Some(slot), [.., host, _]) = (pids.get_mut(j), ns.as_slice()) {
+                    *slot = host.parse::<u32>().ok();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut config = String::new();
+        for (node, pid) in self.nodes.iter().zip(&pids) {
+            config.push_str(&format!(
+                "Match LocalAddress {}\n  ForceCommand exec nsenter -t {} -p -m --wd=\"$HOME\" -- env SHLVL=1 \"$SHELL\" -c \"$SSH_ORIGINAL_COMMAND\"\n",
+                node.addr,
+                pid.expect("a pid")
+            ));
+        }
+        let cfg = self.dir.path().join("sshd1.conf");
+        let mut text = fs::read_to_string(&cfg).expect("sshd1.conf");
+        text.push_str(&config);
+        write_file(&cfg, &text);
+        // sshd reads its configuration again as it re-executes itself.
+        run(Command::new("kill").args(["-HUP", &sshd.to_string()]));
+        // Until a login to the first and the last address finds its own namespace.
+        let host_ns = fs::read_link(format!("/proc/{sshd}/ns/pid")).expect("the host's PID namespace");
+        for i in [0, self.nodes.len() - 1] {
+            loop {
+                let out = self.ssh(i, "readlink /proc/$$/ns/pid");
+                let ns = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if out.status.success() && !ns.is_empty() && Path::new(&ns) != host_ns {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "testbed: a login to {} is not in a PID namespace of its own: {:?} {}",
+                    self.nodes[i].addr,
+                    ns,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     pub fn nodes(&self) -> &[TestNode] {
@@ -741,6 +835,11 @@ impl Drop for Testbed {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // The host's sshd took its PID namespaces with it.
+        for child in &mut self.holders {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         // Kills everything left in the namespaces (ssh sessions, setsid'd jobs), deletes them,
         // the veths, /etc/netns dirs and finally the bridge.
         teardown_slot(self.k);
@@ -1016,6 +1115,19 @@ fn netns_id(ns: &str) -> Option<(u64, u64)> {
         return None;
     }
     Some((m.dev(), m.ino()))
+}
+
+/// The processes on this machine whose command line (`/proc/PID/cmdline`: argv, each word
+/// followed by a NUL) `keep` accepts.
+pub fn pids_whose_cmdline(keep: impl Fn(&[u8]) -> bool) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| keep(&c)))
+        .collect()
 }
 
 /// Live, non-zombie processes whose network namespace is `id`.
