@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use crate::events::Event;
 use crate::plan::{LaunchPlan, NodePlan};
 use crate::remote::agent::AgentInvocation;
-use crate::transport::{self, Connection, Started, TransportError};
+use crate::transport::{self, Connection, OnBusy, Started, TransportError};
 
 /// Work running on many nodes at once (`Fleet::spawn_each`). Dropping it aborts what is left.
 pub struct OnNodes<T> {
@@ -160,7 +160,7 @@ impl Fleet {
                 let started = Instant::now();
                 let conn = match refused {
                     Some(why) => Err(TransportError::Slurm(why)),
-                    None => transport::connect(&transport, options).await,
+                    None => transport::connect(&transport, options, OnBusy::TryAgain).await,
                 };
                 let took = started.elapsed();
                 // A start that fails here is tried again, and reported, where the agent is used.
@@ -321,7 +321,8 @@ impl Fleet {
                     let started = Instant::now();
                     // Checked once connected: through Slurm, connecting holds nothing open, and
                     // the check is what asks whether the node can run steps again.
-                    let error = match transport::connect(&transport, options).await {
+                    // Tried once a round: a busy sshd is this loop's to try again, within `wait`.
+                    let error = match transport::connect(&transport, options, OnBusy::GiveUp).await {
                         Ok(c) => match c.check().await {
                             Ok(()) => {
                                 let connect_ms = started.elapsed().as_millis() as u64;

@@ -15,7 +15,7 @@ use crate::fleet::Fleet;
 use crate::plan::LaunchPlan;
 use crate::quarantine::{self, Quarantine};
 use crate::roster::Blamed;
-use crate::transport::{Started, TransportError};
+use crate::transport::{OnBusy, Started, TransportError};
 use crate::{blame, doctor};
 
 /// Every node of the plan connected and checked.
@@ -111,7 +111,7 @@ pub(super) async fn answering(plan: &LaunchPlan, hosts: Vec<String>) -> Vec<Stri
     for host in hosts {
         let Some(transport @ crate::plan::Transport::Ssh(_)) = plan.transport_of(&host) else { continue };
         set.spawn(async move {
-            let conn = crate::transport::connect(&transport, options).await.ok()?;
+            let conn = crate::transport::connect(&transport, options, OnBusy::GiveUp).await.ok()?;
             let answered = conn.check().await.is_ok();
             conn.close().await;
             answered.then_some(host)

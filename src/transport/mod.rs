@@ -4,6 +4,7 @@
 //! that start together (`step`), or a step per node and action (`slurm`); or this machine
 //! directly, for `localhost`. In unit tests, a simulated node (`sim`).
 
+pub mod handshake;
 pub mod session;
 #[cfg(test)]
 pub mod sim;
@@ -25,6 +26,7 @@ use crate::config::KnownHostsPolicy;
 use crate::plan::{SlurmTarget, SshTarget, Transport};
 use crate::remote;
 use crate::remote::agent::AgentInvocation;
+pub use handshake::OnBusy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -167,20 +169,29 @@ pub fn use_control_dir(dir: PathBuf) {
     let _ = CONTROL_DIR.set(dir);
 }
 
-/// Connect to a node.
-pub async fn connect(transport: &Transport, options: ConnectOptions) -> Result<Connection, TransportError> {
+/// Connect to a node. Over SSH, the handshake waits its turn, and a busy sshd is tried again
+/// or not as `on_busy` says (see `handshake`).
+pub async fn connect(
+    transport: &Transport,
+    options: ConnectOptions,
+    on_busy: OnBusy,
+) -> Result<Connection, TransportError> {
     match transport {
         Transport::Local => Ok(Connection::Local),
         Transport::Slurm(target) => Ok(Connection::Slurm(target.clone())),
         Transport::Ssh(target) => Ok(Connection::Ssh(SshLink {
-            session: std::sync::Mutex::new(Arc::new(connect_ssh(target, options).await?)),
+            session: std::sync::Mutex::new(Arc::new(connect_ssh(target, options, on_busy).await?)),
             target: target.clone(),
             options,
         })),
     }
 }
 
-async fn connect_ssh(target: &SshTarget, options: ConnectOptions) -> Result<Session, TransportError> {
+async fn connect_ssh(
+    target: &SshTarget,
+    options: ConnectOptions,
+    on_busy: OnBusy,
+) -> Result<Session, TransportError> {
     let mut b = SessionBuilder::default();
     b.known_hosts_check(match target.known_hosts {
         KnownHostsPolicy::Strict => KnownHosts::Strict,
@@ -207,7 +218,29 @@ async fn connect_ssh(target: &SshTarget, options: ConnectOptions) -> Result<Sess
     if let Some(file) = &target.known_hosts_file {
         b.user_known_hosts_file(expand_tilde(file));
     }
-    b.connect_mux(&target.host).await.map_err(|e| TransportError::Connect(error_chain(&e)))
+    let mut tries = 0;
+    loop {
+        let tried = {
+            let _turn = handshake::turn().await;
+            b.connect_mux(&target.host).await
+        };
+        let error = match tried {
+            Ok(session) => return Ok(session),
+            Err(e) => error_chain(&e),
+        };
+        tries += 1;
+        let again = match on_busy {
+            OnBusy::TryAgain => handshake::again_after(&error, tries, rand::random()),
+            OnBusy::GiveUp => None,
+        };
+        match again {
+            Some(wait) => {
+                tracing::debug!(host = %target.host, "sshd busy ({error}): trying again in {wait:?}");
+                tokio::time::sleep(wait).await;
+            }
+            None => return Err(TransportError::Connect(handshake::gave_up(error, tries))),
+        }
+    }
 }
 
 impl SshLink {
@@ -230,7 +263,7 @@ impl SshLink {
                     return Err(first);
                 }
                 tracing::debug!(host = %self.target.host, "ssh master gone ({first}): connecting again");
-                let fresh = Arc::new(connect_ssh(&self.target, self.options).await?);
+                let fresh = Arc::new(connect_ssh(&self.target, self.options, OnBusy::GiveUp).await?);
                 *self.session.lock().expect("not poisoned") = fresh.clone();
                 attempt(fresh).await
             }
@@ -445,6 +478,8 @@ pub fn connect_fix(error: &str) -> &'static str {
         "the host name does not resolve: check it, or give the node an `addr`"
     } else if has("Connection refused") {
         "nothing listens for ssh there: check that sshd runs on the node, and ssh.port"
+    } else if handshake::sshd_was_busy(error) {
+        "the node's sshd was too busy to take the connection, tries apart: MaxStartups reached or its CPU starved; a bastion (ProxyJump) in front of the nodes needs MaxStartups above herd's handshakes at once (8 per core of this host, 16 at least)"
     } else {
         "check that the host is up and that `ssh <host> true` works without a prompt"
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::support::cluster::Cluster;
 use crate::support::herd::{self, wait_until};
+use crate::support::testbed::Testbed;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -62,6 +63,36 @@ fn an_unreachable_node_is_reported_and_the_others_still_run() {
     assert_eq!(out.node_lines(&format!("[0 {}] ", c.addr(0))), ["hello"], "{out}");
     assert_eq!(out.node_lines(&format!("[2 {}] ", c.addr(2))), ["hello"], "{out}");
     assert!(out.stderr.contains(&format!("node 1 ({}): unreachable", c.addr(1))), "{out}");
+}
+
+/// A node whose sshd is full (`MaxStartups`, as a bastion's 10 by default, or a node's own
+/// with a scanner at the door) drops herd's connection before its banner: herd tries again
+/// after a second or so, and the node is not reported unreachable while the slot frees.
+#[test]
+fn a_node_whose_sshd_drops_the_connection_while_full_is_tried_again() {
+    // After the testbed's own `MaxStartups 1000`: that this one holds, the test's run without
+    // the tries showed (node 1 unreachable, its connection closed).
+    let tb = Testbed::with_sshd_config(3, "MaxStartups 1\n");
+    let c = Cluster { tb, venv: herd::torch_venv() };
+    c.write_config("launcher = \"command\"\nscript = \"true\"", "");
+    // node 1's one unauthenticated slot, taken for 2.5 s by a connection that says nothing.
+    let door = std::net::TcpStream::connect((c.addr(1), 22)).expect("node 1's sshd");
+    let freed = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2500));
+        drop(door);
+    });
+    let debug = [("RUST_LOG", "herd::transport=debug")];
+    let out = herd::run_with(c.tb.dir(), &["exec", "--", "echo hello"], &debug, LIMIT);
+    freed.join().unwrap();
+    out.assert_code(0);
+    for node in 0..3 {
+        assert_eq!(out.node_lines(&format!("[{node} {}] ", c.addr(node))), ["hello"], "{out}");
+    }
+    // Connected by a try after the first, not by a first try late enough to find the slot free.
+    // (ssh's words span lines: the event's fields come after them.)
+    let tried_again =
+        out.stderr.contains("sshd busy") && out.stderr.contains(&format!("host={}\n", c.addr(1)));
+    assert!(tried_again, "node 1 was not tried again\n{out}");
 }
 
 #[test]
