@@ -114,17 +114,10 @@ impl Daemons {
     fn pids_of(&self, nodes: &[usize]) -> Vec<u32> {
         let configs: Vec<String> =
             nodes.iter().map(|&i| format!("{}/daemon.json", self.dirs[i].display())).collect();
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let cmd = String::from_utf8_lossy(&cmd);
-                cmd.starts_with("dockerd\0") && configs.iter().any(|c| cmd.contains(&format!("\0{c}\0")))
-            })
-            .collect()
+        testbed::pids_whose_cmdline(|cmd| {
+            let cmd = String::from_utf8_lossy(cmd);
+            cmd.starts_with("dockerd\0") && configs.iter().any(|c| cmd.contains(&format!("\0{c}\0")))
+        })
     }
 
     /// Waits until node `i`'s daemon answers, or panics with its log's tail once it has

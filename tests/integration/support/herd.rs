@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::testbed::pids_whose_cmdline;
+
 pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
 
 /// The cached torch + deepspeed virtualenv (scripts/torch-venv.sh). Tests that need torch
@@ -249,11 +251,7 @@ pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
 /// Live processes anywhere on this machine whose argv is exactly `argv`.
 pub fn processes_with_argv(argv: &[&str]) -> Vec<u32> {
     let want: Vec<u8> = argv.iter().flat_map(|w| [w.as_bytes(), b"\0"].concat()).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
-        .collect()
+    pids_whose_cmdline(|c| c == want)
 }
 
 /// A `/proc/PID/status` field in kB (`VmRSS:`, `VmHWM:`).
@@ -263,18 +261,17 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The SSH master connections running (`ssh -M` with an openssh control folder in its argv,
-/// any herd's), and their total RSS in KiB.
+/// The pids of the SSH master connections running (`ssh -M` with an openssh control folder
+/// in its argv, any herd's).
+pub fn ssh_master_pids() -> Vec<u32> {
+    pids_whose_cmdline(|cmdline| {
+        let argv = String::from_utf8_lossy(cmdline);
+        argv.starts_with("ssh\0") && argv.contains(".ssh-connection") && argv.contains("\0-M\0")
+    })
+}
+
+/// The SSH master connections running (see `ssh_master_pids`), and their total RSS in KiB.
 pub fn ssh_masters() -> (usize, u64) {
-    let mut found = (0, 0);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let argv = String::from_utf8_lossy(&cmdline);
-        if argv.starts_with("ssh\0") && argv.contains(".ssh-connection") && argv.contains("\0-M\0") {
-            found.0 += 1;
-            found.1 += status_kib(pid, "VmRSS:").unwrap_or(0);
-        }
-    }
-    found
+    let pids = ssh_master_pids();
+    (pids.len(), pids.iter().map(|&pid| status_kib(pid, "VmRSS:").unwrap_or(0)).sum())
 }
