@@ -184,6 +184,15 @@ struct SelfSample {
     hwm_kib: u64,
 }
 
+/// A process's CPU times from `/proc/PID/stat` (PID may be `self`), in clock ticks: utime,
+/// stime, cutime and cstime (fields 14 to 17, after the command's `)`).
+pub fn cpu_ticks(pid: &str) -> Option<[u64; 4]> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let f = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Some([f(14), f(15), f(16), f(17)])
+}
+
 #[derive(Clone, Copy)]
 pub struct Measured {
     pub wall: Duration,

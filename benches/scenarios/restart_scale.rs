@@ -1,18 +1,26 @@
 //! Scenario `restart-scale` (issue 41, item 5): herd's own part of a restart by node count.
 //! A `command` job on N nodes of one sshd (BENCH_RESTART_SCALE, 16,64,252): in attempt 0,
 //! node 3 prints a communication error and exits 1; every other node sleeps. From the moment
-//! herd sees the failure (its `teardown_started`) to the last `node_started` of attempt 1
+//! herd sees the failure (node 3's `node_exited`) to the last `node_started` of attempt 1
 //! (every node's job running again), minus the backoff it drew; torch is not in it. Split:
-//! the teardown (to `attempt_failed`), herd's start of the next attempt (to
-//! `attempt_started`, less the backoff: the sweep, the checks, the port, the env), and the
-//! nodes' start (to the last `node_started`). Goals: at most 1 s at 16 nodes, 3 s at 254.
+//! the others' stacks (to `teardown_started`: herd asks every node still running where its
+//! job is, and waits for the answers, `PROBE_WAIT` at most), the teardown (to
+//! `attempt_failed`), herd's start of the next attempt (to `attempt_started`, less the
+//! backoff: the sweep, the checks, the port, the env), and the nodes' start (to the last
+//! `node_started`). Goals: at most 1 s at 16 nodes, 3 s at 254.
+//! The nodes of `Testbed::many` share this machine's two cores, where a cluster's nodes each
+//! have their own: the CPU time herd itself spent from the failure seen to the attempt failed
+//! and over the start (the backoff between them left out, and with it herd's look at its
+//! connections after it), and the machine's less herd's and this bench's, over the nodes (a
+//! node's own share), are measured beside the wall times (sampled as the run is polled, every
+//! 50 ms).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use super::herd_support::HERD;
+use super::herd_support::{self, HERD};
 use super::job::{backoff_drawn, clear_logs, event_time, hosts, run_events, since, write_config};
-use super::measure::{env_sizes, fmt_stat, poll_until, runs, table};
+use super::measure::{self, env_sizes, fmt_stat, poll_until, runs, table};
 use super::testbed::Testbed;
 
 /// Node 3 fails once, as a rank that lost its peer would; the others wait to be stopped.
@@ -29,10 +37,10 @@ pub fn run() {
     let dir = tempfile::tempdir().unwrap();
     println!("\n### A restart's own cost by node count: a `command` job, node 3 fails, to every node running again, minus the backoff ({reps} runs each)\n");
     println!("Rerun: `BENCH_RUNS={reps} BENCH_RESTART_SCALE=16,64,252 cargo bench --bench herd_bench -- restart-scale`\n");
-    table("| nodes | failure seen to all running, s | spread | teardown | herd's start | nodes' start | backoff drawn |");
+    table("| nodes | failure seen to all running, s | spread | the others' stacks | teardown | herd's start | nodes' start | backoff drawn | herd's CPU, s | a node's CPU, ms |");
     for &n in &sizes {
         let config = write_config(&tb, dir.path(), &hosts(&tb, n), JOB, RESTART);
-        let mut got: Vec<[f64; 5]> = Vec::new();
+        let mut got: Vec<[f64; 8]> = Vec::new();
         for rep in 0..reps {
             clear_logs(dir.path());
             match restart(&config, dir.path(), n) {
@@ -42,7 +50,7 @@ pub fn run() {
                     let kept = std::env::temp_dir().join(format!("herd-restart-scale-{n}-{rep}.stderr"));
                     let _ = std::fs::copy(dir.path().join("herd.stderr"), &kept);
                     println!(
-                        "| {n} | run {rep}: attempt 1 did not come up on every node; herd's stderr: {} | | | | | |",
+                        "| {n} | run {rep}: another node than 3 ended first, or attempt 1 did not come up on every node; herd's stderr: {} | | | | | | | | |",
                         kept.display()
                     )
                 }
@@ -54,13 +62,47 @@ pub fn run() {
         let col = |i: usize| got.iter().map(|r| r[i]).collect::<Vec<f64>>();
         let (m, spread, _) = fmt_stat(&col(0), 2);
         let med = |i: usize| fmt_stat(&col(i), 2).0;
-        println!("| {n} | {m} | {spread} | {} | {} | {} | {} |", med(1), med(2), med(3), med(4));
+        let (herd_cpu, node_cpu) = (med(6), fmt_stat(&col(7), 1).0);
+        println!(
+            "| {n} | {m} | {spread} | {} | {} | {} | {} | {} | {herd_cpu} | {node_cpu} |",
+            med(1),
+            med(2),
+            med(3),
+            med(4),
+            med(5)
+        );
     }
 }
 
+/// CPU time so far, in seconds, as `[herd, machine, bench]`: herd's on the launch host (its
+/// threads, its children reaped, and its ssh masters, which `ssh -M -f` detaches from it but
+/// which carry every session), every CPU's busy time (/proc/stat: user, nice, system, irq,
+/// softirq, steal; guest time is within user and nice), and this bench's own (its polling).
+fn cpu(herd: u32) -> [f64; 3] {
+    let tick = 100.0; // USER_HZ, as Linux gives it to /proc on every architecture
+    let secs = |pid: &str, with_children: bool| {
+        measure::cpu_ticks(pid)
+            .map_or(0.0, |t| t[..if with_children { 4 } else { 2 }].iter().sum::<u64>() as f64 / tick)
+    };
+    let masters: f64 = herd_support::ssh_master_pids().iter().map(|pid| secs(&pid.to_string(), false)).sum();
+    let machine = std::fs::read_to_string("/proc/stat").ok().map_or(0.0, |s| {
+        let t: Vec<f64> = s
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap_or(0.0))
+            .collect();
+        [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| t.get(i)).sum::<f64>() / tick
+    });
+    [secs(&herd.to_string(), true) + masters, machine, secs("self", false)]
+}
+
 /// One run: herd started, attempt 1 running on every node, then Ctrl-C. The row: the whole
-/// (less the backoff), the teardown, herd's start, the nodes' start, the backoff.
-fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<[f64; 5]> {
+/// (less the backoff), the others' stacks, the teardown, herd's start, the nodes' start, the
+/// backoff, herd's CPU and a node's (ms) over the same span, the backoff left out.
+fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<[f64; 8]> {
     let mut herd = Command::new("prlimit")
         .args(["--nofile=1024:", "--", HERD, "run", "-c"])
         .arg(config)
@@ -73,17 +115,39 @@ fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<
     let running = |ev: &[serde_json::Value]| {
         ev.iter().filter(|e| e["event"] == "node_started" && e["attempt"] == 1).count() >= n
     };
+    // CPU from the failure seen to the attempt failed, and over the start (attempt 1 starting
+    // to every node running), each sampled at the first poll that finds its events: the
+    // backoff between them, which the wall times leave out, is left out. The first
+    // `node_exited` is node 3's: the others run until the teardown.
+    const MARKS: [(&str, usize); 3] = [("node_exited", 0), ("attempt_failed", 0), ("attempt_starting", 1)];
+    let mut marks: [Option<[f64; 3]>; 3] = [None; 3];
+    let mut end_cpu = [0.0; 3];
     let mut gone = false;
-    let up = poll_until(Duration::from_secs(300), Duration::from_millis(200), || {
+    let up = poll_until(Duration::from_secs(300), Duration::from_millis(50), || {
         gone = matches!(herd.try_wait(), Ok(Some(_)));
-        gone || running(&run_events(&logs))
+        let now = cpu(herd.id());
+        let ev = run_events(&logs);
+        for (mark, (name, nth)) in marks.iter_mut().zip(MARKS) {
+            if mark.is_none() && event_time(&ev, name, nth).is_some() {
+                *mark = Some(now);
+            }
+        }
+        end_cpu = now;
+        gone || running(&ev)
     })
     .filter(|_| !gone);
     let _ = Command::new("kill").args(["-INT", &herd.id().to_string()]).status();
     let _ = herd.wait();
     up?;
     let ev = run_events(&logs);
-    let seen = event_time(&ev, "teardown_started", 0)?;
+    // The scenario's failure is node 3's, the run's first exit (its CPU mark above is that
+    // exit): a run where another node ended first is not this scenario.
+    let first_exit = ev.iter().find(|e| e["event"] == "node_exited")?;
+    if first_exit["node_rank"] != 3 || first_exit["attempt"] != 0 {
+        return None;
+    }
+    let seen = event_time(&ev, "node_exited", 0)?;
+    let probed = event_time(&ev, "teardown_started", 0)?;
     let failed = event_time(&ev, "attempt_failed", 0)?;
     let started = event_time(&ev, "attempt_started", 1)?;
     let last: SystemTime = ev
@@ -92,11 +156,18 @@ fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<
         .filter_map(|e| humantime::parse_rfc3339(e["ts"].as_str()?).ok())
         .max()?;
     let backoff = backoff_drawn(&ev);
+    let [Some(seen_cpu), Some(failed_cpu), Some(starting_cpu)] = marks else { return None };
+    let spent = |i: usize| (failed_cpu[i] - seen_cpu[i]) + (end_cpu[i] - starting_cpu[i]);
+    let herd_cpu = spent(0);
+    let node_cpu = (spent(1) - herd_cpu - spent(2)).max(0.0) / n as f64 * 1000.0;
     Some([
         since(last, seen) - backoff,
-        since(failed, seen),
+        since(probed, seen),
+        since(failed, probed),
         since(started, failed) - backoff,
         since(last, started),
         backoff,
+        herd_cpu,
+        node_cpu,
     ])
 }

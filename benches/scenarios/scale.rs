@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use super::herd_support::{self, HERD};
 use super::job::{clear_logs, hosts, write_config};
-use super::measure::{baseline_herd, env_sizes, hold, hold_secs, median, poll_until, rounds, runs, table};
+use super::measure::{
+    self, baseline_herd, env_sizes, hold, hold_secs, median, poll_until, rounds, runs, table,
+};
 use super::testbed::Testbed;
 
 /// A herd measured: its name in the tables, its binary, and prlimit's `--nofile` for it.
@@ -146,13 +148,9 @@ fn scale_run(cmd: &mut Command) -> ScaleRun {
         if let Some(kib) = herd_support::status_kib(pid, "VmHWM:") {
             run.hwm_kib = run.hwm_kib.max(kib);
         }
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // After the command's `)`: state is field 3, utime 14 .. cstime 17.
-            let fields: Vec<&str> =
-                stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
-            let f = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            run.cpu_ms = run.cpu_ms.max((f(14) + f(15)) * tick_ms);
-            run.child_cpu_ms = run.child_cpu_ms.max((f(16) + f(17)) * tick_ms);
+        if let Some([utime, stime, cutime, cstime]) = measure::cpu_ticks(&pid.to_string()) {
+            run.cpu_ms = run.cpu_ms.max((utime + stime) * tick_ms);
+            run.child_cpu_ms = run.child_cpu_ms.max((cutime + cstime) * tick_ms);
         }
         if tick % 25 == 0 {
             let (n, kib) = herd_support::ssh_masters();
