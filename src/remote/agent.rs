@@ -458,6 +458,61 @@ mod tests {
         assert!(said.contains("herd-agent exit 1"), "{said}");
     }
 
+    /// A probe names every process of the job with its state, RANK and LOCAL_RANK (- where
+    /// it has none), and dumps the stack of each rank's own process: not of a helper that
+    /// inherited its rank's RANK.
+    #[test]
+    fn a_probe_names_the_jobs_processes_and_dumps_each_ranks_own_only() {
+        use std::io::{BufRead, BufReader, Write};
+        let mark = format!("{}-probe", test_mark());
+        let inv = AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            fence_secs: None,
+            marker: format!("HERD_T_MARK={mark}"),
+            job: "RANK=3 LOCAL_RANK=1 sh -c 'sleep 63 & wait' & RANK=4 LOCAL_RANK=0 sleep 64 & \
+                  sleep 65 & kill -STOP $!; wait"
+                .into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        };
+        let mut child = spawn_agent(&inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        started(&mut stderr);
+        let marked = format!("HERD_T_MARK={mark}");
+        assert!(wait_for(|| processes_with_env(&marked).len() == 5), "{:?}", processes_with_env(&marked));
+        stdin.write_all(&Control::Probe.encode()).unwrap();
+        stdin.flush().unwrap();
+        let mut said = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "no stacks-done in {said:?}");
+            if line.trim_end() == "herd-agent stacks-done" {
+                break;
+            }
+            said.push(line.trim_end().to_string());
+        }
+        drop(stdin);
+        child.wait().unwrap();
+
+        let probe = said.iter().find_map(|l| l.strip_prefix("herd-agent probe ")).expect("a probe line");
+        let mut seen: Vec<&str> = probe.split(' ').map(|w| w.split_once(':').unwrap().1).collect();
+        seen.sort();
+        // The job's shell, the stopped sleep, rank 3's shell and its sleep, rank 4's sleep.
+        assert_eq!(seen, ["S:-:-", "S:3:1", "S:3:1", "S:4:0", "T:-:-"], "{said:?}");
+        let mut dumped: Vec<&str> = said
+            .iter()
+            .filter_map(|l| l.strip_prefix("herd-agent stack "))
+            .map(|rest| rest.split(' ').next().unwrap())
+            .collect();
+        dumped.sort();
+        assert_eq!(dumped, ["3", "4"], "{said:?}");
+    }
+
     #[test]
     fn the_agent_reports_its_presweep_and_starts_the_job_after_it() {
         let dir = tempfile::tempdir().unwrap();

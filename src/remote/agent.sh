@@ -378,13 +378,10 @@ env_of() {
   echo "${v:--}"
 }
 
-# Each job process as PID:STATE:RANK:LOCAL_RANK, for a hang's evidence: a rank that is
-# stopped (T) or stuck in the kernel (D) is the one the others wait for.
+# Each of the job processes $@ as PID:STATE:RANK:LOCAL_RANK, for a hang's evidence: a rank
+# that is stopped (T) or stuck in the kernel (D) is the one the others wait for.
 probe_job() {
-  for p in $(strays); do
-    herd_stat "/proc/$p/stat" || continue
-    echo "$p:$herd_state:$(env_of RANK "$p"):$(env_of LOCAL_RANK "$p")"
-  done
+  herd_job_procs "$@" | while read -r p st r l _; do echo "$p:$st:$r:$l"; done
 }
 
 # After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
@@ -397,13 +394,16 @@ end_idle_launcher() {
   while [ "$(date +%s)" -lt "$deadline" ] && job_alive; do
     busy=
     rest=
-    for p in $(strays); do
-      [ "$p" != "$pg" ] || continue
-      if [ "$(env_of LOCAL_RANK "$p")" != - ]; then
-        busy=1
+    # shellcheck disable=SC2046 # one word per pid
+    for p in $(herd_job_procs $(strays) | while read -r q _ _ l _; do
+      [ "$q" != "$pg" ] || continue
+      if [ "$l" != - ]; then
+        echo busy
         break
       fi
-      rest="$rest $p"
+      echo "$q"
+    done); do
+      if [ "$p" = busy ]; then busy=1; else rest="$rest $p"; fi
     done
     if [ -z "$busy" ]; then
       # shellcheck disable=SC2086 # one word per pid
@@ -509,10 +509,11 @@ checkpoint_job() {
         ;;
       kill) signal_job KILL ;;
       probe)
-        # shellcheck disable=SC2046 # one word per process, on one line
-        echo "herd-agent probe" $(probe_job) >&4
-        # shellcheck disable=SC2046 # one word per pid
-        herd_stacks $(strays) >&4 &
+        found=$(strays)
+        # shellcheck disable=SC2046,SC2086 # one word per process, on one line; one per pid
+        echo "herd-agent probe" $(probe_job $found) >&4
+        # shellcheck disable=SC2086 # one word per pid
+        herd_stacks $found >&4 &
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
       sample) sample_job >&4 ;;
