@@ -13,7 +13,8 @@
 //! and over the start (the backoff between them left out, and with it herd's look at its
 //! connections after it), and the machine's less herd's and this bench's, over the nodes (a
 //! node's own share), are measured beside the wall times (sampled as the run is polled, every
-//! 50 ms).
+//! 50 ms). With BENCH_BASELINE_HERD=PATH, that herd binary runs each repetition too, in turn
+//! with this one, on the same testbed: a row for each.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
@@ -37,40 +38,47 @@ pub fn run() {
     let dir = tempfile::tempdir().unwrap();
     println!("\n### A restart's own cost by node count: a `command` job, node 3 fails, to every node running again, minus the backoff ({reps} runs each)\n");
     println!("Rerun: `BENCH_RUNS={reps} BENCH_RESTART_SCALE=16,64,252 cargo bench --bench herd_bench -- restart-scale`\n");
-    table("| nodes | failure seen to all running, s | spread | the others' stacks | teardown | herd's start | nodes' start | backoff drawn | herd's CPU, s | a node's CPU, ms |");
+    let mut herds = vec![("this", HERD.to_string())];
+    herds.extend(measure::baseline_herd().map(|path| ("baseline", path)));
+    table("| nodes | herd | failure seen to all running, s | spread | the others' stacks | teardown | herd's start | nodes' start | backoff drawn | herd's CPU, s | a node's CPU, ms |");
     for &n in &sizes {
         let config = write_config(&tb, dir.path(), &hosts(&tb, n), JOB, RESTART);
-        let mut got: Vec<[f64; 8]> = Vec::new();
+        let mut got: Vec<Vec<[f64; 8]>> = vec![Vec::new(); herds.len()];
         for rep in 0..reps {
-            clear_logs(dir.path());
-            match restart(&config, dir.path(), n) {
-                Some(row) => got.push(row),
-                None => {
-                    // The tempdir goes with the bench: herd's stderr is kept apart.
-                    let kept = std::env::temp_dir().join(format!("herd-restart-scale-{n}-{rep}.stderr"));
-                    let _ = std::fs::copy(dir.path().join("herd.stderr"), &kept);
-                    println!(
-                        "| {n} | run {rep}: another node than 3 ended first, or attempt 1 did not come up on every node; herd's stderr: {} | | | | | | | | |",
-                        kept.display()
-                    )
+            for ((which, bin), got) in herds.iter().zip(&mut got) {
+                clear_logs(dir.path());
+                match restart(bin, &config, dir.path(), n) {
+                    Some(row) => got.push(row),
+                    None => {
+                        // The tempdir goes with the bench: herd's stderr is kept apart.
+                        let kept =
+                            std::env::temp_dir().join(format!("herd-restart-scale-{n}-{which}-{rep}.stderr"));
+                        let _ = std::fs::copy(dir.path().join("herd.stderr"), &kept);
+                        println!(
+                            "| {n} | {which} | run {rep}: another node than 3 ended first, or attempt 1 did not come up on every node; herd's stderr: {} | | | | | | | | |",
+                            kept.display()
+                        )
+                    }
                 }
             }
         }
-        if got.is_empty() {
-            continue;
+        for ((which, _), got) in herds.iter().zip(&got) {
+            if got.is_empty() {
+                continue;
+            }
+            let col = |i: usize| got.iter().map(|r| r[i]).collect::<Vec<f64>>();
+            let (m, spread, _) = fmt_stat(&col(0), 2);
+            let med = |i: usize| fmt_stat(&col(i), 2).0;
+            let (herd_cpu, node_cpu) = (med(6), fmt_stat(&col(7), 1).0);
+            println!(
+                "| {n} | {which} | {m} | {spread} | {} | {} | {} | {} | {} | {herd_cpu} | {node_cpu} |",
+                med(1),
+                med(2),
+                med(3),
+                med(4),
+                med(5)
+            );
         }
-        let col = |i: usize| got.iter().map(|r| r[i]).collect::<Vec<f64>>();
-        let (m, spread, _) = fmt_stat(&col(0), 2);
-        let med = |i: usize| fmt_stat(&col(i), 2).0;
-        let (herd_cpu, node_cpu) = (med(6), fmt_stat(&col(7), 1).0);
-        println!(
-            "| {n} | {m} | {spread} | {} | {} | {} | {} | {} | {herd_cpu} | {node_cpu} |",
-            med(1),
-            med(2),
-            med(3),
-            med(4),
-            med(5)
-        );
     }
 }
 
@@ -99,12 +107,12 @@ fn cpu(herd: u32) -> [f64; 3] {
     [secs(&herd.to_string(), true) + masters, machine, secs("self", false)]
 }
 
-/// One run: herd started, attempt 1 running on every node, then Ctrl-C. The row: the whole
+/// One run: herd (`bin`) started, attempt 1 running on every node, then Ctrl-C. The row: the whole
 /// (less the backoff), the others' stacks, the teardown, herd's start, the nodes' start, the
 /// backoff, herd's CPU and a node's (ms) over the same span, the backoff left out.
-fn restart(config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<[f64; 8]> {
+fn restart(bin: &str, config: &std::path::Path, dir: &std::path::Path, n: usize) -> Option<[f64; 8]> {
     let mut herd = Command::new("prlimit")
-        .args(["--nofile=1024:", "--", HERD, "run", "-c"])
+        .args(["--nofile=1024:", "--", bin, "run", "-c"])
         .arg(config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
