@@ -484,7 +484,24 @@ mod tests {
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         started(&mut stderr);
         let marked = format!("HERD_T_MARK={mark}");
-        assert!(wait_for(|| processes_with_env(&marked).len() == 5), "{:?}", processes_with_env(&marked));
+        let with = |entry: &str| -> Vec<u32> {
+            let job = processes_with_env(&marked);
+            processes_with_env(entry).into_iter().filter(|p| job.contains(p)).collect()
+        };
+        let stopped = || {
+            processes_with_env(&marked).into_iter().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
+            })
+        };
+        // Every process there, exec'd (rank 4's sleep has its RANK) and stopped where asked.
+        let ready = || processes_with_env(&marked).len() == 5 && with("RANK=4").len() == 1 && stopped();
+        assert!(wait_for(ready), "{:?}", processes_with_env(&marked));
+        // Rank 3's own process: its shell, not the sleep that inherited its RANK.
+        let rank3 = with("RANK=3")
+            .into_iter()
+            .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0")))
+            .expect("rank 3's shell");
         stdin.write_all(&Control::Probe.encode()).unwrap();
         stdin.flush().unwrap();
         let mut said = Vec::new();
@@ -504,13 +521,18 @@ mod tests {
         seen.sort();
         // The job's shell, the stopped sleep, rank 3's shell and its sleep, rank 4's sleep.
         assert_eq!(seen, ["S:-:-", "S:3:1", "S:3:1", "S:4:0", "T:-:-"], "{said:?}");
-        let mut dumped: Vec<&str> = said
+        // `herd-agent stack RANK PID STATUS`, one a rank.
+        let mut dumped: Vec<(&str, &str)> = said
             .iter()
             .filter_map(|l| l.strip_prefix("herd-agent stack "))
-            .map(|rest| rest.split(' ').next().unwrap())
+            .map(|rest| {
+                let mut w = rest.split(' ');
+                (w.next().unwrap(), w.next().unwrap())
+            })
             .collect();
         dumped.sort();
-        assert_eq!(dumped, ["3", "4"], "{said:?}");
+        assert_eq!(dumped.iter().map(|d| d.0).collect::<Vec<_>>(), ["3", "4"], "{said:?}");
+        assert_eq!(dumped[0].1, rank3.to_string(), "rank 3's stack is not its shell's: {said:?}");
     }
 
     #[test]
