@@ -27,34 +27,38 @@ herd_fields() {
   herd_state=$1 herd_ppid=$2 herd_pgrp=$3 herd_cpu=$((${12:-0} + ${13:-0}))
 }
 
+# herd_awk_stat: an awk function for herd's awk programs, herd_read_stat(FILE), which reads
+# one /proc/PID/stat into state[PID], ppid[PID] and pgrp[PID] and returns PID, or "" for a
+# process gone (getline, where a missing input file would end awk). The name (between
+# parentheses) may hold anything: the fields are those after its last ") ".
+herd_awk_stat='
+function herd_read_stat(f,   l, s, w, p) {
+  p = ""
+  if ((getline l < f) > 0) {
+    s = l
+    sub(/.*\) /, "", s)
+    split(s, w, " ")
+    p = l
+    sub(/ .*/, "", p)
+    state[p] = w[1]
+    ppid[p] = w[2]
+    pgrp[p] = w[3]
+  }
+  close(f)
+  return p
+}
+'
+
 # herd_procs PROGRAM [AWK_ARGS...]: one awk over every process's /proc/PID/stat, its
 # PROGRAM's BEGIN blocks finding state[PID], ppid[PID] and pgrp[PID] filled in. A shell loop
 # over /proc costs a read a process (200 ms for 700 processes, seconds on a node of
 # thousands of kernel threads: times every agent of a fleet on one host); awk reads them at
-# once. A process gone since the glob is left out: getline, where a missing input file would
-# end awk. The name (between parentheses) may hold anything: the fields are those after its
-# last ") ".
+# once. A process gone since the glob is left out.
 herd_procs() {
   herd_prog=$1
   shift
-  awk "$@" '
-function herd_read(   i, f, l, s, w, p) {
-  for (i = 1; i < ARGC; i++) {
-    f = ARGV[i]
-    if ((getline l < f) > 0) {
-      s = l
-      sub(/.*\) /, "", s)
-      split(s, w, " ")
-      p = l
-      sub(/ .*/, "", p)
-      state[p] = w[1]
-      ppid[p] = w[2]
-      pgrp[p] = w[3]
-    }
-    close(f)
-  }
-}
-BEGIN { herd_read() }
+  awk "$@" "$herd_awk_stat"'
+BEGIN { for (i = 1; i < ARGC; i++) herd_read_stat(ARGV[i]) }
 '"$herd_prog" /proc/[0-9]*/stat 2>/dev/null
 }
 
@@ -225,21 +229,9 @@ herd_job_procs() {
   herd_files=
   for herd_p in "$@"; do herd_files="$herd_files /proc/$herd_p/environ"; done
   # shellcheck disable=SC2086 # paths of /proc hold no blank
-  grep -Hz -e '^RANK=' -e '^LOCAL_RANK=' $herd_files 2>/dev/null | tr '\0' '\n' | awk '
+  grep -Hz -e '^RANK=' -e '^LOCAL_RANK=' $herd_files 2>/dev/null | tr '\0' '\n' | awk "$herd_awk_stat"'
 BEGIN {
-  for (i = 1; i < ARGC; i++) {
-    f = "/proc/" ARGV[i] "/stat"
-    if ((getline l < f) > 0) {
-      s = l
-      sub(/.*\) /, "", s)
-      split(s, w, " ")
-      n++
-      order[n] = ARGV[i]
-      state[ARGV[i]] = w[1]
-      ppid[ARGV[i]] = w[2]
-    }
-    close(f)
-  }
+  for (i = 1; i < ARGC; i++) if (herd_read_stat("/proc/" ARGV[i] "/stat") != "") order[++n] = ARGV[i]
   ARGC = 1
 }
 /^\/proc\/[0-9]+\/environ:(LOCAL_)?RANK=./ {
