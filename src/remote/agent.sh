@@ -378,10 +378,13 @@ env_of() {
   echo "${v:--}"
 }
 
-# Each of the job processes $@ as PID:STATE:RANK:LOCAL_RANK, for a hang's evidence: a rank
-# that is stopped (T) or stuck in the kernel (D) is the one the others wait for.
+# Each job process among herd_job_procs' lines on stdin as PID:STATE:RANK:LOCAL_RANK, for a
+# hang's evidence: a rank that is stopped (T) or stuck in the kernel (D) is the one the
+# others wait for.
 probe_job() {
-  herd_job_procs "$@" | while read -r p st r l _; do echo "$p:$st:$r:$l"; done
+  while read -r p st r l _; do
+    [ -z "$p" ] || echo "$p:$st:$r:$l"
+  done
 }
 
 # After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
@@ -509,11 +512,13 @@ checkpoint_job() {
         ;;
       kill) signal_job KILL ;;
       probe)
-        found=$(strays)
-        # shellcheck disable=SC2046,SC2086 # one word per process, on one line; one per pid
-        echo "herd-agent probe" $(probe_job $found) >&4
-        # shellcheck disable=SC2086 # one word per pid
-        herd_stacks $found >&4 &
+        # The job's processes, read once for the probe's line and for the stacks.
+        # shellcheck disable=SC2046 # one word per pid
+        found=$(herd_job_procs $(strays))
+        # shellcheck disable=SC2046 # one word per process, on one line
+        echo "herd-agent probe" $(printf '%s\n' "$found" | probe_job) >&4
+        # shellcheck disable=SC2046 # `PID RANK` pairs, one word each
+        herd_dump_stacks $(printf '%s\n' "$found" | herd_own_ranks) >&4 &
         ;;
       clock) echo "herd-agent clock $(date +%s.%N)" >&4 ;;
       sample) sample_job >&4 ;;

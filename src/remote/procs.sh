@@ -254,8 +254,14 @@ END {
 
 # herd_ranks PIDS...: `PID RANK` for each of PIDS that is a rank's own (see herd_job_procs).
 herd_ranks() {
-  herd_job_procs "$@" | while read -r herd_p _ herd_r _ herd_own; do
-    [ "$herd_own" = 0 ] || echo "$herd_p $herd_r"
+  herd_job_procs "$@" | herd_own_ranks
+}
+
+# herd_own_ranks: `PID RANK` for each rank's own process among herd_job_procs' lines on
+# stdin.
+herd_own_ranks() {
+  while read -r herd_p _ herd_r _ herd_own; do
+    [ "$herd_own" != 1 ] || echo "$herd_p $herd_r"
   done
 }
 
@@ -283,11 +289,15 @@ herd_stack() {
   echo "herd-agent stack-end"
 }
 
-# herd_stacks PIDS...: every rank's stack among PIDS, dumped at once, then written one rank
-# after another, and `herd-agent stacks-done`.
+# herd_stacks PIDS...: every rank's stack among PIDS (see herd_dump_stacks).
 herd_stacks() {
   # shellcheck disable=SC2046 # `PID RANK` pairs, one word each
-  set -- $(herd_ranks "$@")
+  herd_dump_stacks $(herd_ranks "$@")
+}
+
+# herd_dump_stacks PID RANK...: each rank's stack, dumped at once, then written one rank after
+# another, and `herd-agent stacks-done`.
+herd_dump_stacks() {
   if [ $# -lt 2 ]; then
     echo "herd-agent stacks-done"
     return 0
