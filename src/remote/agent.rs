@@ -111,15 +111,9 @@ mod tests {
     #[test]
     fn shared_texts_hold_each_text_once() {
         let inv = |job: &str, probe: &str| AgentInvocation {
-            grace_secs: 1,
             heartbeat_secs: 1,
-            fence_secs: None,
-            marker: "M=1".into(),
-            job: job.into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
             probe: Some(probe.into()),
+            ..agent("M=1", job)
         };
         let shared = SharedTexts::default();
         let a = shared.invocation(inv("exec true", "probe worker"));
@@ -135,7 +129,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn any_env_value_round_trips_through_the_agent(v in "[^\u{0}]{0,40}") {
-            let inv = AgentInvocation { grace_secs: 1, heartbeat_secs: 60, fence_secs: None, marker: format!("HERD_T_MARK={}", test_mark()), job: "printf '%s' \"$HERD_T\"".into(), cleanup: None, presweep: None, report_ports: false, probe: None };
+            let inv = agent(format!("HERD_T_MARK={}", test_mark()), "printf '%s' \"$HERD_T\"");
             let out = run_agent(&inv, &env_block([("HERD_T", v.as_str())]));
             prop_assert_eq!(String::from_utf8_lossy(&out.stdout), v);
         }
@@ -202,6 +196,43 @@ mod tests {
             .collect()
     }
 
+    /// An agent for a test: `job` under `marker` (`NAME=VALUE`), with a grace of 1 s, a
+    /// heartbeat that does not come within a test, and nothing else.
+    fn agent(marker: impl Into<String>, job: impl Into<Arc<str>>) -> AgentInvocation {
+        AgentInvocation {
+            grace_secs: 1,
+            heartbeat_secs: 60,
+            fence_secs: None,
+            marker: marker.into(),
+            job: job.into(),
+            cleanup: None,
+            presweep: None,
+            report_ports: false,
+            probe: None,
+        }
+    }
+
+    /// An agent started here, `env` sent as its env block, once it has started the job.
+    struct Running {
+        child: std::process::Child,
+        /// Held open: closing it tears the job down.
+        stdin: std::process::ChildStdin,
+        /// Read up to the job's start.
+        stderr: std::io::BufReader<std::process::ChildStderr>,
+        /// The job's process group.
+        pgid: u32,
+    }
+
+    fn start(inv: &AgentInvocation, env: &[u8]) -> Running {
+        use std::io::Write;
+        let mut child = spawn_agent(inv);
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(env).unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let pgid = started(&mut stderr);
+        Running { child, stdin, stderr, pgid }
+    }
+
     /// A sleep duration no other test uses, so that its process can be found by its argv.
     fn unique_secs(base: u32) -> String {
         (base + std::process::id() % 1000).to_string()
@@ -209,24 +240,12 @@ mod tests {
 
     #[test]
     fn closing_stdin_tears_the_whole_group_down() {
-        use std::io::{BufReader, Write};
         // The job ignores SIGTERM and leaves a grandchild: only SIGKILL of the group ends both.
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: "trap '' TERM; sleep 60 & sleep 60; echo not reached".into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
-        let mut child = spawn_agent(&inv);
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&env_block([])).unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let pgid = started(&mut stderr);
+        let inv = agent(
+            format!("HERD_T_MARK={}", test_mark()),
+            "trap '' TERM; sleep 60 & sleep 60; echo not reached",
+        );
+        let Running { child, stdin, stderr: _stderr, pgid } = start(&inv, &env_block([]));
         let group_alive = || !live_members(pgid).is_empty();
         // The agent names the group as it forks its leader, which then calls setsid.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -247,15 +266,8 @@ mod tests {
         // A heartbeat interval no other test uses, so that its sleep can be told apart.
         let beat = 4000 + std::process::id() % 1000;
         let inv = AgentInvocation {
-            grace_secs: 1,
             heartbeat_secs: beat.into(),
-            fence_secs: None,
-            marker: format!("HERD_T_MARK=beat-{beat}"),
-            job: "sleep 0.3".into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
+            ..agent(format!("HERD_T_MARK=beat-{beat}"), "sleep 0.3")
         };
         let out = run_agent(&inv, &env_block([]));
         assert!(out.status.success());
@@ -266,24 +278,10 @@ mod tests {
 
     #[test]
     fn processes_that_leave_the_group_are_found_by_marker_and_stopped() {
-        use std::io::{BufReader, Write};
         let marker = format!("HERD_T_MARK=escape-{}", std::process::id());
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: marker.clone(),
-            job: "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61".into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
-        let mut child = spawn_agent(&inv);
-        let mut stdin = child.stdin.take().unwrap();
+        let inv = agent(marker.clone(), "setsid sleep 61 </dev/null >/dev/null 2>&1 & sleep 61");
         let (name, value) = marker.split_once('=').unwrap();
-        stdin.write_all(&env_block([(name, value)])).unwrap();
-        started(&mut BufReader::new(child.stderr.take().unwrap()));
+        let Running { mut child, stdin, .. } = start(&inv, &env_block([(name, value)]));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         // The job's bash, its sleep, and the sleep that left for a session of its own.
         while processes_with_env(&marker).len() < 3 && std::time::Instant::now() < deadline {
@@ -308,17 +306,10 @@ mod tests {
         let found = Command::new("sh").args(["-c", "command -v sleep"]).output().unwrap().stdout;
         std::os::unix::fs::symlink(String::from_utf8(found).unwrap().trim_end(), &sleep).unwrap();
         let sleep = sleep.to_str().unwrap();
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("setsid env -i '{sleep}' {secs} </dev/null >/dev/null 2>&1 & sleep 61").into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
+        let inv = agent(
+            format!("HERD_T_MARK={}", test_mark()),
+            format!("setsid env -i '{sleep}' {secs} </dev/null >/dev/null 2>&1 & sleep 61"),
+        );
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
@@ -333,17 +324,10 @@ mod tests {
         // Through sh -c, as sshd runs it: the agent starts as a child subreaper, so the
         // sleep, orphaned when its shell exits, stays the agent's descendant.
         let secs = unique_secs(6000);
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0").into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
+        let inv = agent(
+            format!("HERD_T_MARK={}", test_mark()),
+            format!("setsid env -i sleep {secs} </dev/null >/dev/null 2>&1 & sleep 0.5; exit 0"),
+        );
         use std::io::{Read, Write};
         let mut child = spawn_remote(&inv);
         let mut stdin = child.stdin.take().unwrap();
@@ -370,17 +354,7 @@ mod tests {
         let group = freezer.join(format!("herd-test-{}", std::process::id()));
         std::fs::create_dir_all(&group).unwrap();
         let secs = unique_secs(7000);
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("sleep {secs} & wait").into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
+        let inv = agent(format!("HERD_T_MARK={}", test_mark()), format!("sleep {secs} & wait"));
         let mut child = spawn_agent(&inv);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&env_block([("HERD_T_MARK", test_mark().as_str())])).unwrap();
@@ -408,7 +382,7 @@ mod tests {
 
     #[test]
     fn term_fast_ends_a_launcher_as_soon_as_its_workers_are_gone() {
-        use std::io::{BufRead, BufReader, Write};
+        use std::io::{BufRead, Write};
         // A launcher like torchrun: on SIGTERM it stops its worker, then takes 8 s to exit, in
         // its own process as torch's interpreter shutdown does (bash's read -t on a FIFO: a
         // `sleep` would be another process of the job). The worker has a LOCAL_RANK and leaves
@@ -417,22 +391,10 @@ mod tests {
                    trap 'kill $w; read -t 8 -u 7; exit 1' TERM; LOCAL_RANK=0 setsid sleep 62 & w=$!; wait; wait";
         // Each run with a marker of its own: nothing of the first may reach the second.
         let run = |control: &[u8], mark: String| {
-            let inv = AgentInvocation {
-                grace_secs: 30,
-                heartbeat_secs: 60,
-                fence_secs: None,
-                marker: format!("HERD_T_MARK={mark}"),
-                job: in_bash(job).into(),
-                cleanup: None,
-                presweep: None,
-                report_ports: false,
-                probe: None,
-            };
-            let mut child = spawn_agent(&inv);
-            let mut stdin = child.stdin.take().unwrap();
-            stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
-            let mut stderr = BufReader::new(child.stderr.take().unwrap());
-            started(&mut stderr);
+            let inv =
+                AgentInvocation { grace_secs: 30, ..agent(format!("HERD_T_MARK={mark}"), in_bash(job)) };
+            let Running { mut child, mut stdin, mut stderr, .. } =
+                start(&inv, &env_block([("HERD_T_MARK", mark.as_str())]));
             // The worker starts after the trap is set (`mktemp` and `mkfifo`, before it, carry
             // the marker too).
             let worker = || {
@@ -463,26 +425,15 @@ mod tests {
     /// inherited its rank's RANK.
     #[test]
     fn a_probe_names_the_jobs_processes_and_dumps_each_ranks_own_only() {
-        use std::io::{BufRead, BufReader, Write};
+        use std::io::{BufRead, Write};
         let mark = format!("{}-probe", test_mark());
-        let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={mark}"),
-            job: "RANK=3 LOCAL_RANK=1 sh -c 'sleep 63 & wait' & RANK=4 LOCAL_RANK=0 sleep 64 & \
-                  sleep 65 & kill -STOP $!; wait"
-                .into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
-        };
-        let mut child = spawn_agent(&inv);
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&env_block([("HERD_T_MARK", mark.as_str())])).unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        started(&mut stderr);
+        let inv = agent(
+            format!("HERD_T_MARK={mark}"),
+            "RANK=3 LOCAL_RANK=1 sh -c 'sleep 63 & wait' & RANK=4 LOCAL_RANK=0 sleep 64 & \
+                  sleep 65 & kill -STOP $!; wait",
+        );
+        let Running { mut child, mut stdin, mut stderr, .. } =
+            start(&inv, &env_block([("HERD_T_MARK", mark.as_str())]));
         let marked = format!("HERD_T_MARK={mark}");
         let with = |entry: &str| -> Vec<u32> {
             let job = processes_with_env(&marked);
@@ -540,18 +491,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let order = dir.path().join("order");
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("echo job >> {}", quote(order.to_str().unwrap())).into(),
-            cleanup: None,
             presweep: Some(format!(
                 "echo sweep >> {}; echo 12 34; echo \"container herd-k-old-0-$HERD_T_MARK\"; echo noise >&2",
                 quote(order.to_str().unwrap())
             )),
-            report_ports: false,
-            probe: None,
+            ..agent(
+                format!("HERD_T_MARK={}", test_mark()),
+                format!("echo job >> {}", quote(order.to_str().unwrap())),
+            )
         };
         let out = run_agent(&inv, &env_block([("HERD_T_MARK", test_mark().as_str())]));
         assert!(out.status.success());
@@ -570,14 +517,7 @@ mod tests {
     fn remote_command_is_one_shell_line_running_the_agent() {
         let inv = AgentInvocation {
             grace_secs: 7,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: "exec echo 'hi there'".into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
-            probe: None,
+            ..agent(format!("HERD_T_MARK={}", test_mark()), "exec echo 'hi there'")
         };
         let mut child = spawn_remote(&inv);
         use std::io::{Read, Write};
@@ -598,15 +538,9 @@ mod tests {
     fn the_agent_and_a_sweep_start_under_any_login_shell() {
         let job = job_snippet("/", Some("echo 'setup!'\n# a comment"), "printf '%s\\n' \"it's $HERD_T\"");
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
             presweep: Some(with_procs(&sweep_call("herd-none", SweepScope::Leftovers, 1))),
-            job: job.into(),
             cleanup: Some("echo 'done!'".into()),
-            report_ports: false,
-            probe: None,
+            ..agent(format!("HERD_T_MARK={}", test_mark()), job)
         };
         let line = for_login_shell(&inv.remote_command());
         assert_eq!(csh_or_fish_would_misread(&line), None, "{line}");
@@ -635,13 +569,10 @@ mod tests {
         let inv = AgentInvocation {
             grace_secs: 30,
             heartbeat_secs: 5,
-            fence_secs: None,
-            marker: "HERD_MARKER=abc:r1:0:0".into(),
-            job: job.into(),
             cleanup: Some("docker rm -f herd-abc".into()),
             presweep: Some(with_procs(&sweep_call("abc", SweepScope::Leftovers, 10))),
             report_ports: true,
-            probe: None,
+            ..agent("HERD_MARKER=abc:r1:0:0", job)
         };
         let line = for_login_shell(&inv.remote_command());
         assert_eq!(csh_or_fish_would_misread(&line), None);
@@ -657,19 +588,16 @@ mod tests {
     fn cleanup_runs_after_the_job_with_its_env_but_its_marker_and_is_quiet() {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("cleanup");
+        let record_path = quote(&record.display().to_string());
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60, fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("test ! -e {0} && echo job-ran && exit 3", quote(&record.display().to_string()))
-                .into(),
             cleanup: Some(format!(
-                "echo \"cleaned ${{HERD_T_MARK:-without-marker}} on $DOCKER_HOST\" > {}; echo noise; echo noise >&2; exit 9",
-                quote(&record.display().to_string())
+                "echo \"cleaned ${{HERD_T_MARK:-without-marker}} on $DOCKER_HOST\" > {record_path}; \
+                 echo noise; echo noise >&2; exit 9"
             )),
-            presweep: None,
-            report_ports: false,
-            probe: None,
+            ..agent(
+                format!("HERD_T_MARK={}", test_mark()),
+                format!("test ! -e {record_path} && echo job-ran && exit 3"),
+            )
         };
         // The engine the job ran on (a node's own, or a forwarded secret): the one its
         // container is removed from.
@@ -692,15 +620,8 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: "echo \"port $MASTER_PORT\"".into(),
-            cleanup: None,
-            presweep: None,
             report_ports: true,
-            probe: None,
+            ..agent(format!("HERD_T_MARK={}", test_mark()), "echo \"port $MASTER_PORT\"")
         };
         let mut agent = spawn_agent(&inv);
         let mut stderr = std::io::BufReader::new(agent.stderr.take().unwrap());
@@ -731,15 +652,9 @@ mod tests {
         // A heartbeat interval no other test uses, so that its sleep can be told apart.
         let beat = unique_secs(6000);
         let inv = AgentInvocation {
-            grace_secs: 1,
             heartbeat_secs: beat.parse().unwrap(),
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
-            cleanup: None,
-            presweep: None,
             report_ports: true,
-            probe: None,
+            ..agent(format!("HERD_T_MARK={}", test_mark()), format!("touch {}", quote(ran.to_str().unwrap())))
         };
         for control in [Control::Term, Control::Kill] {
             let out = run_agent(&inv, &control.encode());
@@ -768,14 +683,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let lingering = dir.path().join("lingering");
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: "echo \"job $HERD_T\"".into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
             // A last line without its newline, then a process that outlives the probe's
             // shell (the master's listener does): the env of the job ends it.
             probe: Some(
@@ -787,6 +694,7 @@ mod tests {
                 )
                 .into(),
             ),
+            ..agent(format!("HERD_T_MARK={}", test_mark()), "echo \"job $HERD_T\"")
         };
         let mut agent = spawn_agent(&inv);
         let mut stdin = agent.stdin.take().unwrap();
@@ -843,15 +751,8 @@ mod tests {
         let ran = dir.path().join("ran");
         let pidfile = dir.path().join("probe");
         let inv = AgentInvocation {
-            grace_secs: 1,
-            heartbeat_secs: 60,
-            fence_secs: None,
-            marker: format!("HERD_T_MARK={}", test_mark()),
-            job: format!("touch {}", quote(ran.to_str().unwrap())).into(),
-            cleanup: None,
-            presweep: None,
-            report_ports: false,
             probe: Some(format!("echo $$ > {}; exec sleep 60", quote(pidfile.to_str().unwrap())).into()),
+            ..agent(format!("HERD_T_MARK={}", test_mark()), format!("touch {}", quote(ran.to_str().unwrap())))
         };
         let env = env_block([("HERD_T", "1")]);
         for end in [Some(Control::Term), None] {
@@ -923,7 +824,6 @@ mod tests {
     /// fence (its relay, its timer, its FIFO) is left.
     #[test]
     fn an_agent_herd_stops_beating_to_ends_as_if_herd_were_gone() {
-        use std::io::{BufReader, Write};
         use std::time::{Duration, Instant};
         let mark = format!("fence-{}-{}", std::process::id(), rand_suffix());
         let inv = fenced(&mark);
@@ -937,12 +837,8 @@ mod tests {
         assert!(took >= Duration::from_secs(2), "ended {took:?} after its start, before its fence");
         drop(held);
 
-        let mut agent = spawn_agent(&inv);
-        let mut stdin = agent.stdin.take().unwrap();
-        stdin.write_all(&env_block([])).unwrap();
-        // Read on, or its last word would find the pipe closed (SIGPIPE).
-        let mut stderr = BufReader::new(agent.stderr.take().unwrap());
-        let pgid = started(&mut stderr);
+        // stderr is read on, or the agent's last word would find the pipe closed (SIGPIPE).
+        let Running { child: mut agent, stdin, mut stderr, pgid } = start(&inv, &env_block([]));
         let began = Instant::now();
         std::io::copy(&mut stderr, &mut std::io::sink()).unwrap();
         let status = agent.wait().unwrap();
@@ -1060,13 +956,9 @@ mod tests {
     /// of its stdin, which in a Slurm step is also its output: the relay's timer ends it.
     #[test]
     fn a_killed_agents_relay_ends_without_waiting_for_herd() {
-        use std::io::{BufReader, Write};
         let mark = format!("killed-{}-{}", std::process::id(), rand_suffix());
         let inv = AgentInvocation { fence_secs: Some(600), ..fenced(&mark) };
-        let mut agent = spawn_agent(&inv);
-        let mut stdin = agent.stdin.take().unwrap();
-        stdin.write_all(&env_block([])).unwrap();
-        let pgid = started(&mut BufReader::new(agent.stderr.take().unwrap()));
+        let Running { child: mut agent, stdin, pgid, .. } = start(&inv, &env_block([]));
         agent.kill().unwrap();
         agent.wait().unwrap();
         let gone = wait_for(|| fence_left(&mark).0.is_empty());
