@@ -266,4 +266,37 @@ mod tests {
         assert_eq!(on_0.0, ["0"], "node localhost printed:\n{}", on_0.1);
         assert_eq!(on_1.0, ["1"], "node 127.0.0.1 printed:\n{}", on_1.1);
     }
+
+    /// Each rank's stack, and `stacks-done` after them, also where the node's TMPDIR cannot
+    /// be written (the stacks then come one after another): herd waits for that word.
+    #[test]
+    fn stacks_end_with_their_last_word_wherever_tmpdir_points() {
+        let mut ranks: Vec<_> =
+            (0..2).map(|_| Command::new("sleep").arg("30").stdin(Stdio::null()).spawn().unwrap()).collect();
+        let want = [format!("3 {}", ranks[0].id()), format!("4 {}", ranks[1].id())];
+        let call = format!("herd_dump_stacks {} 3 {} 4", ranks[0].id(), ranks[1].id());
+        let dump = |tmpdir: &str| {
+            let out =
+                Command::new("sh").arg("-c").arg(with_procs(&call)).env("TMPDIR", tmpdir).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut heads: Vec<String> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("herd-agent stack "))
+                .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
+                .collect();
+            heads.sort();
+            (heads, text.lines().filter(|l| *l == "herd-agent stack-end").count(), text)
+        };
+        let writable = tempfile::tempdir().unwrap();
+        let results = [dump(writable.path().to_str().unwrap()), dump("/dev/null/cannot-be-a-folder")];
+        for mut r in ranks.drain(..) {
+            let _ = r.kill();
+            let _ = r.wait();
+        }
+        for (heads, ends, text) in results {
+            assert_eq!(heads, want, "{text}");
+            assert_eq!(ends, 2, "{text}");
+            assert!(text.ends_with("herd-agent stacks-done\n"), "{text}");
+        }
+    }
 }

@@ -296,13 +296,21 @@ herd_stacks() {
 }
 
 # herd_dump_stacks PID RANK...: each rank's stack, dumped at once, then written one rank after
-# another, and `herd-agent stacks-done`.
+# another, and `herd-agent stacks-done`, always.
 herd_dump_stacks() {
   if [ $# -lt 2 ]; then
     echo "herd-agent stacks-done"
     return 0
   fi
-  herd_d=$(mktemp -d "${TMPDIR:-/tmp}/herd-stacks.XXXXXX") || return 0
+  if ! herd_d=$(mktemp -d "${TMPDIR:-/tmp}/herd-stacks.XXXXXX" 2>/dev/null); then
+    # Nowhere to write them (a TMPDIR that cannot be written): one rank after another.
+    while [ $# -ge 2 ]; do
+      herd_stack "$1" "$2"
+      shift 2
+    done
+    echo "herd-agent stacks-done"
+    return 0
+  fi
   while [ $# -ge 2 ]; do
     herd_stack "$1" "$2" >"$herd_d/$1" &
     shift 2
