@@ -420,6 +420,73 @@ mod tests {
         assert!(said.contains("herd-agent exit 1"), "{said}");
     }
 
+    /// `term-fast` ends a launcher whose workers are gone, never herd's output multiplexer,
+    /// whether it leads the group (a job as herd writes it) or not (a container engine's
+    /// client leads, say): it passes on what it still holds and exits by itself, also once
+    /// its launcher has exited first and while herd reads its output late.
+    #[test]
+    fn term_fast_leaves_the_multiplexer_to_pass_on_the_last_lines() {
+        use super::super::frames::{Frame, FrameReader};
+        use std::io::{Read, Write};
+        const BYTES: usize = 100_000;
+        let secs = unique_secs(8000);
+        // The launcher ends at once on SIGTERM, its worker with it. The worker has written
+        // more than the pipes to herd hold: the multiplexer holds the rest until herd reads.
+        let worker = format!("head -c {BYTES} /dev/zero | tr '\\0' x; exec sleep {secs}");
+        let launcher = format!(
+            "trap 'kill $w 2>/dev/null; wait $w; exit 3' TERM; LOCAL_RANK=0 sh -c {} & w=$!; wait",
+            quote(&worker)
+        );
+        let mux = under_mux("python3", &format!("bash -c {}", quote(&launcher)), true);
+        for (leads, job) in [(false, format!("{mux}; exit $?")), (true, job_snippet("/", None, &mux))] {
+            let mark = format!("{}-relay-{leads}", test_mark());
+            let inv = agent(format!("HERD_T_MARK={mark}"), job);
+            let Running { mut child, mut stdin, mut stderr, .. } =
+                start(&inv, &env_block([("HERD_T_MARK", mark.as_str())]));
+            assert!(
+                wait_for(|| !processes_with_argv(&["sleep", &secs]).is_empty()),
+                "the worker did not write"
+            );
+            stdin.write_all(&Control::TermFast.encode()).unwrap();
+            stdin.flush().unwrap();
+            // Only the multiplexer is left; the agent's next look (every 50 ms) finds it so.
+            let alone = wait_for(|| {
+                let left = processes_with_env(&format!("HERD_T_MARK={mark}"));
+                let cmdline = |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                let relays =
+                    |p: &u32| String::from_utf8_lossy(&cmdline(p)).contains("herd's output multiplexer");
+                left.len() == 1 && left.iter().all(relays)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let mut out = Vec::new();
+            child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+            drop(stdin);
+            child.wait().unwrap();
+            let mut said = String::new();
+            stderr.read_to_string(&mut said).unwrap();
+            let mut frames = Vec::new();
+            let mut reader = FrameReader::default();
+            reader.push(&out, &mut frames);
+            reader.finish(&mut frames);
+            let data: Vec<u8> = frames
+                .iter()
+                .flat_map(|f| match f {
+                    Frame::Data { bytes, .. } => bytes.clone(),
+                    _ => vec![],
+                })
+                .collect();
+            let opened = frames.iter().filter(|f| matches!(f, Frame::Open { .. })).count();
+            let closed = frames.iter().filter(|f| matches!(f, Frame::Close { .. })).count();
+            assert!(alone, "leads {leads}: the multiplexer was not left alone: {said}");
+            let xs = data.iter().filter(|&&b| b == b'x').count();
+            assert!(xs == BYTES && data.len() == BYTES, "leads {leads}: {xs} of {BYTES} passed on: {said}");
+            assert!(
+                opened > 0 && closed == opened,
+                "leads {leads}: {opened} streams opened, {closed} closed: {said}"
+            );
+        }
+    }
+
     /// A probe names every process of the job with its state, RANK and LOCAL_RANK (- where
     /// it has none), and dumps the stack of each rank's own process: not of a helper that
     /// inherited its rank's RANK.

@@ -387,11 +387,25 @@ probe_job() {
   done
 }
 
+# Which of PIDS are herd's output multiplexer, or a container engine's client that runs one
+# (their command line holds the multiplexer's text; mux.py's first line holds these words):
+# each passes on the last lines once its launcher is gone, and exits by itself.
+relays() {
+  files=
+  for p in "$@"; do files="$files /proc/$p/cmdline"; done
+  # shellcheck disable=SC2013,SC2086 # paths of /proc hold no blank
+  for f in $(grep -laF 'output multiplexer: runs a node' $files 2>/dev/null); do
+    f=${f#/proc/}
+    echo "${f%/cmdline}"
+  done
+}
+
 # After `term-fast`, on a healthy node of a torch launcher: once its workers (the processes
 # with a LOCAL_RANK) are gone, the launcher has nothing left to do but its interpreter's exit
-# (a second or more with torch loaded): end it then. The group's leader, herd's output
-# multiplexer, is left to pass on the last lines and exit; without one, the leader is the
-# launcher. Within the grace, as for `term`.
+# (a second or more with torch loaded): end it then, and the job's other processes with it,
+# but a multiplexer (see relays), which usually leads the group. The launcher may have
+# exited by itself by then: the group is ended only where no multiplexer is left, for its
+# leader is then the launcher. Within the grace, as for `term`.
 end_idle_launcher() {
   deadline=$(($(date +%s) + $1))
   while [ "$(date +%s)" -lt "$deadline" ] && job_alive; do
@@ -410,7 +424,17 @@ end_idle_launcher() {
     done
     if [ -z "$busy" ]; then
       # shellcheck disable=SC2086 # one word per pid
-      if [ -n "$rest" ]; then kill -KILL $rest 2>/dev/null; else kill -KILL "-$pg" 2>/dev/null; fi
+      kept=" $(relays $rest "$pg" | tr '\n' ' ')"
+      ended=
+      for p in $rest; do
+        case $kept in *" $p "*) ;; *) ended="$ended $p" ;; esac
+      done
+      # shellcheck disable=SC2086 # one word per pid
+      if [ -n "$ended" ]; then
+        kill -KILL $ended 2>/dev/null
+      else
+        case $kept in *[0-9]*) ;; *) kill -KILL "-$pg" 2>/dev/null ;; esac
+      fi
       return 0
     fi
     sleep 0.05
