@@ -267,36 +267,58 @@ mod tests {
         assert_eq!(on_1.0, ["1"], "node 127.0.0.1 printed:\n{}", on_1.1);
     }
 
-    /// Each rank's stack, and `stacks-done` after them, also where the node's TMPDIR cannot
-    /// be written (the stacks then come one after another): herd waits for that word.
+    /// Each rank's answer, then `stacks-done`, whatever the room to hold the dumps: they go
+    /// to TMPDIR, else /dev/shm; where neither holds them (missing, full, read-only), each
+    /// rank is answered `lost`, with the reason, never passed over. Each case in a mount
+    /// namespace of its own, where a full tmpfs and a read-only /dev/shm harm nothing else.
     #[test]
-    fn stacks_end_with_their_last_word_wherever_tmpdir_points() {
+    fn stacks_end_with_their_last_word_whatever_room_the_node_has() {
+        use super::super::protocol::{parse_agent_line, StackReader};
         let mut ranks: Vec<_> =
             (0..2).map(|_| Command::new("sleep").arg("30").stdin(Stdio::null()).spawn().unwrap()).collect();
-        let want = [format!("3 {}", ranks[0].id()), format!("4 {}", ranks[1].id())];
+        let want = [(3, ranks[0].id()), (4, ranks[1].id())];
         let call = format!("herd_dump_stacks {} 3 {} 4", ranks[0].id(), ranks[1].id());
-        let dump = |tmpdir: &str| {
-            let out =
-                Command::new("sh").arg("-c").arg(with_procs(&call)).env("TMPDIR", tmpdir).output().unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let mut heads: Vec<String> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("herd-agent stack "))
-                .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" "))
-                .collect();
-            heads.sort();
-            (heads, text.lines().filter(|l| *l == "herd-agent stack-end").count(), text)
-        };
-        let writable = tempfile::tempdir().unwrap();
-        let results = [dump(writable.path().to_str().unwrap()), dump("/dev/null/cannot-be-a-folder")];
+        let room = tempfile::tempdir().unwrap();
+        let full = tempfile::tempdir().unwrap();
+        let (room, full) = (room.path().to_str().unwrap(), full.path().to_str().unwrap());
+        let fill = format!("mount -t tmpfs -o size=8k herd-test {full} && {{ head -c 65536 /dev/zero >{full}/fill; }} 2>/dev/null;");
+        let cases = [
+            ("", room, false),
+            ("", "/dev/null/not-a-folder", false),
+            (fill.as_str(), full, true),
+            ("mount -t tmpfs -o ro herd-test /dev/shm &&", "/dev/null/not-a-folder", true),
+        ];
+        let results: Vec<_> = cases
+            .iter()
+            .map(|(prepare, tmpdir, lost)| {
+                let out = Command::new("unshare")
+                    .args(["-m", "sh", "-c", &format!("{prepare} exec sh -c \"$HERD_T_SCRIPT\"")])
+                    .env("HERD_T_SCRIPT", with_procs(&call))
+                    .env("TMPDIR", tmpdir)
+                    .output()
+                    .unwrap();
+                (
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                    *lost,
+                    *tmpdir,
+                )
+            })
+            .collect();
         for mut r in ranks.drain(..) {
             let _ = r.kill();
             let _ = r.wait();
         }
-        for (heads, ends, text) in results {
-            assert_eq!(heads, want, "{text}");
-            assert_eq!(ends, 2, "{text}");
-            assert!(text.ends_with("herd-agent stacks-done\n"), "{text}");
+        for (text, stderr, lost, tmpdir) in results {
+            let mut reader = StackReader::default();
+            let stacks: Vec<_> = text.lines().filter_map(|l| reader.feed(&parse_agent_line(l))).collect();
+            let got: Vec<_> = stacks.iter().map(|s| (s.rank, s.pid)).collect();
+            assert_eq!(got, want, "TMPDIR {tmpdir}:\n{text}{stderr}");
+            assert!(text.ends_with("herd-agent stacks-done\n"), "TMPDIR {tmpdir}:\n{text}{stderr}");
+            for s in &stacks {
+                let said_lost = s.dump.as_ref().is_err_and(|e| e.contains("could not be held on the node"));
+                assert_eq!(said_lost, lost, "TMPDIR {tmpdir}: {:?}", s.dump);
+            }
         }
     }
 }

@@ -267,7 +267,8 @@ herd_own_ranks() {
 
 # herd_stack PID RANK: one rank's Python stack: `herd-agent stack RANK PID STATUS`, its
 # base64 in `herd-agent stack+ CHUNK` lines of at most 3000 characters, `herd-agent
-# stack-end`. STATUS: ok (py-spy's dump), failed (its error) or missing (no py-spy). Short
+# stack-end`. STATUS: ok (py-spy's dump), failed (its error), missing (no py-spy), or lost
+# (no room to hold the dump: see herd_dump_stacks), the last two with herd's words. Short
 # lines, each one write: several writers on one pipe never cut into each other's lines.
 # py-spy is looked for on the rank's own PATH (its virtualenv's bin), then the caller's; a
 # dump is bounded to 3 s (then SIGKILL).
@@ -282,8 +283,13 @@ herd_stack() {
   else
     herd_st=failed
   fi
-  echo "herd-agent stack $2 $1 $herd_st"
-  printf '%s' "$herd_out" | head -c 40000 | base64 -w 3000 | while IFS= read -r herd_c; do
+  herd_stack_say "$2" "$1" "$herd_st" "$herd_out"
+}
+
+# herd_stack_say RANK PID STATUS TEXT: one rank's answer, as herd_stack gives it.
+herd_stack_say() {
+  echo "herd-agent stack $1 $2 $3"
+  printf '%s' "$4" | head -c 40000 | base64 -w 3000 | while IFS= read -r herd_c; do
     printf 'herd-agent stack+ %s\n' "$herd_c"
   done
   echo "herd-agent stack-end"
@@ -295,31 +301,39 @@ herd_stacks() {
   herd_dump_stacks $(herd_ranks "$@")
 }
 
-# herd_dump_stacks PID RANK...: each rank's stack, dumped at once, then written one rank after
-# another, and `herd-agent stacks-done`, always.
+# herd_dump_stacks PID RANK...: each rank's stack, dumped at once, each to a file of its own
+# (in $TMPDIR, else /dev/shm), then written one rank after another; then `herd-agent
+# stacks-done`, always. A rank whose file could not be made or was cut short (a full or
+# read-only folder) is answered `lost`, with the reason: never passed over, never late.
 herd_dump_stacks() {
-  if [ $# -lt 2 ]; then
-    echo "herd-agent stacks-done"
-    return 0
-  fi
-  if ! herd_d=$(mktemp -d "${TMPDIR:-/tmp}/herd-stacks.XXXXXX" 2>/dev/null); then
-    # Nowhere to write them (a TMPDIR that cannot be written): one rank after another.
-    while [ $# -ge 2 ]; do
-      herd_stack "$1" "$2"
-      shift 2
-    done
-    echo "herd-agent stacks-done"
-    return 0
-  fi
+  herd_d=
+  for herd_t in "${TMPDIR:-/tmp}" /dev/shm; do
+    herd_d=$(mktemp -d "$herd_t/herd-stacks.XXXXXX" 2>/dev/null) && break
+  done
+  herd_want=
   while [ $# -ge 2 ]; do
-    herd_stack "$1" "$2" >"$herd_d/$1" &
+    [ -z "$herd_d" ] || herd_stack "$1" "$2" 2>/dev/null >"$herd_d/$1" &
+    herd_want="$herd_want $1:$2"
     shift 2
   done
   wait
-  for herd_f in "$herd_d"/*; do
-    [ -f "$herd_f" ] || continue
-    while IFS= read -r herd_l; do printf '%s\n' "$herd_l"; done <"$herd_f"
+  # The files that hold their rank's whole answer, one name (PID) a line: one grep for all.
+  herd_whole=
+  [ -z "$herd_d" ] || herd_whole=$(cd "$herd_d" && grep -lx 'herd-agent stack-end' -- * 2>/dev/null)
+  herd_nl='
+'
+  for herd_w in $herd_want; do
+    herd_p=${herd_w%:*}
+    case "$herd_nl$herd_whole$herd_nl" in
+      *"$herd_nl$herd_p$herd_nl"*)
+        while IFS= read -r herd_l; do printf '%s\n' "$herd_l"; done <"$herd_d/$herd_p"
+        ;;
+      *)
+        herd_stack_say "${herd_w#*:}" "$herd_p" lost "its stack could not be held on the node: \
+no room in ${TMPDIR:-/tmp} or /dev/shm (full, or read-only)"
+        ;;
+    esac
   done
-  rm -rf "$herd_d"
+  [ -z "$herd_d" ] || rm -rf "$herd_d"
   echo "herd-agent stacks-done"
 }

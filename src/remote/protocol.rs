@@ -171,7 +171,7 @@ impl StackReader {
                         Err("py-spy printed nothing (is base64 installed on the node?)".into())
                     }
                     "ok" => Ok(text),
-                    "missing" => Err(text),
+                    "missing" | "lost" => Err(text),
                     _ => Err(format!("py-spy failed: {}", text.lines().last().unwrap_or("no output").trim())),
                 };
                 Some(RankStack { rank, pid, dump })
