@@ -440,7 +440,9 @@ mod tests {
         let mux = under_mux("python3", &format!("bash -c {}", quote(&launcher)), true);
         for (leads, job) in [(false, format!("{mux}; exit $?")), (true, job_snippet("/", None, &mux))] {
             let mark = format!("{}-relay-{leads}", test_mark());
-            let inv = agent(format!("HERD_T_MARK={mark}"), job);
+            // Its grace as long as herd's: a leader that dies of SIGTERM (here, the job's sh
+            // where the multiplexer does not lead) would have the agent stop the rest at once.
+            let inv = AgentInvocation { grace_secs: 30, ..agent(format!("HERD_T_MARK={mark}"), job) };
             let Running { mut child, mut stdin, mut stderr, .. } =
                 start(&inv, &env_block([("HERD_T_MARK", mark.as_str())]));
             assert!(
@@ -449,7 +451,8 @@ mod tests {
             );
             stdin.write_all(&Control::TermFast.encode()).unwrap();
             stdin.flush().unwrap();
-            // Only the multiplexer is left; the agent's next look (every 50 ms) finds it so.
+            // Only the multiplexer is left; the agent's next look (every 50 ms) finds it so,
+            // within the wait below but on a machine loaded past reason.
             let alone = wait_for(|| {
                 let left = processes_with_env(&format!("HERD_T_MARK={mark}"));
                 let cmdline = |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
@@ -457,7 +460,7 @@ mod tests {
                     |p: &u32| String::from_utf8_lossy(&cmdline(p)).contains("herd's output multiplexer");
                 left.len() == 1 && left.iter().all(relays)
             });
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            std::thread::sleep(std::time::Duration::from_millis(1500));
             let mut out = Vec::new();
             child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
             drop(stdin);

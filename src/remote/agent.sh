@@ -32,8 +32,9 @@
 #           no fence (and the agent passes the beats over itself).
 # stdin: first a line with a count N, then N lines of `export NAME='value'` (the env,
 #        secrets included: they never appear in any argv), then control lines:
-#        `term` / `kill` signal the job; `term-fast` is `term`, then SIGKILL for the
-#        launcher (the group's leader) once every other job process is gone; `probe` asks for
+#        `term` / `kill` signal the job; `term-fast` is `term`, then, once the workers (the
+#        processes with a LOCAL_RANK) are gone, SIGKILL for the launcher and the job's other
+#        processes, herd's output multiplexer spared (end_idle_launcher); `probe` asks for
 #        `herd-agent probe` and every worker's stack, `clock` for `herd-agent clock`, `sample`
 #        for `herd-agent sample` (below), `checkpoint SIG` sends SIG (a name without SIG) to
 #        every rank (`herd_ranks`), `checkpoint SIG group` too, or to the job's group where

@@ -98,6 +98,18 @@ mod tests {
 
     /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
     /// the process functions it is shipped after, which the agent's check covers).
+    /// The agent tells herd's output multiplexer by words of mux.py's first line, in its
+    /// command line (`relays` in agent.sh): never by words an edit of mux.py would drop.
+    #[test]
+    fn the_agent_knows_the_multiplexer_by_its_first_line() {
+        let grep = AGENT_SCRIPT.lines().find(|l| l.contains("grep -laF")).expect("relays' grep");
+        let words = grep.split('\'').nth(1).expect("a quoted text");
+        assert!(
+            MUX_SCRIPT.lines().next().unwrap().contains(words),
+            "{words:?} is not in mux.py's first line"
+        );
+    }
+
     #[test]
     fn the_shipped_node_scripts_pass_shellcheck() {
         let scripts = [
