@@ -252,7 +252,11 @@ fn with_herd(
 ) -> Measure {
     let save = soak::save_dir(root, "herd");
     let until = save.join("until");
+    // A folder of its own each seed: its runs, their events, and the config's quarantine.
+    // Kept from one seed to the next, a node a seed lost for good stayed quarantined in the
+    // next, and that seed counted the earlier seed's quarantine as a blame of its own.
     let dir = root.join("herd");
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let hosts: Vec<String> = tb.nodes().iter().map(|h| h.addr.clone()).collect();
     let args: Vec<String> = args(&save, &until).iter().map(|a| format!("\"{a}\"")).collect();
