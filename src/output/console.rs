@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::collapse::{self, Collapser, Entry, Printer};
 use super::files::rank_log_path;
@@ -17,6 +17,9 @@ use crate::lines::Lines;
 
 /// How many of a hidden rank's last lines are kept, to show if it fails.
 const HIDDEN_TAIL: usize = 20;
+
+/// How often the console says again that herd still waits for a node, with the same error.
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(60);
 
 /// When the console shows the same line from many ranks once (`herd run --collapse`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -64,6 +67,47 @@ pub struct Console {
     checkpointed: bool,
     /// The files' error has been told.
     warned: bool,
+    /// The nodes herd waits for before a restart, as the console last told of them.
+    waits: Waits,
+}
+
+/// The nodes herd waits for (`Event::NodeWaiting`, one a try, some seconds apart, for up to
+/// `restart.node_wait`): a line for the first try, for one that fails otherwise, and once
+/// a minute, each saying how many tries since the last. Every try is in the run's events.
+#[derive(Debug, Default)]
+struct Waits {
+    /// By host: the error last told, when, and the tries not told since.
+    told: HashMap<String, (String, Instant, u32)>,
+}
+
+impl Waits {
+    /// The line for this try, if it deserves one.
+    fn line(&mut self, node_rank: usize, host: &str, error: &str, now: Instant) -> Option<String> {
+        match self.told.get_mut(host) {
+            Some((told, at, quiet)) if told == error && now.duration_since(*at) < STILL_WAITING_EVERY => {
+                *quiet += 1;
+                None
+            }
+            Some((_, at, quiet)) => {
+                let line = format!(
+                    "still waiting for node {node_rank} ({host}) to come back, {} tries in {} s: {error}",
+                    *quiet + 1,
+                    now.duration_since(*at).as_secs()
+                );
+                self.told.insert(host.to_string(), (error.to_string(), now, 0));
+                Some(line)
+            }
+            None => {
+                self.told.insert(host.to_string(), (error.to_string(), now, 0));
+                Some(format!("waiting for node {node_rank} ({host}) to come back: {error}"))
+            }
+        }
+    }
+
+    /// An attempt has started: whoever was waited for came back or was replaced.
+    fn clear(&mut self) {
+        self.told.clear();
+    }
 }
 
 impl Console {
@@ -90,6 +134,7 @@ impl Console {
             unstopped: 0,
             checkpointed: false,
             warned: false,
+            waits: Waits::default(),
         }
     }
 
@@ -218,7 +263,13 @@ impl Console {
             _ => {}
         }
         let unstopped = self.unstopped;
+        if let Event::AttemptStarted { .. } = event {
+            self.waits.clear();
+        }
         let line = match event {
+            Event::NodeWaiting { node_rank, host, error } => {
+                self.waits.line(*node_rank, host, error, Instant::now())
+            }
             Event::RunFinished { status: RunStatus::Interrupted, .. } if unstopped > 0 => Some(format!(
                 "run interrupted; {unstopped} process(es) of the job could not be stopped (see above)"
             )),
@@ -290,5 +341,44 @@ impl Sink for Console {
     fn finish(&mut self, shared: &mut Shared) {
         self.drain(shared);
         self.warn(shared);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node waited for for 5 minutes, a try every 5 s: a line at the first try, none for the
+    /// next ones with the same error, then one a minute with the tries since; a new error at
+    /// once. After an attempt starts, the next wait is told from its first try.
+    #[test]
+    fn a_node_waited_for_is_told_of_once_a_minute_not_at_every_try() {
+        let t0 = Instant::now();
+        let mut waits = Waits::default();
+        let refused = "connect to host n2 port 22: Connection refused";
+        let no_route = "connect to host n2 port 22: No route to host";
+        let mut lines = Vec::new();
+        for i in 0..60u64 {
+            let error = if i < 30 { refused } else { no_route };
+            if let Some(l) = waits.line(2, "n2", error, t0 + Duration::from_secs(5 * i)) {
+                lines.push((5 * i, l));
+            }
+        }
+        assert_eq!(
+            lines,
+            [
+                (0, format!("waiting for node 2 (n2) to come back: {refused}")),
+                (60, format!("still waiting for node 2 (n2) to come back, 12 tries in 60 s: {refused}")),
+                (120, format!("still waiting for node 2 (n2) to come back, 12 tries in 60 s: {refused}")),
+                (150, format!("still waiting for node 2 (n2) to come back, 6 tries in 30 s: {no_route}")),
+                (210, format!("still waiting for node 2 (n2) to come back, 12 tries in 60 s: {no_route}")),
+                (270, format!("still waiting for node 2 (n2) to come back, 12 tries in 60 s: {no_route}")),
+            ]
+        );
+        // Another node's wait is its own.
+        assert!(waits.line(5, "n5", refused, t0 + Duration::from_secs(280)).is_some());
+        waits.clear();
+        let again = waits.line(2, "n2", refused, t0 + Duration::from_secs(290));
+        assert_eq!(again, Some(format!("waiting for node 2 (n2) to come back: {refused}")));
     }
 }

@@ -74,9 +74,6 @@ fn node_line(event: &Event) -> Option<String> {
         Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
             format!("node {node_rank} ({host}) ended: {exit}")
         }
-        Event::NodeWaiting { node_rank, host, error } => {
-            format!("waiting for node {node_rank} ({host}) to come back: {error}")
-        }
         Event::Straggler { attempt, rank, node_rank, host, score, since_secs, alone } => {
             let why = if *alone {
                 ", while every other rank sits idle: work of the job's own (a checkpoint, an evaluation?), which blames no node"
