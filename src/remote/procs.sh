@@ -306,6 +306,10 @@ herd_stacks() {
 # stacks-done`, always. A rank whose file could not be made or was cut short (a full or
 # read-only folder) is answered `lost`, with the reason: never passed over, never late.
 herd_dump_stacks() {
+  if [ $# -lt 2 ]; then
+    echo "herd-agent stacks-done"
+    return 0
+  fi
   herd_d=
   for herd_t in "${TMPDIR:-/tmp}" /dev/shm; do
     herd_d=$(mktemp -d "$herd_t/herd-stacks.XXXXXX" 2>/dev/null) && break
