@@ -96,8 +96,6 @@ mod tests {
         Command::new(checker[0]).args(&checker[1..]).arg(&path).output()
     }
 
-    /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
-    /// the process functions it is shipped after, which the agent's check covers).
     /// The agent tells herd's output multiplexer by words of mux.py's first line, in its
     /// command line (`relays` in agent.sh): never by words an edit of mux.py would drop.
     #[test]
@@ -110,6 +108,8 @@ mod tests {
         );
     }
 
+    /// Every other node script in sh, as it ships, passes shellcheck too (`facts.sh` without
+    /// the process functions it is shipped after, which the agent's check covers).
     #[test]
     fn the_shipped_node_scripts_pass_shellcheck() {
         let scripts = [
