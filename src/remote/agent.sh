@@ -389,15 +389,15 @@ probe_job() {
 }
 
 # Which of PIDS are herd's output multiplexer, or a container engine's client that runs one
-# (their command line holds the multiplexer's text; mux.py's first line holds these words):
-# each passes on the last lines once its launcher is gone, and exits by itself.
+# (their command line holds the multiplexer's text; mux.py's first line holds these words),
+# as ` PID` each: each passes on the last lines once its launcher is gone, and exits by itself.
 relays() {
   files=
   for p in "$@"; do files="$files /proc/$p/cmdline"; done
   # shellcheck disable=SC2013,SC2086 # paths of /proc hold no blank
   for f in $(grep -laF 'output multiplexer: runs a node' $files 2>/dev/null); do
     f=${f#/proc/}
-    echo "${f%/cmdline}"
+    printf ' %s' "${f%/cmdline}"
   done
 }
 
@@ -425,7 +425,7 @@ end_idle_launcher() {
     done
     if [ -z "$busy" ]; then
       # shellcheck disable=SC2086 # one word per pid
-      kept=" $(relays $rest "$pg" | tr '\n' ' ')"
+      kept="$(relays $rest "$pg") "
       ended=
       for p in $rest; do
         case $kept in *" $p "*) ;; *) ended="$ended $p" ;; esac
