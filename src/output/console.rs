@@ -88,13 +88,13 @@ impl Waits {
                 *quiet += 1;
                 None
             }
-            Some((_, at, quiet)) => {
+            Some(told) => {
                 let line = format!(
                     "still waiting for node {node_rank} ({host}) to come back, {} tries in {} s: {error}",
-                    *quiet + 1,
-                    now.duration_since(*at).as_secs()
+                    told.2 + 1,
+                    now.duration_since(told.1).as_secs()
                 );
-                self.told.insert(host.to_string(), (error.to_string(), now, 0));
+                *told = (error.to_string(), now, 0);
                 Some(line)
             }
             None => {
