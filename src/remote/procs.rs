@@ -241,8 +241,11 @@ mod tests {
         for (node, host) in [(0, "localhost"), (1, "127.0.0.1")] {
             let marker = format!("{key}:r:0:{node}");
             // The node's live agent holds its marker in its argv; its rank, in its environment.
+            // The agent's stand-in has its argv from its exec on, and no child: `python3` may be
+            // a shim (pyenv) that execs three times, and a look at /proc between two found no
+            // live agent (1 run in 40 beside 3 busy loops).
             let agent = format!("HERD_MARKER={marker}");
-            children.push(spawn(&["python3", "-c", "import time; time.sleep(30)", &agent], &[]));
+            children.push(spawn(&["perl", "-e", "sleep 30", &agent], &[]));
             let rank = node.to_string();
             let env = [("HERD_MARKER", marker.as_str()), ("RANK", rank.as_str()), ("HERD_NODE", host)];
             children.push(spawn(&["sleep", "30"], &env));
