@@ -1,8 +1,11 @@
 //! What happens during a run, as plain data. The supervisor emits these; the output side
 //! turns them into prefixed lines, log files and events.jsonl. Neither looks at the other.
 
+use std::time::SystemTime;
+
 pub use crate::remote::frames::Source;
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use crate::lines::Lines;
 use crate::outcome::{FailureClass, NodeExit, Verdict};
@@ -287,6 +290,33 @@ pub enum Event {
         status: RunStatus,
         attempts: u32,
     },
+}
+
+/// An event, and when it happened: dated by the task that saw it, as it tells it. The
+/// reporter may be seconds behind on a busy launch host (hundreds of nodes' logins on its
+/// cores), and the record says when each thing happened, not when it was written.
+#[derive(Debug, Clone)]
+pub struct Dated {
+    pub at: SystemTime,
+    pub event: Event,
+}
+
+/// The sending side of a run's events: each is dated as it is sent (see `Dated`).
+#[derive(Debug, Clone)]
+pub struct EventSender(mpsc::Sender<Dated>);
+
+/// A channel of `capacity` events, each dated as it is sent.
+pub fn channel(capacity: usize) -> (EventSender, mpsc::Receiver<Dated>) {
+    let (tx, rx) = mpsc::channel(capacity);
+    (EventSender(tx), rx)
+}
+
+impl EventSender {
+    /// `event`, dated now, once the channel has room; the event back if the reporter is gone.
+    pub async fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
+        let dated = Dated { at: SystemTime::now(), event };
+        self.0.send(dated).await.map_err(|e| mpsc::error::SendError(e.0.event))
+    }
 }
 
 impl Event {

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::events::Event;
+use crate::events::{Event, EventSender};
 use crate::plan::{LaunchPlan, NodePlan};
 use crate::remote::agent::AgentInvocation;
 use crate::transport::{self, Connection, OnBusy, Started, TransportError};
@@ -137,7 +136,7 @@ impl Fleet {
     /// `events` for each. Nodes that fail are in the fleet with their error: see `require_all`.
     pub async fn connect(
         plan: &LaunchPlan,
-        events: Option<&mpsc::Sender<Event>>,
+        events: Option<&EventSender>,
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
         Fleet::connect_some(plan, events, |_| true, early).await
@@ -146,7 +145,7 @@ impl Fleet {
     /// `connect`, to the nodes `which` picks; the others' links say "not connected".
     async fn connect_some(
         plan: &LaunchPlan,
-        events: Option<&mpsc::Sender<Event>>,
+        events: Option<&EventSender>,
         which: impl Fn(&NodePlan) -> bool,
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
@@ -206,7 +205,7 @@ impl Fleet {
     /// starts nothing before its env, and ends when its connection closes).
     pub async fn connect_all(
         plan: &LaunchPlan,
-        events: &mpsc::Sender<Event>,
+        events: &EventSender,
         early: impl Fn(&NodePlan) -> Vec<AgentInvocation>,
     ) -> Result<(Fleet, EarlyAgents), ConnectError> {
         let (fleet, agents, errors) = Fleet::connect(plan, Some(events), early).await;
@@ -225,7 +224,7 @@ impl Fleet {
         self,
         old: &LaunchPlan,
         new: &LaunchPlan,
-        events: &mpsc::Sender<Event>,
+        events: &EventSender,
     ) -> (Fleet, Vec<Option<TransportError>>) {
         let mut kept: std::collections::HashMap<&str, Link> =
             old.nodes.iter().map(|n| n.host.as_str()).zip(self.links).collect();
@@ -301,7 +300,7 @@ impl Fleet {
     pub async fn reconnect(
         self,
         plan: &LaunchPlan,
-        events: &mpsc::Sender<Event>,
+        events: &EventSender,
         wait: Duration,
     ) -> Result<Fleet, (usize, Fleet)> {
         let options = plan.timing.connect;

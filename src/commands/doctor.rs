@@ -112,7 +112,7 @@ async fn measure(
     limit: Duration,
 ) -> Option<NetReport> {
     let prefixes = output::prefix::prefixes(hosts, false);
-    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (events_tx, events_rx) = crate::events::channel(EVENT_QUEUE);
     let collector = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });

@@ -18,7 +18,7 @@ pub(super) fn exec_command(args: ExecArgs) -> Result<u8, Error> {
     let color = output::mode::Surroundings::detect(false, true).color();
     let prefixes = output::prefix::prefixes(&hosts, color);
 
-    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (events_tx, events_rx) = crate::events::channel(EVENT_QUEUE);
     let gather = args.gather;
     let printer = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::stdout(), &prefixes, gather)

@@ -41,7 +41,7 @@ pub(super) fn run_command(args: RunArgs) -> Result<u8, Error> {
     let hooks = notifier.as_ref().map(notify::Notifier::stopper);
     let gate = notifier.as_mut().and_then(notify::Notifier::gate);
 
-    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (events_tx, events_rx) = crate::events::channel(EVENT_QUEUE);
     // Ctrl-C, SIGTERM and a closed stdout all stop the run the same way.
     let (interrupt_tx, interrupts) = mpsc::unbounded_channel();
     let sinks = Sinks {

@@ -17,7 +17,7 @@ pub(super) fn stacks_command(config: &Path) -> Result<u8, Error> {
     let runtime = runtime()?;
     let hosts: Vec<String> = plan.nodes.iter().map(|n| n.host.clone()).collect();
     let prefixes = output::prefix::prefixes(&hosts, false);
-    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (events_tx, events_rx) = crate::events::channel(EVENT_QUEUE);
     let collector = std::thread::spawn(move || {
         output::exec_view::collect(events_rx, &mut std::io::sink(), &prefixes, true)
     });

@@ -6,13 +6,13 @@ use std::io::{self, Write};
 
 use tokio::sync::mpsc;
 
-use crate::events::Event;
+use crate::events::{Dated, Event};
 use crate::supervisor::exec::ExecExit;
 
 /// Consume an exec's events. Streams prefixed lines to `out`, or with `gather` keeps each
 /// node's output and returns it (raw bytes, lines ended by `\n`).
 pub fn collect(
-    mut events: mpsc::Receiver<Event>,
+    mut events: mpsc::Receiver<Dated>,
     out: &mut dyn Write,
     prefixes: &[Vec<u8>],
     gather: bool,
@@ -20,7 +20,7 @@ pub fn collect(
     let mut kept = vec![Vec::new(); prefixes.len()];
     let mut out = io::BufWriter::new(out);
     let mut out_ok = true;
-    while let Some(event) = events.blocking_recv() {
+    while let Some(Dated { event, .. }) = events.blocking_recv() {
         if let Event::NodeOutput { node_rank, lines, .. } = event {
             for line in lines.iter() {
                 if gather {

@@ -3,7 +3,7 @@
 //! taken at most once a second.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::sink::{Shared, Sink, Turn};
 use crate::events::Event;
@@ -26,7 +26,7 @@ impl MetricsSink {
 
 impl Sink for MetricsSink {
     fn event(&mut self, turn: &Turn, _shared: &mut Shared) {
-        let now = SystemTime::now();
+        let now = turn.at;
         let mut metrics = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
         if let Event::NodeOutput { source, lines, .. } = turn.event {
             let recent = metrics

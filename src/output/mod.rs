@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use crate::events::Event;
+use crate::events::Dated;
 use console::Console;
 use screen::Screen;
 use sink::{Names, Shared, Sink};
@@ -76,7 +76,7 @@ const BOARD_TICK: Duration = Duration::from_millis(100);
 /// echo but not the log files, and asks for the run to stop (`Sinks::on_stdout_closed`); a
 /// failing disk stops the files but not the echo. Neither stops reading events, so the run
 /// itself never stalls on its output.
-pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) -> Report {
+pub fn report(files: RunFiles, mut events: mpsc::Receiver<Dated>, sinks: Sinks) -> Report {
     let mut names = Names::new(files.hosts().to_vec());
     let on_stdout_closed = sinks.on_stdout_closed.clone();
     let (collapse, json) = (sinks.collapse, sinks.mode == Mode::Json);
@@ -106,7 +106,7 @@ pub fn report(files: RunFiles, mut events: mpsc::Receiver<Event>, sinks: Sinks) 
                 None => break,
             },
         };
-        let turn = names.turn(&event);
+        let turn = names.turn(&event.event, event.at);
         all.iter_mut().for_each(|sink| sink.event(&turn, &mut shared));
         if events.is_empty() && shared.screen.due() {
             shared.screen.flush_job();
@@ -160,7 +160,7 @@ mod tests {
 
     use super::*;
     use crate::classify;
-    use crate::events::Source;
+    use crate::events::{Event, Source};
     use crate::lines::{LineEnd, Lines};
     use crate::outcome::{FailureClass, NodeExit, RootCause, Verdict};
 
@@ -199,6 +199,19 @@ mod tests {
         mode: Mode,
         console: &str,
         events: Vec<Event>,
+        break_files: bool,
+        collapse: Collapse,
+    ) -> (String, String, Report, String) {
+        let now = std::time::SystemTime::now();
+        let events = events.into_iter().map(|event| Dated { at: now, event }).collect();
+        report_dated(mode, console, events, break_files, collapse)
+    }
+
+    /// `report_collapsing` of events each dated as given.
+    fn report_dated(
+        mode: Mode,
+        console: &str,
+        events: Vec<Dated>,
         break_files: bool,
         collapse: Collapse,
     ) -> (String, String, Report, String) {
@@ -305,6 +318,26 @@ mod tests {
         assert_eq!(lines[1]["attempt"], 3, "the attempt the line belongs to");
         assert_eq!(lines[1]["line"], "hello", "--ranks does not filter --json");
         assert_eq!(lines[2]["event"], "attempt_failed");
+    }
+
+    #[test]
+    fn the_record_dates_each_event_when_it_happened_and_never_before_the_one_before() {
+        // The reporter takes them all at once, long after: a busy launch host's reporter.
+        let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let started = Event::AttemptStarted { attempt: 1, master_addr: "n1".into(), master_port: 29500 };
+        let events = vec![
+            Dated { at: at(0), event: Event::AttemptStarting { attempt: 1 } },
+            Dated { at: at(1_500), event: started },
+            // Dated a moment before the event sent before it, by another task.
+            Dated { at: at(1_499), event: failed(0) },
+        ];
+        let (_, _, _, recorded) = report_dated(Mode::Json, "all", events, false, Collapse::Never);
+        let ts: Vec<String> = recorded
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["ts"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ts, ["2027-01-15T08:00:00.000Z", "2027-01-15T08:00:01.500Z", "2027-01-15T08:00:01.500Z"]);
     }
 
     #[test]

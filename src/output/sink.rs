@@ -2,6 +2,7 @@
 //! console, the `[notify]` hook, the board), each in its own file.
 
 use std::cell::OnceCell;
+use std::time::SystemTime;
 
 use super::screen::Screen;
 use super::Report;
@@ -30,6 +31,8 @@ pub struct Turn<'a> {
     /// Set when this event names the nodes (at the start, and when they change between
     /// attempts).
     pub renamed: Option<Renamed<'a>>,
+    /// When the event happened (see `Names::turn`).
+    pub at: SystemTime,
     ts: OnceCell<String>,
 }
 
@@ -41,10 +44,10 @@ pub struct Renamed<'a> {
 }
 
 impl Turn<'_> {
-    /// The event's time, the same for every sink that writes it (events.jsonl, `--json`, the
-    /// hook).
+    /// The event's time as the records write it, the same for every sink that writes it
+    /// (events.jsonl, `--json`, the hook).
     pub fn ts(&self) -> String {
-        self.ts.get_or_init(timestamp).clone()
+        self.ts.get_or_init(|| humantime::format_rfc3339_millis(self.at).to_string()).clone()
     }
 }
 
@@ -52,15 +55,20 @@ impl Turn<'_> {
 pub struct Names {
     hosts: Vec<String>,
     nprocs: Vec<u32>,
+    /// The last event's time.
+    last: SystemTime,
 }
 
 impl Names {
     pub fn new(hosts: Vec<String>) -> Names {
-        Names { hosts, nprocs: Vec::new() }
+        Names { hosts, nprocs: Vec::new(), last: SystemTime::UNIX_EPOCH }
     }
 
-    /// `event`, with the names it brings taken in.
-    pub fn turn<'a>(&'a mut self, event: &'a Event) -> Turn<'a> {
+    /// `event`, which happened `at`, with the names it brings taken in. Its time is never
+    /// before the event's before it: two tasks that date their events a moment apart may
+    /// send them the other way round, and the record keeps its order.
+    pub fn turn<'a>(&'a mut self, event: &'a Event, at: SystemTime) -> Turn<'a> {
+        self.last = self.last.max(at);
         let mut hosts_changed = false;
         let renamed = event.renamed(&self.hosts, &self.nprocs).map(|(hosts, nprocs)| {
             if hosts != self.hosts {
@@ -70,11 +78,6 @@ impl Names {
             self.nprocs = nprocs;
         });
         let renamed = renamed.map(|()| Renamed { hosts_changed, nprocs: &self.nprocs });
-        Turn { event, hosts: &self.hosts, renamed, ts: OnceCell::new() }
+        Turn { event, hosts: &self.hosts, renamed, at: self.last, ts: OnceCell::new() }
     }
-}
-
-/// Now, as the events' `ts` field writes it.
-fn timestamp() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }

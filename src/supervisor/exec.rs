@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use super::node::{self, Liveness, NodeCommand, NodeReport, NodeRun, Stop};
 use super::types::Interrupts;
-use crate::events::Event;
+use crate::events::EventSender;
 use crate::fleet::Fleet;
 use crate::marker::Marker;
 use crate::outcome::NodeExit;
@@ -54,7 +54,7 @@ pub async fn exec(
     plan: &LaunchPlan,
     exec_id: &str,
     commands: &[String],
-    events: mpsc::Sender<Event>,
+    events: EventSender,
     interrupts: Interrupts,
 ) -> ExecOutcome {
     exec_with_env(plan, exec_id, commands, &[], events, interrupts).await
@@ -67,7 +67,7 @@ pub async fn exec_with_env(
     exec_id: &str,
     commands: &[String],
     envs: &[Vec<(String, String)>],
-    events: mpsc::Sender<Event>,
+    events: EventSender,
     mut interrupts: Interrupts,
 ) -> ExecOutcome {
     let (fleet, _, _) = Fleet::connect(plan, None, |_| Vec::new()).await;

@@ -18,7 +18,7 @@ use super::straggler::{self, StragglerWatch};
 use super::sweep::Sweep;
 use super::types::{Interrupts, RunError, Signal};
 use crate::classify;
-use crate::events::{Event, Preemption};
+use crate::events::{Event, EventSender, Preemption};
 use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
@@ -34,7 +34,7 @@ pub(super) struct AttemptContext<'a> {
     pub plan: &'a LaunchPlan,
     pub run_id: &'a str,
     pub interfaces: &'a [String],
-    pub events: &'a mpsc::Sender<Event>,
+    pub events: &'a EventSender,
 }
 
 #[derive(Debug)]
@@ -705,11 +705,11 @@ mod tests {
         mut react: impl FnMut(&Event) -> Option<Signal> + Send + 'static,
     ) -> Ran {
         let fleet = Fleet::of(nodes.iter().cloned().map(Connection::Sim).collect());
-        let (events, mut seen) = mpsc::channel(16);
+        let (events, mut seen) = crate::events::channel(16);
         let (signals, signalled) = mpsc::unbounded_channel();
         let collect = tokio::spawn(async move {
             let mut all = Vec::new();
-            while let Some(event) = seen.recv().await {
+            while let Some(crate::events::Dated { event, .. }) = seen.recv().await {
                 if let Some(signal) = react(&event) {
                     let _ = signals.send(signal);
                 }

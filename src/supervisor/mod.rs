@@ -25,11 +25,10 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
 
 use crate::blame;
 use crate::config::PortSpec;
-use crate::events::{Event, Quarantined, RunStatus};
+use crate::events::{Event, EventSender, Quarantined, RunStatus};
 use crate::fleet::{stdout_if_ok, ConnectError, EarlyAgents, Fleet};
 use crate::outcome::{NodeExit, NodeOutcome, Verdict};
 use crate::plan::{self, LaunchPlan};
@@ -51,7 +50,7 @@ pub async fn run(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
-    events: mpsc::Sender<Event>,
+    events: EventSender,
     mut interrupts: Interrupts,
     end: RunEnd,
 ) -> Result<RunOutcome, RunError> {
@@ -116,7 +115,7 @@ struct Run<'a> {
     plan: LaunchPlan,
     run_id: &'a str,
     options: RunOptions,
-    events: &'a mpsc::Sender<Event>,
+    events: &'a EventSender,
     attempts: Vec<AttemptSummary>,
     /// The master ports of earlier attempts, which a restart does not reuse.
     used_ports: BTreeSet<u16>,
@@ -817,7 +816,7 @@ fn copy_nccl_dumps(
     fleet: &Fleet,
     attempt: u32,
     outcomes: &[NodeOutcome],
-    events: mpsc::Sender<Event>,
+    events: EventSender,
 ) -> impl Future<Output = ()> + Send + 'static {
     let dir = crate::nccl::dump_dir(run_id, attempt);
     let lost = |r: usize| outcomes.iter().any(|o| o.node_rank == r && matches!(o.exit, NodeExit::Lost(_)));
@@ -915,7 +914,7 @@ async fn connect(
     plan: &LaunchPlan,
     run_id: &str,
     options: RunOptions,
-    events: &mpsc::Sender<Event>,
+    events: &EventSender,
 ) -> (Fleet, EarlyAgents, Vec<Option<TransportError>>) {
     let probing = preflight::probe_options(plan, run_id, options, &[]);
     let port_known = options.preflight || matches!(plan.master.port, PortSpec::Fixed(_));

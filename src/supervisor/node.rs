@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::CheckpointSignal;
-use crate::events::Event;
+use crate::events::{Event, EventSender};
 use crate::lines::{LineSplitter, Lines};
 use crate::outcome::{NodeExit, ProcessState, TimedLine};
 use crate::remote::agent::AgentInvocation;
@@ -273,14 +273,14 @@ impl Liveness {
 }
 
 /// One node's task: its agent run, then its end reported (`NodeReport::Ended`).
-pub async fn run(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Event>) {
+pub async fn run(conn: Arc<Connection>, node: NodeRun, events: EventSender) {
     let reports = node.reports.clone();
     let result = run_agent(conn, node, events).await;
     let _ = reports.send((result.node_rank, NodeReport::Ended(result)));
 }
 
 /// One node's agent, from its start to its end.
-async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: mpsc::Sender<Event>) -> NodeResult {
+async fn run_agent(conn: Arc<Connection>, node: NodeRun, events: EventSender) -> NodeResult {
     let rank = node.node_rank;
     let liveness = node.liveness.clone();
     let result = |exit: NodeExit, tail: Vec<TimedLine>| NodeResult {
@@ -541,7 +541,7 @@ async fn pump_output(
     mut stdout: impl AsyncRead + Unpin,
     progress: Arc<PumpProgress>,
     rank: usize,
-    events: mpsc::Sender<Event>,
+    events: EventSender,
     liveness: Arc<Liveness>,
     progress_rule: Progress,
     mut fatal: Option<FatalWatch>,
@@ -668,7 +668,7 @@ async fn pass_on(
     rank: usize,
     source: Source,
     mut lines: Lines,
-    events: &mpsc::Sender<Event>,
+    events: &EventSender,
     liveness: &Liveness,
     progress: &PumpProgress,
     progress_rule: &Progress,
@@ -707,7 +707,7 @@ async fn pass_on(
 async fn pump_agent(
     mut messages: Messages,
     mut relay: Relay,
-    events: mpsc::Sender<Event>,
+    events: EventSender,
     liveness: Arc<Liveness>,
     reports: Reports,
 ) -> Option<i32> {
@@ -884,7 +884,7 @@ mod tests {
         fn start(node: &SimNode) -> Task {
             let (tell, commands) = mpsc::unbounded_channel();
             let (reports_tx, reports) = mpsc::unbounded_channel();
-            let (events_tx, mut seen) = mpsc::channel(16);
+            let (events_tx, mut seen) = crate::events::channel(16);
             let invocation = AgentInvocation {
                 grace_secs: 5,
                 heartbeat_secs: 3,
@@ -912,8 +912,8 @@ mod tests {
             tokio::spawn(run(conn, node_run, events_tx));
             let events = tokio::spawn(async move {
                 let mut all = Vec::new();
-                while let Some(event) = seen.recv().await {
-                    all.push(event);
+                while let Some(dated) = seen.recv().await {
+                    all.push(dated.event);
                 }
                 all
             });

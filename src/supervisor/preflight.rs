@@ -2,12 +2,11 @@
 //! off), which also find each node's interface to the master for
 //! `rendezvous.interface = "auto"`, and sweep every node's leftovers as they log in.
 
-use tokio::sync::mpsc;
 
 use super::sweep::{swept_events, Sweep};
 use super::types::{RunError, RunOptions};
 use crate::doctor;
-use crate::events::Event;
+use crate::events::EventSender;
 use crate::fleet::Fleet;
 use crate::plan::{LaunchPlan, NodePlan, AUTO_INTERFACE};
 use crate::remote::agent::AgentInvocation;
@@ -81,7 +80,7 @@ pub(super) async fn preflight(
     fleet: &Fleet,
     options: RunOptions,
     fresh: &[usize],
-    events: &mpsc::Sender<Event>,
+    events: &EventSender,
     early: Vec<Option<Started>>,
 ) -> Result<(Preflighted, Vec<Option<Started>>), RunError> {
     let Some(probe) = probe_options(plan, run_id, options, fresh) else {

@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 
 use super::types::RunError;
 use crate::container;
-use crate::events::Event;
+use crate::events::{Event, EventSender};
 use crate::fleet::Fleet;
 use crate::marker::Marker;
 use crate::plan::LaunchPlan;
@@ -78,7 +77,7 @@ pub(crate) fn swept_events(node_rank: usize, host: &str, out: &str) -> Vec<Event
 
 /// Sweep every connected node of `fleet`, all at once, each within `SWEEP_LIMIT` and the
 /// grace its sweep gives the processes it stops.
-async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &mpsc::Sender<Event>) {
+async fn sweep_nodes(plan: &LaunchPlan, fleet: &Fleet, sweep: Sweep<'_>, events: &EventSender) {
     let body = sweep.body(plan);
     let command =
         |rank: usize| remote::procs::with_procs(&plan.with_engine_env(&plan.nodes[rank], body.clone()));
@@ -104,11 +103,11 @@ const SWEEP_LIMIT: Duration = Duration::from_secs(60);
 /// config. The caller holds the config's run lock, so no run of it is live. Returns the
 /// events it produced (connections and stopped leftovers).
 pub async fn kill_leftovers(plan: &LaunchPlan) -> Result<Vec<Event>, RunError> {
-    let (tx, mut rx) = mpsc::channel(plan.nnodes() * 2 + 16);
+    let (tx, mut rx) = crate::events::channel(plan.nnodes() * 2 + 16);
     let collect = tokio::spawn(async move {
         let mut seen = Vec::new();
         while let Some(e) = rx.recv().await {
-            seen.push(e);
+            seen.push(e.event);
         }
         seen
     });
