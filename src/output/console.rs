@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::collapse::{self, Collapser, Entry, Printer};
 use super::files::rank_log_path;
@@ -14,6 +14,7 @@ use super::summary;
 use crate::config::RankList;
 use crate::events::{Event, RunStatus, Source};
 use crate::lines::Lines;
+use crate::outcome::NodeExit;
 
 /// How many of a hidden rank's last lines are kept, to show if it fails.
 const HIDDEN_TAIL: usize = 20;
@@ -69,6 +70,8 @@ pub struct Console {
     warned: bool,
     /// The nodes herd waits for before a restart, as the console last told of them.
     waits: Waits,
+    /// The nodes that end once herd has judged the attempt over.
+    stopping: Stopping,
 }
 
 /// The nodes herd waits for (`Event::NodeWaiting`, one a try, some seconds apart, for up to
@@ -110,6 +113,75 @@ impl Waits {
     }
 }
 
+/// The nodes that end once herd has judged an attempt over (it asked for their stacks, or
+/// began to stop them: a failure, Ctrl-C, a preemption): the failure's consequence, or herd's
+/// own SIGTERM. Told together, a line
+/// for each way they ended, once the attempt's next line comes, not a line a node: 253 lines
+/// at each restart of 254 nodes. The failing node and the verdict are told as ever, and each
+/// node's end is in the events.
+#[derive(Debug, Default)]
+struct Stopping {
+    /// The attempt judged over, and when.
+    since: Option<(u32, SystemTime)>,
+    /// Each way nodes ended since the last line (as `NodeExit` says it), with the nodes, in
+    /// the order first seen.
+    ended: Vec<(String, Vec<(usize, String)>)>,
+    /// When the last of them ended.
+    last: Option<SystemTime>,
+}
+
+impl Stopping {
+    /// Attempt `attempt` was judged over `at`: a second look (the teardown after the stacks)
+    /// keeps the first's time.
+    fn begin(&mut self, attempt: u32, at: SystemTime) {
+        if self.since.map(|(a, _)| a) != Some(attempt) {
+            *self = Stopping { since: Some((attempt, at)), ..Stopping::default() };
+        }
+    }
+
+    /// Whether node `node_rank` ending `at` is one of them: then kept for the next line.
+    fn ended(&mut self, attempt: u32, node_rank: usize, host: &str, exit: &NodeExit, at: SystemTime) -> bool {
+        if self.since.map(|(a, _)| a) != Some(attempt) || exit.success() {
+            return false;
+        }
+        let how = exit.to_string();
+        let node = (node_rank, host.to_string());
+        match self.ended.iter_mut().find(|(h, _)| *h == how) {
+            Some((_, nodes)) => nodes.push(node),
+            None => self.ended.push((how, vec![node])),
+        }
+        self.last = Some(at);
+        true
+    }
+
+    /// The lines for the nodes kept so far, which are then told.
+    fn lines(&mut self) -> Vec<String> {
+        let (Some((attempt, since)), Some(last)) = (self.since, self.last.take()) else {
+            return Vec::new();
+        };
+        let secs = last.duration_since(since).unwrap_or_default().as_secs_f64();
+        std::mem::take(&mut self.ended)
+            .into_iter()
+            .map(|(how, nodes)| match &nodes[..] {
+                [(rank, host)] => format!("node {rank} ({host}) ended: {how}"),
+                _ => {
+                    let hosts: Vec<&str> = nodes.iter().map(|(_, h)| h.as_str()).collect();
+                    format!(
+                        "attempt {attempt}, stopping: {} nodes ({}) ended within {secs:.1} s: {how}",
+                        nodes.len(),
+                        super::exec_view::compress_hosts(&hosts)
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// A new attempt: none is being stopped.
+    fn clear(&mut self) {
+        *self = Stopping::default();
+    }
+}
+
 impl Console {
     pub fn new(
         hosts: &[String],
@@ -135,6 +207,7 @@ impl Console {
             checkpointed: false,
             warned: false,
             waits: Waits::default(),
+            stopping: Stopping::default(),
         }
     }
 
@@ -256,11 +329,20 @@ impl Console {
         }
     }
 
-    fn status(&mut self, event: &Event, shared: &mut Shared) {
+    fn status(&mut self, event: &Event, at: SystemTime, shared: &mut Shared) {
         match event {
             Event::ProcessesUnstopped { pids, .. } => self.unstopped += pids.len(),
             Event::CheckpointRequested { .. } => self.checkpointed = true,
+            Event::StacksRequested { attempt, .. } | Event::TeardownStarted { attempt, .. } => {
+                self.stopping.begin(*attempt, at)
+            }
             _ => {}
+        }
+        // A node that ends as its attempt is stopped waits for the line of them all.
+        if let Event::NodeExited { attempt, node_rank, host, exit } = event {
+            if self.stopping.ended(*attempt, *node_rank, host, exit, at) {
+                return;
+            }
         }
         let unstopped = self.unstopped;
         if let Event::AttemptStarted { .. } = event {
@@ -281,6 +363,19 @@ impl Console {
         if let Some(line) = line {
             // After the job's lines before it, the ones waiting for their twins included.
             self.drain(shared);
+            self.tell_stopped(shared);
+            shared.screen.status(&line);
+        }
+    }
+
+    /// The nodes that ended since the attempt was judged over, after the job's lines before
+    /// them and before any other line.
+    fn tell_stopped(&mut self, shared: &mut Shared) {
+        let lines = self.stopping.lines();
+        if !lines.is_empty() {
+            self.drain(shared);
+        }
+        for line in lines {
             shared.screen.status(&line);
         }
     }
@@ -319,14 +414,19 @@ impl Sink for Console {
             Event::StacksCollected { .. } | Event::NcclDumpsCollected { .. } => self.warn(shared),
             other => {
                 match other {
-                    Event::AttemptStarting { .. } => self.hidden_tails.clear(),
+                    Event::AttemptStarting { .. } => {
+                        self.tell_stopped(shared);
+                        self.stopping.clear();
+                        self.hidden_tails.clear();
+                    }
                     Event::AttemptFailed { attempt, verdict, .. } => {
+                        self.tell_stopped(shared);
                         self.failed(*attempt, verdict.root_cause.as_ref().and_then(|c| c.rank), shared)
                     }
                     _ => {}
                 }
                 self.warn(shared);
-                self.status(other, shared);
+                self.status(other, turn.at, shared);
             }
         }
     }
@@ -340,6 +440,7 @@ impl Sink for Console {
 
     fn finish(&mut self, shared: &mut Shared) {
         self.drain(shared);
+        self.tell_stopped(shared);
         self.warn(shared);
     }
 }
@@ -347,6 +448,35 @@ impl Sink for Console {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 251 nodes end after attempt 0 was judged over: a line for each way they ended, with
+    /// their hostlist, not one a node; a way only one node ended names it. Before the attempt
+    /// was judged over, and from the next attempt on, each node's end is its own line.
+    #[test]
+    fn the_nodes_that_end_after_a_failure_are_told_together() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut stopping = Stopping::default();
+        let host = |r: usize| format!("10.0.0.{r}");
+        assert!(!stopping.ended(0, 3, &host(3), &NodeExit::ExitCode(1), at(0)), "the failure itself");
+        stopping.begin(0, at(100));
+        for r in (0..252).filter(|&r| r != 3 && r != 7) {
+            assert!(stopping.ended(0, r, &host(r), &NodeExit::Signal(15), at(200 + r as u64)));
+        }
+        stopping.begin(0, at(5_000));
+        assert!(stopping.ended(0, 7, &host(7), &NodeExit::ExitCode(1), at(2_600)));
+        assert!(!stopping.ended(0, 9, &host(9), &NodeExit::ExitCode(0), at(2_700)), "a success is no trouble");
+        assert_eq!(
+            stopping.lines(),
+            [
+                "attempt 0, stopping: 250 nodes (10.0.0.[0-2,4-6,8-251]) ended within 2.5 s: signal 15 (SIGTERM)",
+                "node 7 (10.0.0.7) ended: exit code 1",
+            ]
+        );
+        assert!(stopping.lines().is_empty(), "told once");
+        stopping.clear();
+        assert!(!stopping.ended(0, 1, &host(1), &NodeExit::Signal(9), at(9_000)), "the next attempt's own");
+    }
 
     /// A node waited for for 5 minutes, a try every 5 s: a line at the first try, none for the
     /// next ones with the same error, then one a minute with the tries since; a new error at

@@ -340,6 +340,35 @@ mod tests {
         assert_eq!(ts, ["2027-01-15T08:00:00.000Z", "2027-01-15T08:00:01.500Z", "2027-01-15T08:00:01.500Z"]);
     }
 
+    /// The nodes that end as an attempt is stopped: one line before the next, not a line each.
+    #[test]
+    fn the_nodes_stopped_are_told_in_one_line_before_the_next() {
+        let reason = "node 0 (n1) failed: exit code 1".to_string();
+        let ended = |node_rank: usize| Event::NodeExited {
+            attempt: 1,
+            node_rank,
+            host: format!("n{}", node_rank + 1),
+            exit: NodeExit::Signal(15),
+        };
+        let events = vec![
+            Event::AttemptStarting { attempt: 1 },
+            Event::StacksRequested { attempt: 1, reason: reason.clone(), wait_secs: 5 },
+            ended(1),
+            ended(2),
+            Event::TeardownStarted { attempt: 1, reason },
+            ended(3),
+            failed(0),
+        ];
+        let (_, err, _, _) = report_of(Mode::Plain { color: false }, "all", events, false);
+        let err: Vec<&str> = err.lines().collect();
+        assert_eq!(err.len(), 5, "{err:?}");
+        assert!(err[0].contains("taking the stacks"), "{err:?}");
+        assert_eq!(err[1], "herd: attempt 1, stopping: 2 nodes (n[2-3]) ended within 0.0 s: signal 15 (SIGTERM)");
+        assert!(err[2].starts_with("herd: stopping every node: "), "{err:?}");
+        assert_eq!(err[3], "herd: node 3 (n4) ended: signal 15 (SIGTERM)");
+        assert!(err[4].starts_with("herd: attempt 1 failed"), "{err:?}");
+    }
+
     #[test]
     fn the_files_first_error_is_told_once_after_the_lines_before_it() {
         let started = Event::AttemptStarted { attempt: 1, master_addr: "n1".into(), master_port: 29500 };
