@@ -465,7 +465,10 @@ mod tests {
         }
         stopping.begin(0, at(5_000));
         assert!(stopping.ended(0, 7, &host(7), &NodeExit::ExitCode(1), at(2_600)));
-        assert!(!stopping.ended(0, 9, &host(9), &NodeExit::ExitCode(0), at(2_700)), "a success is no trouble");
+        assert!(
+            !stopping.ended(0, 9, &host(9), &NodeExit::ExitCode(0), at(2_700)),
+            "a success is no trouble"
+        );
         assert_eq!(
             stopping.lines(),
             [

@@ -335,7 +335,9 @@ mod tests {
         let (_, _, _, recorded) = report_dated(Mode::Json, "all", events, false, Collapse::Never);
         let ts: Vec<String> = recorded
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["ts"].as_str().unwrap().to_string())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["ts"].as_str().unwrap().to_string()
+            })
             .collect();
         assert_eq!(ts, ["2027-01-15T08:00:00.000Z", "2027-01-15T08:00:01.500Z", "2027-01-15T08:00:01.500Z"]);
     }
@@ -363,7 +365,10 @@ mod tests {
         let err: Vec<&str> = err.lines().collect();
         assert_eq!(err.len(), 5, "{err:?}");
         assert!(err[0].contains("taking the stacks"), "{err:?}");
-        assert_eq!(err[1], "herd: attempt 1, stopping: 2 nodes (n[2-3]) ended within 0.0 s: signal 15 (SIGTERM)");
+        assert_eq!(
+            err[1],
+            "herd: attempt 1, stopping: 2 nodes (n[2-3]) ended within 0.0 s: signal 15 (SIGTERM)"
+        );
         assert!(err[2].starts_with("herd: stopping every node: "), "{err:?}");
         assert_eq!(err[3], "herd: node 3 (n4) ended: signal 15 (SIGTERM)");
         assert!(err[4].starts_with("herd: attempt 1 failed"), "{err:?}");

@@ -25,7 +25,6 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Instant;
 
-
 use crate::blame;
 use crate::config::PortSpec;
 use crate::events::{Event, EventSender, Quarantined, RunStatus};

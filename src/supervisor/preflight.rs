@@ -2,7 +2,6 @@
 //! off), which also find each node's interface to the master for
 //! `rendezvous.interface = "auto"`, and sweep every node's leftovers as they log in.
 
-
 use super::sweep::{swept_events, Sweep};
 use super::types::{RunError, RunOptions};
 use crate::doctor;

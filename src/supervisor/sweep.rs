@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-
 use super::types::RunError;
 use crate::container;
 use crate::events::{Event, EventSender};
