@@ -15,7 +15,10 @@
 //!
 //! Sizes (environment): BENCH_SOAK_NODES (8), BENCH_SOAK_SECS (1200), BENCH_SOAK_EVERY (120),
 //! BENCH_SOAK_SEEDS (`41`, comma-separated), BENCH_SOAK_LAUNCHERS (`herd,elastic,loop`),
-//! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot,port,slow-login`).
+//! BENCH_SOAK_KINDS (`kill,segv,hang,cut-link,lose-node,reboot,port,slow-login`),
+//! BENCH_SOAK_JITTER (seconds, the checkpoint interval: each fault moved later by a seeded
+//! share of it, so that the work a fault loses is a draw and not the same luck at every fault
+//! of a launcher; 0 gives the schedules of before 2026-12-07's last runs).
 //!
 //! The peers' configuration, as their docs give it at its best:
 //! - torchrun elastic: `--nnodes N:N+1` on every node (the spare too) through ssh, c10d
@@ -45,6 +48,7 @@ pub fn run() {
     let every = Duration::from_secs(measure::env_usize("BENCH_SOAK_EVERY", 120) as u64);
     let seeds: Vec<u64> = env_list("BENCH_SOAK_SEEDS", "41").iter().filter_map(|s| s.parse().ok()).collect();
     let launchers = env_list("BENCH_SOAK_LAUNCHERS", "herd,elastic,loop");
+    let jitter = Duration::from_secs(measure::env_usize("BENCH_SOAK_JITTER", EVERY as usize) as u64);
     let kinds: Vec<Fault> =
         env_list("BENCH_SOAK_KINDS", "kill,segv,hang,cut-link,lose-node,reboot,port,slow-login")
             .iter()
@@ -57,8 +61,9 @@ pub fn run() {
     let root = tempfile::tempdir().unwrap();
     let rate = fault_free_rate(&tb, &venv, root.path(), n);
     println!(
-        "\n### soak: {n} nodes and a spare, a fault every {} s for {} s\n",
+        "\n### soak: {n} nodes and a spare, a fault every {} s (each moved later by a seeded draw below {} s) for {} s\n",
         every.as_secs(),
+        jitter.as_secs(),
         length.as_secs()
     );
     println!("fault-free rate (plain torchrun, {n} nodes, same session): {rate:.2} steps/s\n");
@@ -67,6 +72,7 @@ pub fn run() {
     let mut measured = Vec::new();
     for &seed in &seeds {
         let plan = soak::schedule(seed, Duration::from_secs(60), every, length, &kinds, 1);
+        let plan = soak::jittered(plan, seed, jitter);
         for launcher in &launchers {
             let m = match launcher.as_str() {
                 "herd" => with_herd(&tb, &venv, root.path(), n, &plan, length, rate),

@@ -135,6 +135,24 @@ mod pure {
     }
 
     #[test]
+    fn jitter_moves_each_fault_later_by_less_than_its_spread_and_keeps_the_kinds() {
+        let kinds = [Fault::Kill, Fault::Stop, Fault::Cut, Fault::Reboot];
+        let s = Duration::from_secs;
+        let plan = schedule(43, s(60), s(120), s(1200), &kinds, 1);
+        let moved = jittered(plan.clone(), 43, s(30));
+        assert_eq!(moved, jittered(plan.clone(), 43, s(30)), "the same from the same seed");
+        assert_ne!(moved, jittered(plan.clone(), 44, s(30)));
+        assert_eq!(jittered(plan.clone(), 43, s(0)), plan, "no spread, no move");
+        for (p, m) in plan.iter().zip(&moved) {
+            assert_eq!((p.fault, p.draw), (m.fault, m.draw));
+            assert!(m.at >= p.at && m.at < p.at + s(30), "{p:?} -> {m:?}");
+        }
+        let shifts: BTreeSet<u128> =
+            plan.iter().zip(&moved).map(|(p, m)| (m.at - p.at).as_secs() as u128 / 10).collect();
+        assert!(shifts.len() > 1, "the shifts spread over the 30 s: {shifts:?}");
+    }
+
+    #[test]
     fn each_fault_costs_until_the_first_start_after_it_and_a_fault_in_a_recovery_shares_it() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let s = Duration::from_secs;

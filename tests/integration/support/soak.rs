@@ -151,6 +151,22 @@ pub fn schedule(
     out
 }
 
+/// `plan` with each fault moved later by a seeded share of `spread` (below it), in order. With
+/// faults every F seconds and checkpoints every K, F a multiple of K puts every fault at the
+/// same point of the checkpoint cycle as a launcher's restarts leave it: one launcher loses
+/// little at each fault and another nearly K, by luck. Spread over K, the lost work is a
+/// draw, as on a cluster. Its own draws: `schedule`'s kinds and targets for a seed are
+/// unchanged.
+pub fn jittered(mut plan: Vec<Planned>, seed: u64, spread: Duration) -> Vec<Planned> {
+    let mut rng = Rng::new(seed ^ 0x6A09_E667_F3BC_C908);
+    let ms = spread.as_millis() as u64;
+    for p in &mut plan {
+        let shift = if ms == 0 { 0 } else { rng.next() % ms };
+        p.at += Duration::from_millis(shift);
+    }
+    plan
+}
+
 /// A fault as it was injected: when, on which node (testbed index), and what was done.
 #[derive(Debug, Clone)]
 pub struct Injected {
