@@ -80,14 +80,16 @@ pub struct Console {
 #[derive(Debug, Default)]
 struct Waits {
     /// By host: the error last told, when, and the tries not told since.
-    told: HashMap<String, (String, Instant, u32)>,
+    told: HashMap<String, (String, SystemTime, u32)>,
 }
 
 impl Waits {
     /// The line for this try, if it deserves one.
-    fn line(&mut self, node_rank: usize, host: &str, error: &str, now: Instant) -> Option<String> {
+    fn line(&mut self, node_rank: usize, host: &str, error: &str, now: SystemTime) -> Option<String> {
         match self.told.get_mut(host) {
-            Some((told, at, quiet)) if told == error && now.duration_since(*at) < STILL_WAITING_EVERY => {
+            Some((told, at, quiet))
+                if told == error && now.duration_since(*at).unwrap_or_default() < STILL_WAITING_EVERY =>
+            {
                 *quiet += 1;
                 None
             }
@@ -95,7 +97,7 @@ impl Waits {
                 let line = format!(
                     "still waiting for node {node_rank} ({host}) to come back, {} tries in {} s: {error}",
                     told.2 + 1,
-                    now.duration_since(told.1).as_secs()
+                    now.duration_since(told.1).unwrap_or_default().as_secs()
                 );
                 *told = (error.to_string(), now, 0);
                 Some(line)
@@ -115,56 +117,85 @@ impl Waits {
 
 /// The nodes that end once herd has judged an attempt over (it asked for their stacks, or
 /// began to stop them: a failure, Ctrl-C, a preemption): the failure's consequence, or herd's
-/// own SIGTERM. Told together, a line
-/// for each way they ended, once the attempt's next line comes, not a line a node: 253 lines
-/// at each restart of 254 nodes. The failing node and the verdict are told as ever, and each
-/// node's end is in the events.
+/// own SIGTERM. Told together, a line for each way they ended, not a line a node (253 lines
+/// at each restart of 254 nodes): before the next line, or once no other node has ended for
+/// `STOPPED_QUIET`, so that a node that holds the teardown up shows while it does. The
+/// failing node and the verdict are told as ever, and each node's end is in the events.
 #[derive(Debug, Default)]
 struct Stopping {
     /// The attempt judged over, and when.
     since: Option<(u32, SystemTime)>,
-    /// Each way nodes ended since the last line (as `NodeExit` says it), with the nodes, in
-    /// the order first seen.
-    ended: Vec<(String, Vec<(usize, String)>)>,
-    /// When the last of them ended.
-    last: Option<SystemTime>,
+    /// Each way nodes ended since the last line, in the order first seen.
+    ended: Vec<Ended>,
+    /// When the console took the last of them: the lines are due `STOPPED_QUIET` after.
+    joined: Option<Instant>,
 }
+
+/// The nodes that ended one way (as `NodeExit` says it), and when the last of them did.
+#[derive(Debug)]
+struct Ended {
+    how: String,
+    nodes: Vec<(usize, String)>,
+    last: SystemTime,
+}
+
+/// How long the nodes that ended as an attempt is stopped wait for others before their line.
+const STOPPED_QUIET: Duration = Duration::from_secs(1);
 
 impl Stopping {
     /// Attempt `attempt` was judged over `at`: a second look (the teardown after the stacks)
-    /// keeps the first's time.
+    /// keeps the first's time. The lines of another attempt's nodes are told before.
     fn begin(&mut self, attempt: u32, at: SystemTime) {
         if self.since.map(|(a, _)| a) != Some(attempt) {
+            debug_assert!(self.ended.is_empty(), "told before");
             *self = Stopping { since: Some((attempt, at)), ..Stopping::default() };
         }
     }
 
-    /// Whether node `node_rank` ending `at` is one of them: then kept for the next line.
-    fn ended(&mut self, attempt: u32, node_rank: usize, host: &str, exit: &NodeExit, at: SystemTime) -> bool {
+    /// Whether node `node_rank` ending `at` is one of them (the console took it `now`): then
+    /// kept for a line.
+    fn ended(
+        &mut self,
+        attempt: u32,
+        node_rank: usize,
+        host: &str,
+        exit: &NodeExit,
+        at: SystemTime,
+        now: Instant,
+    ) -> bool {
         if self.since.map(|(a, _)| a) != Some(attempt) || exit.success() {
             return false;
         }
         let how = exit.to_string();
         let node = (node_rank, host.to_string());
-        match self.ended.iter_mut().find(|(h, _)| *h == how) {
-            Some((_, nodes)) => nodes.push(node),
-            None => self.ended.push((how, vec![node])),
+        match self.ended.iter_mut().find(|e| e.how == how) {
+            Some(e) => {
+                e.nodes.push(node);
+                e.last = at;
+            }
+            None => self.ended.push(Ended { how, nodes: vec![node], last: at }),
         }
-        self.last = Some(at);
+        self.joined = Some(now);
         true
+    }
+
+    /// Whether the nodes kept have waited `STOPPED_QUIET` for others.
+    fn due(&self, now: Instant) -> bool {
+        self.joined.is_some_and(|j| now.duration_since(j) >= STOPPED_QUIET)
     }
 
     /// The lines for the nodes kept so far, which are then told.
     fn lines(&mut self) -> Vec<String> {
-        let (Some((attempt, since)), Some(last)) = (self.since, self.last.take()) else {
+        self.joined = None;
+        let Some((attempt, since)) = self.since else {
             return Vec::new();
         };
-        let secs = last.duration_since(since).unwrap_or_default().as_secs_f64();
         std::mem::take(&mut self.ended)
             .into_iter()
-            .map(|(how, nodes)| match &nodes[..] {
+            .map(|Ended { how, nodes, last }| match &nodes[..] {
                 [(rank, host)] => format!("node {rank} ({host}) ended: {how}"),
                 _ => {
+                    let secs = last.duration_since(since).unwrap_or_default().as_secs_f64();
                     let hosts: Vec<&str> = nodes.iter().map(|(_, h)| h.as_str()).collect();
                     format!(
                         "attempt {attempt}, stopping: {} nodes ({}) ended within {secs:.1} s: {how}",
@@ -334,13 +365,14 @@ impl Console {
             Event::ProcessesUnstopped { pids, .. } => self.unstopped += pids.len(),
             Event::CheckpointRequested { .. } => self.checkpointed = true,
             Event::StacksRequested { attempt, .. } | Event::TeardownStarted { attempt, .. } => {
+                self.tell_stopped(shared);
                 self.stopping.begin(*attempt, at)
             }
             _ => {}
         }
         // A node that ends as its attempt is stopped waits for the line of them all.
         if let Event::NodeExited { attempt, node_rank, host, exit } = event {
-            if self.stopping.ended(*attempt, *node_rank, host, exit, at) {
+            if self.stopping.ended(*attempt, *node_rank, host, exit, at, Instant::now()) {
                 return;
             }
         }
@@ -349,9 +381,7 @@ impl Console {
             self.waits.clear();
         }
         let line = match event {
-            Event::NodeWaiting { node_rank, host, error } => {
-                self.waits.line(*node_rank, host, error, Instant::now())
-            }
+            Event::NodeWaiting { node_rank, host, error } => self.waits.line(*node_rank, host, error, at),
             Event::RunFinished { status: RunStatus::Interrupted, .. } if unstopped > 0 => Some(format!(
                 "run interrupted; {unstopped} process(es) of the job could not be stopped (see above)"
             )),
@@ -405,6 +435,9 @@ impl Sink for Console {
         if let Some(out) = self.collapser.as_mut().map(|c| c.due(Instant::now())) {
             self.show(out, shared);
         }
+        if self.stopping.due(Instant::now()) {
+            self.tell_stopped(shared);
+        }
         match turn.event {
             Event::NodeOutput { node_rank, source, lines } => {
                 self.warn(shared);
@@ -436,6 +469,9 @@ impl Sink for Console {
         if let Some(out) = self.collapser.as_mut().map(|c| c.due(Instant::now())) {
             self.show(out, shared);
         }
+        if self.stopping.due(Instant::now()) {
+            self.tell_stopped(shared);
+        }
     }
 
     fn finish(&mut self, shared: &mut Shared) {
@@ -450,35 +486,45 @@ mod tests {
     use super::*;
 
     /// 251 nodes end after attempt 0 was judged over: a line for each way they ended, with
-    /// their hostlist, not one a node; a way only one node ended names it. Before the attempt
-    /// was judged over, and from the next attempt on, each node's end is its own line.
+    /// their hostlist and when the last of that way ended, not a line a node; a way only one
+    /// node ended names it. Before the attempt was judged over, and from the next attempt on,
+    /// each node's end is its own line. The lines are due once no node has ended for a second.
     #[test]
     fn the_nodes_that_end_after_a_failure_are_told_together() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let at = |ms| t0 + Duration::from_millis(ms);
+        let i0 = Instant::now();
+        let took = |ms| i0 + Duration::from_millis(ms);
         let mut stopping = Stopping::default();
         let host = |r: usize| format!("10.0.0.{r}");
-        assert!(!stopping.ended(0, 3, &host(3), &NodeExit::ExitCode(1), at(0)), "the failure itself");
+        let term = NodeExit::Signal(15);
+        assert!(
+            !stopping.ended(0, 3, &host(3), &NodeExit::ExitCode(1), at(0), took(0)),
+            "the failure itself"
+        );
         stopping.begin(0, at(100));
         for r in (0..252).filter(|&r| r != 3 && r != 7) {
-            assert!(stopping.ended(0, r, &host(r), &NodeExit::Signal(15), at(200 + r as u64)));
+            assert!(stopping.ended(0, r, &host(r), &term, at(200 + r as u64), took(200 + r as u64)));
         }
+        assert!(!stopping.due(took(1_000)), "0.5 s since the last");
         stopping.begin(0, at(5_000));
-        assert!(stopping.ended(0, 7, &host(7), &NodeExit::ExitCode(1), at(2_600)));
-        assert!(
-            !stopping.ended(0, 9, &host(9), &NodeExit::ExitCode(0), at(2_700)),
-            "a success is no trouble"
-        );
+        assert!(stopping.ended(0, 7, &host(7), &NodeExit::ExitCode(1), at(2_600), took(2_600)));
+        let success = NodeExit::ExitCode(0);
+        assert!(!stopping.ended(0, 9, &host(9), &success, at(2_700), took(2_700)), "a success is no trouble");
+        assert!(stopping.due(took(3_600)));
         assert_eq!(
             stopping.lines(),
             [
-                "attempt 0, stopping: 250 nodes (10.0.0.[0-2,4-6,8-251]) ended within 2.5 s: signal 15 (SIGTERM)",
+                "attempt 0, stopping: 250 nodes (10.0.0.[0-2,4-6,8-251]) ended within 0.4 s: signal 15 (SIGTERM)",
                 "node 7 (10.0.0.7) ended: exit code 1",
             ]
         );
         assert!(stopping.lines().is_empty(), "told once");
+        assert!(!stopping.due(took(9_000)));
         stopping.clear();
-        assert!(!stopping.ended(0, 1, &host(1), &NodeExit::Signal(9), at(9_000)), "the next attempt's own");
+        stopping.begin(1, at(10_000));
+        assert!(!stopping.ended(0, 1, &host(1), &term, at(10_100), took(10_100)), "the attempt before's");
+        assert!(stopping.ended(1, 1, &host(1), &term, at(10_100), took(10_100)));
     }
 
     /// A node waited for for 5 minutes, a try every 5 s: a line at the first try, none for the
@@ -486,7 +532,7 @@ mod tests {
     /// once. After an attempt starts, the next wait is told from its first try.
     #[test]
     fn a_node_waited_for_is_told_of_once_a_minute_not_at_every_try() {
-        let t0 = Instant::now();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let mut waits = Waits::default();
         let refused = "connect to host n2 port 22: Connection refused";
         let no_route = "connect to host n2 port 22: No route to host";

@@ -160,7 +160,7 @@ mod tests {
 
     use super::*;
     use crate::classify;
-    use crate::events::{Event, Source};
+    use crate::events::{Event, RunStatus, Source};
     use crate::lines::{LineEnd, Lines};
     use crate::outcome::{FailureClass, NodeExit, RootCause, Verdict};
 
@@ -321,7 +321,7 @@ mod tests {
     }
 
     #[test]
-    fn the_record_dates_each_event_when_it_happened_and_never_before_the_one_before() {
+    fn the_record_dates_each_event_when_it_happened_and_keeps_its_order_through_a_race() {
         // The reporter takes them all at once, long after: a busy launch host's reporter.
         let t0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let at = |ms| t0 + Duration::from_millis(ms);
@@ -331,6 +331,11 @@ mod tests {
             Dated { at: at(1_500), event: started },
             // Dated a moment before the event sent before it, by another task.
             Dated { at: at(1_499), event: failed(0) },
+            // The clock set back an hour: shown as it is.
+            Dated {
+                at: at(1_600) - Duration::from_secs(3_600),
+                event: Event::AttemptStarting { attempt: 2 },
+            },
         ];
         let (_, _, _, recorded) = report_dated(Mode::Json, "all", events, false, Collapse::Never);
         let ts: Vec<String> = recorded
@@ -339,7 +344,15 @@ mod tests {
                 serde_json::from_str::<serde_json::Value>(l).unwrap()["ts"].as_str().unwrap().to_string()
             })
             .collect();
-        assert_eq!(ts, ["2027-01-15T08:00:00.000Z", "2027-01-15T08:00:01.500Z", "2027-01-15T08:00:01.500Z"]);
+        assert_eq!(
+            ts,
+            [
+                "2027-01-15T08:00:00.000Z",
+                "2027-01-15T08:00:01.500Z",
+                "2027-01-15T08:00:01.500Z",
+                "2027-01-15T07:00:01.600Z"
+            ]
+        );
     }
 
     /// The nodes that end as an attempt is stopped: one line before the next, not a line each.
@@ -372,6 +385,46 @@ mod tests {
         assert!(err[2].starts_with("herd: stopping every node: "), "{err:?}");
         assert_eq!(err[3], "herd: node 3 (n4) ended: signal 15 (SIGTERM)");
         assert!(err[4].starts_with("herd: attempt 1 failed"), "{err:?}");
+    }
+
+    /// Ctrl-C: the nodes herd stops are one line before the run's last; and the reporter's
+    /// end tells what it still holds.
+    #[test]
+    fn the_nodes_stopped_by_an_interrupt_are_told_before_the_runs_end() {
+        let ended = |node_rank: usize| Event::NodeExited {
+            attempt: 1,
+            node_rank,
+            host: format!("n{}", node_rank + 1),
+            exit: NodeExit::Signal(15),
+        };
+        let interrupted = Event::TeardownStarted { attempt: 1, reason: "interrupted".into() };
+        let finished = Event::RunFinished { status: RunStatus::Interrupted, attempts: 2 };
+        let events = vec![
+            Event::AttemptStarting { attempt: 1 },
+            interrupted.clone(),
+            ended(0),
+            ended(1),
+            ended(2),
+            finished,
+        ];
+        let (_, err, _, _) = report_of(Mode::Plain { color: false }, "all", events, false);
+        let err: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            err,
+            [
+                "herd: stopping every node: interrupted",
+                "herd: attempt 1, stopping: 3 nodes (n[1-3]) ended within 0.0 s: signal 15 (SIGTERM)",
+                "herd: run interrupted; every node stopped",
+            ]
+        );
+        let events = vec![Event::AttemptStarting { attempt: 1 }, interrupted, ended(0), ended(1)];
+        let (_, err, _, _) = report_of(Mode::Plain { color: false }, "all", events, false);
+        assert!(
+            err.ends_with(
+                "herd: attempt 1, stopping: 2 nodes (n[1-2]) ended within 0.0 s: signal 15 (SIGTERM)\n"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

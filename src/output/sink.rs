@@ -51,6 +51,10 @@ impl Turn<'_> {
     }
 }
 
+/// How far back an event may be dated from the one before it and still be a race between
+/// the tasks that sent them (see `Names::turn`).
+const CLOCK_STEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Who is who, as the events say: each node's host and process count.
 pub struct Names {
     hosts: Vec<String>,
@@ -64,11 +68,14 @@ impl Names {
         Names { hosts, nprocs: Vec::new(), last: SystemTime::UNIX_EPOCH }
     }
 
-    /// `event`, which happened `at`, with the names it brings taken in. Its time is never
-    /// before the event's before it: two tasks that date their events a moment apart may
-    /// send them the other way round, and the record keeps its order.
+    /// `event`, which happened `at`, with the names it brings taken in. Its time is not
+    /// before the event's before it by less than `CLOCK_STEP`: two tasks that date their
+    /// events a moment apart may send them the other way round, and the record keeps its
+    /// order. Further back is the clock set back (NTP), which the record shows as it is
+    /// rather than giving every event after it the same time until the clock catches up.
     pub fn turn<'a>(&'a mut self, event: &'a Event, at: SystemTime) -> Turn<'a> {
-        self.last = self.last.max(at);
+        let stepped_back = at + CLOCK_STEP < self.last;
+        self.last = if stepped_back { at } else { self.last.max(at) };
         let mut hosts_changed = false;
         let renamed = event.renamed(&self.hosts, &self.nprocs).map(|(hosts, nprocs)| {
             if hosts != self.hosts {
