@@ -40,7 +40,7 @@ use super::testbed::Testbed;
 use super::{job, measure};
 
 /// Checkpoints every this many seconds (rank 0).
-const EVERY: u64 = 30;
+const CHECKPOINT_EVERY: u64 = 30;
 
 pub fn run() {
     let n = measure::env_usize("BENCH_SOAK_NODES", 8);
@@ -48,7 +48,8 @@ pub fn run() {
     let every = Duration::from_secs(measure::env_usize("BENCH_SOAK_EVERY", 120) as u64);
     let seeds: Vec<u64> = env_list("BENCH_SOAK_SEEDS", "41").iter().filter_map(|s| s.parse().ok()).collect();
     let launchers = env_list("BENCH_SOAK_LAUNCHERS", "herd,elastic,loop");
-    let jitter = Duration::from_secs(measure::env_usize("BENCH_SOAK_JITTER", EVERY as usize) as u64);
+    let jitter =
+        Duration::from_secs(measure::env_usize("BENCH_SOAK_JITTER", CHECKPOINT_EVERY as usize) as u64);
     let kinds: Vec<Fault> =
         env_list("BENCH_SOAK_KINDS", "kill,segv,hang,cut-link,lose-node,reboot,port,slow-login")
             .iter()
@@ -61,9 +62,12 @@ pub fn run() {
     let root = tempfile::tempdir().unwrap();
     let rate = fault_free_rate(&tb, &venv, root.path(), n);
     println!(
-        "\n### soak: {n} nodes and a spare, a fault every {} s (each moved later by a seeded draw below {} s) for {} s\n",
+        "\n### soak: {n} nodes and a spare, a fault every {} s{} for {} s\n",
         every.as_secs(),
-        jitter.as_secs(),
+        match jitter.as_secs() {
+            0 => String::new(),
+            j => format!(" (each moved later by a seeded draw below {j} s)"),
+        },
         length.as_secs()
     );
     println!("fault-free rate (plain torchrun, {n} nodes, same session): {rate:.2} steps/s\n");
@@ -205,7 +209,9 @@ fn env_list(name: &str, default: &str) -> Vec<String> {
 
 fn args(save: &Path, until: &Path) -> Vec<String> {
     let (save, until) = (save.display().to_string(), until.display().to_string());
-    ["--save-dir", &save, "--every", &EVERY.to_string(), "--until-file", &until].map(String::from).to_vec()
+    ["--save-dir", &save, "--every", &CHECKPOINT_EVERY.to_string(), "--until-file", &until]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Steps a second of plain torchrun on the first `n` nodes, no fault: from its first

@@ -151,7 +151,8 @@ pub fn schedule(
     out
 }
 
-/// `plan` with each fault moved later by a seeded share of `spread` (below it), in order. With
+/// `plan` with each fault moved later by a seeded share of `spread` (below it; in the same
+/// order while `spread` is at most the faults' interval). With
 /// faults every F seconds and checkpoints every K, F a multiple of K puts every fault at the
 /// same point of the checkpoint cycle as a launcher's restarts leave it: one launcher loses
 /// little at each fault and another nearly K, by luck. Spread over K, the lost work is a
