@@ -68,11 +68,12 @@ impl Names {
         Names { hosts, nprocs: Vec::new(), last: SystemTime::UNIX_EPOCH }
     }
 
-    /// `event`, which happened `at`, with the names it brings taken in. Its time is not
-    /// before the event's before it by less than `CLOCK_STEP`: two tasks that date their
-    /// events a moment apart may send them the other way round, and the record keeps its
-    /// order. Further back is the clock set back (NTP), which the record shows as it is
-    /// rather than giving every event after it the same time until the clock catches up.
+    /// `event`, which happened `at`, with the names it brings taken in. An event dated a
+    /// little before the one before it (less than `CLOCK_STEP`) takes that one's time: two
+    /// tasks that date their events a moment apart may send them the other way round, and
+    /// the record keeps its order. Further back is the clock set back (NTP), which the record
+    /// shows as it is, rather than giving every event after it one time until the clock
+    /// catches up.
     pub fn turn<'a>(&'a mut self, event: &'a Event, at: SystemTime) -> Turn<'a> {
         let stepped_back = at + CLOCK_STEP < self.last;
         self.last = if stepped_back { at } else { self.last.max(at) };
