@@ -193,7 +193,7 @@ impl Stopping {
         std::mem::take(&mut self.ended)
             .into_iter()
             .map(|Ended { how, nodes, last }| match &nodes[..] {
-                [(rank, host)] => format!("node {rank} ({host}) ended: {how}"),
+                [(rank, host)] => summary::node_ended(*rank, host, &how),
                 _ => {
                     let secs = last.duration_since(since).unwrap_or_default().as_secs_f64();
                     let hosts: Vec<&str> = nodes.iter().map(|(_, h)| h.as_str()).collect();

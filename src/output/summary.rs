@@ -68,12 +68,15 @@ pub fn finished_line(status: RunStatus, attempts: u32, checkpointed: bool) -> St
     }
 }
 
+/// How one node ended (`how`: a `NodeExit` as it prints).
+pub fn node_ended(node_rank: usize, host: &str, how: &dyn std::fmt::Display) -> String {
+    format!("node {node_rank} ({host}) ended: {how}")
+}
+
 /// One node's trouble, and what herd cleaned up on it.
 fn node_line(event: &Event) -> Option<String> {
     Some(match event {
-        Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => {
-            format!("node {node_rank} ({host}) ended: {exit}")
-        }
+        Event::NodeExited { node_rank, host, exit, .. } if !exit.success() => node_ended(*node_rank, host, exit),
         Event::Straggler { attempt, rank, node_rank, host, score, since_secs, alone } => {
             let why = if *alone {
                 ", while every other rank sits idle: work of the job's own (a checkpoint, an evaluation?), which blames no node"
