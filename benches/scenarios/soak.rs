@@ -77,9 +77,12 @@ pub fn run() {
     for &seed in &seeds {
         let plan = soak::schedule(seed, Duration::from_secs(60), every, length, &kinds, 1);
         let plan = soak::jittered(plan, seed, jitter);
+        let planned: Vec<String> =
+            plan.iter().map(|p| format!("{}@{:.0}", p.fault.name(), p.at.as_secs_f64())).collect();
+        eprintln!("soak: seed {seed}'s faults (kind@s): {}", planned.join(" "));
         for launcher in &launchers {
             let m = match launcher.as_str() {
-                "herd" => with_herd(&tb, &venv, root.path(), n, &plan, length, rate),
+                "herd" => with_herd(&tb, &venv, root.path(), n, &plan, length, rate, seed),
                 "elastic" => with_elastic(&tb, &venv, &store.addr, root.path(), n, &plan, length, rate),
                 "loop" => with_loop(&tb, &venv, root.path(), n, &plan, length, rate),
                 other => panic!("BENCH_SOAK_LAUNCHERS: no launcher {other}"),
@@ -253,6 +256,7 @@ fn run_soak(tb: &Testbed, nodes: usize, save: &Path, plan: &[soak::Planned], len
     Soaked { began, wall, kept, injected: std::mem::take(&mut injector.injected) }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn with_herd(
     tb: &Testbed,
     venv: &Path,
@@ -261,6 +265,7 @@ fn with_herd(
     plan: &[soak::Planned],
     length: Duration,
     rate: f64,
+    seed: u64,
 ) -> Measure {
     let save = soak::save_dir(root, "herd");
     let until = save.join("until");
@@ -304,17 +309,19 @@ fn with_herd(
         .into_iter()
         .map(|q| soak::describe(q, s.began))
         .collect();
-    if !false_blames.is_empty() {
-        // The run's record, to find out why: the bench's folder goes when it ends.
-        let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/soak-evidence");
-        let _ = std::fs::create_dir_all(&keep);
-        let to = keep.join(format!("{}", s.began.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()));
-        let copied = Command::new("cp").arg("-a").arg(&dir).arg(&to).status().is_ok_and(|s| s.success());
-        eprintln!(
-            "soak: false blames; herd's logs and events {}",
-            if copied { format!("kept in {}", to.display()) } else { "not kept".into() }
-        );
-    }
+    // The run's record, kept whatever it shows: the bench's folder goes when it ends, and a
+    // run that stopped training for minutes is as much to explain as a false blame.
+    let keep = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/soak-evidence");
+    let _ = std::fs::create_dir_all(&keep);
+    let to = keep.join(format!(
+        "{}-seed{seed}-herd",
+        s.began.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    ));
+    let copied = Command::new("cp").arg("-a").arg(&dir).arg(&to).status().is_ok_and(|s| s.success());
+    eprintln!(
+        "soak: herd's config, logs and events {}",
+        if copied { format!("kept in {}", to.display()) } else { "not kept".into() }
+    );
     let leftovers = left(tb);
     let starts = soak::starts(&save);
     let mut costs = soak::costs(&s.injected, &starts);

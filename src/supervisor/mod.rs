@@ -421,7 +421,7 @@ impl Run<'_> {
         };
         let (fleet, errors) = match replaced {
             Some(previous) => fleet.rearranged(&previous, &self.plan, self.events).await,
-            None => match self.reconnect(fleet).await {
+            None => match self.reconnect(fleet, attempt).await {
                 Ok(fleet) => return Ok((fleet, Preflighted::default())),
                 Err((node_rank, fleet)) => self.without_gone(node_rank, fleet, attempt).await?,
             },
@@ -546,7 +546,7 @@ impl Run<'_> {
                 continue;
             }
             if restart {
-                fleet = match self.reconnect(fleet).await {
+                fleet = match self.reconnect(fleet, attempt).await {
                     Ok(fleet) => fleet,
                     Err((node_rank, gone)) => {
                         (fleet, errors) = self.without_gone(node_rank, gone, attempt).await?;
@@ -583,27 +583,53 @@ impl Run<'_> {
     }
 
     /// Every node of the plan reachable again (see `Fleet::reconnect`), a node out of reach
-    /// waited for as long as `decide::reconnect_wait` says.
-    async fn reconnect(&self, fleet: Fleet) -> Result<Fleet, (usize, Fleet)> {
-        let wait = decide::reconnect_wait(self.plan.restart.node_wait, self.plan.roster.has_spare());
-        fleet.reconnect(&self.plan, self.events, wait).await
+    /// waited for as long as `decide::reconnect_waits` says before something may take its
+    /// place (`without_gone`).
+    async fn reconnect(&self, fleet: Fleet, attempt: u32) -> Result<Fleet, (usize, Fleet)> {
+        let [first, _] = self.reconnect_waits(attempt);
+        fleet.reconnect(&self.plan, self.events, first).await
     }
 
-    /// Node `node_rank`, which a restart could not reach, replaced by a spare, and the fleet
-    /// of the new plan; `Gone` when no spare is left (it was waited for `restart.node_wait`).
+    /// See `decide::reconnect_waits`, with `stand_in`'s answer.
+    fn reconnect_waits(&self, attempt: u32) -> [std::time::Duration; 2] {
+        decide::reconnect_waits(self.plan.restart.node_wait, self.stand_in(attempt))
+    }
+
+    /// Whether something may take a lost node's place for attempt `attempt`: a spare left,
+    /// or a node to let back in (`rejoin`) not yet tried for it.
+    fn stand_in(&self, attempt: u32) -> bool {
+        let tried: &[String] = if self.rejoin_tried.0 == attempt { &self.rejoin_tried.1 } else { &[] };
+        self.plan.roster.has_spare()
+            || !decide::rejoinable(&self.plan.roster, &self.never_rejoin, tried).is_empty()
+    }
+
+    /// Node `node_rank`, which a restart could not reach within `reconnect_waits`' first
+    /// wait, replaced by a spare or by a node let back in (`rejoin`), and the fleet of the new
+    /// plan; with neither, waited for the rest of `restart.node_wait`, and the fleet with it
+    /// back. `Gone` when it did not come back.
     async fn without_gone(
         &mut self,
         node_rank: usize,
-        fleet: Fleet,
+        mut fleet: Fleet,
         attempt: u32,
     ) -> Result<(Fleet, Vec<Option<TransportError>>), Unsettled> {
-        if !self.plan.roster.has_spare() {
+        let stand_in = self.stand_in(attempt);
+        let [waited, rest] = decide::reconnect_waits(self.plan.restart.node_wait, stand_in);
+        if stand_in {
+            let error = fleet.error(node_rank).unwrap_or("not connected").to_string();
+            let blamed = [decide::unreachable_before_restart(node_rank, &error, waited)];
+            fleet = match self.replace_in(fleet, &blamed, attempt).await {
+                Ok(rearranged) => return Ok(rearranged),
+                Err(fleet) => fleet,
+            };
+        }
+        if rest.is_zero() {
             return Err(Unsettled::Gone { node_rank, fleet });
         }
-        let waited = decide::reconnect_wait(self.plan.restart.node_wait, true);
-        let error = fleet.error(node_rank).unwrap_or("not connected").to_string();
-        let blamed = [decide::unreachable_before_restart(node_rank, &error, waited)];
-        self.replace_in(fleet, &blamed, attempt).await.map_err(|fleet| Unsettled::Gone { node_rank, fleet })
+        match fleet.reconnect(&self.plan, self.events, rest).await {
+            Ok(fleet) => Ok((fleet, (0..self.plan.nnodes()).map(|_| None).collect())),
+            Err((node_rank, fleet)) => Err(Unsettled::Gone { node_rank, fleet }),
+        }
     }
 
     /// The nodes that could not be connected (`errors`) replaced, and the fleet of the new

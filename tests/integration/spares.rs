@@ -274,6 +274,71 @@ fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_nex
     assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
 }
 
+/// The soak's finding (issue 41, seed 44 jittered): with the spare taken by a node out of
+/// reach for a while, a node then lost where no verdict blamed it (only the restart found it
+/// gone) was waited for `restart.node_wait`, and the run given up, though the node the spare
+/// had replaced answered again. Here node 2's cut costs the spare; rank 0 is killed, and node
+/// 1's link goes down once that attempt has failed. The restart lets node 2 back in after
+/// `decide::SPARE_AFTER`, not after node_wait's 5 minutes, and the run completes.
+#[test]
+fn a_node_lost_only_at_the_restart_with_no_spare_left_is_replaced_by_one_that_answers_again() {
+    let c = Cluster::new(4);
+    c.write_config(
+        &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"150\"", "nnodes = 3"),
+        // A backoff long enough for node 1's SSH master to give up on its keepalives (from
+        // the 6 s heartbeat) before the restart checks the nodes.
+        "[restart]\nbackoff = \"10s\"\nbackoff_max = \"10s\"\ngrace_period = \"3s\"\n\
+         heartbeat_timeout = \"6s\"\nnode_wait = \"5m\"\n",
+    );
+    let mut running = herd::start(c.tb.dir(), &["run"], &[]);
+    c.wait_training(&mut running, 2, "step 3 ");
+    c.tb.link_down(2);
+    if !training_in(&c, &mut running, 1) {
+        panic!("attempt 1 did not train on the spare\n{}", running.wait(Duration::ZERO));
+    }
+    c.tb.link_up(2);
+    let ranks = c.tb.processes_with_env(0, "LOCAL_RANK", "0");
+    assert!(!ranks.is_empty(), "no rank on node 0: {:?}", c.tb.processes(0));
+    for pid in ranks {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let failed = running.until(LIMIT, || {
+        herd::events_so_far(&c.logs()).iter().any(|e| e["event"] == "attempt_failed" && e["attempt"] == 1)
+    });
+    assert!(failed, "attempt 1 did not fail");
+    c.tb.link_down(1);
+    let cut = Instant::now();
+    let trained = training_in(&c, &mut running, 2);
+    let to_training = cut.elapsed();
+    let out = running.wait(LIMIT);
+    c.tb.link_up(1);
+    assert!(trained, "attempt 2 never trained\n{out}");
+    out.assert_code(0);
+
+    let ev = events(&run_dirs(&c.logs())[0]);
+    let quarantined: Vec<(u64, &str)> = all(&ev, "node_quarantined")
+        .iter()
+        .map(|e| (e["attempt"].as_u64().unwrap(), e["host"].as_str().unwrap()))
+        .collect();
+    assert_eq!(quarantined, [(1, c.addr(2)), (2, c.addr(1))], "{out}");
+    let reason = all(&ev, "node_quarantined")[1]["reason"].as_str().unwrap().to_string();
+    assert!(reason.starts_with("node-lost: unreachable before the restart (tried for 10s): "), "{reason}");
+    let released = all(&ev, "node_released");
+    assert_eq!(released.len(), 1, "{out}");
+    assert_eq!((released[0]["host"].as_str(), released[0]["attempt"].as_u64()), (Some(c.addr(2)), Some(2)));
+    let promoted: Vec<(u64, &str)> = all(&ev, "spare_promoted")
+        .iter()
+        .map(|e| (e["node_rank"].as_u64().unwrap(), e["host"].as_str().unwrap()))
+        .collect();
+    assert_eq!(promoted, [(2, c.addr(3)), (1, c.addr(2))], "{out}");
+    assert!(all(&ev, "restart_abandoned").is_empty(), "{out}");
+    assert_eq!(results(&out, 2).len(), 6, "{out}");
+    // The backoff, 10 s of tries, the checks of the node let back in and torch's start: not
+    // node_wait's 5 minutes.
+    assert!(to_training < Duration::from_secs(150), "{to_training:?} from the cut to training again");
+    eprintln!("cut to training again: {to_training:?}");
+}
+
 #[test]
 fn the_root_cause_of_two_attempts_in_a_row_is_replaced() {
     let c = Cluster::new(4);
