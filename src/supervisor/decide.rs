@@ -347,20 +347,18 @@ pub fn out_of_reach(reason: &str) -> bool {
 }
 
 /// How long a restart tries to reach a node of the attempt before, one it lost or cannot
-/// connect to, as two waits. With a stand-in (a spare left, or a node this run quarantined
-/// for being out of reach that may answer again, `rejoinable`): `SPARE_AFTER` (at most
-/// `node_wait`), after which the stand-in takes its place (`unreachable_before_restart`),
-/// then, should none, the rest of `node_wait`. Without: `node_wait`, as the run cannot go
-/// on without it. A node lost in the attempt was silent for a heartbeat already, and one
-/// that comes back later is let back in as a spare when the run needs one: waiting minutes
-/// for it, the whole job idle, costs more than a spare's start.
-pub fn reconnect_waits(node_wait: Duration, stand_in: bool) -> [Duration; 2] {
+/// connect to, before anything else is done. With a stand-in (a spare left, room above
+/// `restart.min_nodes`, or a node this run quarantined for being out of reach that may
+/// answer again, `rejoinable`): `SPARE_AFTER` (at most `node_wait`), after which the stand-in
+/// takes its place (`unreachable_before_restart`), or, should none after all, the node is
+/// waited for until `node_wait` has passed. Without: `node_wait`, as the run cannot go on
+/// without it. A node lost in the attempt was silent for a heartbeat already, and one that
+/// comes back later is let back in as a spare when the run needs one: waiting minutes for
+/// it, the whole job idle, costs more than a spare's start.
+pub fn reconnect_wait(node_wait: Duration, stand_in: bool) -> Duration {
     match stand_in {
-        true => {
-            let first = node_wait.min(SPARE_AFTER);
-            [first, node_wait - first]
-        }
-        false => [node_wait, Duration::ZERO],
+        true => node_wait.min(SPARE_AFTER),
+        false => node_wait,
     }
 }
 
@@ -368,10 +366,10 @@ pub fn reconnect_waits(node_wait: Duration, stand_in: bool) -> [Duration; 2] {
 /// read.
 const UNREACHABLE_BEFORE_RESTART: &str = "node-lost: unreachable before the restart";
 
-/// See `reconnect_waits`: two tries of a reconnect, or more.
+/// See `reconnect_wait`: two tries of a reconnect, or more.
 pub const SPARE_AFTER: Duration = Duration::from_secs(10);
 
-/// A node a restart could not reach within `reconnect_waits`' first, blamed so that a spare takes its
+/// A node a restart could not reach within `reconnect_wait`, blamed so that a spare takes its
 /// place: out of reach (`out_of_reach`), which lets it back in should the run run out of room.
 pub fn unreachable_before_restart(node_rank: usize, error: &str, waited: Duration) -> Blamed {
     let waited = humantime::format_duration(Duration::from_secs(waited.as_secs()));
@@ -1058,16 +1056,14 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_node_is_waited_for_briefly_while_something_may_take_its_place_then_for_the_rest() {
+    fn a_lost_node_is_waited_for_briefly_while_something_may_take_its_place() {
         let (secs, five_min) = (Duration::from_secs, Duration::from_secs(300));
-        // A spare, or a node to let back in: 10 s, then the stand-in; should none take the
-        // place, the rest of node_wait, not a run given up 290 s early.
-        assert_eq!(reconnect_waits(five_min, true), [secs(10), secs(290)]);
-        assert_eq!(reconnect_waits(five_min, true).iter().sum::<Duration>(), five_min);
+        // A spare, min_nodes room or a node to let back in: 10 s, then the stand-in.
+        assert_eq!(reconnect_wait(five_min, true), secs(10));
         // Nothing to take its place: the whole wait at once.
-        assert_eq!(reconnect_waits(five_min, false), [five_min, Duration::ZERO]);
+        assert_eq!(reconnect_wait(five_min, false), five_min);
         // A node_wait shorter than SPARE_AFTER is never waited past.
-        assert_eq!(reconnect_waits(secs(4), true), [secs(4), Duration::ZERO]);
+        assert_eq!(reconnect_wait(secs(4), true), secs(4));
     }
 
     #[test]

@@ -419,11 +419,12 @@ impl Run<'_> {
             Some(previous) => Some(replaced.unwrap_or(previous)),
             None => replaced,
         };
+        let since = Instant::now();
         let (fleet, errors) = match replaced {
             Some(previous) => fleet.rearranged(&previous, &self.plan, self.events).await,
             None => match self.reconnect(fleet, attempt).await {
                 Ok(fleet) => return Ok((fleet, Preflighted::default())),
-                Err((node_rank, fleet)) => self.without_gone(node_rank, fleet, attempt).await?,
+                Err((node_rank, fleet)) => self.without_gone(node_rank, fleet, attempt, since).await?,
             },
         };
         let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, before).await?;
@@ -546,10 +547,11 @@ impl Run<'_> {
                 continue;
             }
             if restart {
+                let since = Instant::now();
                 fleet = match self.reconnect(fleet, attempt).await {
                     Ok(fleet) => fleet,
                     Err((node_rank, gone)) => {
-                        (fleet, errors) = self.without_gone(node_rank, gone, attempt).await?;
+                        (fleet, errors) = self.without_gone(node_rank, gone, attempt, since).await?;
                         replanned = true;
                         continue;
                     }
@@ -583,39 +585,53 @@ impl Run<'_> {
     }
 
     /// Every node of the plan reachable again (see `Fleet::reconnect`), a node out of reach
-    /// waited for as long as `decide::reconnect_waits` says before something may take its
+    /// waited for as long as `decide::reconnect_wait` says before something may take its
     /// place (`without_gone`).
     async fn reconnect(&self, fleet: Fleet, attempt: u32) -> Result<Fleet, (usize, Fleet)> {
-        let [first, _] = self.reconnect_waits(attempt);
-        fleet.reconnect(&self.plan, self.events, first).await
+        let wait = decide::reconnect_wait(self.plan.restart.node_wait, self.stand_in(attempt));
+        fleet.reconnect(&self.plan, self.events, wait).await
     }
 
-    /// See `decide::reconnect_waits`, with `stand_in`'s answer.
-    fn reconnect_waits(&self, attempt: u32) -> [std::time::Duration; 2] {
-        decide::reconnect_waits(self.plan.restart.node_wait, self.stand_in(attempt))
-    }
-
-    /// Whether something may take a lost node's place for attempt `attempt`: a spare left,
-    /// or a node to let back in (`rejoin`) not yet tried for it.
+    /// Whether the run could do without a node lost for attempt `attempt`: a spare left, room
+    /// above `restart.min_nodes`, or a node to let back in (`rejoin_candidates`).
     fn stand_in(&self, attempt: u32) -> bool {
-        let tried: &[String] = if self.rejoin_tried.0 == attempt { &self.rejoin_tried.1 } else { &[] };
-        self.plan.roster.has_spare()
-            || !decide::rejoinable(&self.plan.roster, &self.never_rejoin, tried).is_empty()
+        self.plan.roster.has_room() || !self.rejoin_candidates(attempt).is_empty()
     }
 
-    /// Node `node_rank`, which a restart could not reach within `reconnect_waits`' first
-    /// wait, replaced by a spare or by a node let back in (`rejoin`), and the fleet of the new
-    /// plan; with neither, waited for the rest of `restart.node_wait`, and the fleet with it
-    /// back. `Gone` when it did not come back.
+    /// The nodes `rejoin` would try for attempt `attempt` (see `decide::rejoinable`): over
+    /// SSH only, as `reserve::answering` asks no other.
+    fn rejoin_candidates(&self, attempt: u32) -> Vec<String> {
+        let tried: &[String] = if self.rejoin_tried.0 == attempt { &self.rejoin_tried.1 } else { &[] };
+        let mut hosts = decide::rejoinable(&self.plan.roster, &self.never_rejoin, tried);
+        hosts.retain(|h| matches!(self.plan.transport_of(h), Some(plan::Transport::Ssh(_))));
+        hosts
+    }
+
+    /// The hosts tried, or quarantined, for attempt `attempt`: none is tried again for it.
+    fn tried_for(&mut self, attempt: u32) -> &mut Vec<String> {
+        if self.rejoin_tried.0 != attempt {
+            self.rejoin_tried = (attempt, Vec::new());
+        }
+        &mut self.rejoin_tried.1
+    }
+
+    /// Node `node_rank`, which a restart that began `since` could not reach within
+    /// `reconnect`'s wait, replaced by a spare or by a node let back in (`rejoin`), or left
+    /// out (`restart.min_nodes`), and the fleet of the new plan. Should none of those be
+    /// done after all (the node to let back in did not answer), it is waited for until
+    /// `restart.node_wait` after `since`, and the fleet is returned with it back. `Gone`
+    /// when it did not come back.
     async fn without_gone(
         &mut self,
         node_rank: usize,
         mut fleet: Fleet,
         attempt: u32,
+        since: Instant,
     ) -> Result<(Fleet, Vec<Option<TransportError>>), Unsettled> {
+        let node_wait = self.plan.restart.node_wait;
         let stand_in = self.stand_in(attempt);
-        let [waited, rest] = decide::reconnect_waits(self.plan.restart.node_wait, stand_in);
         if stand_in {
+            let waited = decide::reconnect_wait(node_wait, true);
             let error = fleet.error(node_rank).unwrap_or("not connected").to_string();
             let blamed = [decide::unreachable_before_restart(node_rank, &error, waited)];
             fleet = match self.replace_in(fleet, &blamed, attempt).await {
@@ -623,7 +639,8 @@ impl Run<'_> {
                 Err(fleet) => fleet,
             };
         }
-        if rest.is_zero() {
+        let rest = node_wait.saturating_sub(since.elapsed());
+        if !stand_in || rest.is_zero() {
             return Err(Unsettled::Gone { node_rank, fleet });
         }
         match fleet.reconnect(&self.plan, self.events, rest).await {
@@ -709,12 +726,16 @@ impl Run<'_> {
         let events = self.events;
         let mut quarantine_file = None;
         let of = reserve::Of { plan: &self.plan, run_id: self.run_id };
+        let mut quarantined = Vec::new();
         for b in blamed {
             let host = self.plan.nodes[b.node_rank].host.clone();
             let saved = decide::remembered(&b.reason)
                 && reserve::keep_out(of, &mut quarantine_file, &host, &b.reason, attempt);
+            quarantined.push(host.clone());
             let _ = events.send(Event::NodeQuarantined { attempt, host, reason: b.reason, saved }).await;
         }
+        // Quarantined for this attempt, none is a node to let back in for it.
+        self.tried_for(attempt).extend(quarantined);
         let next = self.plan.with_roster(roster);
         let previous = std::mem::replace(&mut self.plan, next);
         let mut dropped = Vec::new();
@@ -764,11 +785,8 @@ impl Run<'_> {
     /// `decide::rejoinable`); whether any was. The checks a spare passes before an attempt
     /// uses it are still to come.
     async fn rejoin(&mut self, attempt: u32) -> bool {
-        if self.rejoin_tried.0 != attempt {
-            self.rejoin_tried = (attempt, Vec::new());
-        }
-        let hosts = decide::rejoinable(&self.plan.roster, &self.never_rejoin, &self.rejoin_tried.1);
-        self.rejoin_tried.1.extend(hosts.iter().cloned());
+        let hosts = self.rejoin_candidates(attempt);
+        self.tried_for(attempt).extend(hosts.iter().cloned());
         if hosts.is_empty() {
             return false;
         }
