@@ -296,17 +296,25 @@ fn spare_used_then_a_node_lost_at_the_restart(c: &Cluster, heal: bool) -> (herd:
     if heal {
         c.tb.link_up(2);
     }
+    crash_node_0(c, &mut running, 1);
+    c.tb.link_down(1);
+    (running, Instant::now())
+}
+
+/// Node 0's first rank SIGKILLed (by the test: no node is to blame), and attempt `attempt`'s
+/// failure waited for.
+fn crash_node_0(c: &Cluster, running: &mut herd::Running, attempt: u32) {
     let ranks = c.tb.processes_with_env(0, "LOCAL_RANK", "0");
     assert!(!ranks.is_empty(), "no rank on node 0: {:?}", c.tb.processes(0));
     for pid in ranks {
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }
     let failed = running.until(LIMIT, || {
-        herd::events_so_far(&c.logs()).iter().any(|e| e["event"] == "attempt_failed" && e["attempt"] == 1)
+        herd::events_so_far(&c.logs())
+            .iter()
+            .any(|e| e["event"] == "attempt_failed" && e["attempt"] == attempt)
     });
-    assert!(failed, "attempt 1 did not fail");
-    c.tb.link_down(1);
-    (running, Instant::now())
+    assert!(failed, "attempt {attempt} did not fail");
 }
 
 fn quarantines(ev: &[Value]) -> Vec<(u64, &str)> {
@@ -596,15 +604,7 @@ fn min_nodes_lets_the_run_go_on_without_a_node_lost_only_at_the_restart() {
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     c.wait_training(&mut running, 1, "step 3 ");
-    let ranks = c.tb.processes_with_env(0, "LOCAL_RANK", "0");
-    assert!(!ranks.is_empty(), "no rank on node 0: {:?}", c.tb.processes(0));
-    for pid in ranks {
-        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-    }
-    let failed = running.until(LIMIT, || {
-        herd::events_so_far(&c.logs()).iter().any(|e| e["event"] == "attempt_failed" && e["attempt"] == 0)
-    });
-    assert!(failed, "attempt 0 did not fail");
+    crash_node_0(&c, &mut running, 0);
     c.tb.link_down(1);
     let out = running.wait(LIMIT);
     c.tb.link_up(1);
