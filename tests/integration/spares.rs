@@ -274,6 +274,14 @@ fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_nex
     assert!(clean, "left: {:?}", herd::processes_with_env_prefix(&mark));
 }
 
+/// The restart settings of the tests that lose a node only at the restart (`crash_node_0`,
+/// then a link cut): a backoff long enough for the cut node's SSH master to give up on its
+/// keepalives (a second each, from the 6 s heartbeat) before the restart checks the nodes. It
+/// is waited as the attempt trained for less than it: the kill comes at its first steps.
+const LOST_AT_THE_RESTART: &str =
+    "[restart]\nbackoff = \"20s\"\nbackoff_max = \"20s\"\ngrace_period = \"3s\"\n\
+     heartbeat_timeout = \"6s\"\nnode_wait = \"5m\"\n";
+
 /// The soak's finding (issue 41, seed 44 jittered) staged: node 2's cut costs the spare
 /// (attempt 1 runs on nodes 0, 1 and 3); node 2 heals if `heal`; rank 0 is killed, and once
 /// attempt 1 has failed node 1's link goes down, so that no verdict blames it and only the
@@ -281,11 +289,7 @@ fn a_node_quarantined_out_of_reach_that_answers_again_takes_the_place_of_the_nex
 fn spare_used_then_a_node_lost_at_the_restart(c: &Cluster, heal: bool) -> (herd::Running, Instant) {
     c.write_config(
         &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"150\"", "nnodes = 3"),
-        // A backoff long enough for node 1's SSH master to give up on its keepalives (a
-        // second each, from the 6 s heartbeat) before the restart checks the nodes. It is
-        // waited as attempt 1 trained for less than it: the kill comes at its first step.
-        "[restart]\nbackoff = \"20s\"\nbackoff_max = \"20s\"\ngrace_period = \"3s\"\n\
-         heartbeat_timeout = \"6s\"\nnode_wait = \"5m\"\n",
+        LOST_AT_THE_RESTART,
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     c.wait_training(&mut running, 2, "step 3 ");
@@ -598,9 +602,7 @@ fn min_nodes_lets_the_run_go_on_without_a_node_lost_only_at_the_restart() {
     let c = Cluster::new(3);
     c.write_config(
         &torchrun("\"--steps\", \"400\", \"--sleep\", \"0.2\", \"--retry-steps\", \"30\"", ""),
-        // See `spare_used_then_a_node_lost_at_the_restart` for the backoff.
-        "[restart]\nbackoff = \"20s\"\nbackoff_max = \"20s\"\ngrace_period = \"3s\"\n\
-         heartbeat_timeout = \"6s\"\nnode_wait = \"5m\"\nmin_nodes = 2\n",
+        &format!("{LOST_AT_THE_RESTART}min_nodes = 2\n"),
     );
     let mut running = herd::start(c.tb.dir(), &["run"], &[]);
     c.wait_training(&mut running, 1, "step 3 ");
