@@ -244,6 +244,14 @@ impl Fleet {
         Fleet { links: connections.into_iter().map(link).collect() }
     }
 
+    /// The same fleet with node `node_rank` on a connection of its own, as `reconnect` leaves
+    /// a node whose master it found dead.
+    #[cfg(test)]
+    pub fn reconnected(mut self, node_rank: usize, conn: Connection) -> Fleet {
+        self.links[node_rank] = Link { conn: Ok(Arc::new(conn)), connect_ms: 0 };
+        self
+    }
+
     pub fn links(&self) -> &[Link] {
         &self.links
     }

@@ -5,7 +5,7 @@
 //! its env, and start.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -24,7 +24,7 @@ use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::agent::AgentInvocation;
 use crate::stacks::{self, RankStack};
-use crate::transport::Started;
+use crate::transport::{Connection, Started};
 
 /// How often the supervisor checks for hangs and silent nodes.
 const TICK: Duration = Duration::from_millis(250);
@@ -113,6 +113,69 @@ pub(super) fn presweep<'a>(run_id: &'a str, attempt: u32, swept: bool, fresh: bo
         _ if swept => None,
         _ if attempt == 0 || fresh => Some(Sweep::Config { spare_run: Some(run_id) }),
         _ => Some(Sweep::Restart { run_id, attempt }),
+    }
+}
+
+/// The agent of `node`'s job in attempt `attempt`, as the attempt starts it after
+/// `preflighted`. `port_known`: the master need not report its ports.
+fn attempt_invocation(
+    plan: &LaunchPlan,
+    run_id: &str,
+    node: &NodePlan,
+    attempt: u32,
+    preflighted: &Preflighted,
+    port_known: bool,
+) -> AgentInvocation {
+    let fresh = preflighted.fresh.contains(&node.node_rank);
+    let sweep = presweep(run_id, attempt, preflighted.swept, fresh);
+    job_invocation(plan, run_id, node, attempt, port_known, sweep)
+}
+
+/// The agents of restart `attempt`'s job, started now on the nodes of `fleet` as it is, as
+/// its backoff begins: each node's login, its sweep and the master's report of its ports
+/// overlap the wait, and the attempt finds them done. An agent starts nothing before its
+/// env. Each node's is as `run_attempt` starts it after a restart that changed nothing (no
+/// preflight, the port reported unless fixed); one started otherwise is not used (see
+/// `Started::take_or_start`). Through Slurm none is (see `Connection::starts_ahead`). The
+/// starts run at the call; see `kept` for what the attempt may use.
+pub(super) fn start_ahead(plan: &LaunchPlan, run_id: &str, attempt: u32, fleet: &Fleet) -> Ahead {
+    let port_known = attempt::known_port(plan, None).is_some();
+    let restarted = Preflighted::default();
+    fleet.spawn_each(|rank, conn| {
+        if !conn.starts_ahead() {
+            return None;
+        }
+        let inv = attempt_invocation(plan, run_id, &plan.nodes[rank], attempt, &restarted, port_known);
+        let conn = conn.clone();
+        Some(async move {
+            let started = Started::start_as_is(&conn, inv).await.ok()?;
+            Some((Arc::downgrade(&conn), started))
+        })
+    })
+}
+
+/// Agents started ahead (`start_ahead`), each with the connection it was started on.
+pub(super) type Ahead = OnNodes<Option<(Weak<Connection>, Started)>>;
+
+/// By node rank, the agents of `ahead` that `fleet` still holds the connection of: a node
+/// connected again since (its master died) starts its own, the one ahead being gone with
+/// the old master.
+pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
+    let mut kept: Vec<Option<Started>> = fleet.links().iter().map(|_| None).collect();
+    for (rank, agent) in ahead.all().await {
+        let Some((on, started)) = agent else { continue };
+        if fleet.conn(rank).is_some_and(|c| std::ptr::eq(Arc::as_ptr(c), on.as_ptr())) {
+            kept[rank] = Some(started);
+        }
+    }
+    kept
+}
+
+/// Agents started ahead that the attempt will not use, gone: each ends as its stdin closes,
+/// having started nothing.
+pub(super) async fn drop_ahead(ahead: Option<Ahead>) {
+    if let Some(ahead) = ahead {
+        drop(ahead.all().await);
     }
 }
 
@@ -224,9 +287,7 @@ impl<'a> Gang<'a> {
             let node = &plan.nodes[rank];
             let (commands_tx, commands_rx) = mpsc::unbounded_channel();
             commands.push(commands_tx);
-            let fresh = preflighted.fresh.contains(&rank);
-            let sweep = presweep(ctx.run_id, attempt, preflighted.swept, fresh);
-            let mut invocation = job_invocation(plan, ctx.run_id, node, attempt, port_known, sweep);
+            let mut invocation = attempt_invocation(plan, ctx.run_id, node, attempt, preflighted, port_known);
             let agent = early.get_mut(rank).and_then(Option::take);
             // The same as the agent started ahead: its copy, so that the node holds one.
             if let Some(a) = agent.as_ref().filter(|a| a.invocation == invocation) {
@@ -1080,6 +1141,38 @@ mod tests {
         }
         let ran = attempt_after(&p, &nodes, early, no_signal).await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
+        assert_eq!(nodes.iter().map(SimNode::started).collect::<Vec<_>>(), [1, 2, 1]);
+        assert_eq!(envs(&nodes[1]), 1, "{:?}", nodes[1].heard());
+    }
+
+    /// The agents started as a restart's backoff begins are the attempt's where the fleet
+    /// kept their connections: the master's login (2 s) and its report of its ports are
+    /// over when the backoff is, and the attempt starts at once. Node 1's master died
+    /// meanwhile and was connected again: it starts an agent of its own, and the one ahead
+    /// gets no env.
+    #[tokio::test(start_paused = true)]
+    async fn agents_started_ahead_are_used_where_the_fleet_kept_their_connections() {
+        let p = plan("\"auto\"");
+        let done = vec![Step::Exit(0)];
+        // 29500 (733C) is in use on the master.
+        let master =
+            [vec![Step::Up, Step::Sleep(S(2)), say("herd-agent ports 16 733C")], started(10)[1..].to_vec()];
+        let unused = vec![Step::Up, Step::Await(Expect::Env)];
+        let nodes = [
+            SimNode::agent([master.concat(), done.clone()].concat()),
+            SimNode::agents([unused, [started(11), done.clone()].concat()]),
+            SimNode::agent([started(12), done].concat()),
+        ];
+        let fleet = Fleet::of(nodes.iter().cloned().map(Connection::Sim).collect());
+        let ahead = start_ahead(&p, "r1", 0, &fleet);
+        tokio::time::sleep(S(5)).await;
+        let fleet = fleet.reconnected(1, Connection::Sim(nodes[1].clone()));
+        let early = kept(ahead, &fleet).await;
+        assert_eq!(early.iter().map(Option::is_some).collect::<Vec<_>>(), [true, false, true]);
+        let ran = attempt_after(&p, &nodes, early, no_signal).await;
+        assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
+        assert!(ran.took < S(1), "the master's report came during the backoff: {:?}", ran.took);
+        all_started_on(&nodes, 29501);
         assert_eq!(nodes.iter().map(SimNode::started).collect::<Vec<_>>(), [1, 2, 1]);
         assert_eq!(envs(&nodes[1]), 1, "{:?}", nodes[1].heard());
     }

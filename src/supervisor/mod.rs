@@ -175,7 +175,7 @@ impl Run<'_> {
                 }
             };
             attempt += 1;
-            (fleet, checked) = match self.restart(fleet, delay, replace, attempt, interrupts).await {
+            (fleet, checked, jobs) = match self.restart(fleet, delay, replace, attempt, interrupts).await {
                 Ok(ready) => ready,
                 Err(status) => return Ok(status),
             };
@@ -353,7 +353,8 @@ impl Run<'_> {
     /// quarantined and replaced as decided (see `reserve`), and a new node checked as at the
     /// start; every other node reachable again, a lost one waited for up to
     /// `restart.node_wait`. What the earlier attempts left, each node's agent sweeps as the
-    /// restart starts. Else how the run ends.
+    /// restart starts. With the agents started during the backoff that the attempt may use
+    /// (see `ready`). Else how the run ends.
     async fn restart(
         &mut self,
         fleet: Fleet,
@@ -361,7 +362,7 @@ impl Run<'_> {
         replace: Replace,
         attempt: u32,
         interrupts: &mut Interrupts,
-    ) -> Result<(Fleet, Preflighted), RunStatus> {
+    ) -> Result<(Fleet, Preflighted, Vec<Option<Started>>), RunStatus> {
         let before: Vec<String> = self.plan.nodes.iter().map(|n| n.host.clone()).collect();
         let replaced = self.replace(replace, attempt).await;
         let ready = self.ready(fleet, delay, replaced, attempt, &before);
@@ -401,6 +402,13 @@ impl Run<'_> {
     /// replaced too, and every node of the plan reconnected, or connected and checked.
     /// `replaced`: the plan before the blamed nodes were replaced, if they were; `before`:
     /// its hosts.
+    ///
+    /// When the plan stays as it is, the attempt's agents log in during the backoff
+    /// (`gang::start_ahead`), so that its start does not wait for 250 logins on the launch
+    /// host, nor a slow login shell's. They are used if every node is reconnected as it was;
+    /// a plan changed after the backoff (a node Slurm refuses, one lost and replaced) starts
+    /// its own, and the ones ahead end, having started nothing. Not with `resume_args`,
+    /// which change the job's arguments once the backoff is over.
     async fn ready(
         &mut self,
         fleet: Fleet,
@@ -408,7 +416,9 @@ impl Run<'_> {
         replaced: Option<LaunchPlan>,
         attempt: u32,
         before: &[String],
-    ) -> Result<(Fleet, Preflighted), Unsettled> {
+    ) -> Result<(Fleet, Preflighted, Vec<Option<Started>>), Unsettled> {
+        let ahead = (replaced.is_none() && self.plan.restart.resume_args.is_empty())
+            .then(|| gang::start_ahead(&self.plan, self.run_id, attempt, &fleet));
         tokio::time::sleep(delay).await;
         // Through Slurm, a node now down or drained is replaced as at the start, not
         // waited for (it is, without a spare or min_nodes to take its place).
@@ -420,11 +430,24 @@ impl Run<'_> {
             None => replaced,
         };
         let since = Instant::now();
+        // Agents ahead that will not be used are gone before a link they use is dropped.
         let (fleet, errors) = match replaced {
-            Some(previous) => fleet.rearranged(&previous, &self.plan, self.events).await,
+            Some(previous) => {
+                gang::drop_ahead(ahead).await;
+                fleet.rearranged(&previous, &self.plan, self.events).await
+            }
             None => match self.reconnect(fleet, attempt).await {
-                Ok(fleet) => return Ok((fleet, Preflighted::default())),
-                Err((node_rank, fleet)) => self.without_gone(node_rank, fleet, attempt, since).await?,
+                Ok(fleet) => {
+                    let early = match ahead {
+                        Some(ahead) => gang::kept(ahead, &fleet).await,
+                        None => Vec::new(),
+                    };
+                    return Ok((fleet, Preflighted::default(), early));
+                }
+                Err((node_rank, fleet)) => {
+                    gang::drop_ahead(ahead).await;
+                    self.without_gone(node_rank, fleet, attempt, since).await?
+                }
             },
         };
         let mut settled = self.settle(fleet, errors, Vec::new(), attempt, true, before).await?;
@@ -432,7 +455,7 @@ impl Run<'_> {
         // nodes it kept is swept as on any restart, and the new nodes as on a first one.
         settled.checked.swept = false;
         settled.checked.fresh = reserve::fresh(&self.plan, before);
-        Ok((settled.fleet, settled.checked))
+        Ok((settled.fleet, settled.checked, Vec::new()))
     }
 
     /// Through Slurm, why the run's allocation can run nothing any more, if it cannot: one

@@ -89,8 +89,23 @@ pub struct Started {
 impl Started {
     /// Start `inv` on `conn` now.
     pub async fn start(conn: &Connection, inv: AgentInvocation) -> Result<Started, TransportError> {
+        Started::start_with(conn, inv, Renew::Once).await
+    }
+
+    /// Start `inv` on `conn` now, on its connection as it is: an SSH master found dead is not
+    /// connected again (`start` does that, which can take the connect timeout), and the start
+    /// fails at once. For an agent started ahead of its use, which must hold nothing up.
+    pub async fn start_as_is(conn: &Connection, inv: AgentInvocation) -> Result<Started, TransportError> {
+        Started::start_with(conn, inv, Renew::Never).await
+    }
+
+    async fn start_with(
+        conn: &Connection,
+        inv: AgentInvocation,
+        renew: Renew,
+    ) -> Result<Started, TransportError> {
         let at = std::time::Instant::now();
-        let process = conn.spawn_agent(&inv).await?;
+        let process = conn.spawn_agent(&inv, renew).await?;
         Ok(Started { invocation: inv, process, messages: None, at })
     }
 
@@ -271,18 +286,37 @@ impl SshLink {
     }
 }
 
+/// Whether an agent's start may connect a dead SSH master again (`SshLink::with_session`).
+#[derive(Clone, Copy)]
+enum Renew {
+    Once,
+    Never,
+}
+
 impl Connection {
+    /// Whether an agent started on it ahead of its use (during a restart's backoff) is cheap
+    /// to drop: over SSH or here, it is one session that ends as its stdin closes. Through
+    /// Slurm each agent is a step, which a plan changed after the backoff would cancel.
+    pub fn starts_ahead(&self) -> bool {
+        match self {
+            Connection::Local | Connection::Ssh(_) => true,
+            Connection::Slurm(_) => false,
+            #[cfg(test)]
+            Connection::Sim(_) => true,
+        }
+    }
+
     /// Start the node agent with piped stdin, stdout and stderr; with a fence, its stdin
     /// beats from now on (see `ControlLine::beating`).
-    pub async fn spawn_agent(&self, inv: &AgentInvocation) -> Result<AgentProcess, TransportError> {
-        let mut process = self.spawn_piped(inv).await?;
+    async fn spawn_agent(&self, inv: &AgentInvocation, renew: Renew) -> Result<AgentProcess, TransportError> {
+        let mut process = self.spawn_piped(inv, renew).await?;
         if inv.fence_secs.is_some() {
             process.stdin = process.stdin.beating(Duration::from_secs(inv.heartbeat_secs.max(1)));
         }
         Ok(process)
     }
 
-    async fn spawn_piped(&self, inv: &AgentInvocation) -> Result<AgentProcess, TransportError> {
+    async fn spawn_piped(&self, inv: &AgentInvocation, renew: Renew) -> Result<AgentProcess, TransportError> {
         match self {
             Connection::Local => {
                 let argv = inv.local_argv();
@@ -313,22 +347,24 @@ impl Connection {
                 Ok(AgentProcess::piped(child, AgentHandle::Srun))
             }
             Connection::Ssh(link) => {
-                let mut child = link
-                    .with_session(|session| async move {
-                        // The login line holds the node scripts (tens of KiB): it is built
-                        // once its turn to open has come, and gone once it has, so that the
-                        // launch host holds OPENING_AT_ONCE of them at most, not one per node.
-                        let _opening = OPENING.acquire().await.expect("never closed");
-                        let command = login_line(&inv.remote_command())?;
-                        Session::to_raw_command(session, command)
-                            .stdin(openssh::Stdio::piped())
-                            .stdout(openssh::Stdio::piped())
-                            .stderr(openssh::Stdio::piped())
-                            .spawn()
-                            .await
-                            .map_err(|e| TransportError::Spawn(error_chain(&e)))
-                    })
-                    .await?;
+                let open = |session| async move {
+                    // The login line holds the node scripts (tens of KiB): it is built once
+                    // its turn to open has come, and gone once it has, so that the launch
+                    // host holds OPENING_AT_ONCE of them at most, not one per node.
+                    let _opening = OPENING.acquire().await.expect("never closed");
+                    let command = login_line(&inv.remote_command())?;
+                    Session::to_raw_command(session, command)
+                        .stdin(openssh::Stdio::piped())
+                        .stdout(openssh::Stdio::piped())
+                        .stderr(openssh::Stdio::piped())
+                        .spawn()
+                        .await
+                        .map_err(|e| TransportError::Spawn(error_chain(&e)))
+                };
+                let mut child = match renew {
+                    Renew::Once => link.with_session(open).await?,
+                    Renew::Never => open(link.session()).await?,
+                };
                 // Taken out here so that wait() cannot close stdin: it is the agent's lifeline.
                 let stdin = child.stdin().take().expect("piped");
                 let stdout = child.stdout().take().expect("piped");

@@ -55,3 +55,43 @@ fn a_slow_login_is_a_doctor_warning_and_exec_still_works() {
     out.assert_code(0);
     assert!(out.stdout.contains("hello"), "{out}");
 }
+
+/// A restart's logins overlap its backoff. Every login shell takes 4 s and the backoff is
+/// 10 s: the restarted attempt has its port (the master's report) and its nodes running
+/// within moments of its start, not a login later.
+#[test]
+fn a_restarts_logins_overlap_its_backoff() {
+    let c = Cluster::new(2);
+    c.tb.slow_login(0, 4.0);
+    c.tb.slow_login(1, 4.0);
+    // Node 1 fails once, as a rank that lost its peer would; attempt 1 succeeds.
+    let job = "if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 1 ]; then \
+               echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; echo done";
+    c.write_config(
+        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {job:?}]"),
+        "[restart]\nmax_restarts = 1\nbackoff = \"10s\"\nbackoff_max = \"10s\"\n",
+    );
+    let out = herd::run(c.tb.dir(), &["run"], SLOW_LIMIT);
+    out.assert_code(0);
+    let ev = events(&only_run_dir(&c.logs()));
+    let at = |e: &Value| humantime::parse_rfc3339(e["ts"].as_str().unwrap()).unwrap();
+    let of = |name: &str| {
+        ev.iter().filter(|e| e["event"] == name && e["attempt"] == 1).map(at).collect::<Vec<_>>()
+    };
+    let (starting, started, nodes) = (of("attempt_starting"), of("attempt_started"), of("node_started"));
+    assert!(starting.len() == 1 && started.len() == 1 && nodes.len() == 2, "{ev:?}\n{out}");
+    let after = |t: std::time::SystemTime| t.duration_since(starting[0]).unwrap_or_default();
+    // Without the logins ahead, the port waits 4 s for the master's login.
+    assert!(
+        after(started[0]) < Duration::from_secs(2),
+        "port chosen {:?} after the start\n{out}",
+        after(started[0])
+    );
+    let last = nodes.into_iter().max().unwrap();
+    assert!(
+        after(last) < Duration::from_secs(3),
+        "every node running {:?} after the start\n{out}",
+        after(last)
+    );
+    assert!(!ev.iter().any(|e| e["lost"].is_string() || e["class"] == "node-lost"), "{ev:?}\n{out}");
+}

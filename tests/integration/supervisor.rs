@@ -507,3 +507,32 @@ fn a_time_limit_warning_has_every_rank_checkpoint_and_is_no_failure() {
     let mark = format!("HERD_MARKER={}:", ev[0]["config_key"].as_str().unwrap());
     assert_eq!(herd::processes_with_env_prefix(&mark), Vec::<u32>::new(), "nothing of the run is left");
 }
+
+/// A node's SSH master that dies during a restart's backoff takes the agent started ahead on
+/// it along (see `a_restarts_logins_overlap_its_backoff`): herd connects to the node again
+/// and starts its agent anew. The restart runs with no node lost and no false failure.
+#[test]
+fn a_master_that_dies_during_the_backoff_is_connected_again_and_its_agent_started_anew() {
+    let c = Cluster::new(2);
+    let job = "if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 1 ]; then \
+               echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; echo done";
+    c.write_config(
+        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {job:?}]"),
+        "[restart]\nmax_restarts = 1\nbackoff = \"8s\"\nbackoff_max = \"8s\"\n",
+    );
+    let running = herd::start(c.tb.dir(), &["run"], &[]);
+    assert!(wait_for_event(&c.logs(), "restart_scheduled", LIMIT).is_some(), "no restart");
+    // The agents ahead are up within moments; the backoff is 6.4 s at least.
+    std::thread::sleep(Duration::from_secs(2));
+    let masters = herd::ssh_master_pids_to(c.addr(1));
+    assert_eq!(masters.len(), 1, "node 1's master: {masters:?}");
+    let killed =
+        std::process::Command::new("kill").args(["-KILL", &masters[0].to_string()]).status().unwrap();
+    assert!(killed.success(), "kill node 1's master");
+    let out = running.wait(LIMIT);
+    out.assert_code(0);
+    let ev = events(&only_run_dir(&c.logs()));
+    assert_eq!(all(&ev, "attempt_started").len(), 2, "{ev:?}\n{out}");
+    assert!(!ev.iter().any(|e| e["lost"].is_string() || e["class"] == "node-lost"), "{ev:?}\n{out}");
+    assert_eq!(out.stdout.lines().filter(|l| l.ends_with("done")).count(), 2, "{out}");
+}

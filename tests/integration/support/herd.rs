@@ -270,6 +270,18 @@ pub fn ssh_master_pids() -> Vec<u32> {
     })
 }
 
+/// The SSH master connections to `addr` running (see `ssh_master_pids`).
+pub fn ssh_master_pids_to(addr: &str) -> Vec<u32> {
+    let to = format!("\0{addr}\0");
+    ssh_master_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&to))
+        })
+        .collect()
+}
+
 /// The SSH master connections running (see `ssh_master_pids`), and their total RSS in KiB.
 pub fn ssh_masters() -> (usize, u64) {
     let pids = ssh_master_pids();
