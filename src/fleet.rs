@@ -24,6 +24,18 @@ impl<T: Send + 'static> OnNodes<T> {
         Some(self.set.join_next().await?.expect("a node's task panicked"))
     }
 
+    /// The results of the nodes whose work has ended, by node rank. The rest is aborted, and
+    /// gone once this returns.
+    pub async fn finished(mut self) -> Vec<(usize, T)> {
+        let mut done = Vec::new();
+        while let Some(joined) = self.set.try_join_next() {
+            done.push(joined.expect("a node's task panicked"));
+        }
+        self.set.shutdown().await;
+        done.sort_by_key(|(rank, _)| *rank);
+        done
+    }
+
     /// Every node's result, by node rank.
     pub async fn all(mut self) -> Vec<(usize, T)> {
         let mut all = Vec::new();

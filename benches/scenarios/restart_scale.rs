@@ -7,7 +7,10 @@
 //! job is, and waits for the answers, `PROBE_WAIT` at most), the teardown (to
 //! `attempt_failed`), herd's start of the next attempt (to `attempt_started`, less the
 //! backoff: the sweep, the checks, the port, the env), and the nodes' start (to the last
-//! `node_started`). Goals: at most 1 s at 16 nodes, 3 s at 254.
+//! `node_started`). Goals: at most 1 s at 16 nodes, 3 s at 254. Node 3 fails before
+//! training, so that a backoff follows; with BENCH_RESTART_TRAINED=1, after training, so
+//! that the restart starts at once (the next attempt's logins then have no backoff to
+//! overlap).
 //! The nodes of `Testbed::many` share this machine's two cores, where a cluster's nodes each
 //! have their own: the CPU time herd itself spent from the failure seen to the attempt failed
 //! and over the start (the backoff between them left out, and with it herd's look at its
@@ -25,24 +28,35 @@ use super::measure::{self, env_sizes, fmt_stat, poll_until, runs, table};
 use super::testbed::Testbed;
 
 /// Node 3 fails once, as a rank that lost its peer would; the others wait to be stopped.
+/// Before training: its attempt is a failure at the start, followed by the backoff.
 const JOB: &str = "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 3 ]; then sleep 2; echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; exec sleep 600\"]";
+
+/// The same after training (BENCH_RESTART_TRAINED=1): every node prints a line (progress),
+/// and node 3 fails 11 s later, past the default `restart.backoff` (10 s). The restart then
+/// starts at once, after a jitter under a second, as after a fault in a long run.
+const TRAINED_JOB: &str = "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"echo step 1; if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 3 ]; then sleep 11; echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; exec sleep 600\"]";
 
 /// One restart, herd's defaults but for it.
 const RESTART: &str = "[restart]\nmax_restarts = 1\n";
 
 pub fn run() {
     let reps = runs(3);
+    let trained = std::env::var("BENCH_RESTART_TRAINED").is_ok_and(|v| v == "1");
     let sizes = env_sizes("BENCH_RESTART_SCALE", "16,64,252");
     let most = *sizes.iter().max().expect("a size");
     let tb = Testbed::many(most);
     let dir = tempfile::tempdir().unwrap();
-    println!("\n### A restart's own cost by node count: a `command` job, node 3 fails, to every node running again, minus the backoff ({reps} runs each)\n");
-    println!("Rerun: `BENCH_RUNS={reps} BENCH_RESTART_SCALE=16,64,252 cargo bench --bench herd_bench -- restart-scale`\n");
+    let when =
+        if trained { "after training (the restart at once)" } else { "before training (then the backoff)" };
+    println!("\n### A restart's own cost by node count: a `command` job, node 3 fails {when}, to every node running again, minus the backoff ({reps} runs each)\n");
+    let env = if trained { "BENCH_RESTART_TRAINED=1 " } else { "" };
+    println!("Rerun: `{env}BENCH_RUNS={reps} BENCH_RESTART_SCALE=16,64,252 cargo bench --bench herd_bench -- restart-scale`\n");
     let mut herds = vec![("this", HERD.to_string())];
     herds.extend(measure::baseline_herd().map(|path| ("baseline", path)));
     table("| nodes | herd | failure seen to all running, s | spread | the others' stacks | teardown | herd's start | nodes' start | backoff drawn | herd's CPU, s | a node's CPU, ms |");
     for &n in &sizes {
-        let config = write_config(&tb, dir.path(), &hosts(&tb, n), JOB, RESTART);
+        let job = if trained { TRAINED_JOB } else { JOB };
+        let config = write_config(&tb, dir.path(), &hosts(&tb, n), job, RESTART);
         let mut got: Vec<Vec<[f64; 8]>> = vec![Vec::new(); herds.len()];
         for rep in 0..reps {
             for ((which, bin), got) in herds.iter().zip(&mut got) {

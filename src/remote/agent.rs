@@ -715,6 +715,29 @@ mod tests {
         assert_eq!(out.stdout, b"port 29555\n");
     }
 
+    /// A hardened login's TMOUT does not end an agent waiting for its env: under bash
+    /// (RHEL's sh), `read` gives up after TMOUT seconds, and the agent would end with it.
+    #[test]
+    fn a_login_shells_tmout_does_not_end_the_wait_for_the_env() {
+        let inv = agent(format!("HERD_T_MARK={}", test_mark()), "echo started");
+        let argv = inv.local_argv();
+        let mut agent = Command::new("bash")
+            .args(&argv[1..])
+            .env("TMOUT", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let mut stdin = agent.stdin.take().unwrap();
+        // The agent may have ended: the write then fails, and the output says why.
+        let _ = std::io::Write::write_all(&mut stdin, &env_block([("A", "1")]));
+        drop(stdin);
+        let out = agent.wait_with_output().unwrap();
+        assert_eq!(out.stdout, b"started\n", "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     #[test]
     fn an_attempt_stopped_before_its_env_starts_nothing() {
         let dir = tempfile::tempdir().unwrap();

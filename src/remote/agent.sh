@@ -68,6 +68,11 @@ report=${7-}
 probe=${8-}
 fence=${9-}
 
+# A hardened login's TMOUT (`export TMOUT=600` in /etc/profile) would end bash's `read` of
+# herd's lines (RHEL's sh is bash) while the agent waits for its env: a restart's agents wait
+# through its backoff.
+unset TMOUT 2>/dev/null || :
+
 echo "herd-agent up" >&2
 
 # The fence (see $9). A relay reads herd's lines and passes on all but the beats, through a

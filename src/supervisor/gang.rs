@@ -131,11 +131,21 @@ fn attempt_invocation(
     job_invocation(plan, run_id, node, attempt, port_known, sweep)
 }
 
-/// The agents of restart `attempt`'s job, started now on the nodes of `fleet` as it is, as
-/// its backoff begins: each node's login, its sweep and the master's report of its ports
-/// overlap the wait, and the attempt finds them done. An agent starts nothing before its
-/// env. Each node's is as `run_attempt` starts it after a restart that changed nothing (no
-/// preflight, the port reported unless fixed); one started otherwise is not used (see
+/// How long before a restart's backoff ends its agents are started (`start_ahead`): the
+/// whole backoff when it is shorter. Time enough for a slow login shell (a conda init on a
+/// shared home); not so long that the master's report of its ports goes stale, nor that an
+/// agent waits for its env into a shell's `TMOUT` or, should herd stall, its fence.
+pub(super) const AHEAD_LEAD: Duration = Duration::from_secs(30);
+
+/// The oldest agent started ahead that an attempt uses (see `kept`): one that waited longer
+/// (a node waited for after the backoff) is dropped, and its node starts a new one.
+const AHEAD_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// The agents of restart `attempt`'s job, started now on the nodes of `fleet` as it is,
+/// before its backoff ends: each node's login, its sweep and the master's report of its
+/// ports overlap the wait, and the attempt finds them done. An agent starts nothing before
+/// its env. Each node's is as `run_attempt` starts it after a restart that changed nothing
+/// (no preflight, the port reported unless fixed); one started otherwise is not used (see
 /// `Started::take_or_start`). Through Slurm none is (see `Connection::starts_ahead`). The
 /// starts run at the call; see `kept` for what the attempt may use.
 pub(super) fn start_ahead(plan: &LaunchPlan, run_id: &str, attempt: u32, fleet: &Fleet) -> Ahead {
@@ -148,23 +158,37 @@ pub(super) fn start_ahead(plan: &LaunchPlan, run_id: &str, attempt: u32, fleet: 
         let inv = attempt_invocation(plan, run_id, &plan.nodes[rank], attempt, &restarted, port_known);
         let conn = conn.clone();
         Some(async move {
+            // Read first: a master connected again during the start makes the agent one to
+            // drop, never one to use.
+            let on = StartedOn { conn: Arc::downgrade(&conn), generation: conn.generation() };
             let started = Started::start_as_is(&conn, inv).await.ok()?;
-            Some((Arc::downgrade(&conn), started))
+            Some((on, started))
         })
     })
 }
 
-/// Agents started ahead (`start_ahead`), each with the connection it was started on.
-pub(super) type Ahead = OnNodes<Option<(Weak<Connection>, Started)>>;
+/// The master connection an agent ahead was started on: the node's connection, and which of
+/// its masters (`Connection::generation`).
+pub(super) struct StartedOn {
+    conn: Weak<Connection>,
+    generation: u32,
+}
 
-/// By node rank, the agents of `ahead` that `fleet` still holds the connection of: a node
-/// connected again since (its master died) starts its own, the one ahead being gone with
-/// the old master.
+/// Agents started ahead (`start_ahead`), each with the connection it was started on.
+pub(super) type Ahead = OnNodes<Option<(StartedOn, Started)>>;
+
+/// By node rank, the agents of `ahead` the attempt may use: started, on the master `fleet`
+/// holds now, at most `AHEAD_MAX_AGE` ago. A node connected again since (its master died, so
+/// that the agent went with it), one whose start has not ended (its link hangs), and one
+/// whose agent waited too long start their own; the others end, having started nothing.
 pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
     let mut kept: Vec<Option<Started>> = fleet.links().iter().map(|_| None).collect();
-    for (rank, agent) in ahead.all().await {
+    for (rank, agent) in ahead.finished().await {
         let Some((on, started)) = agent else { continue };
-        if fleet.conn(rank).is_some_and(|c| std::ptr::eq(Arc::as_ptr(c), on.as_ptr())) {
+        let same = fleet.conn(rank).is_some_and(|c| {
+            std::ptr::eq(Arc::as_ptr(c), on.conn.as_ptr()) && c.generation() == on.generation
+        });
+        if same && started.at.elapsed() <= AHEAD_MAX_AGE {
             kept[rank] = Some(started);
         }
     }
@@ -175,7 +199,7 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
 /// having started nothing.
 pub(super) async fn drop_ahead(ahead: Option<Ahead>) {
     if let Some(ahead) = ahead {
-        drop(ahead.all().await);
+        drop(ahead.finished().await);
     }
 }
 

@@ -403,12 +403,13 @@ impl Run<'_> {
     /// `replaced`: the plan before the blamed nodes were replaced, if they were; `before`:
     /// its hosts.
     ///
-    /// When the plan stays as it is, the attempt's agents log in during the backoff
-    /// (`gang::start_ahead`), so that its start does not wait for 250 logins on the launch
-    /// host, nor a slow login shell's. They are used if every node is reconnected as it was;
-    /// a plan changed after the backoff (a node Slurm refuses, one lost and replaced) starts
-    /// its own, and the ones ahead end, having started nothing. Not with `resume_args`,
-    /// which change the job's arguments once the backoff is over.
+    /// When the plan stays as it is, the attempt's agents log in during the last
+    /// `gang::AHEAD_LEAD` of the backoff (`gang::start_ahead`), so that its start does not
+    /// wait for 250 logins on the launch host, nor a slow login shell's. They are used if
+    /// every node is reconnected as it was (`gang::kept`); a plan changed after the backoff
+    /// (a node Slurm refuses, one lost and replaced) starts its own, and the ones ahead end,
+    /// having started nothing. Not with `resume_args`, which change the job's arguments
+    /// once the backoff is over.
     async fn ready(
         &mut self,
         fleet: Fleet,
@@ -417,9 +418,11 @@ impl Run<'_> {
         attempt: u32,
         before: &[String],
     ) -> Result<(Fleet, Preflighted, Vec<Option<Started>>), Unsettled> {
+        let lead = gang::AHEAD_LEAD.min(delay);
+        tokio::time::sleep(delay - lead).await;
         let ahead = (replaced.is_none() && self.plan.restart.resume_args.is_empty())
             .then(|| gang::start_ahead(&self.plan, self.run_id, attempt, &fleet));
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(lead).await;
         // Through Slurm, a node now down or drained is replaced as at the start, not
         // waited for (it is, without a spare or min_nodes to take its place).
         let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;

@@ -70,6 +70,9 @@ pub enum Connection {
 /// re-established once before anything on it counts as failed.
 pub struct SshLink {
     session: std::sync::Mutex<Arc<Session>>,
+    /// How many times the master was connected again: what was started on an earlier one
+    /// went with it.
+    renewals: std::sync::atomic::AtomicU32,
     target: SshTarget,
     options: ConnectOptions,
 }
@@ -196,6 +199,7 @@ pub async fn connect(
         Transport::Slurm(target) => Ok(Connection::Slurm(target.clone())),
         Transport::Ssh(target) => Ok(Connection::Ssh(SshLink {
             session: std::sync::Mutex::new(Arc::new(connect_ssh(target, options, on_busy).await?)),
+            renewals: Default::default(),
             target: target.clone(),
             options,
         })),
@@ -280,6 +284,7 @@ impl SshLink {
                 tracing::debug!(host = %self.target.host, "ssh master gone ({first}): connecting again");
                 let fresh = Arc::new(connect_ssh(&self.target, self.options, OnBusy::GiveUp).await?);
                 *self.session.lock().expect("not poisoned") = fresh.clone();
+                self.renewals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 attempt(fresh).await
             }
         }
@@ -303,6 +308,15 @@ impl Connection {
             Connection::Slurm(_) => false,
             #[cfg(test)]
             Connection::Sim(_) => true,
+        }
+    }
+
+    /// Which master connection it holds now, of those it has held (0 but over SSH): an agent
+    /// started on an earlier one is gone with it.
+    pub fn generation(&self) -> u32 {
+        match self {
+            Connection::Ssh(link) => link.renewals.load(std::sync::atomic::Ordering::SeqCst),
+            _ => 0,
         }
     }
 
