@@ -24,13 +24,16 @@ impl<T: Send + 'static> OnNodes<T> {
         Some(self.set.join_next().await?.expect("a node's task panicked"))
     }
 
-    /// The results of the nodes whose work has ended, by node rank. The rest is aborted, and
-    /// gone once this returns.
-    pub async fn finished(mut self) -> Vec<(usize, T)> {
+    /// The results of the nodes whose work ends within `limit`, by node rank. The rest is
+    /// aborted, and gone once this returns.
+    pub async fn finished_within(mut self, limit: Duration) -> Vec<(usize, T)> {
         let mut done = Vec::new();
-        while let Some(joined) = self.set.try_join_next() {
-            done.push(joined.expect("a node's task panicked"));
-        }
+        let _ = tokio::time::timeout(limit, async {
+            while let Some(one) = self.next().await {
+                done.push(one);
+            }
+        })
+        .await;
         self.set.shutdown().await;
         done.sort_by_key(|(rank, _)| *rank);
         done

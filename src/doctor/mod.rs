@@ -218,7 +218,7 @@ struct Probe {
     out: Vec<u8>,
     said: mpsc::UnboundedSender<(usize, Said)>,
     rank: usize,
-    started_at: Instant,
+    started_at: tokio::time::Instant,
 }
 
 impl Probe {

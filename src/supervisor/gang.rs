@@ -141,6 +141,12 @@ pub(super) const AHEAD_LEAD: Duration = Duration::from_secs(30);
 /// (a node waited for after the backoff) is dropped, and its node starts a new one.
 const AHEAD_MAX_AGE: Duration = Duration::from_secs(60);
 
+/// How long the attempt waits for starts ahead still under way (see `kept`): after a short
+/// backoff (a restart after training waits a jitter under a second), 250 nodes' sessions are
+/// still opening, and each opens in moments. A start still under way after it hangs (its
+/// node's link is down, not yet found so): it is given up, and the node starts its own.
+const AHEAD_SETTLE: Duration = Duration::from_secs(5);
+
 /// The agents of restart `attempt`'s job, started now on the nodes of `fleet` as it is,
 /// before its backoff ends: each node's login, its sweep and the master's report of its
 /// ports overlap the wait, and the attempt finds them done. An agent starts nothing before
@@ -177,13 +183,14 @@ pub(super) struct StartedOn {
 /// Agents started ahead (`start_ahead`), each with the connection it was started on.
 pub(super) type Ahead = OnNodes<Option<(StartedOn, Started)>>;
 
-/// By node rank, the agents of `ahead` the attempt may use: started, on the master `fleet`
-/// holds now, at most `AHEAD_MAX_AGE` ago. A node connected again since (its master died, so
-/// that the agent went with it), one whose start has not ended (its link hangs), and one
-/// whose agent waited too long start their own; the others end, having started nothing.
+/// By node rank, the agents of `ahead` the attempt may use: started (within `AHEAD_SETTLE`
+/// from now, for a start still under way), on the master `fleet` holds now, at most
+/// `AHEAD_MAX_AGE` ago. A node connected again since (its master died, so that the agent
+/// went with it), one whose start hangs, and one whose agent waited too long start their
+/// own; the others end, having started nothing.
 pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
     let mut kept: Vec<Option<Started>> = fleet.links().iter().map(|_| None).collect();
-    for (rank, agent) in ahead.finished().await {
+    for (rank, agent) in ahead.finished_within(AHEAD_SETTLE).await {
         let Some((on, started)) = agent else { continue };
         let same = fleet.conn(rank).is_some_and(|c| {
             std::ptr::eq(Arc::as_ptr(c), on.conn.as_ptr()) && c.generation() == on.generation
@@ -192,6 +199,8 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
             kept[rank] = Some(started);
         }
     }
+    let used = kept.iter().flatten().count();
+    tracing::debug!("{used} of {} nodes' agents started ahead are the attempt's", kept.len());
     kept
 }
 
@@ -199,7 +208,7 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
 /// having started nothing.
 pub(super) async fn drop_ahead(ahead: Option<Ahead>) {
     if let Some(ahead) = ahead {
-        drop(ahead.finished().await);
+        drop(ahead.finished_within(Duration::ZERO).await);
     }
 }
 
@@ -1199,6 +1208,21 @@ mod tests {
         all_started_on(&nodes, 29501);
         assert_eq!(nodes.iter().map(SimNode::started).collect::<Vec<_>>(), [1, 2, 1]);
         assert_eq!(envs(&nodes[1]), 1, "{:?}", nodes[1].heard());
+    }
+
+    /// An agent started ahead that waited for its env longer than `AHEAD_MAX_AGE` (its
+    /// restart waited for a node after the backoff) is not used: the attempt starts its own,
+    /// with a fresh report of the master's ports.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_started_ahead_too_long_ago_is_not_used() {
+        let p = plan("29500");
+        let unused = vec![Step::Up, Step::Await(Expect::Env)];
+        let node = SimNode::agents([unused, [started(10), vec![Step::Exit(0)]].concat()]);
+        let fleet = Fleet::of(vec![Connection::Sim(node.clone())]);
+        let ahead = start_ahead(&p, "r1", 0, &fleet);
+        tokio::time::sleep(AHEAD_MAX_AGE + S(1)).await;
+        assert!(kept(ahead, &fleet).await[0].is_none());
+        assert_eq!(node.started(), 1);
     }
 
     /// A node on which no agent can start is lost at once: nothing waits for it.

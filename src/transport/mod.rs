@@ -86,7 +86,7 @@ pub struct Started {
     /// Its stderr as read so far, for an agent whose first messages were read already (the
     /// preflight's probe phase): what is buffered is the next reader's.
     messages: Option<session::Messages>,
-    pub at: std::time::Instant,
+    pub at: tokio::time::Instant,
 }
 
 impl Started {
@@ -107,7 +107,7 @@ impl Started {
         inv: AgentInvocation,
         renew: Renew,
     ) -> Result<Started, TransportError> {
-        let at = std::time::Instant::now();
+        let at = tokio::time::Instant::now();
         let process = conn.spawn_agent(&inv, renew).await?;
         Ok(Started { invocation: inv, process, messages: None, at })
     }
@@ -283,8 +283,13 @@ impl SshLink {
                 }
                 tracing::debug!(host = %self.target.host, "ssh master gone ({first}): connecting again");
                 let fresh = Arc::new(connect_ssh(&self.target, self.options, OnBusy::GiveUp).await?);
-                *self.session.lock().expect("not poisoned") = fresh.clone();
-                self.renewals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                // Counted before the swap, under the lock: whoever sees the old count may
+                // hold either master, whoever sees the new one holds the new.
+                {
+                    let mut session = self.session.lock().expect("not poisoned");
+                    self.renewals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    *session = fresh.clone();
+                }
                 attempt(fresh).await
             }
         }

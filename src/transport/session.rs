@@ -5,7 +5,7 @@
 //! (the agent's stdout) is handed to the caller, who alone knows what it holds.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Split};
 
@@ -24,7 +24,7 @@ pub struct AgentSession {
     /// Its process (or step), for its exit status.
     pub handle: AgentHandle,
     /// When it was started (its login began).
-    pub started_at: Instant,
+    pub started_at: tokio::time::Instant,
 }
 
 impl AgentSession {
