@@ -1178,9 +1178,9 @@ mod tests {
         assert_eq!(envs(&nodes[1]), 1, "{:?}", nodes[1].heard());
     }
 
-    /// The agents started as a restart's backoff begins are the attempt's where the fleet
-    /// kept their connections: the master's login (2 s) and its report of its ports are
-    /// over when the backoff is, and the attempt starts at once. Node 1's master died
+    /// The agents started during a restart's backoff are the attempt's where the fleet kept
+    /// their connections: the master's login (2 s) and its report of its ports are over
+    /// when the backoff (5 s here) is, and the attempt starts at once. Node 1's master died
     /// meanwhile and was connected again: it starts an agent of its own, and the one ahead
     /// gets no env.
     #[tokio::test(start_paused = true)]
