@@ -28,13 +28,16 @@ use super::measure::{self, env_sizes, fmt_stat, poll_until, runs, table};
 use super::testbed::Testbed;
 
 /// Node 3 fails once, as a rank that lost its peer would; the others wait to be stopped.
-/// Before training: its attempt is a failure at the start, followed by the backoff.
-const JOB: &str = "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 3 ]; then sleep 2; echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; exec sleep 600\"]";
-
-/// The same after training (BENCH_RESTART_TRAINED=1): every node prints a line (progress),
-/// and node 3 fails 11 s later, past the default `restart.backoff` (10 s). The restart then
+/// Before training, 2 s in: its attempt is a failure at the start, followed by the backoff.
+/// After training (`trained`, BENCH_RESTART_TRAINED=1): every node prints a line (progress)
+/// and node 3 fails 11 s later, past the default `restart.backoff` (10 s); the restart then
 /// starts at once, after a jitter under a second, as after a fault in a long run.
-const TRAINED_JOB: &str = "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"echo step 1; if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 3 ]; then sleep 11; echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; exec sleep 600\"]";
+fn job(trained: bool) -> String {
+    let (progress, fails_after) = if trained { ("echo step 1; ", 11) } else { ("", 2) };
+    format!(
+        "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"{progress}if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 3 ]; then sleep {fails_after}; echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; exec sleep 600\"]"
+    )
+}
 
 /// One restart, herd's defaults but for it.
 const RESTART: &str = "[restart]\nmax_restarts = 1\n";
@@ -55,8 +58,7 @@ pub fn run() {
     herds.extend(measure::baseline_herd().map(|path| ("baseline", path)));
     table("| nodes | herd | failure seen to all running, s | spread | the others' stacks | teardown | herd's start | nodes' start | backoff drawn | herd's CPU, s | a node's CPU, ms |");
     for &n in &sizes {
-        let job = if trained { TRAINED_JOB } else { JOB };
-        let config = write_config(&tb, dir.path(), &hosts(&tb, n), job, RESTART);
+        let config = write_config(&tb, dir.path(), &hosts(&tb, n), &job(trained), RESTART);
         let mut got: Vec<Vec<[f64; 8]>> = vec![Vec::new(); herds.len()];
         for rep in 0..reps {
             for ((which, bin), got) in herds.iter().zip(&mut got) {

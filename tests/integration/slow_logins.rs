@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::cluster::Cluster;
+use crate::support::cluster::{Cluster, NODE_1_FAILS_ONCE};
 use crate::support::herd::{self, events, only_run_dir};
 use serde_json::Value;
 
@@ -64,11 +64,8 @@ fn a_restarts_logins_overlap_its_backoff() {
     let c = Cluster::new(2);
     c.tb.slow_login(0, 4.0);
     c.tb.slow_login(1, 4.0);
-    // Node 1 fails once, as a rank that lost its peer would; attempt 1 succeeds.
-    let job = "if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 1 ]; then \
-               echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; echo done";
     c.write_config(
-        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {job:?}]"),
+        NODE_1_FAILS_ONCE,
         "[restart]\nmax_restarts = 1\nbackoff = \"10s\"\nbackoff_max = \"10s\"\n",
     );
     let out = herd::run(c.tb.dir(), &["run"], SLOW_LIMIT);

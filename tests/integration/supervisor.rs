@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::cluster::{Cluster, LIMIT};
+use crate::support::cluster::{Cluster, LIMIT, NODE_1_FAILS_ONCE};
 use crate::support::herd::{self, events, only_run_dir, wait_for_event, wait_until};
 use serde_json::Value;
 
@@ -514,10 +514,8 @@ fn a_time_limit_warning_has_every_rank_checkpoint_and_is_no_failure() {
 #[test]
 fn a_master_that_dies_during_the_backoff_is_connected_again_and_its_agent_started_anew() {
     let c = Cluster::new(2);
-    let job = "if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 1 ]; then \
-               echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; echo done";
     c.write_config(
-        &format!("launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", {job:?}]"),
+        NODE_1_FAILS_ONCE,
         "[restart]\nmax_restarts = 1\nbackoff = \"8s\"\nbackoff_max = \"8s\"\n",
     );
     let running = herd::start(c.tb.dir(), &["run"], &[]);

@@ -9,6 +9,12 @@ use super::testbed::Testbed;
 /// Generous: a 2-core machine running six torch ranks plus launchers is slow to start.
 pub const LIMIT: Duration = Duration::from_secs(180);
 
+/// A `command` job in which node 1 fails on attempt 0, as a rank that lost its peer would
+/// (a restartable `comm` failure); otherwise a node prints `done` and exits.
+pub const NODE_1_FAILS_ONCE: &str = "launcher = \"command\"\nscript = \"sh\"\nargs = [\"-c\", \"\
+    if [ $HERD_ATTEMPT = 0 ] && [ $NODE_RANK = 1 ]; then \
+    echo 'RuntimeError: Connection closed by peer' >&2; exit 1; fi; echo done\"]";
+
 pub struct Cluster {
     pub tb: Testbed,
     pub venv: PathBuf,
