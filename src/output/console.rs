@@ -196,12 +196,9 @@ impl Stopping {
                 [(rank, host)] => summary::node_ended(*rank, host, &how),
                 _ => {
                     let secs = last.duration_since(since).unwrap_or_default().as_secs_f64();
-                    let hosts: Vec<&str> = nodes.iter().map(|(_, h)| h.as_str()).collect();
-                    format!(
-                        "attempt {attempt}, stopping: {} nodes ({}) ended within {secs:.1} s: {how}",
-                        nodes.len(),
-                        super::exec_view::compress_hosts(&hosts)
-                    )
+                    let nodes: Vec<(usize, &str)> = nodes.iter().map(|(r, h)| (*r, h.as_str())).collect();
+                    let nodes = summary::nodes_named(&nodes);
+                    format!("attempt {attempt}, stopping: {nodes} ended within {secs:.1} s: {how}")
                 }
             })
             .collect()

@@ -79,27 +79,17 @@ pub fn gathered(hosts: &[String], outputs: &[Vec<u8>], ends: &[ExecExit]) -> Vec
 /// One stderr line per way nodes did not exit 0: the nodes that ended alike share it, named
 /// as a hostlist.
 pub fn failures(hosts: &[String], ends: &[ExecExit]) -> String {
-    let mut groups: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
-    for (rank, (host, end)) in hosts.iter().zip(ends).enumerate() {
+    let failed = hosts.iter().zip(ends).enumerate().filter_map(|(rank, (host, end))| {
         let why = match end {
             ExecExit::Exited(e) if !e.success() => e.to_string(),
             ExecExit::Unreachable(why) => format!("unreachable: {why}"),
-            ExecExit::Exited(_) => continue,
+            ExecExit::Exited(_) => return None,
         };
-        match groups.iter_mut().find(|(w, _)| *w == why) {
-            Some((_, nodes)) => nodes.push((rank, host)),
-            None => groups.push((why, vec![(rank, host)])),
-        }
-    }
+        Some((why, (rank, host.as_str())))
+    });
     let mut s = String::new();
-    for (why, nodes) in groups {
-        let _ = match nodes[..] {
-            [(rank, host)] => writeln!(s, "herd: node {rank} ({host}): {why}"),
-            _ => {
-                let names: Vec<&str> = nodes.iter().map(|(_, h)| *h).collect();
-                writeln!(s, "herd: {} nodes ({}): {why}", nodes.len(), compress_hosts(&names))
-            }
-        };
+    for (why, nodes) in super::summary::alike(failed) {
+        let _ = writeln!(s, "herd: {}: {why}", super::summary::nodes_named(&nodes));
     }
     s
 }

@@ -73,6 +73,31 @@ pub fn node_ended(node_rank: usize, host: &str, how: &dyn std::fmt::Display) -> 
     format!("node {node_rank} ({host}) ended: {how}")
 }
 
+/// Items grouped by their key, the groups in the order their keys first came, each group's
+/// items in theirs: the nodes that ended alike, for one line.
+pub fn alike<K: PartialEq, T>(items: impl IntoIterator<Item = (K, T)>) -> Vec<(K, Vec<T>)> {
+    let mut groups: Vec<(K, Vec<T>)> = Vec::new();
+    for (key, item) in items {
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((key, vec![item])),
+        }
+    }
+    groups
+}
+
+/// Nodes (node rank, host) as a line names them: `node 3 (gpu-07)`, or, for more than one,
+/// `4 nodes (gpu-[01-04])`: at scale one cause ends hundreds, on one line.
+pub fn nodes_named(nodes: &[(usize, &str)]) -> String {
+    match nodes {
+        [(rank, host)] => format!("node {rank} ({host})"),
+        _ => {
+            let hosts: Vec<&str> = nodes.iter().map(|(_, h)| *h).collect();
+            format!("{} nodes ({})", nodes.len(), crate::config::hostlist::compress(&hosts))
+        }
+    }
+}
+
 /// One node's trouble, and what herd cleaned up on it.
 fn node_line(event: &Event) -> Option<String> {
     Some(match event {
@@ -316,25 +341,9 @@ pub fn failure(v: &Verdict, log: &Path) -> String {
         let _ = writeln!(s, "  line: {line}");
     }
     let _ = writeln!(s, "  hint: {}", v.hint);
-    // Nodes that failed alike share a line, as a hostlist: at scale, one cause fails hundreds.
-    let mut alike: Vec<(&crate::outcome::Consequence, Vec<&str>)> = Vec::new();
-    for c in &v.consequences {
-        match alike.iter_mut().find(|(first, _)| first.class == c.class && first.exit == c.exit) {
-            Some((_, hosts)) => hosts.push(&c.host),
-            None => alike.push((c, vec![&c.host])),
-        }
-    }
-    for (c, hosts) in alike {
-        let _ = match hosts.len() {
-            1 => writeln!(s, "  then node {} ({}) failed too ({}): {}", c.node_rank, c.host, c.class, c.exit),
-            k => writeln!(
-                s,
-                "  then {k} nodes ({}) failed too ({}): {}",
-                crate::config::hostlist::compress(&hosts),
-                c.class,
-                c.exit
-            ),
-        };
+    let alike = alike(v.consequences.iter().map(|c| ((&c.class, &c.exit), (c.node_rank, c.host.as_str()))));
+    for ((class, exit), nodes) in alike {
+        let _ = writeln!(s, "  then {} failed too ({class}): {exit}", nodes_named(&nodes));
     }
     let _ = writeln!(s, "  full log: {}", log.display());
     s
