@@ -23,6 +23,7 @@ use crate::fleet::{Fleet, OnNodes};
 use crate::outcome::{NodeExit, NodeOutcome, ProcessState, Trigger, Verdict};
 use crate::plan::{AttemptValues, LaunchPlan, NodePlan};
 use crate::remote::agent::AgentInvocation;
+use crate::remote::protocol::AgentMessage;
 use crate::stacks::{self, RankStack};
 use crate::transport::{Connection, Started};
 
@@ -163,10 +164,11 @@ pub(super) fn start_ahead(plan: &LaunchPlan, run_id: &str, attempt: u32, fleet: 
         }
         let inv = attempt_invocation(plan, run_id, &plan.nodes[rank], attempt, &restarted, port_known);
         let conn = conn.clone();
+        let host = plan.nodes[rank].host.clone();
         Some(async move {
             // Read first: a master connected again during the start makes the agent one to
             // drop, never one to use.
-            let on = StartedOn { conn: Arc::downgrade(&conn), generation: conn.generation() };
+            let on = StartedOn { conn: Arc::downgrade(&conn), generation: conn.generation(), host };
             let started = Started::start_as_is(&conn, inv).await.ok()?;
             Some((on, started))
         })
@@ -178,6 +180,8 @@ pub(super) fn start_ahead(plan: &LaunchPlan, run_id: &str, attempt: u32, fleet: 
 pub(super) struct StartedOn {
     conn: Weak<Connection>,
     generation: u32,
+    /// The node's host then: a restart that does not use the agent may have replaced it.
+    host: String,
 }
 
 /// Agents started ahead (`start_ahead`), each with the connection it was started on.
@@ -187,9 +191,10 @@ pub(super) type Ahead = OnNodes<Option<(StartedOn, Started)>>;
 /// from now, for a start still under way), on the master `fleet` holds now, at most
 /// `AHEAD_MAX_AGE` ago. A node connected again since (its master died, so that the agent
 /// went with it), one whose start hangs, and one whose agent waited too long start their
-/// own; the others end, having started nothing.
-pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
+/// own; the others end, having started nothing (`end_unused`).
+pub(super) async fn kept(ahead: Ahead, fleet: &Fleet, events: &EventSender) -> Vec<Option<Started>> {
     let mut kept: Vec<Option<Started>> = fleet.links().iter().map(|_| None).collect();
+    let mut unused = Vec::new();
     for (rank, agent) in ahead.finished_within(AHEAD_SETTLE).await {
         let Some((on, started)) = agent else { continue };
         let same = fleet.conn(rank).is_some_and(|c| {
@@ -197,18 +202,49 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet) -> Vec<Option<Started>> {
         });
         if same && started.at.elapsed() <= AHEAD_MAX_AGE {
             kept[rank] = Some(started);
+        } else {
+            unused.push((rank, on.host, started));
         }
     }
     let used = kept.iter().flatten().count();
     tracing::debug!("{used} of {} nodes' agents started ahead are the attempt's", kept.len());
+    end_unused(unused, events).await;
     kept
 }
 
-/// Agents started ahead that the attempt will not use, gone: each ends as its stdin closes,
-/// having started nothing.
-pub(super) async fn drop_ahead(ahead: Option<Ahead>) {
-    if let Some(ahead) = ahead {
-        drop(ahead.finished_within(Duration::ZERO).await);
+/// Agents started ahead that the attempt will not use, ended (`end_unused`); a start still
+/// under way is given up.
+pub(super) async fn drop_ahead(ahead: Option<Ahead>, events: &EventSender) {
+    let Some(ahead) = ahead else { return };
+    let unused = ahead.finished_within(Duration::ZERO).await.into_iter();
+    end_unused(
+        unused.filter_map(|(rank, a)| a.map(|(on, started)| (rank, on.host, started))).collect(),
+        events,
+    )
+    .await;
+}
+
+/// How long the agents not used are listened to as they end: what they swept was said long
+/// before (they logged in during the backoff), and each ends a round trip after its stdin
+/// closes. One whose node cannot be reached (the reason it is not used) is not waited for
+/// longer.
+const UNUSED_HEARD: Duration = Duration::from_secs(1);
+
+/// Agents started ahead that will not be used, ended: each ends as its stdin closes, having
+/// started nothing, before the restart drops a link it uses. Its sweep ran all the same: what
+/// it stopped is told, as any sweep's (`swept_events`), so that the node's record has it.
+async fn end_unused(unused: Vec<(usize, String, Started)>, events: &EventSender) {
+    let until = Instant::now() + UNUSED_HEARD;
+    let ending: Vec<_> =
+        unused.into_iter().map(|(rank, host, started)| (rank, host, started.end_unused())).collect();
+    for (rank, host, ending) in ending {
+        for message in ending.said(until).await {
+            if let AgentMessage::Swept(text) = message {
+                for event in super::sweep::swept_events(rank, &host, &text) {
+                    let _ = events.send(event).await;
+                }
+            }
+        }
     }
 }
 
@@ -1190,7 +1226,8 @@ mod tests {
         // 29500 (733C) is in use on the master.
         let master =
             [vec![Step::Up, Step::Sleep(S(2)), say("herd-agent ports 16 733C")], started(10)[1..].to_vec()];
-        let unused = vec![Step::Up, Step::Await(Expect::Env)];
+        // Node 1's agent ahead stops a leftover of the attempt before as it sweeps.
+        let unused = vec![Step::Up, say("herd-agent swept 4242"), Step::Await(Expect::Env)];
         let nodes = [
             SimNode::agent([master.concat(), done.clone()].concat()),
             SimNode::agents([unused, [started(11), done.clone()].concat()]),
@@ -1200,8 +1237,11 @@ mod tests {
         let ahead = start_ahead(&p, "r1", 0, &fleet);
         tokio::time::sleep(S(5)).await;
         let fleet = fleet.reconnected(1, Connection::Sim(nodes[1].clone()));
-        let early = kept(ahead, &fleet).await;
+        let (events, mut seen) = crate::events::channel(16);
+        let early = kept(ahead, &fleet, &events).await;
         assert_eq!(early.iter().map(Option::is_some).collect::<Vec<_>>(), [true, false, true]);
+        drop(events);
+        assert_eq!(swept(&mut seen).await, [(1, vec![4242])], "the unused agent's sweep is told");
         let ran = attempt_after(&p, &nodes, early, no_signal).await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
         assert!(ran.took < S(1), "the master's report came during the backoff: {:?}", ran.took);
@@ -1221,8 +1261,47 @@ mod tests {
         let fleet = Fleet::of(vec![Connection::Sim(node.clone())]);
         let ahead = start_ahead(&p, "r1", 0, &fleet);
         tokio::time::sleep(AHEAD_MAX_AGE + S(1)).await;
-        assert!(kept(ahead, &fleet).await[0].is_none());
+        let (events, _seen) = crate::events::channel(16);
+        assert!(kept(ahead, &fleet, &events).await[0].is_none());
         assert_eq!(node.started(), 1);
+    }
+
+    /// The nodes and pids of the `LeftoversStopped` events `seen` holds, once its senders
+    /// are gone.
+    async fn swept(seen: &mut mpsc::Receiver<crate::events::Dated>) -> Vec<(usize, Vec<u32>)> {
+        let mut swept = Vec::new();
+        while let Some(crate::events::Dated { event, .. }) = seen.recv().await {
+            if let Event::LeftoversStopped { node_rank, pids, .. } = event {
+                swept.push((node_rank, pids));
+            }
+        }
+        swept
+    }
+
+    /// Agents started ahead that a restart does not use (its plan changed after the backoff)
+    /// end, having started nothing, and what their sweeps stopped is told all the same, under
+    /// the host each swept: the node's record has it. An agent that says nothing more (its
+    /// node cannot be reached) holds the restart `UNUSED_HEARD` at most.
+    #[tokio::test(start_paused = true)]
+    async fn agents_ahead_not_used_end_and_their_sweeps_are_told() {
+        let p = plan("29500");
+        let nodes = [
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 71 72"), Step::Await(Expect::Env)]),
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 81"), Step::Hang]),
+            SimNode::agent(vec![Step::Up, Step::Await(Expect::Env)]),
+        ];
+        let fleet = Fleet::of(nodes.iter().cloned().map(Connection::Sim).collect());
+        let ahead = start_ahead(&p, "r1", 0, &fleet);
+        tokio::time::sleep(S(2)).await;
+        let (events, mut seen) = crate::events::channel(16);
+        let start = Instant::now();
+        drop_ahead(Some(ahead), &events).await;
+        assert!(start.elapsed() <= UNUSED_HEARD, "{:?}", start.elapsed());
+        drop(events);
+        assert_eq!(swept(&mut seen).await, [(0, vec![71, 72]), (1, vec![81])]);
+        for node in &nodes {
+            assert_eq!((node.started(), envs(node)), (1, 0), "{:?}", node.heard());
+        }
     }
 
     /// A node on which no agent can start is lost at once: nothing waits for it.

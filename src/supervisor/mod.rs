@@ -436,19 +436,19 @@ impl Run<'_> {
         // Agents ahead that will not be used are gone before a link they use is dropped.
         let (fleet, errors) = match replaced {
             Some(previous) => {
-                gang::drop_ahead(ahead).await;
+                gang::drop_ahead(ahead, self.events).await;
                 fleet.rearranged(&previous, &self.plan, self.events).await
             }
             None => match self.reconnect(fleet, attempt).await {
                 Ok(fleet) => {
                     let early = match ahead {
-                        Some(ahead) => gang::kept(ahead, &fleet).await,
+                        Some(ahead) => gang::kept(ahead, &fleet, self.events).await,
                         None => Vec::new(),
                     };
                     return Ok((fleet, Preflighted::default(), early));
                 }
                 Err((node_rank, fleet)) => {
-                    gang::drop_ahead(ahead).await;
+                    gang::drop_ahead(ahead, self.events).await;
                     self.without_gone(node_rank, fleet, attempt, since).await?
                 }
             },

@@ -26,6 +26,7 @@ use crate::config::KnownHostsPolicy;
 use crate::plan::{SlurmTarget, SshTarget, Transport};
 use crate::remote;
 use crate::remote::agent::AgentInvocation;
+use crate::remote::protocol::AgentMessage;
 pub use handshake::OnBusy;
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +113,14 @@ impl Started {
         Ok(Started { invocation: inv, process, messages: None, at })
     }
 
+    /// Ends an agent that will not be used, having started nothing: its stdin closes now, and
+    /// the agent ends as at EOF. What it said is still to be read (`Ending::said`).
+    pub fn end_unused(self) -> Ending {
+        let AgentProcess { stdin, stderr, handle, .. } = self.process;
+        drop(stdin);
+        Ending { messages: self.messages.unwrap_or_else(|| session::Messages::new(stderr)), handle }
+    }
+
     /// The agent, if it was started as `inv`; otherwise a new one (the early one ends, having
     /// started nothing, as its stdin closes).
     pub async fn take_or_start(
@@ -123,6 +132,28 @@ impl Started {
             Some(s) if s.invocation == *inv => Ok(s),
             _ => Started::start(conn, inv.clone()).await,
         }
+    }
+}
+
+/// An agent told to end before its job (`Started::end_unused`).
+pub struct Ending {
+    messages: session::Messages,
+    handle: AgentHandle,
+}
+
+impl Ending {
+    /// What the agent said (its sweep's lines among them), read until its stderr ends or
+    /// `until`. Its process is let go after.
+    pub async fn said(mut self, until: tokio::time::Instant) -> Vec<AgentMessage> {
+        let mut said = Vec::new();
+        let _ = tokio::time::timeout_at(until, async {
+            while let Some(message) = self.messages.next().await {
+                said.push(message);
+            }
+        })
+        .await;
+        drop(self.handle);
+        said
     }
 }
 

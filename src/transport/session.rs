@@ -126,7 +126,7 @@ pub struct Messages {
 }
 
 impl Messages {
-    fn new(stderr: Box<dyn AsyncRead + Send + Unpin>) -> Messages {
+    pub(super) fn new(stderr: Box<dyn AsyncRead + Send + Unpin>) -> Messages {
         // Messages are short lines (a longer one is read in pieces): not the default 8 KiB
         // buffer on every node.
         Messages { lines: BufReader::with_capacity(1024, stderr).split(b'\n'), decoder: Decoder::default() }
