@@ -203,7 +203,9 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet, events: &EventSender) -> V
         if same && started.at.elapsed() <= AHEAD_MAX_AGE {
             kept[rank] = Some(started);
         } else {
-            unused.push((rank, on.host, started));
+            // On a master replaced since, the end may never reach the agent (the old master
+            // hangs): only what it said already is read.
+            unused.push((rank, on.host, started, if same { UNUSED_HEARD } else { Duration::ZERO }));
         }
     }
     let used = kept.iter().flatten().count();
@@ -217,27 +219,28 @@ pub(super) async fn kept(ahead: Ahead, fleet: &Fleet, events: &EventSender) -> V
 pub(super) async fn drop_ahead(ahead: Option<Ahead>, events: &EventSender) {
     let Some(ahead) = ahead else { return };
     let unused = ahead.finished_within(Duration::ZERO).await.into_iter();
-    end_unused(
-        unused.filter_map(|(rank, a)| a.map(|(on, started)| (rank, on.host, started))).collect(),
-        events,
-    )
-    .await;
+    let unused = unused.filter_map(|(rank, a)| a.map(|(on, started)| (rank, on.host, started, UNUSED_HEARD)));
+    end_unused(unused.collect(), events).await;
 }
 
-/// How long the agents not used are listened to as they end: what they swept was said long
-/// before (they logged in during the backoff), and each ends a round trip after its stdin
-/// closes. One whose node cannot be reached (the reason it is not used) is not waited for
-/// longer.
+/// How long the agents not used are listened to as they end, all of them together: what
+/// they swept was said long before (they logged in during the backoff), and each ends a round
+/// trip after its stdin closes. One whose node cannot be reached (the reason it is not used)
+/// is not waited for longer.
 const UNUSED_HEARD: Duration = Duration::from_secs(1);
 
 /// Agents started ahead that will not be used, ended: each ends as its stdin closes, having
 /// started nothing, before the restart drops a link it uses. Its sweep ran all the same: what
-/// it stopped is told, as any sweep's (`swept_events`), so that the node's record has it.
-async fn end_unused(unused: Vec<(usize, String, Started)>, events: &EventSender) {
-    let until = Instant::now() + UNUSED_HEARD;
-    let ending: Vec<_> =
-        unused.into_iter().map(|(rank, host, started)| (rank, host, started.end_unused())).collect();
-    for (rank, host, ending) in ending {
+/// it said it stopped within its time to be heard (from now, `UNUSED_HEARD` at most) is told,
+/// as any sweep's (`swept_events`), so that the node's record has it.
+async fn end_unused(unused: Vec<(usize, String, Started, Duration)>, events: &EventSender) {
+    let now = Instant::now();
+    // Every stdin closed first: the agents end at once, and are heard one after another.
+    let ending: Vec<_> = unused
+        .into_iter()
+        .map(|(rank, host, started, heard)| (rank, host, started.end_unused(), now + heard))
+        .collect();
+    for (rank, host, ending, until) in ending {
         for message in ending.said(until).await {
             if let AgentMessage::Swept(text) = message {
                 for event in super::sweep::swept_events(rank, &host, &text) {
@@ -1226,8 +1229,9 @@ mod tests {
         // 29500 (733C) is in use on the master.
         let master =
             [vec![Step::Up, Step::Sleep(S(2)), say("herd-agent ports 16 733C")], started(10)[1..].to_vec()];
-        // Node 1's agent ahead stops a leftover of the attempt before as it sweeps.
-        let unused = vec![Step::Up, say("herd-agent swept 4242"), Step::Await(Expect::Env)];
+        // Node 1's agent ahead stops a leftover of the attempt before as it sweeps, then is
+        // heard no more (its old master hangs).
+        let unused = vec![Step::Up, say("herd-agent swept 4242"), Step::Hang];
         let nodes = [
             SimNode::agent([master.concat(), done.clone()].concat()),
             SimNode::agents([unused, [started(11), done.clone()].concat()]),
@@ -1238,10 +1242,13 @@ mod tests {
         tokio::time::sleep(S(5)).await;
         let fleet = fleet.reconnected(1, Connection::Sim(nodes[1].clone()));
         let (events, mut seen) = crate::events::channel(16);
+        let start = Instant::now();
         let early = kept(ahead, &fleet, &events).await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "what the agent on the old master said is read, no more");
         assert_eq!(early.iter().map(Option::is_some).collect::<Vec<_>>(), [true, false, true]);
         drop(events);
-        assert_eq!(swept(&mut seen).await, [(1, vec![4242])], "the unused agent's sweep is told");
+        let told = vec![(1, p.nodes[1].host.clone(), vec![4242])];
+        assert_eq!(swept(&mut seen).await, told, "the unused agent's sweep is told");
         let ran = attempt_after(&p, &nodes, early, no_signal).await;
         assert!(matches!(ran.end.outcome, AttemptOutcome::Succeeded), "{:?}", ran.end.outcome);
         assert!(ran.took < S(1), "the master's report came during the backoff: {:?}", ran.took);
@@ -1266,42 +1273,66 @@ mod tests {
         assert_eq!(node.started(), 1);
     }
 
-    /// The nodes and pids of the `LeftoversStopped` events `seen` holds, once its senders
-    /// are gone.
-    async fn swept(seen: &mut mpsc::Receiver<crate::events::Dated>) -> Vec<(usize, Vec<u32>)> {
+    /// The nodes, hosts and pids of the `LeftoversStopped` events `seen` holds, once its
+    /// senders are gone.
+    async fn swept(seen: &mut mpsc::Receiver<crate::events::Dated>) -> Vec<(usize, String, Vec<u32>)> {
         let mut swept = Vec::new();
         while let Some(crate::events::Dated { event, .. }) = seen.recv().await {
-            if let Event::LeftoversStopped { node_rank, pids, .. } = event {
-                swept.push((node_rank, pids));
+            if let Event::LeftoversStopped { node_rank, host, pids } = event {
+                swept.push((node_rank, host, pids));
             }
         }
         swept
     }
 
-    /// Agents started ahead that a restart does not use (its plan changed after the backoff)
-    /// end, having started nothing, and what their sweeps stopped is told all the same, under
-    /// the host each swept: the node's record has it. An agent that says nothing more (its
-    /// node cannot be reached) holds the restart `UNUSED_HEARD` at most.
-    #[tokio::test(start_paused = true)]
-    async fn agents_ahead_not_used_end_and_their_sweeps_are_told() {
-        let p = plan("29500");
-        let nodes = [
-            SimNode::agent(vec![Step::Up, say("herd-agent swept 71 72"), Step::Await(Expect::Env)]),
-            SimNode::agent(vec![Step::Up, say("herd-agent swept 81"), Step::Hang]),
-            SimNode::agent(vec![Step::Up, Step::Await(Expect::Env)]),
-        ];
+    /// `drop_ahead` of agents started on `nodes` 2 s before: how long it took, and the
+    /// leftovers told.
+    async fn dropped_ahead(p: &LaunchPlan, nodes: &[SimNode]) -> (Duration, Vec<(usize, String, Vec<u32>)>) {
         let fleet = Fleet::of(nodes.iter().cloned().map(Connection::Sim).collect());
-        let ahead = start_ahead(&p, "r1", 0, &fleet);
+        let ahead = start_ahead(p, "r1", 0, &fleet);
         tokio::time::sleep(S(2)).await;
         let (events, mut seen) = crate::events::channel(16);
         let start = Instant::now();
         drop_ahead(Some(ahead), &events).await;
-        assert!(start.elapsed() <= UNUSED_HEARD, "{:?}", start.elapsed());
+        let took = start.elapsed();
         drop(events);
-        assert_eq!(swept(&mut seen).await, [(0, vec![71, 72]), (1, vec![81])]);
+        (took, swept(&mut seen).await)
+    }
+
+    /// Agents started ahead that a restart does not use (its plan changed after the backoff)
+    /// end at once, having started nothing, and what their sweeps stopped is told all the
+    /// same, under the host each swept: the node's record has it.
+    #[tokio::test(start_paused = true)]
+    async fn agents_ahead_not_used_end_at_once_and_their_sweeps_are_told() {
+        let p = plan("29500");
+        let nodes = [
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 71 72"), Step::Await(Expect::Env)]),
+            SimNode::agent(vec![Step::Up, Step::Await(Expect::Env)]),
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 91"), Step::Await(Expect::Env)]),
+        ];
+        let (took, swept) = dropped_ahead(&p, &nodes).await;
+        assert_eq!(took, Duration::ZERO, "each ends as its stdin closes");
+        let host = |rank: usize| p.nodes[rank].host.clone();
+        assert_eq!(swept, [(0, host(0), vec![71, 72]), (2, host(2), vec![91])]);
         for node in &nodes {
             assert_eq!((node.started(), envs(node)), (1, 0), "{:?}", node.heard());
         }
+    }
+
+    /// Agents ahead that do not end (their nodes cannot be reached) hold the restart
+    /// `UNUSED_HEARD` at most, all of them together, and what the others said is told.
+    #[tokio::test(start_paused = true)]
+    async fn agents_ahead_that_do_not_end_hold_the_restart_a_second_in_all() {
+        let p = plan("29500");
+        let nodes = [
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 81"), Step::Hang]),
+            SimNode::agent(vec![Step::Up, Step::Hang]),
+            SimNode::agent(vec![Step::Up, say("herd-agent swept 91"), Step::Await(Expect::Env)]),
+        ];
+        let (took, swept) = dropped_ahead(&p, &nodes).await;
+        assert_eq!(took, UNUSED_HEARD);
+        let pids: Vec<(usize, Vec<u32>)> = swept.into_iter().map(|(rank, _, pids)| (rank, pids)).collect();
+        assert_eq!(pids, [(0, vec![81]), (2, vec![91])]);
     }
 
     /// A node on which no agent can start is lost at once: nothing waits for it.

@@ -420,7 +420,7 @@ impl Run<'_> {
     ) -> Result<(Fleet, Preflighted, Vec<Option<Started>>), Unsettled> {
         let lead = gang::AHEAD_LEAD.min(delay);
         tokio::time::sleep(delay - lead).await;
-        let ahead = (replaced.is_none() && self.plan.restart.resume_args.is_empty())
+        let mut ahead = (replaced.is_none() && self.plan.restart.resume_args.is_empty())
             .then(|| gang::start_ahead(&self.plan, self.run_id, attempt, &fleet));
         tokio::time::sleep(lead).await;
         // Through Slurm, a node now down or drained is replaced as at the start, not
@@ -428,6 +428,11 @@ impl Run<'_> {
         let refusals = crate::fleet::slurm_refusals(&self.plan, &|_| true).await;
         let refused = reserve::refused(refusals, self.plan.nnodes());
         let replace = decide::replacement(&self.plan.roster, refused);
+        if !matches!(replace, Replace::Nothing) {
+            // Before the plan changes: what they swept is told under the node ranks and
+            // hosts they were started on, before the events of the change.
+            gang::drop_ahead(ahead.take(), self.events).await;
+        }
         let replaced = match self.replace(replace, attempt).await {
             Some(previous) => Some(replaced.unwrap_or(previous)),
             None => replaced,
