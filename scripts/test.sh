@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (OpenSSH server, iproute2,
 # Python venv support, shellcheck, tcsh, BSD csh, Slurm and munge, podman, runc and
-# debootstrap, Prometheus, docker), creates the cached torch + deepspeed virtualenv, the container
+# debootstrap, Prometheus, docker, Chromium), creates the cached torch + deepspeed virtualenv, the container
 # image and herd's wheel, then runs the suite.
 # Needs root: the tests build network namespaces with an sshd (or a slurmd) in each.
 set -euo pipefail
@@ -41,8 +41,12 @@ docker=()
 command -v dockerd >/dev/null && command -v containerd >/dev/null && command -v docker >/dev/null || docker+=(docker.io)
 # A kernel with AppArmor: docker loads its profile with apparmor_parser (a recommend).
 [ ${#docker[@]} -eq 0 ] || [ ! -d /sys/module/apparmor ] || command -v apparmor_parser >/dev/null || docker+=(apparmor)
-if [ ${#missing[@]} -gt 0 ] || [ ${#docker[@]} -gt 0 ]; then
-  echo "test.sh: installing ${missing[*]} ${docker[*]}" >&2
+# tests/integration/output.rs has headless Chromium draw the timeline page; without its
+# recommends (the check reads the bars' colours, not the text).
+bare=()
+command -v chromium >/dev/null || bare+=(chromium)
+if [ ${#missing[@]} -gt 0 ] || [ ${#docker[@]} -gt 0 ] || [ ${#bare[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]} ${docker[*]} ${bare[*]}" >&2
   apt-get update -qq
   # No service started by the installs (policy-rc.d), for as long as they take.
   made_policy=
@@ -55,6 +59,8 @@ if [ ${#missing[@]} -gt 0 ] || [ ${#docker[@]} -gt 0 ]; then
   [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   [ ${#docker[@]} -eq 0 ] ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${docker[@]}" >/dev/null
+  [ ${#bare[@]} -eq 0 ] ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${bare[@]}" >/dev/null
   if [ -n "$made_policy" ]; then
     rm -f /usr/sbin/policy-rc.d
     trap - EXIT

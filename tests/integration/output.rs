@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::browser;
 use crate::support::herd::{self, HERD};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -370,6 +371,17 @@ fn logs_timeline_draws_a_run_and_says_what_it_cannot() {
     ] {
         assert!(page.contains(&said), "no {said:?} in\n{page}");
     }
+    // Drawn by a real browser: the bars are there in their colours (training, starting),
+    // and a page with no drawing has none of them.
+    let (shot, blank) = (dir.path().join("timeline.png"), dir.path().join("blank.png"));
+    browser::screenshot(&run.join("timeline.html"), &shot, 1000, 700);
+    let [training, starting] = browser::colour_counts(&shot, &["009E73", "56B4E9"])[..] else {
+        unreachable!()
+    };
+    assert!(training > 5_000 && starting > 500, "training {training} px, starting {starting} px");
+    std::fs::write(dir.path().join("blank.html"), "<html><body><p>no drawing</p></body></html>").unwrap();
+    browser::screenshot(&dir.path().join("blank.html"), &blank, 1000, 700);
+    assert_eq!(browser::colour_counts(&blank, &["009E73", "56B4E9"]), [0, 0]);
     let out = herd::run(dir.path(), &["logs", "--timeline", &id, "-o", "-"], LIMIT);
     out.assert_code(0);
     assert_eq!(out.stdout, page);
