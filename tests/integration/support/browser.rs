@@ -4,10 +4,19 @@
 use std::path::Path;
 use std::process::Command;
 
-/// `page` drawn by headless Chromium in a `width`×`height` window, to `png`.
+/// `page` drawn by headless Chromium in a `width`×`height` window, to `png`; within 2
+/// minutes (a browser's first start on a loaded machine is slow, and a hung one fails here).
 pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
-    let out = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"])
+    let out = Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+        ])
         .arg(format!("--window-size={width},{height}"))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", page.display()))
